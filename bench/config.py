@@ -1,0 +1,149 @@
+"""Run configuration: validated, frozen data; the resolved form is saved with every result."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from bench.errors import BenchError
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    amp_fp16 = "amp-fp16"
+    amp_bf16 = "amp-bf16"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Defaults that depend on the device the run lands on."""
+
+    name: str
+    batch_size: int
+    image_size: int | None  # None: the model's own default (224, 299 for Inception V3)
+    warmup_steps: int
+    steps_per_window: int
+    windows: int
+
+
+# GPU defaults follow the Horovod paper and its synthetic benchmark script:
+# batch 64 per GPU, 224x224, 10 warmup steps, 10 windows ("iterations") of 10 steps.
+GPU_PROFILE = Profile("gpu-paper", batch_size=64, image_size=None, warmup_steps=10, steps_per_window=10,
+                      windows=10)
+# CPU defaults: a short, honest run that fits about two minutes on a 2-core machine.
+CPU_PROFILE = Profile("cpu-quick", batch_size=8, image_size=64, warmup_steps=2, steps_per_window=4, windows=5)
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the user asked for. Fields left as None are filled by :meth:`resolve`."""
+
+    mode: str
+    model: str = "vgg16"
+    batch_size: int | None = None
+    image_size: int | None = None
+    num_classes: int = 1000
+    precision: Precision = Precision.fp32
+    channels_last: bool = False
+    warmup_steps: int | None = None
+    steps_per_window: int | None = None
+    windows: int | None = None
+    duration: float | None = None
+    np: int | None = None
+    device: Device = Device.auto
+    seed: int = 42
+    output: str = "results"
+    fp16_allreduce: bool = False
+    rendezvous_timeout: float = 120.0
+    # Filled by resolve():
+    profile: str | None = None
+    learning_rate: float = LEARNING_RATE
+    momentum: float = MOMENTUM
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from bench.models import MODELS
+        from bench.modes import MODES
+
+        if self.mode not in MODES:
+            raise BenchError(f"unknown mode '{self.mode}' (choose from: {', '.join(MODES)})")
+        if self.model not in MODELS:
+            raise BenchError(f"unknown model '{self.model}' (choose from: {', '.join(MODELS)})")
+        object.__setattr__(self, "precision", Precision(self.precision))
+        object.__setattr__(self, "device", Device(self.device))
+        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes"):
+            value = getattr(self, name)
+            minimum = 0 if name == "warmup_steps" else 1
+            if value is not None and (not isinstance(value, int) or value < minimum):
+                raise BenchError(f"--{name.replace('_', '-')} must be an integer >= {minimum} (got {value})")
+        if self.duration is not None and not self.duration > 0:
+            raise BenchError(f"--duration must be > 0 seconds (got {self.duration})")
+        if not self.rendezvous_timeout > 0:
+            raise BenchError(f"--rendezvous-timeout must be > 0 seconds (got {self.rendezvous_timeout})")
+        if self.image_size is not None:
+            spec = MODELS[self.model]
+            if self.image_size < spec.min_image_size:
+                raise BenchError(f"--image-size for {self.model} must be >= {spec.min_image_size} "
+                                 f"(got {self.image_size})")
+
+    @property
+    def is_resolved(self) -> bool:
+        return self.profile is not None
+
+    def resolve(self, device: str, np: int) -> RunConfig:
+        """Fill defaults for the device the run lands on ('cpu' or 'cuda') and the world size."""
+        from bench.models import MODELS
+
+        profile = GPU_PROFILE if device == "cuda" else CPU_PROFILE
+        image_size = self.image_size or profile.image_size or MODELS[self.model].default_image_size
+        image_size = max(image_size, MODELS[self.model].min_image_size)
+        return dataclasses.replace(
+            self,
+            device=Device(device),
+            np=np,
+            batch_size=self.batch_size or profile.batch_size,
+            image_size=image_size,
+            warmup_steps=profile.warmup_steps if self.warmup_steps is None else self.warmup_steps,
+            steps_per_window=self.steps_per_window or profile.steps_per_window,
+            windows=self.windows or profile.windows,
+            profile=profile.name,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["precision"] = self.precision.value
+        data["device"] = self.device.value
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise BenchError(f"unknown config keys: {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"config is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise BenchError("config JSON must be an object")
+        return cls.from_dict(data)

@@ -1,0 +1,181 @@
+"""How processes start: detect an outer launcher from the environment, or spawn the ranks ourselves.
+
+Detection order (first match wins; an outer launcher is never spawned again):
+
+==============  =====================================================================
+launcher        environment it leaves in each process
+==============  =====================================================================
+self            HVDBENCH_LAUNCHER=self plus RANK/WORLD_SIZE/LOCAL_RANK (our spawner)
+torchrun        TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT
+horovodrun      HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK (Gloo controller)
+mpirun          OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI), or PMI_RANK/PMI_SIZE
+srun            SLURM_STEP_ID with SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+none            nothing of the above: this process is the parent and spawns the ranks
+==============  =====================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from bench.errors import BenchError
+
+CHILD_CONFIG_ENV = "HVDBENCH_CONFIG"
+LAUNCH_TIME_ENV = "HVDBENCH_LAUNCH_TIME"
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    launcher: str  # self | torchrun | horovodrun | mpirun | srun | none
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _int(env: dict[str, str], name: str) -> int:
+    value = env.get(name)
+    if value is None:
+        raise BenchError(f"malformed launcher environment: {name} is not set")
+    try:
+        return int(value)
+    except ValueError:
+        raise BenchError(f"malformed launcher environment: {name}={value!r} is not an integer") from None
+
+
+def _port(env: dict[str, str]) -> int | None:
+    if "MASTER_PORT" not in env:
+        return None
+    port = _int(env, "MASTER_PORT")
+    if not 0 < port < 65536:
+        raise BenchError(f"malformed launcher environment: MASTER_PORT={port} is not a TCP port")
+    return port
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First hostname of a Slurm node list such as 'node[03-05,7],gpu1' -> 'node03'."""
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not m or not m.group(1):
+        raise BenchError(f"malformed launcher environment: cannot parse Slurm node list {nodelist!r}")
+    prefix, ranges = m.group(1), m.group(2)
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def detect(env: dict[str, str] | None = None) -> LaunchInfo:
+    env = dict(os.environ if env is None else env)
+    if env.get("HVDBENCH_LAUNCHER") == "self" or "TORCHELASTIC_RUN_ID" in env:
+        kind = "self" if env.get("HVDBENCH_LAUNCHER") == "self" else "torchrun"
+        info = LaunchInfo(kind, _int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"),
+                          _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else 1,
+                          env.get("MASTER_ADDR"), _port(env))
+    elif "HOROVOD_RANK" in env:
+        info = LaunchInfo("horovodrun", _int(env, "HOROVOD_RANK"), _int(env, "HOROVOD_SIZE"),
+                          _int(env, "HOROVOD_LOCAL_RANK"), _int(env, "HOROVOD_LOCAL_SIZE"),
+                          env.get("MASTER_ADDR"), _port(env))
+    elif "OMPI_COMM_WORLD_RANK" in env:
+        info = LaunchInfo("mpirun", _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
+                          _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                          env.get("MASTER_ADDR"), _port(env))
+    elif "PMI_RANK" in env and "PMI_SIZE" in env:
+        info = LaunchInfo("mpirun", _int(env, "PMI_RANK"), _int(env, "PMI_SIZE"),
+                          int(env.get("MPI_LOCALRANKID", "0")), int(env.get("MPI_LOCALNRANKS", "1")),
+                          env.get("MASTER_ADDR"), _port(env))
+    elif "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost"
+        job = int(env.get("SLURM_JOB_ID", "0") or 0)
+        info = LaunchInfo("srun", _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"),
+                          _int(env, "SLURM_LOCALID"),
+                          int(env.get("SLURM_NTASKS_PER_NODE", "0").split("(")[0] or 0)
+                          or _int(env, "SLURM_NTASKS"),
+                          env.get("MASTER_ADDR") or first_slurm_host(nodelist),
+                          _port(env) or 20000 + job % 20000)
+    else:
+        return LaunchInfo("none")
+    if info.world_size < 1 or not 0 <= info.rank < info.world_size:
+        raise BenchError(f"malformed launcher environment ({info.launcher}): rank {info.rank} "
+                         f"is not in [0, {info.world_size})")
+    if info.local_rank < 0:
+        raise BenchError(f"malformed launcher environment ({info.launcher}): local rank {info.local_rank} < 0")
+    return info
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_argv(argv: list[str]) -> list[str]:
+    """The command each spawned rank runs: this same bench invocation."""
+    return [sys.executable, "-m", "bench", *argv]
+
+
+def spawn_local(argv: list[str], np: int, config_json: str, grace_s: float = 10.0) -> int:
+    """Start ``np`` ranks of ``bench`` on this host with a TCP rendezvous on 127.0.0.1; wait for all.
+
+    If any rank exits non-zero, the others are stopped (SIGTERM, then SIGKILL after ``grace_s``) and a
+    BenchError names the first rank that failed. Returns 0 when every rank succeeded.
+    """
+    port = free_port()
+    base = dict(os.environ, HVDBENCH_LAUNCHER="self", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                WORLD_SIZE=str(np), LOCAL_WORLD_SIZE=str(np), PYTHONUNBUFFERED="1",
+                **{CHILD_CONFIG_ENV: config_json, LAUNCH_TIME_ENV: repr(time.time())})
+    procs: list[subprocess.Popen] = []
+    for rank in range(np):
+        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen(child_argv(argv), env=env, start_new_session=True))
+    return wait_all(procs, grace_s)
+
+
+def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> int:
+    failed: tuple[int, int] | None = None
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                failed = bad[0]
+                break
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        _stop(procs, grace_s)
+        raise BenchError("interrupted; all ranks stopped") from None
+    _stop(procs, grace_s)
+    rank, code = failed
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    raise BenchError(f"rank {rank} {how}; stopped the other ranks, no result written")
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()

@@ -1,0 +1,27 @@
+"""Model registry. Specs are plain data (no framework import); builders live per framework."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    default_image_size: int
+    min_image_size: int
+    params_1000: int  # parameter count at 1000 classes (torchvision's figure for the same architecture)
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("vgg16", "VGG-16 (13 conv + 3 FC, no batch norm)", 224, 32, 138_357_544),
+        ModelSpec("vgg19", "VGG-19 (16 conv + 3 FC, no batch norm)", 224, 32, 143_667_240),
+        ModelSpec("resnet50", "ResNet-50 v1.5 (stride in the 3x3 conv)", 224, 32, 25_557_032),
+        ModelSpec("resnet101", "ResNet-101 v1.5", 224, 32, 44_549_160),
+        ModelSpec("inception3", "Inception V3 with auxiliary classifier (torchvision layout; its aux head needs >= 299)", 299, 299,
+                  27_161_264),
+    )
+}

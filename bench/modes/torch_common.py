@@ -1,0 +1,136 @@
+"""What both PyTorch modes share: device choice, model, synthetic batch, optimizer, step, checksum."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from typing import Any
+
+import torch
+
+from bench import env
+from bench.config import Device, Precision, RunConfig
+from bench.errors import BenchError
+from bench.launch import LaunchInfo
+from bench.models.torch_models import build, loss_fn
+
+
+def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
+    """Pick the device and world size; fill the device's defaults."""
+    if cfg.is_resolved:
+        return cfg
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.device == Device.cuda and gpus == 0:
+        raise BenchError("--device cuda was asked for, but no CUDA GPU is visible to PyTorch")
+    device = "cuda" if (cfg.device == Device.cuda or (cfg.device == Device.auto and gpus > 0)) else "cpu"
+    if launch.launcher == "none":
+        np = cfg.np or (gpus if device == "cuda" else 2)
+        if device == "cuda" and np > gpus:
+            raise BenchError(f"--np {np} asks for more ranks than the {gpus} visible GPU(s) on this host")
+    else:
+        np = launch.world_size
+        if cfg.np is not None and cfg.np != np:
+            raise BenchError(f"--np {cfg.np} does not match the {np} ranks {launch.launcher} started")
+    if device == "cpu" and cfg.precision == Precision.amp_fp16:
+        raise BenchError("--precision amp-fp16 needs a GPU; on CPU use fp32 or amp-bf16")
+    return cfg.resolve(device, np)
+
+
+class TorchTrainer:
+    """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""
+
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo) -> None:
+        self.cfg = cfg
+        self.launch = launch
+        self.rank = launch.rank
+        self.world_size = launch.world_size
+        if cfg.device == Device.cuda:
+            if not torch.cuda.is_available():
+                raise BenchError(f"rank {self.rank}: no CUDA GPU visible")
+            index = launch.local_rank % torch.cuda.device_count()
+            torch.cuda.set_device(index)
+            self.device = torch.device("cuda", index)
+            # fp32 means TF32 tensor-core math on Ampere and newer, as the frameworks default for convs.
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+            torch.backends.cudnn.benchmark = True
+        else:
+            self.device = torch.device("cpu")
+            # One core share per local rank, unless the user set OMP_NUM_THREADS: N ranks each
+            # using every core oversubscribe the CPU and measure contention, not training.
+            if "OMP_NUM_THREADS" not in os.environ:
+                torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, launch.local_world_size)))
+        self.scaler = None
+
+    # -- building blocks -------------------------------------------------------------------
+    def build_model(self) -> torch.nn.Module:
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        model = build(cfg.model, cfg.num_classes).to(self.device)
+        if cfg.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        model.train()
+        return model
+
+    def build_data(self) -> None:
+        cfg = self.cfg
+        g = torch.Generator().manual_seed(cfg.seed + 1000 + self.rank)  # each rank its own shard
+        data = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size, generator=g)
+        target = torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=g)
+        self.data = data.to(self.device)
+        if cfg.channels_last:
+            self.data = self.data.contiguous(memory_format=torch.channels_last)
+        self.target = target.to(self.device)
+
+    def build_optimizer(self, params) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=self.cfg.learning_rate, momentum=self.cfg.momentum)
+
+    def autocast(self):
+        p = self.cfg.precision
+        if p == Precision.fp32:
+            return contextlib.nullcontext()
+        dtype = torch.float16 if p == Precision.amp_fp16 else torch.bfloat16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    # -- Trainer protocol ------------------------------------------------------------------
+    def step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss = loss_fn(self.model(self.data), self.target)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def checksum(self) -> str:
+        """SHA-256 over every trainable parameter's bytes, in a fixed order (buffers excluded:
+        BatchNorm running statistics are per rank under Horovod by design)."""
+        h = hashlib.sha256()
+        with torch.no_grad():
+            for p in self.parameters():
+                h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def device_label(self) -> str:
+        if self.device.type == "cuda":
+            return f"cuda:{self.device.index} {torch.cuda.get_device_name(self.device)}"
+        return f"cpu ({torch.get_num_threads()} threads)"
+
+    def environment(self) -> dict[str, Any]:
+        record = env.base()
+        record["torch"] = env.torch_info()
+        return record
+
+    def teardown(self) -> None:
+        pass

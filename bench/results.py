@@ -1,0 +1,206 @@
+"""Results: one schema-versioned JSON per run (never overwritten), one CSV row, one terminal table."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+import secrets
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import SCHEMA_VERSION, __version__
+from bench.config import RunConfig
+from bench.errors import BenchError
+from bench.launch import LaunchInfo
+from bench.stats import summarize, throughput_summary
+
+CSV_NAME = "results.csv"
+CSV_FIELDS = [
+    "schema_version", "run_id", "created_utc", "status", "mode", "model", "precision", "batch_size",
+    "image_size", "world_size", "device", "launcher", "images_per_sec_total", "images_per_sec_per_gpu",
+    "ci95_low", "ci95_high", "median", "images_per_sec_rank0_x_world", "init_s", "first_step_s", "train_s",
+    "images_per_sec_wall_train", "ranks_in_sync", "hosts",
+]
+REQUIRED_KEYS = ["schema_version", "run_id", "status", "mode", "config", "environment", "world_size",
+                 "timing", "samples", "summary"]
+
+
+def new_run_id(mode: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{mode}-{secrets.token_hex(4)}"
+
+
+def check_output_dir(path: str | os.PathLike) -> Path:
+    """Create the output directory and prove it is writable, before any work is done."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise BenchError(f"output directory '{out}' is not writable: {exc.strerror or exc}") from None
+    csv_path = out / CSV_NAME
+    if csv_path.exists() and csv_path.stat().st_size > 0:
+        with open(csv_path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if header != CSV_FIELDS:
+            raise BenchError(f"{csv_path} has a different column layout (another schema version); "
+                             "choose another --output")
+    return out
+
+
+def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """Assemble the result from every rank's raw samples (see bench.stats for the formulas)."""
+    ranks = gathered["ranks"]
+    world = len(ranks)
+    images_per_window = cfg.batch_size * cfg.steps_per_window
+    window_s = [r["window_s"] for r in ranks]
+    summary = throughput_summary(window_s, images_per_window)
+    init_s = max(r["init_s"] for r in ranks)
+    train_s = max(r["train_s"] for r in ranks)
+    steps_after_init = len(ranks[0]["warmup_step_s"]) + len(ranks[0]["window_s"]) * cfg.steps_per_window
+    images_after_init = world * cfg.batch_size * steps_after_init
+    warmup = [max(ts) for ts in zip(*[r["warmup_step_s"] for r in ranks], strict=True)]
+    checksums = [r["checksum"] for r in ranks]
+    summary.update({
+        # Wall-clock views (seed 003): all images after init over the slowest rank's train time, and
+        # over init + train (time to a trained model from process start).
+        "images_per_sec_wall_train": images_after_init / train_s if train_s > 0 else None,
+        "images_per_sec_wall_total": images_after_init / (init_s + train_s),
+        "warmup_step_s": summarize(warmup) if warmup else None,
+    })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "status": "ok",
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hvdbench_version": __version__,
+        "mode": cfg.mode,
+        "config": cfg.to_dict(),
+        "launcher": launch.launcher,
+        "world_size": world,
+        "environment": dict(gathered["environment"],
+                            ranks=[{k: r[k] for k in ("rank", "local_rank", "host", "device")} for r in ranks]),
+        "timing": {
+            "unit": "s",
+            "init_s": init_s,
+            "first_step_s": max(r["first_step_s"] for r in ranks),
+            "train_s": train_s,
+            "timed_windows_s": max(sum(r["window_s"]) for r in ranks),
+            "per_rank": [{k: r[k] for k in ("rank", "setup_s", "first_step_s", "init_s", "train_s")}
+                         for r in ranks],
+            "definitions": {
+                "init_s": "process start to end of the first (synchronised) training step; slowest rank",
+                "train_s": "end of init to end of the last timed window, warmup included; slowest rank",
+            },
+        },
+        "samples": {
+            "unit": "s",
+            "steps_per_window": cfg.steps_per_window,
+            "images_per_window_per_rank": images_per_window,
+            "window_s": window_s,
+            "warmup_step_s": [r["warmup_step_s"] for r in ranks],
+        },
+        "summary": summary,
+        "sync": {"param_checksums": checksums, "ranks_in_sync": len(set(checksums)) == 1},
+    }
+
+
+def validate_result(data: Any) -> None:
+    if not isinstance(data, dict):
+        raise BenchError("result is not a JSON object")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise BenchError(f"result lacks keys: {', '.join(missing)}")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise BenchError(f"result schema_version {data['schema_version']} is not {SCHEMA_VERSION}")
+
+
+def load_result(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchError(f"cannot read result {path}: {exc}") from None
+    validate_result(data)
+    return data
+
+
+def write_result(out_dir: Path, result: dict[str, Any]) -> Path:
+    """Atomically write ``<run_id>.json`` (refusing to overwrite) and append the CSV row."""
+    validate_result(result)
+    final = out_dir / f"{result['run_id']}.json"
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, final)  # fails if the file exists: a result is never overwritten
+    except FileExistsError:
+        raise BenchError(f"result {final} already exists; not overwritten") from None
+    finally:
+        os.unlink(tmp)
+    append_csv(out_dir / CSV_NAME, csv_row(result))
+    return final
+
+
+def csv_row(result: dict[str, Any]) -> dict[str, Any]:
+    cfg, s, t = result["config"], result["summary"], result["timing"]
+    ci = s.get("ci95") or [None, None]
+    return {
+        "schema_version": result["schema_version"], "run_id": result["run_id"],
+        "created_utc": result["created_utc"], "status": result["status"], "mode": result["mode"],
+        "model": cfg["model"], "precision": cfg["precision"], "batch_size": cfg["batch_size"],
+        "image_size": cfg["image_size"], "world_size": result["world_size"], "device": cfg["device"],
+        "launcher": result["launcher"], "images_per_sec_total": s["images_per_sec_total"],
+        "images_per_sec_per_gpu": s["images_per_sec_per_gpu"], "ci95_low": ci[0], "ci95_high": ci[1],
+        "median": s["median"], "images_per_sec_rank0_x_world": s["images_per_sec_rank0_x_world"],
+        "init_s": t["init_s"], "first_step_s": t["first_step_s"], "train_s": t["train_s"],
+        "images_per_sec_wall_train": s["images_per_sec_wall_train"],
+        "ranks_in_sync": result["sync"]["ranks_in_sync"],
+        "hosts": " ".join(sorted({r["host"] for r in result["environment"]["ranks"]})),
+    }
+
+
+def append_csv(path: Path, row: dict[str, Any]) -> None:
+    with open(path, "a", newline="") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        if f.tell() == 0:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def render_table(result: dict[str, Any]):
+    from rich.table import Table
+
+    cfg, s, t = result["config"], result["summary"], result["timing"]
+    title = (f"{result['mode']}  {cfg['model']} {cfg['image_size']}x{cfg['image_size']}  "
+             f"batch {cfg['batch_size']}/device  {cfg['precision']}  {result['world_size']} x {cfg['device']}")
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("unit / note")
+    ci = s.get("ci95")
+    table.add_row("throughput, total (all ranks)", f"{s['images_per_sec_total']:.2f}", "img/s, mean of windows")
+    table.add_row("  95% CI", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a", "img/s (t-interval)")
+    table.add_row("  median / min / max", f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}",
+                  "img/s")
+    table.add_row("throughput, per GPU", f"{s['images_per_sec_per_gpu']:.2f}", "img/s = total / world size")
+    table.add_row("rank 0 x world size", f"{s['images_per_sec_rank0_x_world']:.2f}",
+                  "img/s, as Horovod's scripts print it")
+    table.add_row("wall-clock throughput", f"{s['images_per_sec_wall_train']:.2f}",
+                  "img/s over train time incl. warmup")
+    table.add_row("init", f"{t['init_s']:.2f}", "s: start to end of first step")
+    table.add_row("first step", f"{t['first_step_s']:.3f}", "s")
+    table.add_row("train", f"{t['train_s']:.2f}", "s: after init, warmup included")
+    table.add_row("windows x steps", f"{s['total']['n']} x {cfg['steps_per_window']}",
+                  f"+ {cfg['warmup_steps']} warmup steps")
+    table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",
+                  "parameter checksums equal")
+    return table

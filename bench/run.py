@@ -1,0 +1,79 @@
+"""Orchestration of one benchmark run: parent (spawn) or rank (measure, gather, write)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from bench import launch as launching
+from bench.config import RunConfig
+from bench.errors import BenchError
+from bench.modes import MODES
+
+
+class RankProgress:
+    """A rich progress bar on rank 0's stderr while steps run (silent when stderr is not a terminal)."""
+
+    def __init__(self, description: str) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        self._description = description
+        self._task = None
+
+    def start(self, total: int | None) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task(self._description, total=total)
+
+    def advance(self) -> None:
+        self._progress.advance(self._task)
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+
+def run(cfg: RunConfig) -> Path | None:
+    """Run ``cfg.mode``; returns the result path on the rank that wrote it, else None."""
+    from bench.results import check_output_dir
+
+    info = launching.detect()
+    spec = MODES[cfg.mode]
+    if info.launcher == "none":
+        check_output_dir(cfg.output)
+        mode = spec.load()
+        mode.spawn(mode.preflight(cfg, info))
+        return None
+
+    inherited = os.environ.get(launching.CHILD_CONFIG_ENV)
+    if inherited:
+        cfg = RunConfig.from_json(inherited)
+        if cfg.mode != spec.name:
+            raise BenchError(f"{launching.CHILD_CONFIG_ENV} is for mode {cfg.mode}, not {spec.name}")
+    mode = spec.load()
+    cfg = mode.preflight(cfg, info)
+    out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
+    trainer = mode.make_trainer(cfg, info)
+    progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 else None
+
+    from bench.runner import measure
+
+    gathered = measure(trainer, cfg, info, progress)
+    trainer.teardown()
+    if gathered is None:
+        return None
+
+    from rich.console import Console
+
+    from bench.results import build_result, new_run_id, render_table, write_result
+
+    result = build_result(cfg, info, gathered, new_run_id(cfg.mode))
+    path = write_result(out_dir, result)
+    console = Console(file=sys.stdout)
+    console.print(render_table(result))
+    console.print(f"result: {path}")
+    if not result["sync"]["ranks_in_sync"]:
+        raise BenchError(f"ranks finished with different parameters (see {path}); the run is not valid")
+    return path

@@ -1,0 +1,121 @@
+"""The experiment every mode runs: one measurement loop, shared by all frameworks.
+
+Per rank::
+
+    t_start (process start, from /proc)  -> trainer.setup()   (imports, rendezvous, model, data)
+      -> first step, synchronised          } init_s = end of first step - t_start
+      -> warmup_steps steps, each timed     } kept out of the headline figures, reported apart
+      -> windows of steps_per_window steps, each window bounded by trainer.sync()
+      -> parameter checksum, allgather of every rank's samples -> rank 0 writes the result
+
+``train_s`` is the wall time from the end of init to the end of the last window (warmup included),
+so ``init_s + train_s`` is the rank's wall time to a trained model (seed 003's two views).
+With ``--duration S`` windows run until S seconds of windows have elapsed on the slowest rank
+(agreed through an allgather after each window, outside the timed region).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any, Protocol
+
+from bench.config import RunConfig
+from bench.launch import LaunchInfo
+
+
+class Trainer(Protocol):
+    """What a mode provides; the runner owns every timing decision."""
+
+    rank: int
+    world_size: int
+
+    def setup(self) -> None: ...
+    def step(self) -> None: ...
+    def sync(self) -> None: ...
+    def allgather(self, obj: Any) -> list[Any]: ...
+    def checksum(self) -> str: ...
+    def environment(self) -> dict[str, Any]: ...
+    def device_label(self) -> str: ...
+    def teardown(self) -> None: ...
+
+
+def process_start_time() -> float:
+    """Epoch seconds at which this process started (Linux /proc), else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None) -> dict[str, Any] | None:
+    """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere."""
+    t_start = process_start_time()
+    trainer.setup()
+    t_setup = time.time()
+
+    trainer.sync()
+    t0 = time.perf_counter()
+    trainer.step()
+    trainer.sync()
+    first_step_s = time.perf_counter() - t0
+    t_init_end = time.time()
+
+    total_steps = cfg.warmup_steps + cfg.steps_per_window * cfg.windows
+    if progress is not None:
+        progress.start(total_steps if cfg.duration is None else None)
+
+    warmup_s = []
+    for _ in range(cfg.warmup_steps):
+        t0 = time.perf_counter()
+        trainer.step()
+        trainer.sync()
+        warmup_s.append(time.perf_counter() - t0)
+        if progress is not None:
+            progress.advance()
+
+    window_s: list[float] = []
+    timed = 0.0
+    while True:
+        trainer.sync()
+        t0 = time.perf_counter()
+        for _ in range(cfg.steps_per_window):
+            trainer.step()
+            if progress is not None:
+                progress.advance()
+        trainer.sync()
+        dt = time.perf_counter() - t0
+        window_s.append(dt)
+        timed += dt
+        if cfg.duration is None:
+            if len(window_s) >= cfg.windows:
+                break
+        elif max(trainer.allgather(timed)) >= cfg.duration:
+            break
+    t_end = time.time()
+    if progress is not None:
+        progress.stop()
+
+    record = {
+        "rank": trainer.rank,
+        "local_rank": launch.local_rank,
+        "host": socket.gethostname(),
+        "device": trainer.device_label(),
+        "setup_s": t_setup - t_start,
+        "first_step_s": first_step_s,
+        "init_s": t_init_end - t_start,
+        "train_s": t_end - t_init_end,
+        "warmup_step_s": warmup_s,
+        "window_s": window_s,
+        "checksum": trainer.checksum(),
+    }
+    gathered = trainer.allgather(record)
+    if trainer.rank != 0:
+        return None
+    return {"ranks": sorted(gathered, key=lambda r: r["rank"]), "environment": trainer.environment(),
+            "t_start": t_start}

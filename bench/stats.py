@@ -1,0 +1,95 @@
+"""Throughput statistics over timed windows.
+
+Formulas (every one is applied to the per-window samples, never to a single aggregate):
+
+* A *window* is ``steps_per_window`` training steps between two device synchronisations.
+  Rank r's window w takes ``t[r][w]`` seconds and processes ``B * steps_per_window`` images
+  (B = per-device batch size).
+* Total throughput of window w (images/s, all ranks)::
+
+      T_total[w] = sum_r(B * steps_per_window) / max_r(t[r][w])
+
+  The slowest rank bounds the window: in synchronous data-parallel training no rank can be
+  further along than the allreduce allows, so the job as a whole is only as fast as its slowest rank.
+* Per-GPU (per-rank) throughput: ``T_per_gpu[w] = T_total[w] / world_size``.
+* Horovod's own scripts print ``rank-0 img/s * world_size``; we keep that figure, labelled
+  ``images_per_sec_rank0_x_world``, so the difference from the measured total is visible.
+* Over the windows: mean, sample standard deviation, 95% confidence interval of the mean
+  (Student t, ``mean +- t_{0.975, n-1} * sd / sqrt(n)``), median, min, max.
+* Scaling efficiency (used by reports): ``E_n = T_n / (n * T_1)`` against a 1-rank baseline of the
+  same mode, model, batch and precision.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+# Two-sided 95% Student-t quantiles t_{0.975, df}, df = 1..30.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+_Z975 = 1.959964
+
+
+def t975(df: int) -> float:
+    """Student-t 0.975 quantile; the table up to df=30, a Cornish-Fisher expansion beyond (error < 1e-3)."""
+    if df < 1:
+        raise ValueError("degrees of freedom must be >= 1")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
+    """mean, sd, 95% CI half-width and bounds, median, min, max of a sample (None where undefined)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no samples")
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if n > 1 else None
+    half = t975(n - 1) * sd / math.sqrt(n) if sd is not None else None
+    return {
+        "n": n,
+        "mean": mean,
+        "sd": sd,
+        "ci95_half_width": half,
+        "ci95": [mean - half, mean + half] if half is not None else None,
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def window_throughput(window_seconds: Sequence[Sequence[float]], images_per_rank_window: int) -> list[float]:
+    """Total images/s per window across ranks: sum of images / slowest rank's window time.
+
+    ``window_seconds[r][w]`` is rank r's time for window w; all ranks must report the same count.
+    """
+    counts = {len(ws) for ws in window_seconds}
+    if len(counts) != 1:
+        raise ValueError(f"ranks report different window counts: {sorted(counts)}")
+    world = len(window_seconds)
+    return [world * images_per_rank_window / max(times) for times in zip(*window_seconds, strict=True)]
+
+
+def throughput_summary(window_seconds: Sequence[Sequence[float]], images_per_rank_window: int) -> dict:
+    """The headline figures of a run from the raw per-rank window times."""
+    world = len(window_seconds)
+    total = window_throughput(window_seconds, images_per_rank_window)
+    per_gpu = [t / world for t in total]
+    rank0 = [images_per_rank_window / s for s in window_seconds[0]]
+    s_total = summarize(total)
+    return {
+        "unit": "images/s",
+        "images_per_sec_total": s_total["mean"],
+        "images_per_sec_per_gpu": s_total["mean"] / world,
+        "ci95": s_total["ci95"],
+        "median": s_total["median"],
+        "total": s_total,
+        "per_gpu": summarize(per_gpu),
+        "images_per_sec_rank0_x_world": statistics.fmean(rank0) * world,
+        "windows_total_images_per_sec": total,
+    }
