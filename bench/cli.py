@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from typer.exceptions import TyperException
@@ -38,22 +38,22 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def _mode_command(mode: str):
     def command(
         model: Annotated[ModelName, typer.Option(help="Model to train.")] = ModelName.vgg16,
-        batch_size: Annotated[Optional[int], typer.Option(help="Images per device per step "
+        batch_size: Annotated[int | None, typer.Option(help="Images per device per step "
                                                           "[default: 64 on GPU, 8 on CPU].")] = None,
-        image_size: Annotated[Optional[int], typer.Option(help="Square image side [default: model's own "
+        image_size: Annotated[int | None, typer.Option(help="Square image side [default: model's own "
                                                           "(224; 299 for inception3) on GPU, 64 on CPU].")] = None,
         num_classes: Annotated[int, typer.Option(help="Classifier outputs (10 = CIFAR-10 shape).")] = 1000,
         precision: Annotated[Precision, typer.Option(help="fp32 (TF32 on GPU) or autocast mixed precision.")]
         = Precision.fp32,
         channels_last: Annotated[bool, typer.Option("--channels-last", help="NHWC memory format.")] = False,
-        warmup_steps: Annotated[Optional[int], typer.Option(help="Timed steps after the first, kept out "
+        warmup_steps: Annotated[int | None, typer.Option(help="Timed steps after the first, kept out "
                                                             "of the headline [default: 10 GPU, 2 CPU].")] = None,
-        steps_per_window: Annotated[Optional[int], typer.Option(help="Steps between two device syncs "
+        steps_per_window: Annotated[int | None, typer.Option(help="Steps between two device syncs "
                                                                 "[default: 10 GPU, 4 CPU].")] = None,
-        windows: Annotated[Optional[int], typer.Option(help="Timed windows [default: 10 GPU, 5 CPU].")] = None,
-        duration: Annotated[Optional[float], typer.Option(help="Run windows for this many seconds "
+        windows: Annotated[int | None, typer.Option(help="Timed windows [default: 10 GPU, 5 CPU].")] = None,
+        duration: Annotated[float | None, typer.Option(help="Run windows for this many seconds "
                                                           "instead of --windows.")] = None,
-        np: Annotated[Optional[int], typer.Option("--np", help="Ranks to spawn when no launcher is around "
+        np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around "
                                                   "[default: every GPU, else 2].")] = None,
         device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
         seed: Annotated[int, typer.Option(help="Seed for weights and synthetic data.")] = 42,

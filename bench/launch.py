@@ -5,7 +5,7 @@ Detection order (first match wins; an outer launcher is never spawned again):
 ==============  =====================================================================
 launcher        environment it leaves in each process
 ==============  =====================================================================
-self            HVDBENCH_LAUNCHER=self plus RANK/WORLD_SIZE/LOCAL_RANK (our spawner)
+self            HVDBENCH_LAUNCHER=self plus torchrun-style or Horovod-style rank variables
 torchrun        TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT
 horovodrun      HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK (Gloo controller)
 mpirun          OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI), or PMI_RANK/PMI_SIZE
@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from bench.errors import BenchError
 
@@ -77,9 +77,9 @@ def first_slurm_host(nodelist: str) -> str:
 
 def detect(env: dict[str, str] | None = None) -> LaunchInfo:
     env = dict(os.environ if env is None else env)
-    if env.get("HVDBENCH_LAUNCHER") == "self" or "TORCHELASTIC_RUN_ID" in env:
-        kind = "self" if env.get("HVDBENCH_LAUNCHER") == "self" else "torchrun"
-        info = LaunchInfo(kind, _int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"),
+    self_spawned = env.get("HVDBENCH_LAUNCHER") == "self"
+    if "TORCHELASTIC_RUN_ID" in env or (self_spawned and "RANK" in env):
+        info = LaunchInfo("torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"),
                           _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else 1,
                           env.get("MASTER_ADDR"), _port(env))
     elif "HOROVOD_RANK" in env:
@@ -103,8 +103,12 @@ def detect(env: dict[str, str] | None = None) -> LaunchInfo:
                           or _int(env, "SLURM_NTASKS"),
                           env.get("MASTER_ADDR") or first_slurm_host(nodelist),
                           _port(env) or 20000 + job % 20000)
+    elif self_spawned:
+        raise BenchError("malformed launcher environment: HVDBENCH_LAUNCHER=self without rank variables")
     else:
         return LaunchInfo("none")
+    if self_spawned:
+        info = replace(info, launcher="self")
     if info.world_size < 1 or not 0 <= info.rank < info.world_size:
         raise BenchError(f"malformed launcher environment ({info.launcher}): rank {info.rank} "
                          f"is not in [0, {info.world_size})")
@@ -125,41 +129,49 @@ def child_argv(argv: list[str]) -> list[str]:
 
 
 def spawn_local(argv: list[str], np: int, config_json: str, grace_s: float = 10.0) -> int:
-    """Start ``np`` ranks of ``bench`` on this host with a TCP rendezvous on 127.0.0.1; wait for all.
+    """Start ``np`` ranks of ``bench`` on this host with a TCP rendezvous on 127.0.0.1 (torch.distributed
+    and TF_CONFIG style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); wait for all."""
+    port = free_port()
+    common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(np),
+              "LOCAL_WORLD_SIZE": str(np)}
+    envs = [dict(common, RANK=str(r), LOCAL_RANK=str(r)) for r in range(np)]
+    return spawn(argv, envs, config_json, grace_s)
+
+
+def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, grace_s: float = 10.0) -> int:
+    """Start one ``bench`` process per entry of ``rank_envs`` (rank r gets rank_envs[r]) and wait.
 
     If any rank exits non-zero, the others are stopped (SIGTERM, then SIGKILL after ``grace_s``) and a
-    BenchError names the first rank that failed. Returns 0 when every rank succeeded.
+    BenchError names the rank that failed first. Returns 0 when every rank succeeded.
     """
-    port = free_port()
-    base = dict(os.environ, HVDBENCH_LAUNCHER="self", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                WORLD_SIZE=str(np), LOCAL_WORLD_SIZE=str(np), PYTHONUNBUFFERED="1",
-                **{CHILD_CONFIG_ENV: config_json, LAUNCH_TIME_ENV: repr(time.time())})
-    procs: list[subprocess.Popen] = []
-    for rank in range(np):
-        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen(child_argv(argv), env=env, start_new_session=True))
+    base = dict(os.environ, HVDBENCH_LAUNCHER="self", PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: config_json})
+    procs = [subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True)
+             for env in rank_envs]
     return wait_all(procs, grace_s)
 
 
 def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> int:
-    failed: tuple[int, int] | None = None
+    """Wait for every process; on the first failure stop the rest and name the culprit.
+
+    Among ranks found failed in the same poll, one killed by a signal is named first: a rank that
+    lost its peer exits with an error, the peer that was killed is the cause.
+    """
     try:
         while True:
             codes = [p.poll() for p in procs]
-            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            bad = sorted(((c >= 0, r, c) for r, c in enumerate(codes) if c not in (None, 0)))
             if bad:
-                failed = bad[0]
                 break
             if all(c == 0 for c in codes):
                 return 0
-            time.sleep(0.2)
+            time.sleep(0.1)
     except KeyboardInterrupt:
         _stop(procs, grace_s)
         raise BenchError("interrupted; all ranks stopped") from None
     _stop(procs, grace_s)
-    rank, code = failed
+    _, rank, code = bad[0]
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    raise BenchError(f"rank {rank} {how}; stopped the other ranks, no result written")
+    raise BenchError(f"rank {rank} {how} first; stopped the other ranks, no result written")
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:

@@ -106,7 +106,14 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
             "warmup_step_s": [r["warmup_step_s"] for r in ranks],
         },
         "summary": summary,
-        "sync": {"param_checksums": checksums, "ranks_in_sync": len(set(checksums)) == 1},
+        "sync": {
+            "param_checksums": checksums,
+            "ranks_in_sync": len(set(checksums)) == 1,
+            "param_sum_initial": [r["param_sum_initial"] for r in ranks],
+            "param_sum_final": [r["param_sum_final"] for r in ranks],
+            "params_changed": all(r["param_sum_initial"] != r["param_sum_final"] for r in ranks),
+            "definition": "param_checksums: SHA-256 of every trainable parameter after the run, per rank",
+        },
     }
 
 

@@ -36,6 +36,7 @@ class Trainer(Protocol):
     def sync(self) -> None: ...
     def allgather(self, obj: Any) -> list[Any]: ...
     def checksum(self) -> str: ...
+    def fingerprint(self) -> float: ...
     def environment(self) -> dict[str, Any]: ...
     def device_label(self) -> str: ...
     def teardown(self) -> None: ...
@@ -57,6 +58,7 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None)
     """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere."""
     t_start = process_start_time()
     trainer.setup()
+    initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
     t_setup = time.time()
 
     trainer.sync()
@@ -113,6 +115,8 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None)
         "warmup_step_s": warmup_s,
         "window_s": window_s,
         "checksum": trainer.checksum(),
+        "param_sum_initial": initial,
+        "param_sum_final": trainer.fingerprint(),
     }
     gathered = trainer.allgather(record)
     if trainer.rank != 0:

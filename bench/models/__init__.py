@@ -21,7 +21,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("vgg19", "VGG-19 (16 conv + 3 FC, no batch norm)", 224, 32, 143_667_240),
         ModelSpec("resnet50", "ResNet-50 v1.5 (stride in the 3x3 conv)", 224, 32, 25_557_032),
         ModelSpec("resnet101", "ResNet-101 v1.5", 224, 32, 44_549_160),
-        ModelSpec("inception3", "Inception V3 with auxiliary classifier (torchvision layout; its aux head needs >= 299)", 299, 299,
+        ModelSpec("inception3", "Inception V3 with aux classifier (torchvision layout; the aux head needs >= 299)",
+                  299, 299,
                   27_161_264),
     )
 }

@@ -95,7 +95,7 @@ class TorchTrainer:
 
     # -- Trainer protocol ------------------------------------------------------------------
     def step(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()  # set_to_none=True is torch's default
         with self.autocast():
             loss = loss_fn(self.model(self.data), self.target)
         if self.scaler is not None:
@@ -118,6 +118,10 @@ class TorchTrainer:
             for p in self.parameters():
                 h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
+
+    def fingerprint(self) -> float:
+        with torch.no_grad():
+            return float(sum(p.detach().double().sum() for p in self.parameters()))
 
     def parameters(self):
         return self.model.parameters()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import torch
@@ -10,7 +9,8 @@ import torch
 from bench import env
 from bench.config import Precision, RunConfig
 from bench.errors import BenchError
-from bench.launch import CHILD_CONFIG_ENV, LaunchInfo, child_argv, wait_all
+from bench.launch import LaunchInfo
+from bench.launch import spawn as launch_spawn
 from bench.modes.torch_common import TorchTrainer, resolve
 
 
@@ -29,22 +29,29 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
 
 
 def spawn(cfg: RunConfig) -> None:
-    """No launcher around us: start the ranks with horovodrun's Gloo controller on this host."""
-    import os
-    import subprocess
+    """No launcher around us: start the ranks on this host with Horovod's Gloo controller.
 
-    horovodrun = shutil.which("horovodrun")
-    if horovodrun is None:
-        raise BenchError("horovodrun is not on PATH; install Horovod or start the ranks with mpirun")
-    start_timeout = max(30, int(cfg.rendezvous_timeout))
-    cmd = [horovodrun, "-np", str(cfg.np), "-H", f"localhost:{cfg.np}", "--gloo",
-           "--start-timeout", str(start_timeout), *child_argv([cfg.mode])]
-    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: cfg.to_json()}),
-                            start_new_session=True)
+    The same set-up horovodrun's Gloo path makes (its HTTP rendezvous server and host assignment),
+    but the ranks are watched by bench.launch.spawn, so a failure is reported in one line.
+    """
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousServer
+
+    server = RendezvousServer()
+    port = server.start()
     try:
-        wait_all([proc])
-    except BenchError:
-        raise BenchError("horovodrun failed (its output above names the rank); no result written") from None
+        plan = get_host_assignments(parse_hosts(f"localhost:{cfg.np}"), cfg.np)
+        server.init(plan)
+        common = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+                  "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": "lo",
+                  "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(cfg.rendezvous_timeout))}
+        envs = [dict(common, HOROVOD_HOSTNAME=s.hostname, HOROVOD_RANK=str(s.rank), HOROVOD_SIZE=str(s.size),
+                     HOROVOD_LOCAL_RANK=str(s.local_rank), HOROVOD_LOCAL_SIZE=str(s.local_size),
+                     HOROVOD_CROSS_RANK=str(s.cross_rank), HOROVOD_CROSS_SIZE=str(s.cross_size))
+                for s in plan]
+        launch_spawn([cfg.mode], envs, cfg.to_json())
+    finally:
+        server.stop()
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
@@ -74,7 +81,7 @@ class HorovodTrainer(TorchTrainer):
         if self.scaler is None:
             return super().step()
         # Horovod with a GradScaler: finish the allreduce before the scaler inspects gradients.
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         with self.autocast():
             from bench.models.torch_models import loss_fn
 

@@ -1,0 +1,80 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Small, fast, still real: ResNet-50 (25.6 M parameters, 100 MB of gradients per allreduce) at 32x32.
+SMALL = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--num-classes", "10",
+         "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"]
+
+BIN = Path(sys.executable).parent
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_", "TORCHELASTIC_", "HVDBENCH_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    # Open MPI refuses root without these; CI runs as root.
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=bench_env(**env))
+
+
+def bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "bench", *args], timeout=timeout, **env)
+
+
+def only_result(out_dir: Path) -> dict:
+    files = sorted(out_dir.glob("*.json"))
+    assert len(files) == 1, f"expected one result in {out_dir}, found {[f.name for f in files]}"
+    from bench.results import load_result
+
+    return load_result(files[0])
+
+
+def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None:
+    assert result["status"] == "ok"
+    assert result["mode"] == mode
+    assert result["world_size"] == world
+    assert result["launcher"] == launcher
+    assert result["sync"]["ranks_in_sync"], result["sync"]
+    assert result["sync"]["params_changed"], result["sync"]
+    assert len(result["sync"]["param_checksums"]) == world
+    assert len(result["samples"]["window_s"]) == world
+    assert all(len(w) == result["config"]["windows"] for w in result["samples"]["window_s"])
+    assert result["summary"]["images_per_sec_total"] > 0
+    assert result["timing"]["init_s"] > result["timing"]["first_step_s"] > 0
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    return tmp_path / "results"
+
+
+def dump(obj) -> str:
+    return json.dumps(obj)

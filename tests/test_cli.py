@@ -1,0 +1,102 @@
+"""The CLI contract: help without heavy imports, and bad input -> one line, non-zero exit, no result."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import SMALL, bench
+from typer.testing import CliRunner
+
+from bench import __version__
+from bench.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_modes_and_version():
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for word in ("torch-ddp", "torch-horovod", "models", "env"):
+        assert word in r.output
+    assert runner.invoke(app, ["--version"]).output.strip() == f"hvdbench {__version__}"
+    r = runner.invoke(app, ["torch-ddp", "--help"])
+    for option in ("--model", "--batch-size", "--image-size", "--precision", "--channels-last", "--warmup-steps",
+                   "--steps-per-window", "--windows", "--duration", "--np", "--device", "--seed", "--output",
+                   "--fp16-allreduce", "--num-classes"):
+        assert option in r.output, option
+
+
+def test_help_does_not_import_frameworks():
+    code = ("import sys; from bench.cli import main; sys.argv=['bench','--help']\n"
+            "try:\n main()\nexcept SystemExit: pass\n"
+            "print('HEAVY', [m for m in ('torch','tensorflow','horovod','pynvml') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert "HEAVY []" in out
+
+
+def test_models_lists_counts():
+    r = runner.invoke(app, ["models"])
+    assert r.exit_code == 0 and "138,357,544" in r.output and "25,557,032" in r.output
+
+
+def test_env_json():
+    r = runner.invoke(app, ["env", "--json"])
+    assert r.exit_code == 0
+    record = json.loads(r.output)
+    assert record["torch"]["version"].startswith("2.")
+    assert record["horovod"]["gloo_built"] is True
+
+
+def one_line_error(r, *, code=None):
+    assert r.returncode != 0 if code is None else r.returncode == code
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tf-nope"], "No such command"),
+    (["torch-ddp", "--model", "alexnet"], "alexnet"),
+    (["torch-ddp", "--batch-size", "0"], "--batch-size must be an integer >= 1"),
+    (["torch-ddp", "--windows", "0"], "--windows"),
+    (["torch-ddp", "--steps-per-window", "0"], "--steps-per-window"),
+    (["torch-ddp", "--np", "0"], "--np"),
+    (["torch-ddp", "--precision", "fp64"], "fp64"),
+    (["torch-ddp", "--device", "cuda"], "no CUDA GPU"),
+    (["torch-ddp", "--precision", "amp-fp16", "--device", "cpu"], "amp-fp16 needs a GPU"),
+])
+def test_bad_input_one_line(args, message, out):
+    r = bench(*args, "--output", str(out)) if args[0] == "torch-ddp" else bench(*args)
+    assert message in one_line_error(r)
+    assert not list(out.glob("*.json")) if out.exists() else True
+
+
+def test_unwritable_output(tmp_path):
+    (tmp_path / "file").write_text("x")
+    r = bench("torch-ddp", "--output", str(tmp_path / "file" / "out"))
+    assert "not writable" in one_line_error(r, code=1)
+
+
+def test_horovod_mode_without_horovod(out):
+    code = ("import sys; sys.modules['horovod'] = None; sys.modules['horovod.torch'] = None\n"
+            "from bench.cli import main; main()")
+    r = subprocess.run([sys.executable, "-c", code, "torch-horovod", "--output", str(out)], capture_output=True,
+                       text=True)
+    assert "needs Horovod built with PyTorch" in one_line_error(r, code=1)
+
+
+def test_malformed_launcher_environment(out):
+    r = bench("torch-ddp", *SMALL, "--output", str(out), OMPI_COMM_WORLD_RANK="one", OMPI_COMM_WORLD_SIZE="2")
+    assert "malformed launcher environment" in one_line_error(r, code=1)
+    r = bench("torch-ddp", *SMALL, "--output", str(out), RANK="0", WORLD_SIZE="2", LOCAL_RANK="0",
+              TORCHELASTIC_RUN_ID="x")
+    assert "MASTER_ADDR" in one_line_error(r, code=1)
+    assert not out.exists() or not list(out.glob("*.json"))
+
+
+def test_np_mismatch_under_launcher(out):
+    r = bench("torch-ddp", *SMALL, "--np", "4", "--output", str(out), OMPI_COMM_WORLD_RANK="0",
+              OMPI_COMM_WORLD_SIZE="1", OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1")
+    assert "does not match" in one_line_error(r, code=1)

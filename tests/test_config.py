@@ -1,0 +1,47 @@
+import pytest
+
+from bench.config import CPU_PROFILE, GPU_PROFILE, Device, Precision, RunConfig
+from bench.errors import BenchError
+
+
+def test_defaults_resolve_per_device():
+    cfg = RunConfig(mode="torch-ddp")
+    gpu = cfg.resolve("cuda", 8)
+    assert (gpu.batch_size, gpu.image_size, gpu.np, gpu.profile) == (64, 224, 8, GPU_PROFILE.name)
+    assert (gpu.warmup_steps, gpu.steps_per_window, gpu.windows) == (10, 10, 10)
+    cpu = cfg.resolve("cpu", 2)
+    assert (cpu.batch_size, cpu.image_size, cpu.device) == (CPU_PROFILE.batch_size, 64, Device.cpu)
+    assert RunConfig(mode="torch-ddp", model="inception3").resolve("cuda", 1).image_size == 299
+    # explicit values win over the profile; warmup 0 is allowed
+    mine = RunConfig(mode="torch-ddp", batch_size=3, warmup_steps=0).resolve("cuda", 1)
+    assert (mine.batch_size, mine.warmup_steps) == (3, 0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "nope"}, "unknown mode"),
+    ({"mode": "torch-ddp", "model": "alexnet"}, "unknown model"),
+    ({"mode": "torch-ddp", "batch_size": 0}, "--batch-size"),
+    ({"mode": "torch-ddp", "steps_per_window": 0}, "--steps-per-window"),
+    ({"mode": "torch-ddp", "windows": -1}, "--windows"),
+    ({"mode": "torch-ddp", "np": 0}, "--np"),
+    ({"mode": "torch-ddp", "warmup_steps": -1}, "--warmup-steps"),
+    ({"mode": "torch-ddp", "duration": 0}, "--duration"),
+    ({"mode": "torch-ddp", "image_size": 16}, "--image-size"),
+    ({"mode": "torch-ddp", "model": "inception3", "image_size": 224}, "--image-size"),
+    ({"mode": "torch-ddp", "precision": "fp8"}, "fp8"),
+])
+def test_bad_values_are_rejected(kwargs, message):
+    with pytest.raises((BenchError, ValueError), match=message):
+        RunConfig(**kwargs)
+
+
+def test_json_round_trip_and_frozen():
+    cfg = RunConfig(mode="torch-horovod", precision=Precision.amp_bf16, fp16_allreduce=True).resolve("cpu", 2)
+    again = RunConfig.from_json(cfg.to_json())
+    assert again == cfg
+    with pytest.raises(AttributeError):
+        cfg.batch_size = 1  # type: ignore[misc]
+    with pytest.raises(BenchError, match="unknown config keys"):
+        RunConfig.from_dict({"mode": "torch-ddp", "bogus": 1})
+    with pytest.raises(BenchError, match="not valid JSON"):
+        RunConfig.from_json("{")

@@ -1,0 +1,60 @@
+import pytest
+
+from bench.errors import BenchError
+from bench.launch import detect, first_slurm_host
+
+
+def test_no_launcher():
+    assert detect({}).launcher == "none"
+
+
+def test_torchrun():
+    info = detect({"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                   "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "n1", "MASTER_PORT": "29500"})
+    assert (info.launcher, info.rank, info.world_size, info.local_rank, info.local_world_size) == \
+        ("torchrun", 3, 4, 1, 2)
+    assert (info.master_addr, info.master_port) == ("n1", 29500)
+
+
+def test_self_spawned_torch_and_horovod_styles():
+    t = detect({"HVDBENCH_LAUNCHER": "self", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    assert (t.launcher, t.rank) == ("self", 1)
+    h = detect({"HVDBENCH_LAUNCHER": "self", "HOROVOD_RANK": "0", "HOROVOD_SIZE": "2",
+                "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "2"})
+    assert (h.launcher, h.world_size) == ("self", 2)
+
+
+def test_horovodrun_mpirun_srun():
+    h = detect({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2"})
+    assert (h.launcher, h.rank) == ("horovodrun", 1)
+    m = detect({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    assert (m.launcher, m.rank, m.local_rank) == ("mpirun", 2, 0)
+    s = detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+                "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "1234"})
+    assert (s.launcher, s.rank, s.world_size, s.local_rank, s.local_world_size) == ("srun", 5, 8, 1, 4)
+    assert s.master_addr == "gpu07" and s.master_port == 20000 + 1234
+
+
+def test_sbatch_script_without_step_is_not_a_rank():
+    assert detect({"SLURM_JOB_ID": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}).launcher == "none"
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}, "not an integer"),
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}, "not in"),
+    ({"HOROVOD_RANK": "0"}, "HOROVOD_SIZE is not set"),
+    ({"HVDBENCH_LAUNCHER": "self"}, "without rank variables"),
+    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_PORT": "99999"},
+     "not a TCP port"),
+])
+def test_malformed_environments(env, message):
+    with pytest.raises(BenchError, match=message):
+        detect(env)
+
+
+@pytest.mark.parametrize("nodelist, first", [
+    ("node1", "node1"), ("node[03-05,7]", "node03"), ("gpu[1,3],cpu2", "gpu1"), ("a-b-c", "a-b-c")])
+def test_slurm_nodelist(nodelist, first):
+    assert first_slurm_host(nodelist) == first

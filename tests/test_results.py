@@ -1,0 +1,87 @@
+import csv
+import json
+
+import pytest
+
+from bench import SCHEMA_VERSION
+from bench.config import RunConfig
+from bench.errors import BenchError
+from bench.launch import LaunchInfo
+from bench.results import (
+    CSV_FIELDS,
+    CSV_NAME,
+    build_result,
+    check_output_dir,
+    load_result,
+    new_run_id,
+    write_result,
+)
+
+
+def gathered(checksums=("a", "a")):
+    ranks = []
+    for r, c in enumerate(checksums):
+        ranks.append({"rank": r, "local_rank": r, "host": "h", "device": "cpu", "setup_s": 1.0,
+                      "first_step_s": 0.5, "init_s": 2.0 + r, "train_s": 4.0, "warmup_step_s": [0.2],
+                      "window_s": [1.0, 2.0, 1.0], "checksum": c, "param_sum_initial": 1.0,
+                      "param_sum_final": 2.0})
+    return {"ranks": ranks, "environment": {"hostname": "h"}, "t_start": 0.0}
+
+
+def make(checksums=("a", "a")):
+    cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3).resolve("cpu", len(checksums))
+    return build_result(cfg, LaunchInfo("self", world_size=len(checksums)), gathered(checksums),
+                        new_run_id("torch-ddp"))
+
+
+def test_result_figures_follow_the_formulas():
+    r = make()
+    # 2 ranks x 4 images x 5 steps = 40 images per window; slowest rank per window: 1, 2, 1 s
+    assert r["summary"]["windows_total_images_per_sec"] == [40.0, 20.0, 40.0]
+    assert r["summary"]["images_per_sec_total"] == pytest.approx(100 / 3)
+    assert r["summary"]["images_per_sec_per_gpu"] == pytest.approx(50 / 3)
+    assert r["timing"]["init_s"] == 3.0  # slowest rank
+    # images after init: 2 ranks x 4 x (1 warmup + 3 windows x 5 steps) = 128 over 4 s of train time
+    assert r["summary"]["images_per_sec_wall_train"] == pytest.approx(32.0)
+    assert r["summary"]["images_per_sec_wall_total"] == pytest.approx(128 / 7)
+    assert r["sync"]["ranks_in_sync"] and r["sync"]["params_changed"]
+    assert r["schema_version"] == SCHEMA_VERSION
+
+
+def test_out_of_sync_ranks_are_flagged():
+    assert not make(("a", "b"))["sync"]["ranks_in_sync"]
+
+
+def test_write_round_trip_and_never_overwrite(tmp_path):
+    out = check_output_dir(tmp_path / "out")
+    r = make()
+    path = write_result(out, r)
+    assert load_result(path) == json.loads(json.dumps(r))
+    with pytest.raises(BenchError, match="already exists"):
+        write_result(out, r)
+    assert load_result(path)["run_id"] == r["run_id"]
+    write_result(out, make())
+    rows = list(csv.DictReader(open(out / CSV_NAME)))
+    assert len(rows) == 2 and list(rows[0]) == CSV_FIELDS
+    assert not list(out.glob(".tmp-*"))
+
+
+def test_unwritable_output_and_foreign_csv(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(BenchError, match="not writable"):
+        check_output_dir(blocker / "sub")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / CSV_NAME).write_text("a,b\n1,2\n")
+    with pytest.raises(BenchError, match="column layout"):
+        check_output_dir(tmp_path / "old")
+
+
+def test_load_rejects_foreign_json(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"hello": 1}')
+    with pytest.raises(BenchError, match="lacks keys"):
+        load_result(p)
+    p.write_text("[1]")
+    with pytest.raises(BenchError, match="not a JSON object"):
+        load_result(p)

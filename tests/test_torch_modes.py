@@ -1,0 +1,61 @@
+"""Real multi-process runs on CPU: every launcher path, ranks in sync, valid results."""
+
+import sys
+
+import pytest
+from conftest import SMALL, assert_valid_run, bench, only_result, run
+
+pytestmark = pytest.mark.slow
+
+
+def test_torch_ddp_self_spawned(out):
+    r = bench("torch-ddp", *SMALL, "--np", "2", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, "torch-ddp", 2, "self")
+    assert result["environment"]["distribution"]["backend"] == "gloo"
+    assert "throughput, total" in r.stdout and "result:" in r.stdout
+    assert (out / "results.csv").read_text().count("\n") == 2
+
+
+def test_torch_ddp_under_torchrun(out):
+    r = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "bench", "torch-ddp",
+             *SMALL, "--output", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert_valid_run(only_result(out), "torch-ddp", 2, "torchrun")
+
+
+def test_torch_ddp_duration_mode_and_fp16_compression(out):
+    r = bench("torch-ddp", *SMALL, "--np", "2", "--duration", "1.5", "--fp16-allreduce", "--precision",
+              "amp-bf16", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    windows = result["samples"]["window_s"]
+    assert len(windows[0]) == len(windows[1]) >= 1
+    assert max(sum(w) for w in windows) >= 1.5
+    assert result["sync"]["ranks_in_sync"] and result["config"]["precision"] == "amp-bf16"
+
+
+def test_torch_horovod_self_spawned_gloo(out):
+    r = bench("torch-horovod", *SMALL, "--np", "2", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, "torch-horovod", 2, "self")
+    assert result["environment"]["distribution"]["controller"] == "gloo"
+    assert result["environment"]["horovod"]["version"] == "0.28.1"
+
+
+def test_torch_horovod_under_horovodrun_gloo(out):
+    r = run(["horovodrun", "-np", "2", "--gloo", sys.executable, "-m", "bench", "torch-horovod", *SMALL,
+             "--output", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert_valid_run(only_result(out), "torch-horovod", 2, "horovodrun")
+
+
+def test_torch_horovod_under_mpirun(out):
+    r = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "bench",
+             "torch-horovod", *SMALL, "--fp16-allreduce", "--output", str(out)])
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, "torch-horovod", 2, "mpirun")
+    assert result["environment"]["distribution"]["controller"] == "mpi"
