@@ -145,6 +145,8 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
     BenchError names the rank that failed first. Returns 0 when every rank succeeded.
     """
     base = dict(os.environ, HVDBENCH_LAUNCHER="self", PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: config_json})
+    # Like torchrun: each rank gets its share of the cores before any library sizes its thread pools.
+    base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, len(rank_envs)))))
     procs = [subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True)
              for env in rank_envs]
     return wait_all(procs, grace_s)

@@ -56,7 +56,8 @@ def run(cfg: RunConfig) -> Path | None:
     cfg = mode.preflight(cfg, info)
     out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
     trainer = mode.make_trainer(cfg, info)
-    progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 else None
+    # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
+    progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None
 
     from bench.runner import measure
 

@@ -59,3 +59,14 @@ def test_torch_horovod_under_mpirun(out):
     result = only_result(out)
     assert_valid_run(result, "torch-horovod", 2, "mpirun")
     assert result["environment"]["distribution"]["controller"] == "mpi"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["torch-ddp", "torch-horovod"])
+def test_gpu_run(mode, out):
+    r = bench(mode, "--device", "cuda", "--np", "1", "--model", "resnet50", "--batch-size", "32",
+              "--warmup-steps", "2", "--steps-per-window", "5", "--windows", "3", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, mode, 1, "self")
+    assert result["environment"]["torch"]["gpus"]
