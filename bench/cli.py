@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 
 from bench import __version__
-from bench.config import Device, Precision, RunConfig
+from bench.config import Device, Precision, RunConfig, Strategy
 from bench.errors import BenchError
 from bench.models import MODELS
 from bench.modes import MODES
@@ -35,44 +36,56 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass
 
 
+def _opt(help_text: str, *names: str, **kwargs) -> typer.models.OptionInfo:
+    return typer.Option(*names, help=help_text, **kwargs)
+
+
+# One table of options for every mode: (name, type, default, typer.Option). tf-native adds two.
+COMMON_OPTIONS = [
+    ("model", ModelName, ModelName.vgg16, _opt("Model to train.")),
+    ("batch_size", int | None, None, _opt("Images per device per step (default: 64 on GPU, 8 on CPU).")),
+    ("image_size", int | None, None,
+     _opt("Square image side (default: the model's own (224; 299 for inception3) on GPU, 64 on CPU).")),
+    ("num_classes", int, 1000, _opt("Classifier outputs (10 = CIFAR-10 shape).")),
+    ("precision", Precision, Precision.fp32, _opt("fp32 (TF32 on GPU) or autocast mixed precision.")),
+    ("channels_last", bool, False, _opt("NHWC memory format (PyTorch; TensorFlow is always NHWC).",
+                                         "--channels-last")),
+    ("warmup_steps", int | None, None,
+     _opt("Timed steps after the first, kept out of the headline (default: 10 GPU, 2 CPU).")),
+    ("steps_per_window", int | None, None, _opt("Steps between two device syncs (default: 10 GPU, 4 CPU).")),
+    ("windows", int | None, None, _opt("Timed windows (default: 10 GPU, 5 CPU).")),
+    ("duration", float | None, None, _opt("Run windows for this many seconds instead of --windows.")),
+    ("np", int | None, None, _opt("Ranks to spawn when no launcher is around (default: every GPU, else 2).",
+                                     "--np")),
+    ("device", Device, Device.auto, _opt("Where to train.")),
+    ("seed", int, 42, _opt("Seed for weights and synthetic data.")),
+    ("output", str, "results", _opt("Directory for result JSON files and results.csv.")),
+    ("fp16_allreduce", bool, False, _opt("Compress gradients to fp16 for the allreduce.", "--fp16-allreduce")),
+    ("rendezvous_timeout", float, 120.0, _opt("Seconds to wait for all ranks to meet.")),
+]
+MODE_OPTIONS = {
+    "tf-native": [
+        ("strategy", Strategy, Strategy.multiworker, _opt("tf.distribute strategy.")),
+        ("num_ps", int | None, None, _opt("Parameter servers for --strategy ps (default: 1).", "--num-ps")),
+    ],
+}
+
+
 def _mode_command(mode: str):
-    def command(
-        model: Annotated[ModelName, typer.Option(help="Model to train.")] = ModelName.vgg16,
-        batch_size: Annotated[int | None, typer.Option(help="Images per device per step "
-                                                          "[default: 64 on GPU, 8 on CPU].")] = None,
-        image_size: Annotated[int | None, typer.Option(help="Square image side [default: model's own "
-                                                          "(224; 299 for inception3) on GPU, 64 on CPU].")] = None,
-        num_classes: Annotated[int, typer.Option(help="Classifier outputs (10 = CIFAR-10 shape).")] = 1000,
-        precision: Annotated[Precision, typer.Option(help="fp32 (TF32 on GPU) or autocast mixed precision.")]
-        = Precision.fp32,
-        channels_last: Annotated[bool, typer.Option("--channels-last", help="NHWC memory format.")] = False,
-        warmup_steps: Annotated[int | None, typer.Option(help="Timed steps after the first, kept out "
-                                                            "of the headline [default: 10 GPU, 2 CPU].")] = None,
-        steps_per_window: Annotated[int | None, typer.Option(help="Steps between two device syncs "
-                                                                "[default: 10 GPU, 4 CPU].")] = None,
-        windows: Annotated[int | None, typer.Option(help="Timed windows [default: 10 GPU, 5 CPU].")] = None,
-        duration: Annotated[float | None, typer.Option(help="Run windows for this many seconds "
-                                                          "instead of --windows.")] = None,
-        np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around "
-                                                  "[default: every GPU, else 2].")] = None,
-        device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
-        seed: Annotated[int, typer.Option(help="Seed for weights and synthetic data.")] = 42,
-        output: Annotated[str, typer.Option(help="Directory for result JSON files and results.csv.")]
-        = "results",
-        fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce",
-                                                     help="Compress gradients to fp16 for the allreduce.")] = False,
-        rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")]
-        = 120.0,
-    ) -> None:
+    """A typer command for ``mode`` whose signature is built from the option table."""
+    options = COMMON_OPTIONS + MODE_OPTIONS.get(mode, [])
+
+    def command(**kwargs) -> None:
         from bench.run import run
 
-        cfg = RunConfig(mode=mode, model=model.value, batch_size=batch_size, image_size=image_size,
-                        num_classes=num_classes, precision=precision, channels_last=channels_last,
-                        warmup_steps=warmup_steps, steps_per_window=steps_per_window, windows=windows,
-                        duration=duration, np=np, device=device, seed=seed, output=output,
-                        fp16_allreduce=fp16_allreduce, rendezvous_timeout=rendezvous_timeout)
-        run(cfg)
+        kwargs["model"] = kwargs["model"].value
+        run(RunConfig(mode=mode, **kwargs))
 
+    params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                annotation=Annotated[kind, option])
+              for name, kind, default, option in options]
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = MODES[mode].description
     return command
 

@@ -17,6 +17,14 @@ class Precision(str, Enum):
     amp_bf16 = "amp-bf16"
 
 
+class Strategy(str, Enum):
+    """tf-native's tf.distribute strategies."""
+
+    multiworker = "multiworker"
+    mirrored = "mirrored"
+    ps = "ps"
+
+
 class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"
@@ -67,6 +75,8 @@ class RunConfig:
     output: str = "results"
     fp16_allreduce: bool = False
     rendezvous_timeout: float = 120.0
+    strategy: Strategy | None = None  # tf-native only (default multiworker)
+    num_ps: int | None = None  # tf-native --strategy ps only (default 1)
     # Filled by resolve():
     profile: str | None = None
     learning_rate: float = LEARNING_RATE
@@ -81,9 +91,18 @@ class RunConfig:
             raise BenchError(f"unknown mode '{self.mode}' (choose from: {', '.join(MODES)})")
         if self.model not in MODELS:
             raise BenchError(f"unknown model '{self.model}' (choose from: {', '.join(MODELS)})")
-        object.__setattr__(self, "precision", Precision(self.precision))
+        try:
+            object.__setattr__(self, "precision", Precision(self.precision))
+            if self.strategy is not None:
+                object.__setattr__(self, "strategy", Strategy(self.strategy))
+        except ValueError as exc:
+            raise BenchError(str(exc)) from None
+        if self.mode != "tf-native" and (self.strategy is not None or self.num_ps is not None):
+            raise BenchError("--strategy and --num-ps apply to tf-native only")
+        if self.num_ps is not None and self.strategy not in (None, Strategy.ps):
+            raise BenchError("--num-ps applies to --strategy ps only")
         object.__setattr__(self, "device", Device(self.device))
-        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes"):
+        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps"):
             value = getattr(self, name)
             minimum = 0 if name == "warmup_steps" else 1
             if value is not None and (not isinstance(value, int) or value < minimum):
@@ -119,12 +138,15 @@ class RunConfig:
             steps_per_window=self.steps_per_window or profile.steps_per_window,
             windows=self.windows or profile.windows,
             profile=profile.name,
+            strategy=(self.strategy or Strategy.multiworker) if self.mode == "tf-native" else None,
+            num_ps=(self.num_ps or 1) if self.mode == "tf-native" and self.strategy == Strategy.ps else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["precision"] = self.precision.value
         data["device"] = self.device.value
+        data["strategy"] = self.strategy.value if self.strategy else None
         return data
 
     def to_json(self) -> str:

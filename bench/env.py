@@ -104,6 +104,19 @@ def torch_info() -> dict[str, Any]:
     return info
 
 
+def tf_info() -> dict[str, Any]:
+    from bench.tfutil import import_tf
+
+    tf, keras = import_tf()
+    build = tf.sysconfig.get_build_info()
+    gpus = []
+    for g in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(g)
+        gpus.append({"name": details.get("device_name"), "capability": details.get("compute_capability")})
+    return {"version": tf.__version__, "keras": f"tf-keras {keras.__version__}",
+            "cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version"), "gpus": gpus}
+
+
 def horovod_info(framework: str = "torch") -> dict[str, Any]:
     import importlib
 
@@ -121,6 +134,8 @@ def full() -> dict[str, Any]:
     record = base()
     if importlib.util.find_spec("torch"):
         record["torch"] = torch_info()
+    if importlib.util.find_spec("tensorflow"):
+        record["tensorflow"] = tf_info()
     if importlib.util.find_spec("horovod"):
         try:
             record["horovod"] = horovod_info("torch")

@@ -10,12 +10,14 @@ torchrun        TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/P
 horovodrun      HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK (Gloo controller)
 mpirun          OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI), or PMI_RANK/PMI_SIZE
 srun            SLURM_STEP_ID with SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+tf-config       TF_CONFIG alone (tf-native's roles: chief, worker, ps)
 none            nothing of the above: this process is the parent and spawns the ranks
 ==============  =====================================================================
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -64,6 +66,25 @@ def _port(env: dict[str, str]) -> int | None:
     return port
 
 
+def parse_tf_config(text: str) -> tuple[dict[str, list[str]], str, int]:
+    """(cluster, task type, task index) from a TF_CONFIG value, or one clear error."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BenchError(f"malformed TF_CONFIG: not JSON ({exc.msg})") from None
+    if not (isinstance(data, dict) and isinstance(data.get("cluster"), dict) and isinstance(data.get("task"), dict)):
+        raise BenchError("malformed TF_CONFIG: needs an object with 'cluster' and 'task'")
+    cluster = data["cluster"]
+    for job, hosts in cluster.items():
+        if job not in ("chief", "worker", "ps", "evaluator") or not isinstance(hosts, list) or not all(
+                isinstance(h, str) and ":" in h for h in hosts):
+            raise BenchError(f"malformed TF_CONFIG: cluster job '{job}' must be a list of 'host:port'")
+    task_type, task_index = data["task"].get("type"), data["task"].get("index", 0)
+    if task_type not in cluster or not isinstance(task_index, int) or not 0 <= task_index < len(cluster[task_type]):
+        raise BenchError(f"malformed TF_CONFIG: task {task_type!r} index {task_index!r} is not in the cluster")
+    return cluster, task_type, task_index
+
+
 def first_slurm_host(nodelist: str) -> str:
     """First hostname of a Slurm node list such as 'node[03-05,7],gpu1' -> 'node03'."""
     m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
@@ -103,6 +124,12 @@ def detect(env: dict[str, str] | None = None) -> LaunchInfo:
                           or _int(env, "SLURM_NTASKS"),
                           env.get("MASTER_ADDR") or first_slurm_host(nodelist),
                           _port(env) or 20000 + job % 20000)
+    elif "TF_CONFIG" in env:
+        cluster, task_type, task_index = parse_tf_config(env["TF_CONFIG"])
+        workers = cluster.get("chief", []) + cluster.get("worker", [])
+        rank = (0 if task_type == "chief" else len(cluster.get("chief", [])) + task_index) \
+            if task_type in ("chief", "worker") else len(workers) + task_index
+        info = LaunchInfo("tf-config", rank, len(workers) + len(cluster.get("ps", [])), 0, 1)
     elif self_spawned:
         raise BenchError("malformed launcher environment: HVDBENCH_LAUNCHER=self without rank variables")
     else:
@@ -138,21 +165,49 @@ def spawn_local(argv: list[str], np: int, config_json: str, grace_s: float = 10.
     return spawn(argv, envs, config_json, grace_s)
 
 
-def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, grace_s: float = 10.0) -> int:
-    """Start one ``bench`` process per entry of ``rank_envs`` (rank r gets rank_envs[r]) and wait.
+def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, grace_s: float = 10.0,
+          servers: frozenset[int] = frozenset()) -> int:
+    """Start one ``bench`` process per entry of ``rank_envs`` (process i gets rank_envs[i]) and wait.
 
-    If any rank exits non-zero, the others are stopped (SIGTERM, then SIGKILL after ``grace_s``) and a
-    BenchError names the rank that failed first. Returns 0 when every rank succeeded.
+    If any process exits non-zero, the others are stopped (SIGTERM, then SIGKILL after ``grace_s``) and a
+    BenchError names the rank that failed first. ``servers`` (indexes) serve until stopped, such as
+    parameter servers: they are stopped once every other process has succeeded. Returns 0 on success.
     """
     base = dict(os.environ, HVDBENCH_LAUNCHER="self", PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: config_json})
     # Like torchrun: each rank gets its share of the cores before any library sizes its thread pools.
     base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, len(rank_envs)))))
     procs = [subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True)
              for env in rank_envs]
-    return wait_all(procs, grace_s)
+    return wait_all(procs, grace_s, servers)
 
 
-def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> int:
+def spawn_horovod_gloo(mode: str, np: int, config_json: str, timeout_s: float) -> int:
+    """Start ``np`` Horovod ranks on this host with the Gloo controller, watched by :func:`spawn`.
+
+    The set-up horovodrun's Gloo path makes (its HTTP rendezvous server and host assignment), without
+    horovodrun's own supervisor, so a failure is reported in one line and stops every rank.
+    """
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousServer
+
+    server = RendezvousServer()
+    port = server.start()
+    try:
+        plan = get_host_assignments(parse_hosts(f"localhost:{np}"), np)
+        server.init(plan)
+        common = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+                  "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": "lo",
+                  "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(timeout_s))}
+        envs = [dict(common, HOROVOD_HOSTNAME=s.hostname, HOROVOD_RANK=str(s.rank), HOROVOD_SIZE=str(s.size),
+                     HOROVOD_LOCAL_RANK=str(s.local_rank), HOROVOD_LOCAL_SIZE=str(s.local_size),
+                     HOROVOD_CROSS_RANK=str(s.cross_rank), HOROVOD_CROSS_SIZE=str(s.cross_size))
+                for s in plan]
+        return spawn([mode], envs, config_json)
+    finally:
+        server.stop()
+
+
+def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: frozenset[int] = frozenset()) -> int:
     """Wait for every process; on the first failure stop the rest and name the culprit.
 
     Among ranks found failed in the same poll, one killed by a signal is named first: a rank that
@@ -164,7 +219,8 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0) -> int:
             bad = sorted(((c >= 0, r, c) for r, c in enumerate(codes) if c not in (None, 0)))
             if bad:
                 break
-            if all(c == 0 for c in codes):
+            if all(c == 0 for i, c in enumerate(codes) if i not in servers):
+                _stop(procs, grace_s)  # the servers, which serve until told to stop
                 return 0
             time.sleep(0.1)
     except KeyboardInterrupt:

@@ -56,16 +56,20 @@ def check_output_dir(path: str | os.PathLike) -> Path:
 def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> dict[str, Any]:
     """Assemble the result from every rank's raw samples (see bench.stats for the formulas)."""
     ranks = gathered["ranks"]
-    world = len(ranks)
-    images_per_window = cfg.batch_size * cfg.steps_per_window
+    replicas = ranks[0]["replicas"]
+    if any(r["replicas"] != replicas for r in ranks):
+        raise BenchError("ranks drive different numbers of replicas; cannot compare their windows")
+    world = replicas * len(ranks)
+    images_per_window = cfg.batch_size * replicas * cfg.steps_per_window
     window_s = [r["window_s"] for r in ranks]
-    summary = throughput_summary(window_s, images_per_window)
+    summary = throughput_summary(window_s, images_per_window, world)
     init_s = max(r["init_s"] for r in ranks)
     train_s = max(r["train_s"] for r in ranks)
     steps_after_init = len(ranks[0]["warmup_step_s"]) + len(ranks[0]["window_s"]) * cfg.steps_per_window
     images_after_init = world * cfg.batch_size * steps_after_init
     warmup = [max(ts) for ts in zip(*[r["warmup_step_s"] for r in ranks], strict=True)]
     checksums = [r["checksum"] for r in ranks]
+    extra = [r["sync_report"] for r in ranks if r.get("sync_report")]
     summary.update({
         # Wall-clock views (seed 003): all images after init over the slowest rank's train time, and
         # over init + train (time to a trained model from process start).
@@ -83,6 +87,8 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         "config": cfg.to_dict(),
         "launcher": launch.launcher,
         "world_size": world,
+        "processes": len(ranks),
+        "replicas_per_process": replicas,
         "environment": dict(gathered["environment"],
                             ranks=[{k: r[k] for k in ("rank", "local_rank", "host", "device")} for r in ranks]),
         "timing": {
@@ -102,13 +108,16 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
             "unit": "s",
             "steps_per_window": cfg.steps_per_window,
             "images_per_window_per_rank": images_per_window,
+            "replicas_per_rank": replicas,
             "window_s": window_s,
             "warmup_step_s": [r["warmup_step_s"] for r in ranks],
         },
         "summary": summary,
         "sync": {
             "param_checksums": checksums,
-            "ranks_in_sync": len(set(checksums)) == 1,
+            "ranks_in_sync": len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
+            and all(x.get("in_sync", True) for x in extra),
+            "reports": extra,
             "param_sum_initial": [r["param_sum_initial"] for r in ranks],
             "param_sum_final": [r["param_sum_final"] for r in ranks],
             "params_changed": all(r["param_sum_initial"] != r["param_sum_final"] for r in ranks),

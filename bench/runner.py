@@ -30,6 +30,8 @@ class Trainer(Protocol):
 
     rank: int
     world_size: int
+    replicas_per_process: int  # devices (or PS workers) this process's steps cover
+
 
     def setup(self) -> None: ...
     def step(self) -> None: ...
@@ -40,6 +42,7 @@ class Trainer(Protocol):
     def environment(self) -> dict[str, Any]: ...
     def device_label(self) -> str: ...
     def teardown(self) -> None: ...
+    def sync_report(self) -> dict[str, Any] | None: ...
 
 
 def process_start_time() -> float:
@@ -117,6 +120,8 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None)
         "checksum": trainer.checksum(),
         "param_sum_initial": initial,
         "param_sum_final": trainer.fingerprint(),
+        "replicas": trainer.replicas_per_process,
+        "sync_report": trainer.sync_report(),
     }
     gathered = trainer.allgather(record)
     if trainer.rank != 0:

@@ -3,16 +3,18 @@
 Formulas (every one is applied to the per-window samples, never to a single aggregate):
 
 * A *window* is ``steps_per_window`` training steps between two device synchronisations.
-  Rank r's window w takes ``t[r][w]`` seconds and processes ``B * steps_per_window`` images
-  (B = per-device batch size).
+  Measuring process r's window w takes ``t[r][w]`` seconds and processes
+  ``B * R * steps_per_window`` images (B = per-device batch size, R = replicas the process drives:
+  1 for one-process-per-GPU modes, the local GPUs for MirroredStrategy, the workers for the
+  parameter-server coordinator).
 * Total throughput of window w (images/s, all ranks)::
 
-      T_total[w] = sum_r(B * steps_per_window) / max_r(t[r][w])
+      T_total[w] = sum_r(B * R * steps_per_window) / max_r(t[r][w])
 
   The slowest rank bounds the window: in synchronous data-parallel training no rank can be
   further along than the allreduce allows, so the job as a whole is only as fast as its slowest rank.
-* Per-GPU (per-rank) throughput: ``T_per_gpu[w] = T_total[w] / world_size``.
-* Horovod's own scripts print ``rank-0 img/s * world_size``; we keep that figure, labelled
+* Per-GPU (per-replica) throughput: ``T_per_gpu[w] = T_total[w] / world_size``, world_size = all replicas.
+* Horovod's own scripts print ``rank-0 img/s * number of processes``; we keep that figure, labelled
   ``images_per_sec_rank0_x_world``, so the difference from the measured total is visible.
 * Over the windows: mean, sample standard deviation, 95% confidence interval of the mean
   (Student t, ``mean +- t_{0.975, n-1} * sd / sqrt(n)``), median, min, max.
@@ -75,11 +77,16 @@ def window_throughput(window_seconds: Sequence[Sequence[float]], images_per_rank
     return [world * images_per_rank_window / max(times) for times in zip(*window_seconds, strict=True)]
 
 
-def throughput_summary(window_seconds: Sequence[Sequence[float]], images_per_rank_window: int) -> dict:
-    """The headline figures of a run from the raw per-rank window times."""
-    world = len(window_seconds)
+def throughput_summary(window_seconds: Sequence[Sequence[float]], images_per_rank_window: int,
+                       replicas: int | None = None) -> dict:
+    """The headline figures of a run from the raw per-rank window times.
+
+    ``images_per_rank_window`` is what one measuring process handles per window (B * R * steps);
+    ``replicas`` is the world size in devices (default: one per measuring process).
+    """
+    processes = len(window_seconds)
+    world = replicas or processes
     total = window_throughput(window_seconds, images_per_rank_window)
-    per_gpu = [t / world for t in total]
     rank0 = [images_per_rank_window / s for s in window_seconds[0]]
     s_total = summarize(total)
     return {
@@ -89,7 +96,7 @@ def throughput_summary(window_seconds: Sequence[Sequence[float]], images_per_ran
         "ci95": s_total["ci95"],
         "median": s_total["median"],
         "total": s_total,
-        "per_gpu": summarize(per_gpu),
-        "images_per_sec_rank0_x_world": statistics.fmean(rank0) * world,
+        "per_gpu": summarize([t / world for t in total]),
+        "images_per_sec_rank0_x_world": statistics.fmean(rank0) * processes,
         "windows_total_images_per_sec": total,
     }

@@ -24,7 +24,7 @@ def gathered(checksums=("a", "a")):
         ranks.append({"rank": r, "local_rank": r, "host": "h", "device": "cpu", "setup_s": 1.0,
                       "first_step_s": 0.5, "init_s": 2.0 + r, "train_s": 4.0, "warmup_step_s": [0.2],
                       "window_s": [1.0, 2.0, 1.0], "checksum": c, "param_sum_initial": 1.0,
-                      "param_sum_final": 2.0})
+                      "param_sum_final": 2.0, "replicas": 1, "sync_report": None})
     return {"ranks": ranks, "environment": {"hostname": "h"}, "t_start": 0.0}
 
 

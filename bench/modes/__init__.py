@@ -31,5 +31,9 @@ MODES: dict[str, ModeSpec] = {
                  "PyTorch DistributedDataParallel (NCCL on GPU, Gloo on CPU)"),
         ModeSpec("torch-horovod", "torch", "bench.modes.torch_horovod",
                  "PyTorch with Horovod allreduce (NCCL on GPU, Gloo or MPI on CPU)"),
+        ModeSpec("tf-horovod", "tensorflow", "bench.modes.tf_horovod",
+                 "TensorFlow with Horovod's DistributedGradientTape (NCCL on GPU, Gloo or MPI on CPU)"),
+        ModeSpec("tf-native", "tensorflow", "bench.modes.tf_native",
+                 "TensorFlow tf.distribute: --strategy multiworker (default), mirrored or ps"),
     )
 }

@@ -45,6 +45,7 @@ class TorchTrainer:
         self.launch = launch
         self.rank = launch.rank
         self.world_size = launch.world_size
+        self.replicas_per_process = 1
         if cfg.device == Device.cuda:
             if not torch.cuda.is_available():
                 raise BenchError(f"rank {self.rank}: no CUDA GPU visible")
@@ -135,6 +136,9 @@ class TorchTrainer:
         record = env.base()
         record["torch"] = env.torch_info()
         return record
+
+    def sync_report(self) -> dict[str, Any] | None:
+        return None
 
     def teardown(self) -> None:
         pass

@@ -9,8 +9,7 @@ import torch
 from bench import env
 from bench.config import Precision, RunConfig
 from bench.errors import BenchError
-from bench.launch import LaunchInfo
-from bench.launch import spawn as launch_spawn
+from bench.launch import LaunchInfo, spawn_horovod_gloo
 from bench.modes.torch_common import TorchTrainer, resolve
 
 
@@ -29,29 +28,7 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
 
 
 def spawn(cfg: RunConfig) -> None:
-    """No launcher around us: start the ranks on this host with Horovod's Gloo controller.
-
-    The same set-up horovodrun's Gloo path makes (its HTTP rendezvous server and host assignment),
-    but the ranks are watched by bench.launch.spawn, so a failure is reported in one line.
-    """
-    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-    from horovod.runner.http.http_server import RendezvousServer
-
-    server = RendezvousServer()
-    port = server.start()
-    try:
-        plan = get_host_assignments(parse_hosts(f"localhost:{cfg.np}"), cfg.np)
-        server.init(plan)
-        common = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
-                  "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": "lo",
-                  "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(cfg.rendezvous_timeout))}
-        envs = [dict(common, HOROVOD_HOSTNAME=s.hostname, HOROVOD_RANK=str(s.rank), HOROVOD_SIZE=str(s.size),
-                     HOROVOD_LOCAL_RANK=str(s.local_rank), HOROVOD_LOCAL_SIZE=str(s.local_size),
-                     HOROVOD_CROSS_RANK=str(s.cross_rank), HOROVOD_CROSS_SIZE=str(s.cross_size))
-                for s in plan]
-        launch_spawn([cfg.mode], envs, cfg.to_json())
-    finally:
-        server.stop()
+    spawn_horovod_gloo(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:

@@ -1,0 +1,211 @@
+"""TensorFlow (tf-keras) twins of bench.models.torch_models: same layers, same trainable parameter counts.
+
+Layouts follow PyTorch exactly where it changes the computation, not only the count:
+stride-2 convolutions pad symmetrically as PyTorch does (explicit ZeroPadding2D + 'valid'),
+Inception's 3x3 average pools count the zero padding (PyTorch's count_include_pad=True), and VGG
+ends in an adaptive average pool with PyTorch's bin edges. Tensors are NHWC (TensorFlow's native
+layout; its CPU kernels support no other), so VGG's first FC layer sees features in (H, W, C) order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from bench.errors import BenchError
+from bench.tfutil import import_tf
+
+tf, keras = import_tf()
+layers = keras.layers
+
+_VGG_CFG = {
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
+              512, 512, 512, 512, "M"],
+}
+
+
+def kaiming_out():
+    """He-normal over fan-out, as torchvision initialises convolutions (a new instance per layer)."""
+    return keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
+
+
+class AdaptiveAvgPool2D(layers.Layer):
+    """PyTorch's AdaptiveAvgPool2d: output bin i averages rows floor(i*H/n) .. ceil((i+1)*H/n) - 1."""
+
+    def __init__(self, output_size: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.output_size = output_size
+
+    @staticmethod
+    def _matrix(n_out: int, n_in: int):
+        rows = []
+        for i in range(n_out):
+            start, end = (i * n_in) // n_out, math.ceil((i + 1) * n_in / n_out)
+            rows.append([1.0 / (end - start) if start <= j < end else 0.0 for j in range(n_in)])
+        return rows
+
+    def build(self, input_shape) -> None:
+        self._ph = tf.constant(self._matrix(self.output_size, int(input_shape[1])))
+        self._pw = tf.constant(self._matrix(self.output_size, int(input_shape[2])))
+
+    def call(self, x):
+        return tf.einsum("ih,bhwc,jw->bijc", tf.cast(self._ph, x.dtype), x, tf.cast(self._pw, x.dtype))
+
+    def get_config(self):
+        return dict(super().get_config(), output_size=self.output_size)
+
+
+def _vgg(cfg: list, num_classes: int, size: int):
+    inputs = keras.Input((size, size, 3))
+    x = inputs
+    for v in cfg:
+        if v == "M":
+            x = layers.MaxPool2D(2, 2)(x)
+        else:
+            x = layers.Conv2D(v, 3, padding="same", activation="relu", kernel_initializer=kaiming_out())(x)
+    x = layers.Flatten()(AdaptiveAvgPool2D(7)(x))
+    def dense():
+        return keras.initializers.RandomNormal(0.0, 0.01)
+
+    x = layers.Dense(4096, activation="relu", kernel_initializer=dense())(x)
+    x = layers.Dropout(0.5)(x)
+    x = layers.Dense(4096, activation="relu", kernel_initializer=dense())(x)
+    x = layers.Dropout(0.5)(x)
+    outputs = layers.Dense(num_classes, kernel_initializer=dense(), dtype="float32")(x)
+    return keras.Model(inputs, outputs)
+
+
+def _conv(x, filters: int, kernel, stride: int = 1, padding: int | tuple = 0, eps: float = 1e-5):
+    """Conv (no bias) + BatchNorm, PyTorch padding semantics (symmetric, explicit)."""
+    if padding:
+        x = layers.ZeroPadding2D(padding)(x)
+    x = layers.Conv2D(filters, kernel, stride, padding="valid", use_bias=False, kernel_initializer=kaiming_out())(x)
+    return layers.BatchNormalization(epsilon=eps, momentum=0.9)(x)
+
+
+def _bottleneck(x, planes: int, stride: int, downsample: bool):
+    identity = x
+    out = layers.ReLU()(_conv(x, planes, 1))
+    out = layers.ReLU()(_conv(out, planes, 3, stride, padding=1))  # v1.5: stride in the 3x3
+    out = _conv(out, planes * 4, 1)
+    if downsample:
+        identity = _conv(x, planes * 4, 1, stride)
+    return layers.ReLU()(layers.Add()([out, identity]))
+
+
+def _resnet(blocks: list[int], num_classes: int, size: int):
+    inputs = keras.Input((size, size, 3))
+    x = layers.ReLU()(_conv(inputs, 64, 7, 2, padding=3))
+    x = layers.MaxPool2D(3, 2)(layers.ZeroPadding2D(1)(x))  # after ReLU, zero padding == -inf padding
+    inplanes = 64
+    for i, (planes, n) in enumerate(zip((64, 128, 256, 512), blocks, strict=True)):
+        stride = 1 if i == 0 else 2
+        x = _bottleneck(x, planes, stride, downsample=stride != 1 or inplanes != planes * 4)
+        inplanes = planes * 4
+        for _ in range(1, n):
+            x = _bottleneck(x, planes, 1, downsample=False)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(num_classes, dtype="float32")(x))
+
+
+def _bc(x, filters: int, kernel, stride: int = 1, padding: int | tuple = 0):
+    """Inception's BasicConv2d: conv (no bias) + BN(eps 0.001) + ReLU."""
+    return layers.ReLU()(_conv(x, filters, kernel, stride, padding, eps=1e-3))
+
+
+def _avg3(x):
+    return layers.AveragePooling2D(3, 1)(layers.ZeroPadding2D(1)(x))  # count_include_pad=True
+
+
+def _max3(x):
+    return layers.MaxPool2D(3, 2)(x)
+
+
+def _inception_a(x, pool_features: int):
+    b1 = _bc(x, 64, 1)
+    b5 = _bc(_bc(x, 48, 1), 64, 5, padding=2)
+    b3 = _bc(_bc(_bc(x, 64, 1), 96, 3, padding=1), 96, 3, padding=1)
+    bp = _bc(_avg3(x), pool_features, 1)
+    return layers.Concatenate()([b1, b5, b3, bp])
+
+
+def _inception_b(x):
+    b3 = _bc(x, 384, 3, 2)
+    bd = _bc(_bc(_bc(x, 64, 1), 96, 3, padding=1), 96, 3, 2)
+    return layers.Concatenate()([b3, bd, _max3(x)])
+
+
+def _inception_c(x, c7: int):
+    b1 = _bc(x, 192, 1)
+    b7 = _bc(_bc(_bc(x, c7, 1), c7, (1, 7), padding=(0, 3)), 192, (7, 1), padding=(3, 0))
+    bd = _bc(x, c7, 1)
+    bd = _bc(bd, c7, (7, 1), padding=(3, 0))
+    bd = _bc(bd, c7, (1, 7), padding=(0, 3))
+    bd = _bc(bd, c7, (7, 1), padding=(3, 0))
+    bd = _bc(bd, 192, (1, 7), padding=(0, 3))
+    bp = _bc(_avg3(x), 192, 1)
+    return layers.Concatenate()([b1, b7, bd, bp])
+
+
+def _inception_d(x):
+    b3 = _bc(_bc(x, 192, 1), 320, 3, 2)
+    b7 = _bc(_bc(_bc(_bc(x, 192, 1), 192, (1, 7), padding=(0, 3)), 192, (7, 1), padding=(3, 0)), 192, 3, 2)
+    return layers.Concatenate()([b3, b7, _max3(x)])
+
+
+def _inception_e(x):
+    b1 = _bc(x, 320, 1)
+    b3 = _bc(x, 384, 1)
+    b3 = layers.Concatenate()([_bc(b3, 384, (1, 3), padding=(0, 1)), _bc(b3, 384, (3, 1), padding=(1, 0))])
+    bd = _bc(_bc(x, 448, 1), 384, 3, padding=1)
+    bd = layers.Concatenate()([_bc(bd, 384, (1, 3), padding=(0, 1)), _bc(bd, 384, (3, 1), padding=(1, 0))])
+    bp = _bc(_avg3(x), 192, 1)
+    return layers.Concatenate()([b1, b3, bd, bp])
+
+
+def _inception3(num_classes: int, size: int):
+    inputs = keras.Input((size, size, 3))
+    x = _bc(inputs, 32, 3, 2)
+    x = _bc(x, 32, 3)
+    x = _bc(x, 64, 3, padding=1)
+    x = _max3(x)
+    x = _bc(x, 80, 1)
+    x = _bc(x, 192, 3)
+    x = _max3(x)
+    x = _inception_a(x, 32)
+    x = _inception_a(x, 64)
+    x = _inception_a(x, 64)
+    x = _inception_b(x)
+    for c7 in (128, 160, 160, 192):
+        x = _inception_c(x, c7)
+    aux = layers.AveragePooling2D(5, 3)(x)
+    aux = _bc(_bc(aux, 128, 1), 768, 5)
+    aux = layers.Dense(num_classes, dtype="float32")(layers.GlobalAveragePooling2D()(aux))
+    x = _inception_e(_inception_e(_inception_d(x)))
+    x = layers.Dropout(0.5)(layers.GlobalAveragePooling2D()(x))
+    logits = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, [logits, aux])
+
+
+def build(name: str, num_classes: int = 1000, image_size: int = 224):
+    if name in _VGG_CFG:
+        return _vgg(_VGG_CFG[name], num_classes, image_size)
+    if name == "resnet50":
+        return _resnet([3, 4, 6, 3], num_classes, image_size)
+    if name == "resnet101":
+        return _resnet([3, 4, 23, 3], num_classes, image_size)
+    if name == "inception3":
+        return _inception3(num_classes, image_size)
+    raise BenchError(f"unknown model '{name}'")
+
+
+def per_example_loss(outputs, labels):
+    """Cross-entropy per example; Inception V3: main + 0.4 x auxiliary (as the PyTorch twin)."""
+    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+    if isinstance(outputs, (list, tuple)):
+        return ce(labels, outputs[0]) + 0.4 * ce(labels, outputs[1])
+    return ce(labels, outputs)
+
+
+def count_trainable(model) -> int:
+    return int(sum(math.prod(v.shape) for v in model.trainable_variables))

@@ -1,0 +1,158 @@
+"""What the TensorFlow modes share: device pinning, precision policy, model, data, replica step, checksum."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from bench import env
+from bench.config import Device, Precision, RunConfig
+from bench.errors import BenchError
+from bench.launch import LaunchInfo
+from bench.tfutil import import_tf
+
+tf, keras = import_tf()
+
+
+def visible_gpus() -> list:
+    return tf.config.list_physical_devices("GPU")
+
+
+def pick_device(cfg: RunConfig) -> tuple[str, int]:
+    gpus = len(visible_gpus())
+    if cfg.device == Device.cuda and gpus == 0:
+        raise BenchError("--device cuda was asked for, but no GPU is visible to TensorFlow")
+    device = "cuda" if (cfg.device == Device.cuda or (cfg.device == Device.auto and gpus > 0)) else "cpu"
+    if device == "cpu" and cfg.precision == Precision.amp_fp16:
+        raise BenchError("--precision amp-fp16 needs a GPU; on CPU use fp32 or amp-bf16")
+    return device, gpus
+
+
+def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
+    """One process per device (tf-horovod, tf-native multiworker): like the PyTorch modes."""
+    if cfg.is_resolved:
+        return cfg
+    device, gpus = pick_device(cfg)
+    if launch.launcher == "none":
+        np = cfg.np or (gpus if device == "cuda" else 2)
+        if device == "cuda" and np > gpus:
+            raise BenchError(f"--np {np} asks for more ranks than the {gpus} visible GPU(s) on this host")
+    else:
+        np = launch.world_size
+        if cfg.np is not None and cfg.np != np:
+            raise BenchError(f"--np {cfg.np} does not match the {np} ranks {launch.launcher} started")
+    return cfg.resolve(device, np)
+
+
+def optimizer_variables(opt) -> list:
+    v = opt.variables
+    return list(v() if callable(v) else v)
+
+
+class TFTrainer:
+    """Base for the TensorFlow modes. Subclasses create the strategy (if any) and the compiled step."""
+
+    replicas_per_process = 1
+
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo, pin_gpu: bool = True) -> None:
+        self.cfg = cfg
+        self.launch = launch
+        self.rank = launch.rank
+        self.world_size = launch.world_size
+        gpus = visible_gpus()
+        if cfg.device == Device.cuda:
+            if not gpus:
+                raise BenchError(f"rank {self.rank}: no GPU visible to TensorFlow")
+            chosen = [gpus[launch.local_rank % len(gpus)]] if pin_gpu else gpus
+            tf.config.set_visible_devices(chosen, "GPU")
+            for g in chosen:
+                tf.config.experimental.set_memory_growth(g, True)
+        else:
+            tf.config.set_visible_devices([], "GPU")
+            threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or max(
+                1, (os.cpu_count() or 1) // max(1, launch.local_world_size))
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+        if cfg.precision != Precision.fp32:
+            keras.mixed_precision.set_global_policy(
+                "mixed_float16" if cfg.precision == Precision.amp_fp16 else "mixed_bfloat16")
+        self.fp16 = cfg.precision == Precision.amp_fp16
+        self._last = None
+
+    # -- building blocks (call inside a strategy scope where there is one) -----------------
+    def build_model(self):
+        from bench.models.tf_models import build
+
+        keras.utils.set_random_seed(self.cfg.seed)  # identical initial weights on every rank
+        self.model = build(self.cfg.model, self.cfg.num_classes, self.cfg.image_size)
+        opt = keras.optimizers.SGD(learning_rate=self.cfg.learning_rate, momentum=self.cfg.momentum)
+        self.optimizer = keras.mixed_precision.LossScaleOptimizer(opt) if self.fp16 else opt
+        return self.model
+
+    def make_data(self, index: int):
+        """Synthetic images and labels for data shard ``index``, generated on the current device."""
+        cfg = self.cfg
+        seed = tf.constant([cfg.seed, 1000 + index], tf.int64)
+        x = tf.random.stateless_normal([cfg.batch_size, cfg.image_size, cfg.image_size, 3], seed=seed)
+        y = tf.random.stateless_uniform([cfg.batch_size], seed=seed + 1, minval=0, maxval=cfg.num_classes,
+                                        dtype=tf.int32)
+        return x, y
+
+    def replica_step(self, x, y, loss_divisor, wrap_tape=None):
+        """Forward, backward, update on one replica; the loss is summed over examples / loss_divisor
+        (the global batch under tf.distribute, which then sums gradients; the local batch under Horovod,
+        which averages them)."""
+        from bench.models.tf_models import per_example_loss
+
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(per_example_loss(self.model(x, training=True), y)) / loss_divisor
+            scaled = self.optimizer.get_scaled_loss(loss) if self.fp16 else loss
+        if wrap_tape is not None:
+            tape = wrap_tape(tape)
+        grads = tape.gradient(scaled, variables)
+        if self.fp16:
+            grads = self.optimizer.get_unscaled_gradients(grads)
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return loss
+
+    # -- Trainer protocol ------------------------------------------------------------------
+    def sync(self) -> None:
+        """Wait for the last step: reading its loss completes every op it depends on."""
+        if self._last is not None:
+            self._last.numpy()
+
+    def _variable_copies(self) -> list[list]:
+        """Per local replica, every trainable variable's value (MirroredVariables have one per device)."""
+        variables = self.model.trainable_variables
+        n = len(getattr(variables[0], "values", [variables[0]]))
+        return [[(v.values[i] if hasattr(v, "values") else v).numpy() for v in variables] for i in range(n)]
+
+    def checksum(self) -> str:
+        hashes = []
+        for copy in self._variable_copies():
+            h = hashlib.sha256()
+            for value in copy:
+                h.update(value.astype("float32").tobytes())
+            hashes.append(h.hexdigest())
+        return hashes[0] if len(set(hashes)) == 1 else "diverged:" + ",".join(hashes)
+
+    def fingerprint(self) -> float:
+        return float(sum(tf.reduce_sum(tf.cast(v, tf.float64)).numpy() for v in self.model.trainable_variables))
+
+    def device_label(self) -> str:
+        gpus = tf.config.get_visible_devices("GPU")
+        if gpus:
+            return ", ".join(g.name for g in gpus)
+        return f"cpu ({tf.config.threading.get_intra_op_parallelism_threads()} threads)"
+
+    def environment(self) -> dict[str, Any]:
+        record = env.base()
+        record["tensorflow"] = env.tf_info()
+        return record
+
+    def sync_report(self) -> dict[str, Any] | None:
+        return None
+
+    def teardown(self) -> None:
+        pass
