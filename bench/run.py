@@ -54,6 +54,8 @@ def run(cfg: RunConfig) -> Path | None:
             raise BenchError(f"{launching.CHILD_CONFIG_ENV} is for mode {cfg.mode}, not {spec.name}")
     mode = spec.load()
     cfg = mode.preflight(cfg, info)
+    if hasattr(mode, "serve") and mode.serve(cfg, info):
+        return None
     out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
     trainer = mode.make_trainer(cfg, info)
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.

@@ -55,16 +55,17 @@ class TFTrainer:
 
     replicas_per_process = 1
 
-    def __init__(self, cfg: RunConfig, launch: LaunchInfo, pin_gpu: bool = True) -> None:
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo, gpus: str = "one") -> None:
+        """``gpus``: 'one' (the local rank's GPU), 'all' (MirroredStrategy) or 'none' (a PS coordinator)."""
         self.cfg = cfg
         self.launch = launch
         self.rank = launch.rank
         self.world_size = launch.world_size
-        gpus = visible_gpus()
-        if cfg.device == Device.cuda:
-            if not gpus:
+        found = visible_gpus()
+        if cfg.device == Device.cuda and gpus != "none":
+            if not found:
                 raise BenchError(f"rank {self.rank}: no GPU visible to TensorFlow")
-            chosen = [gpus[launch.local_rank % len(gpus)]] if pin_gpu else gpus
+            chosen = [found[launch.local_rank % len(found)]] if gpus == "one" else found
             tf.config.set_visible_devices(chosen, "GPU")
             for g in chosen:
                 tf.config.experimental.set_memory_growth(g, True)

@@ -1,0 +1,267 @@
+"""tf-native: TensorFlow's own distribution, ``--strategy multiworker|mirrored|ps``.
+
+* multiworker: MultiWorkerMirroredStrategy, one process per GPU (or per CPU rank); collectives NCCL on
+  GPU, RING on CPU. TF_CONFIG is written by the spawner, taken from the environment, or built from
+  Slurm (TF's SlurmClusterResolver) under srun.
+* mirrored: MirroredStrategy, one process driving every local GPU (on CPU, the one CPU device).
+* ps: ParameterServerStrategy, the architecture the Horovod paper compared against: a coordinator
+  (the chief, which measures) schedules steps onto workers; variables live on ``--num-ps`` parameter
+  servers; workers apply their updates asynchronously. One "step" is one closure per worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from typing import Any
+
+import numpy as np
+
+from bench.config import RunConfig, Strategy
+from bench.errors import BenchError
+from bench.launch import LaunchInfo, free_port, parse_tf_config
+from bench.launch import spawn as spawn_processes
+from bench.modes.tf_common import TFTrainer, pick_device, resolve, tf, visible_gpus
+
+
+def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
+    if cfg.fp16_allreduce:
+        raise BenchError("--fp16-allreduce: tf.distribute has no gradient compression; use tf-horovod")
+    if cfg.is_resolved:
+        return cfg
+    strategy = cfg.strategy or Strategy.multiworker
+    if strategy == Strategy.multiworker:
+        return resolve(cfg, launch)
+    device, gpus = pick_device(cfg)
+    if strategy == Strategy.mirrored:
+        if launch.launcher not in ("none", "self") and launch.world_size != 1:
+            raise BenchError("--strategy mirrored runs one process for all local GPUs; "
+                             f"{launch.launcher} started {launch.world_size}")
+        replicas = gpus if device == "cuda" else 1
+        np_ = cfg.np or replicas
+        if np_ > replicas:
+            raise BenchError(f"--strategy mirrored drives the local devices: --np {np_} > {replicas} "
+                             f"({'GPUs' if device == 'cuda' else 'the one CPU device'})")
+        return cfg.resolve(device, np_)
+    # ps: --np counts workers
+    if launch.launcher == "none":
+        np_ = cfg.np or (gpus if device == "cuda" else 2)
+        if device == "cuda" and np_ > gpus:
+            raise BenchError(f"--np {np_} workers > {gpus} visible GPU(s)")
+    else:
+        cluster, _, _ = parse_tf_config(_tf_config())
+        np_ = len(cluster.get("worker", []))
+        if cfg.np is not None and cfg.np != np_:
+            raise BenchError(f"--np {cfg.np} does not match the {np_} workers in TF_CONFIG")
+    return cfg.resolve(device, np_)
+
+
+def _tf_config() -> str:
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        raise BenchError("tf-native needs TF_CONFIG here (bench writes it when it spawns the processes)")
+    return text
+
+
+def _task_config(cluster: dict, task_type: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def spawn(cfg: RunConfig) -> None:
+    """All processes on this host, TF_CONFIG written for each."""
+    if cfg.strategy == Strategy.mirrored:
+        spawn_processes([cfg.mode], [{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}],
+              cfg.to_json())
+        return
+    if cfg.strategy == Strategy.multiworker:
+        cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(cfg.np)]}
+        envs = [{"RANK": str(r), "WORLD_SIZE": str(cfg.np), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(cfg.np),
+                 "TF_CONFIG": _task_config(cluster, "worker", r)} for r in range(cfg.np)]
+        spawn_processes([cfg.mode], envs, cfg.to_json())
+        return
+    roles = [("chief", 0)] + [("worker", i) for i in range(cfg.np)] + [("ps", i) for i in range(cfg.num_ps)]
+    cluster: dict[str, list[str]] = {}
+    for role, _ in roles:
+        cluster.setdefault(role, []).append(f"127.0.0.1:{free_port()}")
+    envs = []
+    for rank, (role, index) in enumerate(roles):
+        env = {"RANK": str(rank), "WORLD_SIZE": str(len(roles)), "LOCAL_WORLD_SIZE": str(len(roles)),
+               "LOCAL_RANK": str(index if role == "worker" else 0), "TF_CONFIG": _task_config(cluster, role, index)}
+        if role != "worker":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # the coordinator and parameter servers keep to the CPU
+        envs.append(env)
+    spawn_processes([cfg.mode], envs, cfg.to_json(), servers=frozenset(range(1, len(roles))))
+
+
+def serve(cfg: RunConfig, launch: LaunchInfo) -> bool:
+    """Under --strategy ps, workers and parameter servers serve until stopped; True if this process did."""
+    if cfg.strategy != Strategy.ps:
+        return False
+    cluster, task_type, index = parse_tf_config(_tf_config())
+    if task_type == "chief":
+        return False
+    if task_type not in ("worker", "ps"):
+        raise BenchError(f"--strategy ps has no role for TF_CONFIG task type '{task_type}'")
+    gpus = visible_gpus()
+    tf.config.set_visible_devices([gpus[index % len(gpus)]] if task_type == "worker" and gpus and
+                                  cfg.device.value == "cuda" else [], "GPU")
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=task_type, task_index=index,
+                                  protocol="grpc", start=True)
+    server.join()  # until the spawner (or the user) stops this process
+    return True
+
+
+def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
+    return {Strategy.multiworker: MultiWorkerTrainer, Strategy.mirrored: MirroredTrainer,
+            Strategy.ps: ParameterServerTrainer}[cfg.strategy](cfg, launch)
+
+
+class _SyncStrategyTrainer(TFTrainer):
+    """Synchronous strategies (multiworker, mirrored): one compiled step over every replica."""
+
+    def build_step(self, shard) -> None:
+        strategy = self.strategy
+        with strategy.scope():
+            self.build_model()
+        xs = strategy.experimental_distribute_values_from_function(lambda ctx: self.make_data(shard(ctx))[0])
+        ys = strategy.experimental_distribute_values_from_function(lambda ctx: self.make_data(shard(ctx))[1])
+        global_batch = self.cfg.batch_size * strategy.num_replicas_in_sync
+
+        @tf.function
+        def train_step():
+            per_replica = strategy.run(lambda x, y: self.replica_step(x, y, global_batch), args=(xs, ys))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        self._train_step = train_step
+
+    def step(self) -> None:
+        self._last = self._train_step()
+
+    def environment(self) -> dict[str, Any]:
+        record = super().environment()
+        record["distribution"] = {"library": "tf.distribute", "strategy": type(self.strategy).__name__,
+                                  "replicas_in_sync": self.strategy.num_replicas_in_sync,
+                                  "collectives": getattr(self, "collectives", None)}
+        return record
+
+
+class MultiWorkerTrainer(_SyncStrategyTrainer):
+    def setup(self) -> None:
+        gpu = self.cfg.device.value == "cuda"
+        impl = tf.distribute.experimental.CommunicationImplementation
+        self.collectives = "NCCL" if gpu else "RING"
+        options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if gpu else impl.RING)
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=self._resolver(),
+                                                                  communication_options=options)
+        if self.strategy.num_replicas_in_sync != self.world_size:
+            raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
+                             f"the launcher started {self.world_size} ranks")
+        self.build_step(lambda ctx: self.rank)
+
+    def _resolver(self):
+        if "TF_CONFIG" in os.environ:
+            parse_tf_config(os.environ["TF_CONFIG"])  # a clear error before TF's own
+            return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if self.launch.launcher == "srun":
+            return tf.distribute.cluster_resolver.SlurmClusterResolver(
+                jobs={"worker": self.world_size}, port_base=self.launch.master_port or 8888, auto_set_gpu=False)
+        raise BenchError("tf-native multiworker needs TF_CONFIG (bench writes it when it spawns the ranks) "
+                         "or srun")
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """Any picklable object from every worker, through the strategy's own all-gather."""
+        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).astype(np.int32)
+        lengths = self._gather(np.array([payload.size], np.int32))
+        padded = np.zeros([1, int(lengths.max())], np.int32)
+        padded[0, :payload.size] = payload
+        rows = self._gather(padded)
+        return [pickle.loads(rows[i, :lengths[i]].astype(np.uint8).tobytes()) for i in range(len(lengths))]
+
+    def _gather(self, array: np.ndarray) -> np.ndarray:
+        tensor = tf.constant(array)
+        values = self.strategy.experimental_distribute_values_from_function(lambda ctx: tensor)
+        return self.strategy.gather(values, axis=0).numpy()
+
+
+class MirroredTrainer(_SyncStrategyTrainer):
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo) -> None:
+        super().__init__(cfg, launch, gpus="all")
+
+    def setup(self) -> None:
+        gpu = self.cfg.device.value == "cuda"
+        devices = [f"/gpu:{i}" for i in range(self.cfg.np)] if gpu else ["/cpu:0"]
+        self.strategy = tf.distribute.MirroredStrategy(devices=devices)
+        self.replicas_per_process = self.strategy.num_replicas_in_sync
+        self.build_step(lambda ctx: ctx.replica_id_in_sync_group)
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+
+class ParameterServerTrainer(TFTrainer):
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo) -> None:
+        super().__init__(cfg, launch, gpus="none")
+
+    def setup(self) -> None:
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        workers = resolver.cluster_spec().num_tasks("worker")
+        self.replicas_per_process = workers
+        self.strategy = strategy = tf.distribute.ParameterServerStrategy(resolver)
+        self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        with strategy.scope():
+            self.build_model()
+            self.updates = tf.Variable(tf.zeros([workers], tf.int64), trainable=False)
+
+        def dataset_fn():  # runs on each worker: the batch is generated and cached there
+            return tf.data.Dataset.range(1).map(lambda _: self.make_data(0)).cache().repeat()
+
+        self.iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
+
+        @tf.function
+        def worker_fn(iterator):
+            def replica_fn(x, y):
+                loss = self.replica_step(x, y, self.cfg.batch_size)
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                self.updates.assign_add(tf.one_hot(worker, workers, dtype=tf.int64))
+                return loss
+
+            x, y = next(iterator)
+            return strategy.run(replica_fn, args=(x, y))
+
+        self._worker_fn = worker_fn
+        self.scheduled = 0
+
+    def step(self) -> None:
+        for _ in range(self.replicas_per_process):
+            self.coordinator.schedule(self._worker_fn, args=(self.iterator,))
+        self.scheduled += self.replicas_per_process
+
+    def sync(self) -> None:
+        self.coordinator.join()
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return [obj]  # the coordinator is the one measuring process
+
+    def _variable_copies(self) -> list[list]:
+        return [[v.numpy() for v in self.model.trainable_variables]]
+
+    def sync_report(self) -> dict[str, Any]:
+        counts = [int(c) for c in self.updates.numpy()]
+        on_ps = all("/job:ps" in v.device for v in self.model.variables)
+        return {
+            "strategy": "ps",
+            "variables_on_ps": on_ps,
+            "variable_devices": sorted({v.device for v in self.model.variables}),
+            "updates_per_worker": counts,
+            "closures_run": self.scheduled,
+            "optimizer_iterations": int(self.optimizer.iterations.numpy()),
+            "in_sync": on_ps and all(c > 0 for c in counts) and sum(counts) == self.scheduled,
+            "definition": "variables on the parameter servers, and every worker's updates applied there",
+        }
+
+    def environment(self) -> dict[str, Any]:
+        record = super().environment()
+        record["distribution"] = {"library": "tf.distribute", "strategy": "ParameterServerStrategy",
+                                  "workers": self.replicas_per_process, "num_ps": self.cfg.num_ps}
+        return record

@@ -1,0 +1,89 @@
+"""TensorFlow modes on CPU, real processes: Horovod (Gloo, MPI) and tf.distribute (multiworker, mirrored, ps)."""
+
+import json
+import sys
+
+import pytest
+from conftest import assert_valid_run, bench, only_result, run
+
+pytestmark = pytest.mark.slow
+
+# 64x64 keeps ResNet-50's BatchNorm statistics sane over a batch of 2, so parameters stay finite.
+TF_SMALL = ["--model", "resnet50", "--image-size", "64", "--batch-size", "2", "--num-classes", "10",
+            "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"]
+
+
+def test_tf_horovod_gloo_and_tf_native_multiworker_average_the_same_gradients(tmp_path):
+    hvd_out, mw_out = tmp_path / "hvd", tmp_path / "mw"
+    r = bench("tf-horovod", *TF_SMALL, "--np", "2", "--output", str(hvd_out))
+    assert r.returncode == 0, r.stderr
+    hvd = only_result(hvd_out)
+    assert_valid_run(hvd, "tf-horovod", 2, "self")
+    assert hvd["environment"]["distribution"]["controller"] == "gloo"
+    assert hvd["timing"]["first_step_s"] > 0 and hvd["summary"]["images_per_sec_wall_total"] > 0
+
+    r = bench("tf-native", *TF_SMALL, "--np", "2", "--output", str(mw_out))
+    assert r.returncode == 0, r.stderr
+    mw = only_result(mw_out)
+    assert_valid_run(mw, "tf-native", 2, "self")
+    assert mw["config"]["strategy"] == "multiworker"
+    assert mw["environment"]["distribution"]["collectives"] == "RING"
+    # Same initial weights, same per-rank data, gradients averaged over the two ranks in both: the
+    # final weights agree up to reduction order. A mode that skipped averaging would land elsewhere.
+    assert mw["sync"]["param_sum_final"][0] == pytest.approx(hvd["sync"]["param_sum_final"][0], rel=1e-5)
+
+
+def test_tf_horovod_under_mpirun(out):
+    r = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "bench",
+             "tf-horovod", *TF_SMALL, "--fp16-allreduce", "--output", str(out)])
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, "tf-horovod", 2, "mpirun")
+    assert result["environment"]["distribution"]["controller"] == "mpi"
+
+
+def test_tf_native_mirrored_one_process(out):
+    r = bench("tf-native", "--strategy", "mirrored", *TF_SMALL, "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, "tf-native", 1, "self")
+    assert result["environment"]["distribution"]["strategy"] == "MirroredStrategy"
+
+
+def test_tf_native_parameter_servers(out):
+    r = bench("tf-native", "--strategy", "ps", "--num-ps", "1", "--np", "2", *TF_SMALL, "--output", str(out),
+              timeout=300)
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert result["status"] == "ok" and result["world_size"] == 2 and result["processes"] == 1
+    (report,) = result["sync"]["reports"]
+    assert report["variables_on_ps"] and all("/job:ps" in d for d in report["variable_devices"])
+    steps = 1 + 1 + 2 * 2  # first + warmup + windows x steps, each one closure per worker
+    assert report["closures_run"] == 2 * steps
+    assert len(report["updates_per_worker"]) == 2 and all(c > 0 for c in report["updates_per_worker"])
+    assert sum(report["updates_per_worker"]) == report["closures_run"] == report["optimizer_iterations"]
+    assert result["sync"]["ranks_in_sync"] and result["sync"]["params_changed"]
+
+
+def test_tf_native_user_tf_config_malformed(out):
+    r = bench("tf-native", *TF_SMALL, "--output", str(out), TF_CONFIG="{not json")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].startswith("error: malformed TF_CONFIG: not JSON")
+    r = bench("tf-native", *TF_SMALL, "--output", str(out),
+              TF_CONFIG=json.dumps({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}))
+    assert r.returncode == 1 and "is not in the cluster" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists() or not list(out.glob("*.json"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tf-native", "--strategy", "allreduce"], "allreduce"),
+    (["tf-native", "--strategy", "ps", "--num-ps", "0"], "--num-ps must be an integer >= 1"),
+    (["tf-native", "--num-ps", "2"], "--num-ps applies to --strategy ps only"),
+    (["tf-native", "--fp16-allreduce"], "no gradient compression"),
+    (["tf-native", "--strategy", "mirrored", "--np", "2", "--device", "cpu"], "--np 2 > 1"),
+])
+def test_tf_native_bad_input(args, message, out):
+    r = bench(*args, "--output", str(out))
+    assert r.returncode != 0
+    assert message in r.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in r.stderr
