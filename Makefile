@@ -14,7 +14,7 @@ help:
 	@echo "make test           set up (first time) and run the whole test suite"
 	@echo "make test-fast      unit and CLI tests only"
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
-	@echo "make bench-overhead torch-ddp against a bare DDP loop doing the same work"
+	@echo "make bench-overhead torch-ddp vs a bare DDP loop, tf-horovod vs a bare Horovod TF loop"
 	@echo "make venv           the venv with torch, tensorflow-cpu, tf-keras and patched Horovod"
 
 venv: $(STAMP)
@@ -36,7 +36,8 @@ lint: venv
 	bash -n scripts/*.sh docker/*.sh .ci/run
 
 bench-overhead: venv
-	$(PY) benchmarks/ddp_overhead.py $(ARGS)
+	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)
+	$(PY) benchmarks/overhead.py --mode tf-horovod --image-size 32 $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
