@@ -62,6 +62,8 @@ COMMON_OPTIONS = [
     ("output", str, "results", _opt("Directory for result JSON files and results.csv.")),
     ("fp16_allreduce", bool, False, _opt("Compress gradients to fp16 for the allreduce.", "--fp16-allreduce")),
     ("rendezvous_timeout", float, 120.0, _opt("Seconds to wait for all ranks to meet.")),
+    ("telemetry", bool, True, _opt("Sample GPU telemetry through NVML on each node.", "--telemetry/--no-telemetry")),
+    ("telemetry_interval", float, 0.5, _opt("Seconds between telemetry samples.")),
 ]
 MODE_OPTIONS = {
     "tf-native": [

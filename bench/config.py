@@ -77,6 +77,8 @@ class RunConfig:
     rendezvous_timeout: float = 120.0
     strategy: Strategy | None = None  # tf-native only (default multiworker)
     num_ps: int | None = None  # tf-native --strategy ps only (default 1)
+    telemetry: bool = True
+    telemetry_interval: float = 0.5
     # Filled by resolve():
     profile: str | None = None
     learning_rate: float = LEARNING_RATE
@@ -109,6 +111,8 @@ class RunConfig:
                 raise BenchError(f"--{name.replace('_', '-')} must be an integer >= {minimum} (got {value})")
         if self.duration is not None and not self.duration > 0:
             raise BenchError(f"--duration must be > 0 seconds (got {self.duration})")
+        if not self.telemetry_interval > 0:
+            raise BenchError(f"--telemetry-interval must be > 0 seconds (got {self.telemetry_interval})")
         if not self.rendezvous_timeout > 0:
             raise BenchError(f"--rendezvous-timeout must be > 0 seconds (got {self.rendezvous_timeout})")
         if self.image_size is not None:

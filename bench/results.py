@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__
+from bench import SCHEMA_VERSION, __version__, telemetry
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launch import LaunchInfo
@@ -23,8 +23,9 @@ CSV_FIELDS = [
     "schema_version", "run_id", "created_utc", "status", "mode", "model", "precision", "batch_size",
     "image_size", "world_size", "device", "launcher", "images_per_sec_total", "images_per_sec_per_gpu",
     "ci95_low", "ci95_high", "median", "images_per_sec_rank0_x_world", "init_s", "first_step_s", "train_s",
-    "images_per_sec_wall_train", "ranks_in_sync", "hosts",
+    "images_per_sec_wall_train", "ranks_in_sync", "energy_per_image_j", "images_per_sec_per_watt", "hosts",
 ]
+TELEMETRY_FIELDS = ["t", "host", "gpu", *telemetry.FIELDS]
 REQUIRED_KEYS = ["schema_version", "run_id", "status", "mode", "config", "environment", "world_size",
                  "timing", "samples", "summary"]
 
@@ -77,6 +78,13 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         "images_per_sec_wall_total": images_after_init / (init_s + train_s),
         "warmup_step_s": summarize(warmup) if warmup else None,
     })
+    nodes = [r["telemetry"]["summary"] for r in ranks if r.get("telemetry")]
+    timed_images = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
+    if nodes:
+        tele = telemetry.combine(nodes, timed_images, summary["images_per_sec_total"])
+        tele["samples_csv"] = f"{run_id}-telemetry.csv"
+    else:
+        tele = telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran")
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -113,6 +121,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
             "warmup_step_s": [r["warmup_step_s"] for r in ranks],
         },
         "summary": summary,
+        "telemetry": tele,
         "sync": {
             "param_checksums": checksums,
             "ranks_in_sync": len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
@@ -145,9 +154,16 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def write_result(out_dir: Path, result: dict[str, Any]) -> Path:
-    """Atomically write ``<run_id>.json`` (refusing to overwrite) and append the CSV row."""
+def telemetry_samples(gathered: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for r in gathered["ranks"] if r.get("telemetry") for s in r["telemetry"]["samples"]]
+
+
+def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, Any]] | None = None) -> Path:
+    """Atomically write ``<run_id>.json`` (refusing to overwrite), the telemetry time series beside it
+    (``<run_id>-telemetry.csv``) when there is one, and append the results.csv row."""
     validate_result(result)
+    if samples:
+        _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
     final = out_dir / f"{result['run_id']}.json"
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
     try:
@@ -165,6 +181,20 @@ def write_result(out_dir: Path, result: dict[str, Any]) -> Path:
     return final
 
 
+def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".csv")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.link(tmp, path)
+    except FileExistsError:
+        raise BenchError(f"{path} already exists; not overwritten") from None
+    finally:
+        os.unlink(tmp)
+
+
 def csv_row(result: dict[str, Any]) -> dict[str, Any]:
     cfg, s, t = result["config"], result["summary"], result["timing"]
     ci = s.get("ci95") or [None, None]
@@ -179,6 +209,8 @@ def csv_row(result: dict[str, Any]) -> dict[str, Any]:
         "init_s": t["init_s"], "first_step_s": t["first_step_s"], "train_s": t["train_s"],
         "images_per_sec_wall_train": s["images_per_sec_wall_train"],
         "ranks_in_sync": result["sync"]["ranks_in_sync"],
+        "energy_per_image_j": result.get("telemetry", {}).get("energy_per_image_j"),
+        "images_per_sec_per_watt": result.get("telemetry", {}).get("images_per_sec_per_watt"),
         "hosts": " ".join(sorted({r["host"] for r in result["environment"]["ranks"]})),
     }
 
@@ -219,4 +251,14 @@ def render_table(result: dict[str, Any]):
                   f"+ {cfg['warmup_steps']} warmup steps")
     table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",
                   "parameter checksums equal")
+    tele = result.get("telemetry") or {}
+    if tele.get("available"):
+        for label, key, unit in (("energy per image", "energy_per_image_j", "J/img, GPUs, timed windows"),
+                                 ("images/s per watt", "images_per_sec_per_watt", "img/s/W"),
+                                 ("GPU power, mean total", "power_w_mean_total", "W")):
+            value = tele.get(key)
+            table.add_row(label, "n/a" if value is None else f"{value:.3f}", unit)
+        table.add_row("throttling seen", "yes" if tele["throttled"] else "no", "power/thermal slowdown reasons")
+    else:
+        table.add_row("GPU telemetry", "unavailable", tele.get("reason", ""))
     return table

@@ -35,6 +35,26 @@ class RankProgress:
         self._progress.stop()
 
 
+def start_telemetry(cfg: RunConfig, info: launching.LaunchInfo, trainer):
+    """(sampler or None, reason when there is none). One sampler per node, on its local rank 0."""
+    if not cfg.telemetry:
+        return None, "turned off (--no-telemetry)"
+    if cfg.device.value != "cuda":
+        return None, f"no GPU in use (device {cfg.device.value})"
+    if info.local_rank != 0:
+        return None, None
+    import socket
+
+    from bench import telemetry
+
+    nvml, reason = telemetry.load_nvml()
+    if nvml is None:
+        return None, reason
+    gpus = trainer.local_gpus()
+    handles = telemetry.physical_indices(gpus, nvml)
+    return telemetry.Sampler(nvml, handles, gpus, cfg.telemetry_interval, socket.gethostname()), None
+
+
 def run(cfg: RunConfig) -> Path | None:
     """Run ``cfg.mode``; returns the result path on the rank that wrote it, else None."""
     from bench.results import check_output_dir
@@ -63,17 +83,19 @@ def run(cfg: RunConfig) -> Path | None:
 
     from bench.runner import measure
 
-    gathered = measure(trainer, cfg, info, progress)
+    sampler, telemetry_note = start_telemetry(cfg, info, trainer)
+    gathered = measure(trainer, cfg, info, progress, sampler)
     trainer.teardown()
     if gathered is None:
         return None
+    gathered["telemetry_note"] = telemetry_note
 
     from rich.console import Console
 
-    from bench.results import build_result, new_run_id, render_table, write_result
+    from bench.results import build_result, new_run_id, render_table, telemetry_samples, write_result
 
     result = build_result(cfg, info, gathered, new_run_id(cfg.mode))
-    path = write_result(out_dir, result)
+    path = write_result(out_dir, result, telemetry_samples(gathered))
     console = Console(file=sys.stdout)
     console.print(render_table(result))
     console.print(f"result: {path}")

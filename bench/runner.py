@@ -43,6 +43,7 @@ class Trainer(Protocol):
     def device_label(self) -> str: ...
     def teardown(self) -> None: ...
     def sync_report(self) -> dict[str, Any] | None: ...
+    def local_gpus(self) -> list[int]: ...
 
 
 def process_start_time() -> float:
@@ -57,12 +58,18 @@ def process_start_time() -> float:
         return time.time()
 
 
-def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None) -> dict[str, Any] | None:
-    """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere."""
+def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, sampler=None) -> dict[str, Any] | None:
+    """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere.
+
+    ``sampler`` (bench.telemetry.Sampler, on each node's local rank 0) runs from set-up to the end and
+    reads the energy counters exactly when the timed windows start and end.
+    """
     t_start = process_start_time()
     trainer.setup()
     initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
     t_setup = time.time()
+    if sampler is not None:
+        sampler.start()
 
     trainer.sync()
     t0 = time.perf_counter()
@@ -88,6 +95,8 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None)
     timed = 0.0
     while True:
         trainer.sync()
+        if sampler is not None and not window_s:
+            sampler.mark("start")
         t0 = time.perf_counter()
         for _ in range(cfg.steps_per_window):
             trainer.step()
@@ -103,6 +112,11 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None)
         elif max(trainer.allgather(timed)) >= cfg.duration:
             break
     t_end = time.time()
+    telemetry = None
+    if sampler is not None:
+        sampler.mark("end")
+        sampler.stop()
+        telemetry = {"summary": sampler.summary(), "samples": sampler.samples}
     if progress is not None:
         progress.stop()
 
@@ -122,6 +136,7 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None)
         "param_sum_final": trainer.fingerprint(),
         "replicas": trainer.replicas_per_process,
         "sync_report": trainer.sync_report(),
+        "telemetry": telemetry,
     }
     gathered = trainer.allgather(record)
     if trainer.rank != 0:

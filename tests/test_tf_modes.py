@@ -87,3 +87,14 @@ def test_tf_native_bad_input(args, message, out):
     assert r.returncode != 0
     assert message in r.stderr.strip().splitlines()[-1]
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [["tf-horovod"], ["tf-native"], ["tf-native", "--strategy", "mirrored"]])
+def test_tf_gpu_run(mode, out):
+    r = bench(*mode, "--device", "cuda", "--np", "1", "--model", "resnet50", "--batch-size", "32",
+              "--warmup-steps", "2", "--steps-per-window", "5", "--windows", "3", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, mode[0], 1, "self")
+    assert result["environment"]["tensorflow"]["gpus"]

@@ -155,5 +155,9 @@ class TFTrainer:
     def sync_report(self) -> dict[str, Any] | None:
         return None
 
+    def local_gpus(self) -> list[int]:
+        """CUDA indices this node's ranks use (local rank r -> r mod device count)."""
+        return sorted({r % len(visible_gpus()) for r in range(self.launch.local_world_size)})
+
     def teardown(self) -> None:
         pass

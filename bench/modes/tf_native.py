@@ -88,8 +88,8 @@ def spawn(cfg: RunConfig) -> None:
     for rank, (role, index) in enumerate(roles):
         env = {"RANK": str(rank), "WORLD_SIZE": str(len(roles)), "LOCAL_WORLD_SIZE": str(len(roles)),
                "LOCAL_RANK": str(index if role == "worker" else 0), "TF_CONFIG": _task_config(cluster, role, index)}
-        if role != "worker":
-            env["CUDA_VISIBLE_DEVICES"] = ""  # the coordinator and parameter servers keep to the CPU
+        if role == "ps":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers keep to the CPU (the chief hides GPUs from TF)
         envs.append(env)
     spawn_processes([cfg.mode], envs, cfg.to_json(), servers=frozenset(range(1, len(roles))))
 
@@ -198,6 +198,9 @@ class MirroredTrainer(_SyncStrategyTrainer):
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
 
+    def local_gpus(self) -> list[int]:
+        return list(range(self.cfg.np))
+
 
 class ParameterServerTrainer(TFTrainer):
     def __init__(self, cfg: RunConfig, launch: LaunchInfo) -> None:
@@ -242,6 +245,9 @@ class ParameterServerTrainer(TFTrainer):
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]  # the coordinator is the one measuring process
+
+    def local_gpus(self) -> list[int]:
+        return list(range(min(self.replicas_per_process, len(visible_gpus()))))  # the workers' GPUs
 
     def _variable_copies(self) -> list[list]:
         return [[v.numpy() for v in self.model.trainable_variables]]

@@ -140,5 +140,9 @@ class TorchTrainer:
     def sync_report(self) -> dict[str, Any] | None:
         return None
 
+    def local_gpus(self) -> list[int]:
+        """CUDA indices this node's ranks use (local rank r -> r mod device count)."""
+        return sorted({r % torch.cuda.device_count() for r in range(self.launch.local_world_size)})
+
     def teardown(self) -> None:
         pass

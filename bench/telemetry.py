@@ -1,0 +1,261 @@
+"""GPU telemetry through NVML (nvidia-ml-py): a sampler per node, summaries aligned with the timed windows.
+
+One sampler runs on each node's local rank 0, in a daemon thread: NVML calls go through ctypes, which
+releases the GIL while the driver answers, so sampling does not stall the training loop. Each sample
+holds, per GPU: utilisation (GPU, memory), memory used, power, SM and memory clocks, temperature,
+clock-event (throttle) reasons, PCIe TX/RX and, where the GPU has it, NVLink TX/RX.
+
+Honest absence: a value NVML cannot give (no NVML, no GPU, NotSupported, NoPermission...) is None,
+with the reason recorded once per field under ``unavailable``; never 0.
+
+Summary formulas (timed windows only: from the first window's start to the last window's end):
+
+* energy_j per GPU = E(t_end) - E(t_start) from the GPU's total-energy counter
+  (nvmlDeviceGetTotalEnergyConsumption, millijoules, Volta and newer), read at the two instants;
+  where the counter is missing: the trapezoidal integral of the power samples in the interval
+  (``energy_source`` says which).
+* power: ``power_source`` is 'instant' (NVML_FI_DEV_POWER_INSTANT) or 'average' (nvmlDeviceGetPowerUsage,
+  which recent drivers average over about a second).
+* energy per image (J/img) = sum of energy over all GPUs of all nodes / images processed in the timed windows.
+* images/s per watt = total images/s / sum over GPUs of mean power in the interval.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+DEFAULT_INTERVAL_S = 0.5
+THROTTLE_REASONS = {  # nvml clock-event reason bits worth naming
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+}
+# Reasons that mean the GPU ran slower than it could (idle and sync boost are not throttling).
+SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+FIELDS = ["util_gpu_pct", "util_mem_pct", "mem_used_mib", "power_w", "sm_clock_mhz", "mem_clock_mhz",
+          "temperature_c", "throttle_reasons", "pcie_tx_kbs", "pcie_rx_kbs", "nvlink_tx_kbs", "nvlink_rx_kbs",
+          "energy_mj"]
+
+
+def load_nvml():
+    """The pynvml module (nvidia-ml-py), initialised; or (None, reason)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"NVML did not initialise: {exc}"
+    return pynvml, None
+
+
+def _reason(exc: Exception) -> str:
+    return type(exc).__name__.replace("NVMLError_", "") if type(exc).__name__.startswith("NVMLError") else str(exc)
+
+
+def physical_indices(local_devices: list[int], nvml) -> list[Any]:
+    """NVML handles for CUDA device indices, honouring CUDA_VISIBLE_DEVICES (integers or UUIDs)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        return []
+    handles = []
+    for d in local_devices:
+        if visible:
+            entry = visible.split(",")[d].strip()
+            if entry.isdigit():
+                handles.append(nvml.nvmlDeviceGetHandleByIndex(int(entry)))
+            else:
+                handles.append(nvml.nvmlDeviceGetHandleByUUID(entry))
+        else:
+            handles.append(nvml.nvmlDeviceGetHandleByIndex(d))
+    return handles
+
+
+class Sampler:
+    """Samples the given GPUs every ``interval_s`` seconds in a daemon thread."""
+
+    def __init__(self, nvml, handles: list, gpu_labels: list[int], interval_s: float = DEFAULT_INTERVAL_S,
+                 host: str = "") -> None:
+        if not interval_s > 0:
+            raise ValueError("telemetry interval must be > 0")
+        self.nvml = nvml
+        self.handles = handles
+        self.labels = gpu_labels
+        self.interval_s = interval_s
+        self.host = host
+        self.samples: list[dict[str, Any]] = []
+        self.unavailable: dict[str, str] = {}
+        self.marks: dict[str, dict[str, Any]] = {}
+        self.power_source: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hvdbench-telemetry", daemon=True)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _get(self, field: str, fn, *args):
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            self.unavailable.setdefault(field, _reason(exc))
+            return None
+
+    def _power_w(self, h):
+        nvml = self.nvml
+        fi = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if fi is not None and self.power_source != "average":
+            try:
+                (value,) = nvml.nvmlDeviceGetFieldValues(h, [fi])
+                if getattr(value, "nvmlReturn", 0) == 0:
+                    self.power_source = "instant"
+                    return value.value.uiVal / 1000.0
+            except nvml.NVMLError:
+                pass
+        mw = self._get("power_w", nvml.nvmlDeviceGetPowerUsage, h)
+        if mw is not None:
+            self.power_source = "average"
+            return mw / 1000.0
+        return None
+
+    def _nvlink(self, h) -> tuple[float | None, float | None]:
+        nvml = self.nvml
+        tx_id = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None)
+        rx_id = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None)
+        if tx_id is None or "nvlink_tx_kbs" in self.unavailable:
+            self.unavailable.setdefault("nvlink_tx_kbs", "not offered by this nvidia-ml-py")
+            self.unavailable.setdefault("nvlink_rx_kbs", self.unavailable["nvlink_tx_kbs"])
+            return None, None
+        try:
+            tx, rx = nvml.nvmlDeviceGetFieldValues(h, [tx_id, rx_id])
+        except nvml.NVMLError as exc:
+            self.unavailable.setdefault("nvlink_tx_kbs", _reason(exc))
+            self.unavailable.setdefault("nvlink_rx_kbs", _reason(exc))
+            return None, None
+        if getattr(tx, "nvmlReturn", 0) != 0:
+            self.unavailable.setdefault("nvlink_tx_kbs", "NotSupported")
+            self.unavailable.setdefault("nvlink_rx_kbs", "NotSupported")
+            return None, None
+        return float(tx.value.ullVal), float(rx.value.ullVal)
+
+    def read(self, h) -> dict[str, Any]:
+        nvml = self.nvml
+        util = self._get("util_gpu_pct", nvml.nvmlDeviceGetUtilizationRates, h)
+        if util is None:
+            self.unavailable.setdefault("util_mem_pct", self.unavailable["util_gpu_pct"])
+        mem = self._get("mem_used_mib", nvml.nvmlDeviceGetMemoryInfo, h)
+        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        nvlink_tx, nvlink_rx = self._nvlink(h)
+        return {
+            "util_gpu_pct": None if util is None else util.gpu,
+            "util_mem_pct": None if util is None else util.memory,
+            "mem_used_mib": None if mem is None else mem.used / 2**20,
+            "power_w": self._power_w(h),
+            "sm_clock_mhz": self._get("sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": self._get("mem_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM),
+            "temperature_c": self._get("temperature_c", nvml.nvmlDeviceGetTemperature, h,
+                                       nvml.NVML_TEMPERATURE_GPU),
+            "throttle_reasons": self._get("throttle_reasons", reasons_fn, h),
+            "pcie_tx_kbs": self._get("pcie_tx_kbs", nvml.nvmlDeviceGetPcieThroughput, h,
+                                     nvml.NVML_PCIE_UTIL_TX_BYTES),
+            "pcie_rx_kbs": self._get("pcie_rx_kbs", nvml.nvmlDeviceGetPcieThroughput, h,
+                                     nvml.NVML_PCIE_UTIL_RX_BYTES),
+            "nvlink_tx_kbs": nvlink_tx,
+            "nvlink_rx_kbs": nvlink_rx,
+            "energy_mj": self._get("energy_mj", nvml.nvmlDeviceGetTotalEnergyConsumption, h),
+        }
+
+    def sample_once(self) -> None:
+        now = time.time()
+        for label, h in zip(self.labels, self.handles, strict=True):
+            self.samples.append({"t": now, "host": self.host, "gpu": label, **self.read(h)})
+
+    def mark(self, name: str) -> None:
+        """Read the energy counters now (the timed windows start or end)."""
+        energy = [self._get("energy_mj", self.nvml.nvmlDeviceGetTotalEnergyConsumption, h) for h in self.handles]
+        self.marks[name] = {"t": time.time(), "energy_mj": dict(zip(self.labels, energy, strict=True))}
+
+    # -- thread ----------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample_once()
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.sample_once()
+
+    def summary(self) -> dict[str, Any]:
+        return summarize_node(self.samples, self.marks, self.unavailable, self.power_source, self.host,
+                              self.interval_s)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize_node(samples: list[dict], marks: dict, unavailable: dict, power_source: str | None, host: str,
+                   interval_s: float) -> dict[str, Any]:
+    """Per-GPU summary over the timed interval [marks['start'].t, marks['end'].t] (see the module doc)."""
+    t0, t1 = marks["start"]["t"], marks["end"]["t"]
+    gpus = sorted({s["gpu"] for s in samples})
+    per_gpu = []
+    for g in gpus:
+        window = [s for s in samples if s["gpu"] == g and t0 <= s["t"] <= t1]
+        power = [(s["t"], s["power_w"]) for s in window if s["power_w"] is not None]
+        e0, e1 = marks["start"]["energy_mj"].get(g), marks["end"]["energy_mj"].get(g)
+        if e0 is not None and e1 is not None:
+            energy, source = (e1 - e0) / 1000.0, "counter"
+        elif len(power) >= 2:
+            energy = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(power, power[1:], strict=False))
+            source = "integrated power samples"
+        else:
+            energy, source = None, "unavailable: too few power samples in the timed windows"
+        reasons = 0
+        for s in window:
+            reasons |= s["throttle_reasons"] or 0
+        util = [s["util_gpu_pct"] for s in window if s["util_gpu_pct"] is not None]
+        mem = [s["mem_used_mib"] for s in window if s["mem_used_mib"] is not None]
+        per_gpu.append({
+            "host": host, "gpu": g, "samples_in_windows": len(window),
+            "util_gpu_pct_mean": _mean(util), "util_gpu_pct_max": max(util) if util else None,
+            "mem_used_mib_peak": max((s["mem_used_mib"] for s in samples if s["gpu"] == g and
+                                      s["mem_used_mib"] is not None), default=None) if mem or samples else None,
+            "power_w_mean": _mean([p for _, p in power]), "energy_j": energy, "energy_source": source,
+            "throttle_reasons": [name for bit, name in THROTTLE_REASONS.items() if reasons & bit],
+            "throttled": bool(reasons & SLOWDOWN_MASK),
+        })
+    return {"host": host, "interval_s": interval_s, "timed_start": t0, "timed_end": t1,
+            "power_source": power_source, "unavailable": unavailable, "gpus": per_gpu}
+
+
+def combine(nodes: list[dict], images: int, images_per_sec_total: float) -> dict[str, Any]:
+    """Run-level figures from every node's summary."""
+    gpus = [g for n in nodes for g in n["gpus"]]
+    energies = [g["energy_j"] for g in gpus]
+    powers = [g["power_w_mean"] for g in gpus]
+    energy = sum(energies) if gpus and all(e is not None for e in energies) else None
+    power = sum(powers) if gpus and all(p is not None for p in powers) else None
+    return {
+        "available": True,
+        "nodes": nodes,
+        "energy_j": energy,
+        "energy_per_image_j": energy / images if energy is not None and images else None,
+        "power_w_mean_total": power,
+        "images_per_sec_per_watt": images_per_sec_total / power if power else None,
+        "throttled": any(g["throttled"] for g in gpus),
+        "definitions": {
+            "energy_per_image_j": "sum of GPU energy over the timed windows / images in the timed windows",
+            "images_per_sec_per_watt": "total images/s / sum of the GPUs' mean power in the timed windows",
+        },
+    }
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason}

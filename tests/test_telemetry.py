@@ -1,0 +1,128 @@
+import time
+
+import pytest
+from conftest import bench, has_cuda, only_result
+from fake_nvml import FakeGPU, FakeNVML
+
+from bench import telemetry
+from bench.config import RunConfig
+from bench.launch import LaunchInfo
+from bench.results import build_result
+
+
+def run_sampler(nvml, gpus, seconds=0.6, interval=0.05):
+    s = telemetry.Sampler(nvml, [nvml.nvmlDeviceGetHandleByIndex(i) for i in gpus], gpus, interval, "h")
+    s.start()
+    time.sleep(0.1)
+    s.mark("start")
+    time.sleep(seconds)
+    s.mark("end")
+    time.sleep(0.1)
+    s.stop()
+    return s
+
+
+def test_energy_from_counter_matches_power_times_time():
+    nvml = FakeNVML([FakeGPU(power_w=300.0), FakeGPU(power_w=100.0)])
+    s = run_sampler(nvml, [0, 1])
+    summary = s.summary()
+    elapsed = summary["timed_end"] - summary["timed_start"]
+    g0, g1 = summary["gpus"]
+    assert g0["energy_source"] == "counter"
+    assert g0["energy_j"] == pytest.approx(300 * elapsed, rel=0.02)
+    assert g1["energy_j"] == pytest.approx(100 * elapsed, rel=0.02)
+    assert g0["power_w_mean"] == 300 and summary["power_source"] == "instant"
+    assert g0["util_gpu_pct_mean"] == 97 and g0["mem_used_mib_peak"] == 10 * 1024
+    assert not g0["throttled"] and summary["unavailable"]["nvlink_tx_kbs"] == "NotSupported"
+
+
+def test_no_energy_counter_integrates_power_and_labels_it():
+    nvml = FakeNVML([FakeGPU(power_w=200.0, energy=False, instant_power=False)])
+    s = run_sampler(nvml, [0], seconds=1.0, interval=0.05)
+    g = s.summary()["gpus"][0]
+    assert g["energy_source"] == "integrated power samples"
+    samples = [x for x in s.samples if s.marks["start"]["t"] <= x["t"] <= s.marks["end"]["t"]]
+    span = samples[-1]["t"] - samples[0]["t"]
+    assert g["energy_j"] == pytest.approx(200 * span, rel=1e-6)
+    assert s.summary()["power_source"] == "average"
+    assert s.unavailable["energy_mj"] == "NotSupported"
+    assert all(x["energy_mj"] is None for x in s.samples)  # absent, never 0
+
+
+def test_unsupported_power_is_null_with_reason_not_zero():
+    nvml = FakeNVML([FakeGPU(power_w=None, energy=False)])
+    s = run_sampler(nvml, [0], seconds=0.2)
+    g = s.summary()["gpus"][0]
+    assert g["power_w_mean"] is None and g["energy_j"] is None
+    assert g["energy_source"].startswith("unavailable")
+    assert s.unavailable["power_w"] == "NotSupported"
+    assert all(x["power_w"] is None for x in s.samples)
+
+
+def test_throttle_reasons_named_and_flagged():
+    nvml = FakeNVML([FakeGPU(throttle=0x4 | 0x1)])
+    g = run_sampler(nvml, [0], seconds=0.2).summary()["gpus"][0]
+    assert g["throttle_reasons"] == ["gpu_idle", "sw_power_cap"] and g["throttled"]
+
+
+def test_window_alignment_excludes_samples_outside_timed_windows():
+    marks = {"start": {"t": 10.0, "energy_mj": {0: None}}, "end": {"t": 20.0, "energy_mj": {0: None}}}
+    samples = [{"t": t, "gpu": 0, "power_w": p, "util_gpu_pct": 50, "mem_used_mib": 1.0, "throttle_reasons": 0}
+               for t, p in ((5.0, 1000.0), (10.0, 100.0), (15.0, 100.0), (20.0, 300.0), (25.0, 1000.0))]
+    g = telemetry.summarize_node(samples, marks, {}, "average", "h", 5.0)["gpus"][0]
+    assert g["samples_in_windows"] == 3
+    assert g["energy_j"] == pytest.approx(5 * 100 + 5 * 200)  # trapezoids over 10..20 only
+    assert g["power_w_mean"] == pytest.approx(500 / 3)
+
+
+def test_combine_energy_per_image_and_per_watt():
+    nodes = [{"gpus": [{"energy_j": 600.0, "power_w_mean": 300.0, "throttled": False}]},
+             {"gpus": [{"energy_j": 400.0, "power_w_mean": 200.0, "throttled": True}]}]
+    c = telemetry.combine(nodes, images=2000, images_per_sec_total=1000.0)
+    assert c["energy_j"] == 1000.0 and c["energy_per_image_j"] == 0.5
+    assert c["images_per_sec_per_watt"] == pytest.approx(2.0) and c["throttled"]
+    nodes[1]["gpus"][0]["energy_j"] = None
+    assert telemetry.combine(nodes, 2000, 1000.0)["energy_per_image_j"] is None
+
+
+def test_result_carries_telemetry_or_its_absence():
+    cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=2).resolve("cuda", 1)
+    nvml = FakeNVML([FakeGPU(power_w=250.0)])
+    s = run_sampler(nvml, [0], seconds=0.3)
+    rank = {"rank": 0, "local_rank": 0, "host": "h", "device": "cuda:0", "setup_s": 1.0, "first_step_s": 0.5,
+            "init_s": 2.0, "train_s": 4.0, "warmup_step_s": [0.2], "window_s": [1.0, 1.0], "checksum": "a",
+            "param_sum_initial": 1.0, "param_sum_final": 2.0, "replicas": 1, "sync_report": None,
+            "telemetry": {"summary": s.summary(), "samples": s.samples}}
+    r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}}, "run1")
+    assert r["telemetry"]["available"] and r["telemetry"]["energy_per_image_j"] == pytest.approx(
+        r["telemetry"]["energy_j"] / 40)
+    rank["telemetry"] = None
+    r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}, "telemetry_note": "why"}, "run2")
+    assert r["telemetry"] == {"available": False, "reason": "why"}
+
+
+def test_sampler_rejects_bad_interval():
+    with pytest.raises(ValueError):
+        telemetry.Sampler(FakeNVML([FakeGPU()]), [], [], 0)
+
+
+@pytest.mark.skipif(has_cuda(), reason="a driver is present: NVML initialises")
+def test_real_nvml_without_a_driver_is_reported_not_raised():
+    nvml, reason = telemetry.load_nvml()
+    assert nvml is None and reason.startswith(("NVML did not initialise", "nvidia-ml-py"))
+
+
+@pytest.mark.slow
+def test_cpu_run_says_telemetry_unavailable(out):
+    r = bench("torch-ddp", "--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "0",
+              "--steps-per-window", "1", "--windows", "2", "--np", "1", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert result["telemetry"] == {"available": False, "reason": "no GPU in use (device cpu)"}
+    assert "unavailable" in r.stdout
+    assert not list(out.glob("*-telemetry.csv"))
+
+
+def test_bad_interval_from_cli(out):
+    r = bench("torch-ddp", "--telemetry-interval", "0", "--output", str(out))
+    assert r.returncode == 1 and "--telemetry-interval must be > 0" in r.stderr
