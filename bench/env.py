@@ -55,6 +55,87 @@ def container() -> str | None:
     return None
 
 
+def shm_gib() -> float | None:
+    """Size of /dev/shm: NCCL's shared-memory transport needs more than Docker's 64 MiB default."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return round(st.f_blocks * st.f_frsize / 2**30, 3)
+
+
+def numa_nodes() -> int | None:
+    try:
+        return len([n for n in os.listdir("/sys/devices/system/node") if n.startswith("node") and n[4:].isdigit()])
+    except OSError:
+        return None
+
+
+def loaded_libraries() -> dict[str, list[str]]:
+    """The CUDA-stack and MPI libraries mapped into this process right now (/proc/self/maps): what was
+    really loaded, whichever framework loaded it."""
+    wanted = {"nccl": "libnccl", "cudnn": "libcudnn.so", "cudart": "libcudart", "cublas": "libcublas.so",
+              "mpi": "libmpi.so"}
+    found: dict[str, set[str]] = {k: set() for k in wanted}
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rsplit(None, 1)[-1]
+                name = os.path.basename(path)
+                for key, prefix in wanted.items():
+                    if name.startswith(prefix):
+                        found[key].add(os.path.realpath(path))
+    except OSError:
+        return {}
+    return {k: sorted(v) for k, v in found.items() if v}
+
+
+def topology() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def nvml_gpus() -> dict[str, Any]:
+    """Every GPU NVML sees: name, memory, compute capability, ECC, power limit, plus the driver."""
+    from bench.telemetry import load_nvml
+
+    nvml, reason = load_nvml()
+    if nvml is None:
+        return {"available": False, "reason": reason}
+
+    def get(fn, *args):
+        try:
+            value = fn(*args)
+        except nvml.NVMLError as exc:
+            return f"unavailable: {type(exc).__name__.replace('NVMLError_', '')}"
+        return value.decode() if isinstance(value, bytes) else value
+
+    try:
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            mem = get(nvml.nvmlDeviceGetMemoryInfo, h)
+            cc = get(nvml.nvmlDeviceGetCudaComputeCapability, h)
+            ecc = get(nvml.nvmlDeviceGetEccMode, h)
+            limit = get(nvml.nvmlDeviceGetPowerManagementLimit, h)
+            gpus.append({
+                "index": i, "name": get(nvml.nvmlDeviceGetName, h), "uuid": get(nvml.nvmlDeviceGetUUID, h),
+                "memory_gib": round(mem.total / 2**30, 2) if hasattr(mem, "total") else mem,
+                "compute_capability": f"{cc[0]}.{cc[1]}" if isinstance(cc, tuple) else cc,
+                "ecc_enabled": bool(ecc[0]) if isinstance(ecc, (list, tuple)) else ecc,
+                "power_limit_w": limit / 1000 if isinstance(limit, int) else limit,
+            })
+        return {"available": True, "driver": get(nvml.nvmlSystemGetDriverVersion),
+                "cuda_driver_version": get(nvml.nvmlSystemGetCudaDriverVersion), "gpus": gpus}
+    finally:
+        nvml.nvmlShutdown()
+
+
 def base() -> dict[str, Any]:
     return {
         "hvdbench": __version__,
@@ -63,26 +144,14 @@ def base() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "numa_nodes": numa_nodes(),
+        "shm_gib": shm_gib(),
         "mpi": mpi_version(),
         "container": container(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "nvml": nvml_gpus(),
+        "loaded_libraries": loaded_libraries(),
     }
-
-
-def nvml_driver() -> str | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return version.decode() if isinstance(version, bytes) else version
-        finally:
-            pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
-        return None
 
 
 def torch_info() -> dict[str, Any]:
@@ -100,7 +169,6 @@ def torch_info() -> dict[str, Any]:
             p = torch.cuda.get_device_properties(i)
             info["gpus"].append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / 2**30, 2),
                                  "capability": f"{p.major}.{p.minor}"})
-        info["driver"] = nvml_driver()
     return info
 
 
@@ -128,7 +196,7 @@ def horovod_info(framework: str = "torch") -> dict[str, Any]:
 
 
 def full() -> dict[str, Any]:
-    """Everything importable here (``bench env``)."""
+    """Everything importable here (``bench env``); importing the frameworks loads their libraries."""
     import importlib.util
 
     record = base()
@@ -141,5 +209,6 @@ def full() -> dict[str, Any]:
             record["horovod"] = horovod_info("torch")
         except ImportError as exc:
             record["horovod"] = {"error": str(exc)}
-    record["driver"] = nvml_driver()
+    record["topology"] = topology()
+    record["loaded_libraries"] = loaded_libraries()  # after the imports above
     return record

@@ -35,6 +35,19 @@ class RankProgress:
         self._progress.stop()
 
 
+SHM_MIN_GIB = 1.0
+
+
+def warn_small_shm(cfg: RunConfig) -> None:
+    """NCCL's shared-memory transport fails or crawls with Docker's default 64 MiB /dev/shm."""
+    from bench.env import shm_gib
+
+    size = shm_gib()
+    if cfg.device.value == "cuda" and cfg.np and cfg.np > 1 and size is not None and size < SHM_MIN_GIB:
+        print(f"warning: /dev/shm is {size * 1024:.0f} MiB; NCCL needs more between local GPUs. "
+              "In Docker use --ipc=host or --shm-size=1g (or larger).", file=sys.stderr)
+
+
 def start_telemetry(cfg: RunConfig, info: launching.LaunchInfo, trainer):
     """(sampler or None, reason when there is none). One sampler per node, on its local rank 0."""
     if not cfg.telemetry:
@@ -77,6 +90,8 @@ def run(cfg: RunConfig) -> Path | None:
     if hasattr(mode, "serve") and mode.serve(cfg, info):
         return None
     out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
+    if info.local_rank == 0:
+        warn_small_shm(cfg)
     trainer = mode.make_trainer(cfg, info)
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
     progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None

@@ -45,7 +45,12 @@ def test_env_json():
     assert r.exit_code == 0
     record = json.loads(r.output)
     assert record["torch"]["version"].startswith("2.")
-    assert record["horovod"]["gloo_built"] is True
+    assert record["tensorflow"]["keras"].startswith("tf-keras 2.")
+    assert record["horovod"]["gloo_built"] is True and record["horovod"]["mpi_built"] is True
+    assert record["shm_gib"] > 0 and record["numa_nodes"] >= 1 and record["cpu_count"] >= 1
+    assert any("libmpi" in path for path in record["loaded_libraries"]["mpi"])  # Horovod loaded Open MPI
+    if not record["nvml"]["available"]:
+        assert record["nvml"]["reason"]  # absence has a reason
 
 
 def one_line_error(r, *, code=None):
