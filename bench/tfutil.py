@@ -3,6 +3,7 @@
 Keras 3 (TF >= 2.16's default) breaks Horovod (DistributedGradientTape fails on Keras-3 variables;
 the Keras DistributedOptimizer silently skips averaging) and MultiWorkerMirroredStrategy training.
 tf-keras, selected by TF_USE_LEGACY_KERAS=1 before TensorFlow is imported, works with both.
+TensorFlow < 2.16 (the 'classic' image stack) ships Keras 2 as tf.keras and needs no tf-keras.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ def import_tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         import tensorflow as tf
-        import tf_keras
     except ImportError as exc:
-        raise BenchError(f"TensorFlow modes need tensorflow and tf-keras ({exc}); run 'make venv'") from None
-    return tf, tf_keras
+        raise BenchError(f"TensorFlow modes need tensorflow ({exc}); run 'make venv'") from None
+    try:
+        import tf_keras as keras
+    except ImportError:
+        keras = tf.keras
+        if not str(getattr(keras, "__version__", "3")).startswith("2."):
+            raise BenchError(f"TensorFlow {tf.__version__} brings Keras 3, which breaks Horovod and multi-worker "
+                             f"training: pip install --no-deps tf-keras=={tf.__version__}") from None
+    return tf, keras

@@ -15,6 +15,8 @@
 #   HOROVOD_GPU            auto|nccl|none: NCCL GPU operations     (default auto: nccl when nvcc is
 #                          on PATH and torch was built with CUDA)
 #   HVDBENCH_WHEEL_CACHE   where built wheels are kept             (default ~/.cache/hvdbench/wheels)
+#   HVDBENCH_WHEEL_SEED    a read-only folder of such cache entries, looked at when the cache has
+#                          no wheel for the key (the image build gets the venv's wheels this way)
 #   HVDBENCH_SDIST_DIR     a folder already holding the sdist (offline builds, the GPU machine)
 #   MAKEFLAGS              parallel compile jobs                   (default -j<nproc>)
 #
@@ -85,6 +87,12 @@ install_wheel() {
   log "installed $(basename "$WHEEL_DIR"/horovod-*.whl) from $WHEEL_DIR"
 }
 
+if ! compgen -G "$WHEEL_DIR/horovod-*.whl" >/dev/null && [[ -n ${HVDBENCH_WHEEL_SEED:-} ]] \
+    && compgen -G "$HVDBENCH_WHEEL_SEED/$KEY/horovod-*.whl" >/dev/null; then
+  log "seeding the cache from $HVDBENCH_WHEEL_SEED/$KEY"
+  mkdir -p "$WHEEL_DIR"
+  cp "$HVDBENCH_WHEEL_SEED/$KEY"/horovod-*.whl "$WHEEL_DIR/"
+fi
 if compgen -G "$WHEEL_DIR/horovod-*.whl" >/dev/null; then
   log "cached wheel found for $KEY"
   install_wheel

@@ -1,0 +1,254 @@
+"""Host side of the images: base image, builds, layer checks. Python with the Docker SDK, no shell strings.
+
+    python docker/images.py base                                  # debootstrapped bookworm -> hvdbench-base:bookworm
+    python docker/images.py build --stack current --flavor cpu    # -> hvdbench:current-cpu
+    python docker/images.py build --stack current --flavor cuda   # -> hvdbench:current-cuda, hvdbench:latest
+    python docker/images.py check-secrets IMAGE [--secret FILE]   # no layer holds the CA bundle's private certs
+
+Builds need BuildKit (secrets, cache and bind mounts), which the Docker SDK's build API lacks, so they run
+the docker CLI with DOCKER_BUILDKIT=1 (HVDBENCH_DOCKER picks the binary; a 20.10 client needs no buildx).
+The machine's CA bundle (HVDBENCH_CA_BUNDLE, default /etc/ssl/certs/ca-certificates.crt) is passed as
+the BuildKit secret "ca", so pip works behind a TLS-inspecting proxy without the bundle entering a layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER_DIR = ROOT / "docker"
+WHEELHOUSE = DOCKER_DIR / "wheelhouse"
+STACKS = DOCKER_DIR / "stacks"
+FLAVORS = ("cpu", "cuda")
+LOCAL_BASE = "hvdbench-base:bookworm"
+DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
+PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\s+(.+?)\s+-----END CERTIFICATE-----", re.S)
+
+
+class ImageError(Exception):
+    pass
+
+
+def client():
+    import docker
+
+    try:
+        c = docker.from_env()
+        c.ping()
+    except docker.errors.DockerException as exc:
+        raise ImageError(f"no Docker engine answers ({exc}); run scripts/docker-up.sh") from None
+    return c
+
+
+def stacks() -> list[str]:
+    return sorted(p.stem for p in STACKS.glob("*.env"))
+
+
+def read_stack(stack: str) -> dict[str, str]:
+    path = STACKS / f"{stack}.env"
+    if not path.is_file():
+        raise ImageError(f"unknown stack '{stack}' (choose from: {', '.join(stacks())})")
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
+def build_args(stack: str, flavor: str, base: str | None = None) -> dict[str, str]:
+    """The Dockerfile's build args for a stack and flavour: FOO_CPU / FOO_CUDA become FOO."""
+    if flavor not in FLAVORS:
+        raise ImageError(f"unknown flavor '{flavor}' (choose from: {', '.join(FLAVORS)})")
+    values = read_stack(stack)
+    suffix = "_" + flavor.upper()
+    args = {k: v for k, v in values.items() if not k.endswith(("_CPU", "_CUDA"))}
+    args.update({k[: -len(suffix)]: v for k, v in values.items() if k.endswith(suffix)})
+    args["FLAVOR"] = flavor
+    if base:
+        args["BASE_IMAGE"] = base
+    from bench import __version__
+
+    args["HVDBENCH_VERSION"] = __version__
+    return args
+
+
+def tags(stack: str, flavor: str) -> list[str]:
+    out = [f"hvdbench:{stack}-{flavor}"]
+    if (stack, flavor) == ("current", "cuda"):
+        out += ["hvdbench:latest"]  # `hvdbench` means hvdbench:latest
+    return out
+
+
+# -- base image ---------------------------------------------------------------------------------------
+def make_base(tag: str = LOCAL_BASE, suite: str = "bookworm", mirror: str = "http://deb.debian.org/debian") -> str:
+    """A minimal Debian image made here (no registry needed): debootstrap, then docker import."""
+    c = client()
+    try:
+        c.images.get(tag)
+        print(f"images: {tag} exists")
+        return tag
+    except Exception:  # docker.errors.ImageNotFound
+        pass
+    if shutil.which("debootstrap") is None:
+        raise ImageError("debootstrap is not installed (apt-get install debootstrap)")
+    with tempfile.TemporaryDirectory(prefix="hvdbench-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        print(f"images: debootstrap {suite} into {rootfs}")
+        subprocess.run(["debootstrap", "--variant=minbase", suite, str(rootfs), mirror], check=True,
+                       stdout=subprocess.DEVNULL)
+        archive = Path(tmp) / "rootfs.tar"
+        with tarfile.open(archive, "w") as tar:
+            tar.add(rootfs, arcname=".")
+        repo, _, version = tag.partition(":")
+        c.api.import_image_from_file(str(archive), repository=repo, tag=version or "latest")
+    print(f"images: imported {tag}")
+    return tag
+
+
+# -- wheels for offline builds ------------------------------------------------------------------------
+def stage_wheels(stack: str, python: str = sys.executable) -> None:
+    """Put into docker/wheelhouse what this machine already has: the torch wheel pip resolves here
+    (a local CPU wheel where pip's config points at one), Horovod's sdist, and the Horovod wheels the
+    venv built (reused by the image build only when their cache key matches)."""
+    values = read_stack(stack)
+    WHEELHOUSE.mkdir(exist_ok=True)
+    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "-d", str(WHEELHOUSE),
+                    f"torch=={values['TORCH_VERSION']}"], check=True)
+    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d",
+                    str(WHEELHOUSE), f"horovod=={values['HOROVOD_VERSION']}"], check=True)
+    cache = Path(os.environ.get("HVDBENCH_WHEEL_CACHE", Path.home() / ".cache/hvdbench/wheels"))
+    if cache.is_dir():
+        shutil.copytree(cache, WHEELHOUSE / "horovod", dirs_exist_ok=True)
+
+
+# -- build --------------------------------------------------------------------------------------------
+def docker_cli() -> str:
+    explicit = os.environ.get("HVDBENCH_DOCKER")
+    if explicit:
+        return explicit
+    return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+
+
+def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str, str] | None = None,
+          ca_bundle: str | None = None) -> list[str]:
+    args = build_args(stack, flavor, base)
+    args.update(extra_args or {})
+    cmd = [docker_cli(), "build", "--network", "host", "-f", str(DOCKER_DIR / "Dockerfile")]
+    for key, value in args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    ca = ca_bundle if ca_bundle is not None else os.environ.get("HVDBENCH_CA_BUNDLE", DEFAULT_CA)
+    if ca and Path(ca).is_file():
+        cmd += ["--secret", f"id=ca,src={ca}"]
+    for tag in tags(stack, flavor):
+        cmd += ["-t", tag]
+    cmd.append(str(ROOT))
+    print("images:", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, env=dict(os.environ, DOCKER_BUILDKIT="1"))
+    if done.returncode != 0:
+        raise ImageError(f"docker build of {tags(stack, flavor)[0]} failed (exit {done.returncode})")
+    return tags(stack, flavor)
+
+
+# -- secrets ------------------------------------------------------------------------------------------
+def pem_bodies(data: bytes) -> set[bytes]:
+    return {re.sub(rb"\s+", b"", m) for m in PEM.findall(data)}
+
+
+def image_file(image: str, path: str) -> bytes:
+    """A file from an image's final filesystem."""
+    c = client()
+    container = c.containers.create(image, entrypoint=["true"])
+    try:
+        stream, _ = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.getmembers()[0]
+            return tar.extractfile(member).read()
+    finally:
+        container.remove()
+
+
+def secret_hits(image: str, secret: bytes, public: set[bytes] | None = None) -> list[str]:
+    """Layer files holding the secret file as a whole, or any certificate of it that is not public
+    (public: certificates the image is expected to carry anyway, e.g. its own ca-certificates bundle)."""
+    private = pem_bodies(secret) - (public or set())
+    c = client()
+    hits = []
+    with tempfile.TemporaryFile() as saved:
+        for chunk in c.images.get(image).save(named=False):
+            saved.write(chunk)
+        saved.seek(0)
+        with tarfile.open(fileobj=saved) as outer:
+            for layer in outer.getmembers():
+                if not layer.name.endswith("layer.tar"):
+                    continue
+                with tarfile.open(fileobj=outer.extractfile(layer)) as inner:
+                    for member in inner.getmembers():
+                        if not member.isfile():
+                            continue
+                        data = inner.extractfile(member).read()
+                        flat = re.sub(rb"\s+", b"", data) if b"CERTIFICATE" in data or secret in data else b""
+                        if secret in data or any(body in flat for body in private):
+                            hits.append(f"{layer.name}:{member.name}")
+    return hits
+
+
+def check_secrets(image: str, secret_path: str = DEFAULT_CA) -> list[str]:
+    secret = Path(secret_path).read_bytes()
+    try:
+        public = pem_bodies(image_file(image, "/etc/ssl/certs/ca-certificates.crt"))
+    except Exception:  # no bundle in the image
+        public = set()
+    return secret_hits(image, secret, public)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("base", help="make the local base image (debootstrap + import)")
+    b.add_argument("--tag", default=LOCAL_BASE)
+    bd = sub.add_parser("build", help="build one image")
+    bd.add_argument("--stack", default="current")
+    bd.add_argument("--flavor", default="cuda")
+    bd.add_argument("--base", help="base image instead of the stack's (e.g. hvdbench-base:bookworm)")
+    bd.add_argument("--offline-wheels", action="store_true",
+                    help="stage this machine's torch wheel, Horovod sdist and Horovod wheels in docker/wheelhouse "
+                         "and use no PyTorch index")
+    cs = sub.add_parser("check-secrets", help="fail if an image layer holds the CA bundle's private certificates")
+    cs.add_argument("image")
+    cs.add_argument("--secret", default=os.environ.get("HVDBENCH_CA_BUNDLE", DEFAULT_CA))
+    sub.add_parser("stacks", help="list the stacks")
+    a = p.parse_args()
+    try:
+        if a.command == "base":
+            make_base(a.tag)
+        elif a.command == "build":
+            extra = {}
+            if a.offline_wheels:
+                stage_wheels(a.stack)
+                extra["TORCH_INDEX_URL"] = ""
+            print("images: built", ", ".join(build(a.stack, a.flavor, a.base, extra)))
+        elif a.command == "check-secrets":
+            hits = check_secrets(a.image, a.secret)
+            if hits:
+                raise ImageError(f"{a.image}: secret material in layers: {', '.join(hits)}")
+            print(f"images: {a.image}: no layer holds {a.secret} or its private certificates")
+        else:
+            print("\n".join(stacks()))
+    except (ImageError, subprocess.CalledProcessError) as exc:
+        print(f"images: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
