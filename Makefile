@@ -7,8 +7,12 @@ STAMP := $(VENV)/.hvdbench-ready
 MODE ?= torch-ddp
 ARGS ?=
 PYTEST_ARGS ?=
+STACK ?= current
+FLAVOR ?= cuda
+# The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
+IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead clean
+.PHONY: help venv bench test test-fast lint bench-overhead image images image-test docker-up clean
 help:
 	@echo "make bench          set up (first time) and run a benchmark that fits this machine (MODE=$(MODE) ARGS=...)"
 	@echo "make test           set up (first time) and run the whole test suite"
@@ -16,6 +20,9 @@ help:
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
 	@echo "make bench-overhead torch-ddp vs a bare DDP loop, tf-horovod vs a bare Horovod TF loop"
 	@echo "make venv           the venv with torch, tensorflow-cpu, tf-keras and patched Horovod"
+	@echo "make image          build hvdbench:\$$STACK-\$$FLAVOR (default current-cuda, also tagged hvdbench:latest)"
+	@echo "make images         build every stack x flavour"
+	@echo "make image-test     start a Docker engine, build the CPU image here, run the image tests"
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements/venv.txt scripts/setup.sh docker/build-horovod.sh $(wildcard docker/horovod/*.patch)
@@ -26,14 +33,31 @@ bench: venv
 	$(VENV)/bin/bench $(MODE) $(ARGS)
 
 test: venv
-	scripts/run-tests.sh $(PY) $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not image" $(PYTEST_ARGS)
+	$(MAKE) image-test
 
 test-fast: venv
-	scripts/run-tests.sh $(PY) -m "not slow" $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not slow and not image" $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check bench tests benchmarks
+	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py
+	$(VENV)/bin/hadolint docker/Dockerfile
 	bash -n scripts/*.sh docker/*.sh .ci/run
+
+docker-up:
+	scripts/docker-up.sh
+
+image: venv docker-up
+	$(PY) docker/images.py build --stack $(STACK) --flavor $(FLAVOR)
+
+images: venv docker-up
+	for s in $$($(PY) docker/images.py stacks); do for f in cpu cuda; do \
+	  $(PY) docker/images.py build --stack $$s --flavor $$f || exit 1; done; done
+
+image-test: venv docker-up
+	$(PY) docker/images.py base
+	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
+	scripts/run-tests.sh $(PY) -m image $(PYTEST_ARGS)
 
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)
