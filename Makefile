@@ -12,7 +12,10 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead image images image-test docker-up clean
+.PHONY: help venv bench test test-fast lint bench-overhead image images image-test docker-up singularity sif sif-pull slurm-up clean
+APPTAINER ?= $(shell command -v apptainer || command -v singularity)
+SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
+REGISTRY ?= ghcr.io/hvdbench
 help:
 	@echo "make bench          set up (first time) and run a benchmark that fits this machine (MODE=$(MODE) ARGS=...)"
 	@echo "make test           set up (first time) and run the whole test suite"
@@ -23,6 +26,10 @@ help:
 	@echo "make image          build hvdbench:\$$STACK-\$$FLAVOR (default current-cuda, also tagged hvdbench:latest)"
 	@echo "make images         build every stack x flavour"
 	@echo "make image-test     start a Docker engine, build the CPU image here, run the image tests"
+	@echo "make singularity    regenerate singularity/*.def from docker/ (spython)"
+	@echo "make sif            build \$$SIF from the local Docker image hvdbench:\$$STACK-\$$FLAVOR (apptainer)"
+	@echo "make sif-pull       pull the published image into \$$SIF (apptainer)"
+	@echo "make slurm-up       start a one-node Slurm cluster here (tests use it)"
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml requirements/venv.txt scripts/setup.sh docker/build-horovod.sh $(wildcard docker/horovod/*.patch)
@@ -40,7 +47,7 @@ test-fast: venv
 	scripts/run-tests.sh $(PY) -m "not slow and not image" $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py
+	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py
 	$(VENV)/bin/hadolint docker/Dockerfile
 	bash -n scripts/*.sh docker/*.sh .ci/run
 
@@ -58,6 +65,20 @@ image-test: venv docker-up
 	$(PY) docker/images.py base
 	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
 	scripts/run-tests.sh $(PY) -m image $(PYTEST_ARGS)
+
+singularity: venv
+	$(PY) singularity/generate.py
+
+sif:
+	@test -n "$(APPTAINER)" || { echo "make sif: apptainer (or singularity) is not installed"; exit 1; }
+	$(APPTAINER) build $(SIF) docker-daemon://hvdbench:$(STACK)-$(FLAVOR)
+
+sif-pull:
+	@test -n "$(APPTAINER)" || { echo "make sif-pull: apptainer (or singularity) is not installed"; exit 1; }
+	$(APPTAINER) pull $(SIF) docker://$(REGISTRY)/hvdbench:$(STACK)-$(FLAVOR)
+
+slurm-up:
+	scripts/slurm-up.sh
 
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)

@@ -134,6 +134,14 @@ def _rank_prefix() -> str:
     return f"rank {info.rank}: " if info.launcher != "none" else ""
 
 
+def summary_line(exc: BaseException) -> str:
+    """The informative line of an exception message: TensorFlow's start 'in user code:' and end with the error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1][:300] if lines[0].endswith(":") and len(lines) > 1 else lines[0][:300]
+
+
 def main() -> None:
     try:
         rc = app(standalone_mode=False)
@@ -156,7 +164,7 @@ def main() -> None:
     except Exception as exc:  # an unexpected failure on a rank: one line unless debugging
         if os.environ.get("HVDBENCH_DEBUG"):
             raise
-        print(f"{_rank_prefix()}internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        print(f"{_rank_prefix()}internal error: {type(exc).__name__}: {summary_line(exc)}"
               " (HVDBENCH_DEBUG=1 shows the traceback)", file=sys.stderr)
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -144,6 +144,18 @@ def detect(env: dict[str, str] | None = None) -> LaunchInfo:
     return info
 
 
+def check_gpus_per_node(info: LaunchInfo, gpus: int, env: dict[str, str] | None = None) -> None:
+    """Under an outer launcher, one GPU per local rank: more ranks than visible GPUs means sharing."""
+    env = dict(os.environ if env is None else env)
+    if info.launcher == "none" or info.local_world_size <= gpus:
+        return
+    if gpus == 1 and env.get("SLURM_GPUS_PER_TASK"):
+        return  # Slurm bound one GPU to each task: every rank sees its own as device 0
+    raise BenchError(f"{info.local_world_size} ranks on this node but {gpus} GPU(s) visible to each: ranks would "
+                     "share GPUs. Start one task per GPU (--ntasks-per-node equal to --gpus-per-node, or "
+                     "srun --gpus-per-task=1)")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

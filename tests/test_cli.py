@@ -105,3 +105,12 @@ def test_np_mismatch_under_launcher(out):
     r = bench("torch-ddp", *SMALL, "--np", "4", "--output", str(out), OMPI_COMM_WORLD_RANK="0",
               OMPI_COMM_WORLD_SIZE="1", OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1")
     assert "does not match" in one_line_error(r, code=1)
+
+
+def test_summary_line_of_framework_errors():
+    from bench.cli import summary_line
+
+    assert summary_line(TypeError("in user code:\n\n  File x\n    y\n\n  TypeError: bad dtype")) == \
+        "TypeError: bad dtype"
+    assert summary_line(RuntimeError("Connection reset by peer\nmore")) == "Connection reset by peer"
+    assert summary_line(ValueError("")) == ""

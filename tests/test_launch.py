@@ -1,7 +1,7 @@
 import pytest
 
 from bench.errors import BenchError
-from bench.launch import detect, first_slurm_host
+from bench.launch import LaunchInfo, check_gpus_per_node, detect, first_slurm_host
 
 
 def test_no_launcher():
@@ -58,3 +58,15 @@ def test_malformed_environments(env, message):
     ("node1", "node1"), ("node[03-05,7]", "node03"), ("gpu[1,3],cpu2", "gpu1"), ("a-b-c", "a-b-c")])
 def test_slurm_nodelist(nodelist, first):
     assert first_slurm_host(nodelist) == first
+
+
+def test_gpu_allocation_mismatch_is_a_clear_error():
+    srun4 = LaunchInfo("srun", rank=0, world_size=8, local_rank=0, local_world_size=4)
+    check_gpus_per_node(srun4, 4, {})
+    check_gpus_per_node(srun4, 8, {})
+    check_gpus_per_node(srun4, 1, {"SLURM_GPUS_PER_TASK": "1"})  # one bound GPU per task
+    with pytest.raises(BenchError, match="4 ranks on this node but 2 GPU"):
+        check_gpus_per_node(srun4, 2, {})
+    with pytest.raises(BenchError, match="share GPUs"):
+        check_gpus_per_node(srun4, 1, {})
+    check_gpus_per_node(LaunchInfo("none"), 0, {})  # the spawner chooses --np itself

@@ -9,7 +9,7 @@ from typing import Any
 from bench import env
 from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError
-from bench.launch import LaunchInfo
+from bench.launch import LaunchInfo, check_gpus_per_node
 from bench.tfutil import import_tf
 
 tf, keras = import_tf()
@@ -42,6 +42,8 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
         np = launch.world_size
         if cfg.np is not None and cfg.np != np:
             raise BenchError(f"--np {cfg.np} does not match the {np} ranks {launch.launcher} started")
+        if device == "cuda":
+            check_gpus_per_node(launch, gpus)
     return cfg.resolve(device, np)
 
 

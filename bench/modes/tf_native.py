@@ -164,8 +164,13 @@ class MultiWorkerTrainer(_SyncStrategyTrainer):
             parse_tf_config(os.environ["TF_CONFIG"])  # a clear error before TF's own
             return tf.distribute.cluster_resolver.TFConfigClusterResolver()
         if self.launch.launcher == "srun":
+            # TF's own resolver: hosts from the step's node list (scontrol), one port per local task.
+            # bench pins GPUs itself (local rank -> device; auto_set_gpu=False), so the resolver's GPU
+            # bookkeeping is unused; it cannot express zero GPUs per task, so it is told one per task.
+            per_node = max(1, self.launch.local_world_size)
             return tf.distribute.cluster_resolver.SlurmClusterResolver(
-                jobs={"worker": self.world_size}, port_base=self.launch.master_port or 8888, auto_set_gpu=False)
+                jobs={"worker": self.world_size}, port_base=self.launch.master_port or 8888,
+                gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False)
         raise BenchError("tf-native multiworker needs TF_CONFIG (bench writes it when it spawns the ranks) "
                          "or srun")
 

@@ -12,7 +12,7 @@ import torch
 from bench import env
 from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError
-from bench.launch import LaunchInfo
+from bench.launch import LaunchInfo, check_gpus_per_node
 from bench.models.torch_models import build, loss_fn
 
 
@@ -32,6 +32,8 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
         np = launch.world_size
         if cfg.np is not None and cfg.np != np:
             raise BenchError(f"--np {cfg.np} does not match the {np} ranks {launch.launcher} started")
+        if device == "cuda":
+            check_gpus_per_node(launch, gpus)
     if device == "cpu" and cfg.precision == Precision.amp_fp16:
         raise BenchError("--precision amp-fp16 needs a GPU; on CPU use fp32 or amp-bf16")
     return cfg.resolve(device, np)

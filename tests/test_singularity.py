@@ -1,0 +1,57 @@
+"""The Singularity/Apptainer recipes: generated from docker/ by spython, in sync, complete.
+
+Apptainer itself is not installable here, so no SIF is built in the tests (see the README).
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "singularity"))
+generate = pytest.importorskip("generate")
+DEFS = sorted((ROOT / "singularity").glob("hvdbench-*.def"))
+
+
+def test_every_stack_and_flavour_has_a_definition():
+    assert [p.name for p in DEFS] == sorted(t[2].name for t in generate.targets())
+    assert len(DEFS) == 4
+
+
+def test_committed_definitions_are_what_the_generator_makes_today():
+    r = subprocess.run([sys.executable, str(ROOT / "singularity" / "generate.py"), "--check"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("path", DEFS, ids=lambda p: p.name)
+def test_definition_is_complete_and_clean(path):
+    text = path.read_text()
+    stack, flavor = re.match(r"hvdbench-(\w+)-(\w+)\.def", path.name).groups()
+    values = generate.images.build_args(stack, flavor)
+    assert f"From: {values['BASE_IMAGE']}" in text
+    for section in generate.SECTIONS:
+        assert re.search(rf"^{section}\b", text, re.M), section
+    assert "%post -c /bin/bash\nset -euo pipefail\n" in text
+    assert "--mount=" not in text and "SHELL [" not in text  # BuildKit-only syntax handled, not copied
+    labels = text.split("%labels\n", 1)[1].split("\n%", 1)[0]
+    assert "${" not in labels and f'io.hvdbench.torch="{values["TORCH_VERSION"]}"' in labels
+    runscript = text.split("%runscript\n", 1)[1].split("\n%", 1)[0]
+    assert runscript.strip() == 'exec /opt/hvdbench/docker/entrypoint.sh "$@"'
+    assert "export TF_USE_LEGACY_KERAS=1" in text.split("%post", 1)[1].split("%environment", 1)[0]
+    assert "horovodrun --check-build" in text.split("%test\n", 1)[1]
+    files = text.split("%files\n", 1)[1].split("\n%", 1)[0].splitlines()
+    for line in files:
+        assert (ROOT / line.split()[0]).exists(), line
+    assert not any("ca-certificates" in line for line in files)  # the CA bundle is bound, never copied
+    assert "rm -rf /wheelhouse" in text
+
+
+def test_preprocess_strips_buildkit_syntax():
+    text = ("ARG X=1\nFROM ${BASE_IMAGE}\nARG X=1\nSHELL [\"/bin/bash\"]\n"
+            "RUN --mount=type=secret,id=ca \\\n    --mount=type=cache,target=/c \\\n    echo hi\n")
+    out = generate.preprocess(text, {"X": "2", "BASE_IMAGE": "debian:bookworm-slim"})
+    assert out == "ARG X=2\nFROM debian:bookworm-slim\nARG X=2\nRUN echo hi\n"
