@@ -96,6 +96,91 @@ for _name in MODES:
     app.command(_name)(_mode_command(_name))
 
 
+@app.command("sweep")
+def sweep_command(
+    modes: Annotated[str, typer.Option(help="Comma-separated modes; tf-native:ps picks a strategy.")],
+    np: Annotated[str, typer.Option("--np", help="Comma-separated rank counts.")] = "1,2",
+    models: Annotated[str, typer.Option(help="Comma-separated models.")] = "vgg16",
+    precisions: Annotated[str, typer.Option(help="Comma-separated precisions.")] = "fp32",
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated per-device batch sizes (empty: each "
+                                             "device's default).")] = "",
+    image_size: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
+    warmup_steps: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
+    steps_per_window: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
+    windows: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
+    device: Annotated[Device, typer.Option(help="Passed to every run.")] = Device.auto,
+    num_classes: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
+    output: Annotated[str, typer.Option(help="The sweep folder (results, manifest.json, logs).")] = "results/sweep",
+    redo: Annotated[bool, typer.Option("--redo", help="Run finished cells again instead of skipping them.")] = False,
+) -> None:
+    """Run a matrix of benchmarks, one run per cell, resumable (here, or one srun step per cell in Slurm)."""
+    from pathlib import Path
+
+    from bench.sweep import SweepConfig, parse_list, run_sweep
+
+    common = []
+    for flag, value in (("--image-size", image_size), ("--warmup-steps", warmup_steps),
+                        ("--steps-per-window", steps_per_window), ("--windows", windows),
+                        ("--num-classes", num_classes)):
+        if value is not None:
+            common += [flag, str(value)]
+    common += ["--device", device.value]
+    sweep = SweepConfig(modes=parse_list(modes), nps=parse_list(np, int), models=parse_list(models),
+                        precisions=parse_list(precisions), batch_sizes=parse_list(batch_sizes, int) or [None],
+                        common=common)
+    summary = run_sweep(sweep, Path(output), redo=redo)
+    if summary.get("failed"):
+        raise BenchError(f"{summary['failed']} cell(s) failed; their logs are in {output}/logs")
+
+
+@app.command("report")
+def report_command(
+    paths: Annotated[list[str], typer.Argument(help="Sweep folders or result files.")],
+    out: Annotated[str | None, typer.Option(help="Where report.md, report.csv and the plots go "
+                                            "(default: the first folder).")] = None,
+) -> None:
+    """Write report.md, report.csv and plots from results (never re-runs anything)."""
+    from pathlib import Path
+
+    from bench.report import write_report
+
+    first = Path(paths[0])
+    target = Path(out) if out else (first if first.is_dir() else first.parent)
+    typer.echo(f"report: {write_report([Path(p) for p in paths], target)}")
+
+
+@app.command("compare")
+def compare_command(
+    a: Annotated[str, typer.Argument(help="Baseline: a result file or a sweep folder.")],
+    b: Annotated[str, typer.Argument(help="Candidate: a result file or a sweep folder.")],
+    metric: Annotated[str, typer.Option(help="Metric that --max-regression checks.")] = "images_per_sec_total",
+    max_regression: Annotated[float | None, typer.Option(help="Exit 1 when METRIC regressed by more than this "
+                                                         "many percent in any cell.")] = None,
+) -> None:
+    """Compare two results or sweeps metric by metric: relative change and significance (CI overlap)."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from bench.compare import METRICS, compare, regressions
+
+    if metric not in METRICS:
+        raise BenchError(f"unknown metric '{metric}' (choose from: {', '.join(METRICS)})")
+    rows = compare(Path(a), Path(b))
+    table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{a} -> {b}")
+    for r in rows:
+        sig = {True: "yes", False: "no", None: "n/a"}[r["significant"]]
+        table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}", sig)
+    Console().print(table)
+    if max_regression is not None:
+        bad = regressions(rows, metric, max_regression)
+        if bad:
+            worst = max(bad, key=lambda r: r["regression"])
+            raise BenchError(f"{metric} regressed by {worst['regression']:.1%} in {worst['cell']} "
+                             f"(more than {max_regression:g}% allowed)")
+
+
 @app.command("models")
 def models_command() -> None:
     """List the models with their parameter counts (at 1000 classes)."""

@@ -35,5 +35,9 @@ MODES: dict[str, ModeSpec] = {
                  "TensorFlow with Horovod's DistributedGradientTape (NCCL on GPU, Gloo or MPI on CPU)"),
         ModeSpec("tf-native", "tensorflow", "bench.modes.tf_native",
                  "TensorFlow tf.distribute: --strategy multiworker (default), mirrored or ps"),
+        ModeSpec("torch-single", "torch", "bench.modes.torch_single",
+                 "PyTorch on one device, no distribution library: the single-GPU baseline"),
+        ModeSpec("tf-single", "tensorflow", "bench.modes.tf_single",
+                 "TensorFlow on one device (compiled step), no strategy, no Horovod: the baseline"),
     )
 }

@@ -1,0 +1,45 @@
+"""tf-single: a plain single-device TensorFlow loop (compiled step), no strategy, no Horovod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.config import RunConfig
+from bench.launch import LaunchInfo
+from bench.modes import single
+from bench.modes.tf_common import TFTrainer, resolve, tf
+
+
+def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
+    return single.preflight(cfg, launch, resolve)
+
+
+def spawn(cfg: RunConfig) -> None:
+    single.spawn_one(cfg)
+
+
+def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
+    return SingleTFTrainer(cfg, launch)
+
+
+class SingleTFTrainer(TFTrainer):
+    def setup(self) -> None:
+        self.build_model()
+        x, y = self.make_data(0)
+
+        @tf.function
+        def train_step():
+            return self.replica_step(x, y, self.cfg.batch_size)
+
+        self._train_step = train_step
+
+    def step(self) -> None:
+        self._last = self._train_step()
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def environment(self) -> dict[str, Any]:
+        record = super().environment()
+        record["distribution"] = {"library": None}
+        return record

@@ -1,0 +1,39 @@
+"""torch-single: a plain single-device PyTorch loop, no distribution library (the baseline seed 000 starts from)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.config import Precision, RunConfig
+from bench.launch import LaunchInfo
+from bench.modes import single
+from bench.modes.torch_common import TorchTrainer, resolve, torch
+
+
+def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
+    return single.preflight(cfg, launch, resolve)
+
+
+def spawn(cfg: RunConfig) -> None:
+    single.spawn_one(cfg)
+
+
+def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
+    return SingleTrainer(cfg, launch)
+
+
+class SingleTrainer(TorchTrainer):
+    def setup(self) -> None:
+        self.model = self.build_model()
+        self.optimizer = self.build_optimizer(self.model.parameters())
+        if self.cfg.precision == Precision.amp_fp16:
+            self.scaler = torch.amp.GradScaler("cuda")
+        self.build_data()
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def environment(self) -> dict[str, Any]:
+        record = super().environment()
+        record["distribution"] = {"library": None}
+        return record

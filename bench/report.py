@@ -1,0 +1,305 @@
+"""bench report DIR: results -> report.md, report.csv and PNG plots. It reads result files; it never runs anything.
+
+Formulas (each stated in the report too):
+
+* Step throughput T_n: a run's ``images_per_sec_total`` (mean over timed windows, all ranks).
+* Wall throughput W_n: ``images_per_sec_wall_total`` = images after init / (init_s + train_s) (seed 003).
+* Speedup vs 1 rank of the same mode: S_n = T_n / T_1; wall speedup S^wall_n = W_n / W_1.
+* Scaling efficiency: E_n = T_n / (n * T_1) = S_n / n.
+* Speedup vs a plain single device (torch-single / tf-single, same framework, model, precision, batch,
+  image size): T_n / T_single.
+* Horovod vs native, same framework and setting at the same n: ratio T_horovod / T_native; the
+  difference is called beyond noise when the two 95% confidence intervals do not overlap.
+
+Where several results share a cell (mode, model, precision, batch, image size, n), the one with the
+most recent ``created_utc`` is used and the others are listed as repeats.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+from bench.results import REQUIRED_KEYS
+
+NATIVE_OF = {"torch-horovod": "torch-ddp", "tf-horovod": "tf-native"}
+SINGLE_OF = {"torch": "torch-single", "tensorflow": "tf-single"}
+FRAMEWORK = {"torch-ddp": "torch", "torch-horovod": "torch", "torch-single": "torch",
+             "tf-horovod": "tensorflow", "tf-native": "tensorflow", "tf-single": "tensorflow"}
+
+
+@dataclass(frozen=True)
+class Key:
+    label: str  # mode, or mode:strategy for tf-native
+    model: str
+    precision: str
+    batch_size: int
+    image_size: int
+
+    @property
+    def mode(self) -> str:
+        return self.label.split(":")[0]
+
+    @property
+    def setting(self) -> tuple:
+        return self.model, self.precision, self.batch_size, self.image_size
+
+    def setting_text(self) -> str:
+        return f"{self.model} {self.image_size}x{self.image_size}, batch {self.batch_size}/device, {self.precision}"
+
+
+def label_of(result: dict[str, Any]) -> str:
+    strategy = result["config"].get("strategy")
+    return f"{result['mode']}:{strategy}" if strategy else result["mode"]
+
+
+def key_of(result: dict[str, Any]) -> Key:
+    c = result["config"]
+    return Key(label_of(result), c["model"], c["precision"], c["batch_size"], c["image_size"])
+
+
+def load_results(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every result under the given files or folders; one clear error for anything that is not one."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files += [f for f in sorted(p.rglob("*.json")) if f.name != "manifest.json"]
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise BenchError(f"{p} does not exist")
+    if not files:
+        raise BenchError(f"no hvdbench results (*.json) in {', '.join(map(str, paths))}")
+    results = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BenchError(f"{f} is not readable JSON ({exc})") from None
+        missing = [k for k in REQUIRED_KEYS if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise BenchError(f"{f} is not an hvdbench result (it lacks {', '.join(missing)})")
+        data["_path"] = str(f)
+        results.append(data)
+    versions = sorted({r["schema_version"] for r in results})
+    if len(versions) > 1:
+        raise BenchError(f"results of different schema versions ({', '.join(map(str, versions))}) cannot be "
+                         "reported together")
+    ok = [r for r in results if r["status"] == "ok"]
+    if not ok:
+        raise BenchError("no result with status 'ok'")
+    return ok
+
+
+def table_cells(results: list[dict[str, Any]]) -> tuple[dict[Key, dict[int, dict]], dict]:
+    """{key: {n: result}} using the newest result per cell, and {(key, n): [older results]}."""
+    cells: dict[Key, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        cells[key_of(r)][r["world_size"]].append(r)
+    chosen, repeats = {}, {}
+    for key, by_n in cells.items():
+        chosen[key] = {}
+        for n, rs in by_n.items():
+            rs.sort(key=lambda r: r["created_utc"])
+            chosen[key][n] = rs[-1]
+            repeats[(key, n)] = rs[:-1]
+    return chosen, repeats
+
+
+def ci_overlap(a: dict, b: dict) -> bool | None:
+    ca, cb = a["summary"].get("ci95"), b["summary"].get("ci95")
+    if not ca or not cb:
+        return None
+    return not (ca[1] < cb[0] or cb[1] < ca[0])
+
+
+def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+    rows = []
+    for key in sorted(chosen, key=lambda k: (k.setting, k.label)):
+        by_n = chosen[key]
+        base = by_n.get(1)
+        single = chosen.get(Key(SINGLE_OF.get(FRAMEWORK.get(key.mode, ""), ""), *key.setting), {}).get(1)
+        for n in sorted(by_n):
+            r = by_n[n]
+            t, w = r["summary"]["images_per_sec_total"], r["summary"].get("images_per_sec_wall_total")
+            row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
+                   "image_size": key.image_size, "n": n, "img_s_total": t,
+                   "img_s_per_gpu": r["summary"]["images_per_sec_per_gpu"], "ci95": r["summary"].get("ci95"),
+                   "img_s_wall": w, "init_s": r["timing"]["init_s"], "run_id": r["run_id"],
+                   "speedup": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
+            if base is not None:
+                t1 = base["summary"]["images_per_sec_total"]
+                row["speedup"] = t / t1
+                row["efficiency"] = t / (n * t1)
+                w1 = base["summary"].get("images_per_sec_wall_total")
+                row["wall_speedup"] = w / w1 if w and w1 else None
+            if single is not None:
+                row["vs_single"] = t / single["summary"]["images_per_sec_total"]
+            rows.append(row)
+    return rows
+
+
+def horovod_vs_native(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+    rows = []
+    for key, by_n in chosen.items():
+        native_mode = NATIVE_OF.get(key.label)
+        if not native_mode:
+            continue
+        for native_key in [k for k in chosen if k.mode == native_mode and k.setting == key.setting]:
+            for n in sorted(set(by_n) & set(chosen[native_key])):
+                h, nat = by_n[n], chosen[native_key][n]
+                th, tn = h["summary"]["images_per_sec_total"], nat["summary"]["images_per_sec_total"]
+                overlap = ci_overlap(h, nat)
+                rows.append({"setting": key.setting_text(), "n": n, "horovod": key.label, "native": native_key.label,
+                             "horovod_img_s": th, "native_img_s": tn, "ratio": th / tn,
+                             "faster": key.label if th > tn else native_key.label,
+                             "by_pct": abs(th / tn - 1) * 100,
+                             "beyond_ci": None if overlap is None else not overlap})
+    return sorted(rows, key=lambda r: (r["setting"], r["horovod"], r["native"], r["n"]))
+
+
+def _fmt(x, spec=".2f", none="–"):
+    return none if x is None else format(x, spec)
+
+
+def plots(rows: list[dict], results: list[dict], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    series: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        if r["speedup"] is not None:
+            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["image_size"])].append(r)
+    if series:
+        max_n = max(r["n"] for rs in series.values() for r in rs)
+        for metric, name, ylabel in (("speedup", "speedup.png", "speedup vs 1 rank (step throughput)"),
+                                     ("efficiency", "efficiency.png", "scaling efficiency T_n / (n T_1)")):
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for (label, model, precision, batch, size), rs in sorted(series.items()):
+                rs = sorted(rs, key=lambda r: r["n"])
+                ax.plot([r["n"] for r in rs], [r[metric] for r in rs], marker="o",
+                        label=f"{label} ({model} {size}px b{batch} {precision})")
+            ideal = list(range(1, max_n + 1))
+            ax.plot(ideal, ideal if metric == "speedup" else [1.0] * len(ideal), "k--", lw=1, label="ideal")
+            ax.set_xlabel("GPUs / ranks (n)")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / name, dpi=120)
+            plt.close(fig)
+            written.append(name)
+    tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
+    if tele:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        labels = [f"{label_of(r)} n={r['world_size']}" for r in tele]
+        ax.bar(labels, [r["telemetry"].get("energy_per_image_j") or 0 for r in tele])
+        ax.set_ylabel("GPU energy per image (J/img)")
+        ax.tick_params(axis="x", rotation=45)
+        fig.tight_layout()
+        fig.savefig(out / "energy_per_image.png", dpi=120)
+        plt.close(fig)
+        written.append("energy_per_image.png")
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for r in tele:
+            samples = Path(r["_path"]).parent / r["telemetry"].get("samples_csv", "")
+            if samples.is_file():
+                with open(samples) as f:
+                    rows_ = [x for x in csv.DictReader(f) if x["power_w"]]
+                if rows_:
+                    t0 = float(rows_[0]["t"])
+                    ax.plot([float(x["t"]) - t0 for x in rows_], [float(x["power_w"]) for x in rows_], lw=1,
+                            label=f"{label_of(r)} n={r['world_size']} gpu {rows_[0]['gpu']}")
+        ax.set_xlabel("time since the sampler started (s)")
+        ax.set_ylabel("GPU power (W)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "telemetry_power.png", dpi=120)
+        plt.close(fig)
+        written.append("telemetry_power.png")
+    return written
+
+
+def environment_text(results: list[dict]) -> list[str]:
+    envs = [r["environment"] for r in results]
+    first = envs[0]
+    hosts = sorted({rank["host"] for e in envs for rank in e.get("ranks", [])})
+    lines = [f"- hosts: {', '.join(hosts)}", f"- CPU: {first.get('cpu')} ({first.get('cpu_count')} cores)",
+             f"- Python {first.get('python')}, MPI: {first.get('mpi')}, container: {first.get('container')}"]
+    for name in ("torch", "tensorflow", "horovod"):
+        versions = sorted({str(e[name].get("version")) for e in envs if isinstance(e.get(name), dict)})
+        if versions:
+            lines.append(f"- {name}: {', '.join(versions)}")
+    gpus = sorted({g.get("name") for e in envs for g in (e.get("nvml") or {}).get("gpus", [])})
+    lines.append(f"- GPUs: {', '.join(gpus) if gpus else 'none (CPU runs)'}")
+    return lines
+
+
+def write_report(paths: list[Path], out: Path) -> Path:
+    results = load_results(paths)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen, repeats = table_cells(results)
+    rows = scaling_rows(chosen)
+    versus = horovod_vs_native(chosen)
+    images = plots(rows, results, out)
+
+    md = ["# hvdbench report", "",
+          f"{len(results)} results from {', '.join(map(str, paths))}. Throughput T is the mean over timed "
+          "windows of images/s across all ranks (warmup excluded); every figure below is read from the result "
+          "files.", "",
+          "Formulas: speedup S_n = T_n / T_1 (same mode, model, precision, batch, image size); efficiency "
+          "E_n = T_n / (n T_1); wall speedup = W_n / W_1 with W = images after init / (init_s + train_s); "
+          "vs single = T_n / T of torch-single or tf-single in the same setting.", "",
+          "## Scaling (the Horovod paper's table: 1 GPU, N GPUs, speedup)", "",
+          "| mode | setting | n | img/s total | img/s per GPU | 95% CI (total) | speedup | efficiency "
+          "| wall speedup | vs single | init s |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ci = r["ci95"]
+        md.append(f"| {r['label']} | {r['model']} {r['image_size']}px b{r['batch_size']} {r['precision']} | {r['n']} "
+                  f"| {r['img_s_total']:.2f} | {r['img_s_per_gpu']:.2f} | "
+                  f"{f'{ci[0]:.2f}–{ci[1]:.2f}' if ci else '–'} | {_fmt(r['speedup'])} | "
+                  f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "
+                  f"{r['init_s']:.1f} |")
+    md += ["", "## Horovod vs native", ""]
+    if versus:
+        md += ["| setting | n | Horovod | img/s | native | img/s | Horovod / native | faster | beyond 95% CIs |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for v in versus:
+            beyond = {True: "yes", False: "no (CIs overlap)", None: "n/a"}[v["beyond_ci"]]
+            md.append(f"| {v['setting']} | {v['n']} | {v['horovod']} | {v['horovod_img_s']:.2f} | {v['native']} | "
+                      f"{v['native_img_s']:.2f} | {v['ratio']:.3f} | {v['faster']} by {v['by_pct']:.1f}% | {beyond} |")
+    else:
+        md.append("No Horovod/native pair in the same setting.")
+    tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
+    if tele:
+        md += ["", "## Energy", "", "| mode | n | J/img | img/s per W | mean GPU power W | throttled |",
+               "|---|---|---|---|---|---|"]
+        for r in tele:
+            t = r["telemetry"]
+            md.append(f"| {label_of(r)} | {r['world_size']} | {_fmt(t.get('energy_per_image_j'), '.3f')} | "
+                      f"{_fmt(t.get('images_per_sec_per_watt'), '.3f')} | {_fmt(t.get('power_w_mean_total'), '.0f')} | "
+                      f"{'yes' if t.get('throttled') else 'no'} |")
+    if images:
+        md += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
+    n_repeats = sum(len(v) for v in repeats.values())
+    if n_repeats:
+        md += ["", f"{n_repeats} older repeat(s) of a cell were not used (the newest result per cell is)."]
+    md += ["", "## Environment", ""] + environment_text(results) + [""]
+    path = out / "report.md"
+    path.write_text("\n".join(md))
+    with open(out / "report.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "ci95"] + ["ci95_low", "ci95_high"])
+        writer.writeheader()
+        for r in rows:
+            ci = r["ci95"] or [None, None]
+            writer.writerow({**{k: v for k, v in r.items() if k != "ci95"}, "ci95_low": ci[0], "ci95_high": ci[1]})
+    return path

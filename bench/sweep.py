@@ -1,0 +1,202 @@
+"""bench sweep: a matrix of runs, one per cell, into one folder with a manifest; resumable.
+
+Each cell is an ordinary bench run in its own process (self-spawned here, or ``srun -n NP`` inside a
+Slurm allocation), writing its normal result into the sweep folder. The manifest
+(``manifest.json``, rewritten atomically after every cell) records each cell's status (``ok``,
+``failed``, ``interrupted``), its result file, duration, log file and, for a failure, the error line.
+Re-running the same sweep skips cells whose result exists, unless ``--redo``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import SCHEMA_VERSION
+from bench.config import Precision, Strategy
+from bench.errors import BenchError
+from bench.models import MODELS
+from bench.modes import MODES
+
+MANIFEST = "manifest.json"
+SINGLE_MODES = ("torch-single", "tf-single")
+MPI_MODES = ("torch-horovod", "tf-horovod")
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: str
+    strategy: str | None
+    np: int
+    model: str
+    precision: str
+    batch_size: int | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}:{self.strategy}" if self.strategy else self.mode
+
+    @property
+    def id(self) -> str:
+        batch = self.batch_size or "default"
+        return f"{self.label.replace(':', '-')}_np{self.np}_{self.model}_{self.precision}_b{batch}"
+
+    def bench_args(self, common: list[str], output: Path) -> list[str]:
+        args = [self.mode, "--model", self.model, "--precision", self.precision, "--output", str(output), *common]
+        if self.strategy:
+            args += ["--strategy", self.strategy]
+        if self.batch_size:
+            args += ["--batch-size", str(self.batch_size)]
+        return args
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    modes: list[str]
+    nps: list[int]
+    models: list[str] = field(default_factory=lambda: ["vgg16"])
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    batch_sizes: list[int | None] = field(default_factory=lambda: [None])
+    common: list[str] = field(default_factory=list)  # options passed to every run (image size, steps, ...)
+
+    def __post_init__(self) -> None:
+        for label in self.modes:
+            mode, _, strategy = label.partition(":")
+            if mode not in MODES:
+                raise BenchError(f"unknown mode '{mode}' in --modes (choose from: {', '.join(MODES)})")
+            if strategy and (mode != "tf-native" or strategy not in {s.value for s in Strategy}):
+                raise BenchError(f"'{label}': only tf-native takes a strategy (multiworker, mirrored, ps)")
+        if not self.nps or any(n < 1 for n in self.nps):
+            raise BenchError("--np needs one or more counts >= 1, e.g. 1,2,4,8")
+        for model in self.models:
+            if model not in MODELS:
+                raise BenchError(f"unknown model '{model}' in --models (choose from: {', '.join(MODELS)})")
+        for p in self.precisions:
+            if p not in {x.value for x in Precision}:
+                raise BenchError(f"unknown precision '{p}' in --precisions")
+        if any(b is not None and b < 1 for b in self.batch_sizes):
+            raise BenchError("--batch-sizes must be >= 1")
+
+    def cells(self) -> list[Cell]:
+        out = []
+        for label, np, model, precision, batch in itertools.product(self.modes, self.nps, self.models,
+                                                                    self.precisions, self.batch_sizes):
+            mode, _, strategy = label.partition(":")
+            if mode in SINGLE_MODES and np != 1:
+                continue  # single-device baselines exist at one device only
+            out.append(Cell(mode, strategy or None, np, model, precision, batch))
+        return out
+
+
+def parse_list(text: str, kind=str) -> list:
+    try:
+        return [kind(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BenchError(f"cannot read '{text}' as a comma-separated list of {kind.__name__}") from None
+
+
+def inside_allocation() -> bool:
+    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
+
+
+def command(cell: Cell, common: list[str], output: Path) -> list[str]:
+    """One cell's command: self-spawned here, or one srun step per cell inside a Slurm allocation."""
+    bench = [sys.executable, "-m", "bench", *cell.bench_args(common, output)]
+    if inside_allocation():
+        mpi = ["--mpi=pmix"] if cell.mode in MPI_MODES else []
+        return ["srun", *mpi, "-n", str(cell.np), *bench]
+    return [*bench, "--np", str(cell.np)] if cell.mode not in SINGLE_MODES else bench
+
+
+class Manifest:
+    def __init__(self, folder: Path, sweep: SweepConfig) -> None:
+        self.path = folder / MANIFEST
+        self.data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": "hvdbench-sweep", "cells": {}}
+        if self.path.exists():
+            try:
+                self.data = json.loads(self.path.read_text())
+            except json.JSONDecodeError as exc:
+                raise BenchError(f"{self.path} is not valid JSON ({exc.msg}); move it away to start afresh") from None
+            if self.data.get("kind") != "hvdbench-sweep":
+                raise BenchError(f"{self.path} is not an hvdbench sweep manifest")
+        self.data["sweep"] = asdict(sweep)
+
+    def cell(self, cell: Cell) -> dict[str, Any]:
+        return self.data["cells"].setdefault(cell.id, {"cell": asdict(cell), "status": "pending"})
+
+    def save(self) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.data, f, indent=2)
+        os.replace(tmp, self.path)
+
+
+def _last_error(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no output"])[-1][:300]
+
+
+def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bool = True) -> dict[str, Any]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from bench.results import check_output_dir
+
+    check_output_dir(folder)
+    (folder / "logs").mkdir(exist_ok=True)
+    manifest = Manifest(folder, sweep)
+    cells = sweep.cells()
+    todo = [c for c in cells if redo or not (manifest.cell(c)["status"] == "ok"
+                                             and (folder / str(manifest.cell(c).get("result"))).is_file())]
+    manifest.save()
+    console = Console(stderr=True)
+    console.print(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run "
+                  f"-> {folder}")
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn(), console=console, disable=not progress)
+    with bar:
+        task = bar.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
+        for cell in todo:
+            entry = manifest.cell(cell)
+            bar.update(task, description=cell.id)
+            log = folder / "logs" / f"{cell.id}.log"
+            before = set(folder.glob("*.json"))
+            start = time.time()
+            entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None)
+            manifest.save()
+            proc = None
+            try:
+                with open(log, "w") as f:
+                    proc = subprocess.Popen(command(cell, sweep.common, folder), stdout=f, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+                    code = proc.wait()
+            except KeyboardInterrupt:
+                if proc is not None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait()
+                entry.update(status="interrupted", seconds=time.time() - start)
+                manifest.save()
+                raise BenchError("sweep interrupted; run the same command again to resume") from None
+            new = sorted(set(folder.glob("*.json")) - before - {folder / MANIFEST})
+            entry.update(seconds=round(time.time() - start, 2), finished=time.time())
+            if code == 0 and len(new) == 1:
+                entry.update(status="ok", result=new[0].name)
+            else:
+                entry.update(status="failed", exit_code=code, error=_last_error(log))
+                console.print(f"sweep: {cell.id} failed: {entry['error']}")
+            manifest.save()
+            bar.advance(task)
+    statuses = [manifest.cell(c)["status"] for c in cells]
+    summary = {s: statuses.count(s) for s in sorted(set(statuses))}
+    console.print(f"sweep: done: {summary}; manifest {manifest.path}")
+    return summary

@@ -1,0 +1,163 @@
+"""sweep, report and compare: on checked-in results of real CPU runs, and on a real small sweep."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import bench, bench_env
+
+from bench.compare import compare, regressions
+from bench.errors import BenchError
+from bench.report import horovod_vs_native, load_results, scaling_rows, table_cells, write_report
+from bench.sweep import SweepConfig
+
+FIXTURES = Path(__file__).parent / "fixtures"
+A, B = FIXTURES / "sweep-a", FIXTURES / "sweep-b"
+
+
+def by_mode_n(folder):
+    return {(r["mode"], r["world_size"]): r for r in load_results([folder])}
+
+
+def test_report_figures_follow_the_formulas(tmp_path):
+    results = by_mode_n(A)
+    rows = {(r["label"], r["n"]): r for r in scaling_rows(table_cells(load_results([A]))[0])}
+    for mode in ("torch-ddp", "torch-horovod"):
+        t1 = results[(mode, 1)]["summary"]["images_per_sec_total"]
+        t2 = results[(mode, 2)]["summary"]["images_per_sec_total"]
+        single = results[("torch-single", 1)]["summary"]["images_per_sec_total"]
+        assert rows[(mode, 2)]["speedup"] == pytest.approx(t2 / t1)
+        assert rows[(mode, 2)]["efficiency"] == pytest.approx(t2 / (2 * t1))
+        assert rows[(mode, 2)]["vs_single"] == pytest.approx(t2 / single)
+        w1 = results[(mode, 1)]["summary"]["images_per_sec_wall_total"]
+        w2 = results[(mode, 2)]["summary"]["images_per_sec_wall_total"]
+        assert rows[(mode, 2)]["wall_speedup"] == pytest.approx(w2 / w1)
+    versus = horovod_vs_native(table_cells(load_results([A]))[0])
+    assert [(v["horovod"], v["native"], v["n"]) for v in versus] == [("torch-horovod", "torch-ddp", 1),
+                                                                     ("torch-horovod", "torch-ddp", 2)]
+    v2 = versus[1]
+    h, d = results[("torch-horovod", 2)], results[("torch-ddp", 2)]
+    assert v2["ratio"] == pytest.approx(h["summary"]["images_per_sec_total"] / d["summary"]["images_per_sec_total"])
+    ch, cd = h["summary"]["ci95"], d["summary"]["ci95"]
+    assert v2["beyond_ci"] == (ch[1] < cd[0] or cd[1] < ch[0])
+
+    path = write_report([A], tmp_path)
+    text = path.read_text()
+    assert "| torch-ddp | resnet50 32px b2 fp32 | 2 |" in text and "## Horovod vs native" in text
+    assert f"{rows[('torch-ddp', 2)]['speedup']:.2f}" in text
+    for png in ("speedup.png", "efficiency.png"):
+        assert (tmp_path / png).stat().st_size > 5000
+    assert len((tmp_path / "report.csv").read_text().splitlines()) == 1 + 5
+
+
+def test_compare_and_regression_gate(tmp_path):
+    rows = compare(A, B)
+    cells = {r["cell"] for r in rows}
+    assert len(cells) == 5
+    thr = [r for r in rows if r["metric"] == "images_per_sec_total"]
+    for r in thr:
+        assert r["change"] == pytest.approx((r["b"] - r["a"]) / r["a"])
+    assert {r["a"] for r in thr} == {x["summary"]["images_per_sec_total"] for x in by_mode_n(A).values()}
+    assert {r["b"] for r in thr} == {x["summary"]["images_per_sec_total"] for x in by_mode_n(B).values()}
+    # the direction in which throughput dropped somewhere, and the gate around the worst drop
+    first, second = (A, B) if max(r["regression"] for r in thr) > 0 else (B, A)
+    worst = max(r["regression"] for r in compare(first, second) if r["metric"] == "images_per_sec_total")
+    assert regressions(compare(first, second), "images_per_sec_total", 100 * worst / 2)
+    assert not regressions(compare(first, second), "images_per_sec_total", 100 * worst + 1)
+    r = bench("compare", str(first), str(second), "--max-regression", f"{100 * worst / 2:.3f}")
+    assert r.returncode == 1 and "regressed by" in r.stderr
+    r = bench("compare", str(first), str(second), "--max-regression", f"{100 * worst + 1:.3f}")
+    assert r.returncode == 0, r.stderr
+
+
+def one_line(r):
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+def test_report_bad_inputs(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no hvdbench results" in one_line(bench("report", str(empty)))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "x.json").write_text('{"name": "not a result"}')
+    assert "is not an hvdbench result" in one_line(bench("report", str(foreign)))
+    mixed = tmp_path / "mixed"
+    shutil.copytree(A, mixed)
+    first = sorted(mixed.glob("*.json"))[0]
+    data = json.loads(first.read_text())
+    data["schema_version"] = 99
+    first.write_text(json.dumps(data))
+    assert "different schema versions" in one_line(bench("report", str(mixed)))
+    assert "does not exist" in one_line(bench("compare", str(A), str(tmp_path / "nope")))
+    assert "unknown metric" in one_line(bench("compare", str(A), str(B), "--metric", "speed"))
+
+
+def test_sweep_config_validation():
+    cells = SweepConfig(modes=["torch-ddp", "torch-single", "tf-native:ps"], nps=[1, 2]).cells()
+    assert [(c.label, c.np) for c in cells] == [("torch-ddp", 1), ("torch-ddp", 2), ("torch-single", 1),
+                                                ("tf-native:ps", 1), ("tf-native:ps", 2)]
+    for kwargs, message in (({"modes": ["nope"], "nps": [1]}, "unknown mode"),
+                            ({"modes": ["torch-ddp:ps"], "nps": [1]}, "only tf-native"),
+                            ({"modes": ["torch-ddp"], "nps": [0]}, ">= 1"),
+                            ({"modes": ["torch-ddp"], "nps": [1], "models": ["alexnet"]}, "unknown model")):
+        with pytest.raises(BenchError, match=message):
+            SweepConfig(**kwargs)
+
+
+SWEEP = ["sweep", "--modes", "torch-ddp,torch-horovod", "--np", "1,2", "--models", "resnet50", "--image-size", "32",
+         "--batch-sizes", "2", "--warmup-steps", "0", "--steps-per-window", "1", "--windows", "2",
+         "--num-classes", "10"]
+
+
+@pytest.mark.slow
+def test_real_sweep_interrupted_then_resumed_then_reported(tmp_path):
+    folder = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *SWEEP, "--output", str(folder)], env=bench_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    manifest = folder / "manifest.json"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if manifest.exists() and '"status": "ok"' in manifest.read_text():
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "run the same command again to resume" in err
+    done = {k: v for k, v in json.loads(manifest.read_text())["cells"].items() if v["status"] == "ok"}
+    assert 1 <= len(done) < 4
+    kept = {v["result"] for v in done.values()}
+
+    r = bench(*SWEEP, "--output", str(folder))
+    assert r.returncode == 0, r.stderr
+    assert f"{len(done)} already done, {4 - len(done)} to run" in r.stderr
+    cells = json.loads(manifest.read_text())["cells"]
+    assert len(cells) == 4 and all(c["status"] == "ok" for c in cells.values())
+    assert kept <= {c["result"] for c in cells.values()}  # finished cells were not run again
+    assert len(list(folder.glob("*.json"))) == 4 + 1  # four results and the manifest
+
+    r = bench("report", str(folder))
+    assert r.returncode == 0, r.stderr
+    assert (folder / "speedup.png").is_file() and "torch-horovod" in (folder / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
+    folder = tmp_path / "sweep"
+    r = bench("sweep", "--modes", "tf-native:mirrored,torch-single", "--np", "2,1", "--models", "resnet50",
+              "--image-size", "32", "--batch-sizes", "2", "--warmup-steps", "0", "--steps-per-window", "1",
+              "--windows", "1", "--device", "cpu", "--output", str(folder))
+    assert r.returncode == 1 and "1 cell(s) failed" in r.stderr.splitlines()[-1]
+    cells = json.loads((folder / "manifest.json").read_text())["cells"]
+    failed = cells["tf-native-mirrored_np2_resnet50_fp32_b2"]
+    assert failed["status"] == "failed" and "--np 2 > 1" in failed["error"]
+    assert sum(c["status"] == "ok" for c in cells.values()) == 2
+    assert os.path.exists(folder / failed["log"])
