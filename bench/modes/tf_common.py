@@ -9,7 +9,7 @@ from typing import Any
 from bench import env
 from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError
-from bench.launch import LaunchInfo, check_gpus_per_node
+from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices
 from bench.tfutil import import_tf
 
 tf, keras = import_tf()
@@ -158,8 +158,7 @@ class TFTrainer:
         return None
 
     def local_gpus(self) -> list[int]:
-        """CUDA indices this node's ranks use (local rank r -> r mod device count)."""
-        return sorted({r % len(visible_gpus()) for r in range(self.launch.local_world_size)})
+        return local_gpu_indices(self.launch, len(visible_gpus()))
 
     def teardown(self) -> None:
         pass

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import env
 from bench.config import RunConfig
-from bench.errors import BenchError
-from bench.launch import LaunchInfo, spawn_horovod_gloo
+from bench.launch import LaunchInfo
+from bench.modes import horovod_common
 from bench.modes.tf_common import TFTrainer, optimizer_variables, resolve, tf
 
 
-def _import_hvd():
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError as exc:
-        raise BenchError(f"tf-horovod needs Horovod built with TensorFlow support ({exc}); "
-                         "run 'make venv' or use the hvdbench image") from None
-    return hvd
-
-
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
-    _import_hvd()
+    horovod_common.import_hvd("tensorflow", cfg.mode)
     return resolve(cfg, launch)
 
 
-def spawn(cfg: RunConfig) -> None:
-    spawn_horovod_gloo(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+spawn = horovod_common.spawn
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
@@ -35,11 +24,8 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
 
 class HorovodTFTrainer(TFTrainer):
     def setup(self) -> None:
-        hvd = self.hvd = _import_hvd()
-        hvd.init()
-        if hvd.rank() != self.rank or hvd.size() != self.world_size:
-            raise BenchError(f"Horovod says rank {hvd.rank()}/{hvd.size()} but the launcher said "
-                             f"{self.rank}/{self.world_size}")
+        hvd = self.hvd = horovod_common.import_hvd("tensorflow", self.cfg.mode)
+        horovod_common.init(hvd, self.rank, self.world_size)
         self.build_model()
         x, y = self.make_data(self.rank)
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
@@ -67,11 +53,8 @@ class HorovodTFTrainer(TFTrainer):
         return self.hvd.allgather_object(obj)
 
     def environment(self) -> dict[str, Any]:
-        record = super().environment()
-        record["horovod"] = env.horovod_info("tensorflow")
-        record["distribution"] = {"library": "horovod", "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
-                                  "nccl": bool(self.hvd.nccl_built()) and bool(tf.config.get_visible_devices("GPU"))}
-        return record
+        return {**super().environment(), **horovod_common.environment(
+            self.hvd, "tensorflow", bool(tf.config.get_visible_devices("GPU")))}
 
     def teardown(self) -> None:
         self.hvd.shutdown()

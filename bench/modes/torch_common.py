@@ -12,7 +12,7 @@ import torch
 from bench import env
 from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError
-from bench.launch import LaunchInfo, check_gpus_per_node
+from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices
 from bench.models.torch_models import build, loss_fn
 
 
@@ -143,8 +143,7 @@ class TorchTrainer:
         return None
 
     def local_gpus(self) -> list[int]:
-        """CUDA indices this node's ranks use (local rank r -> r mod device count)."""
-        return sorted({r % torch.cuda.device_count() for r in range(self.launch.local_world_size)})
+        return local_gpu_indices(self.launch, torch.cuda.device_count())
 
     def teardown(self) -> None:
         pass

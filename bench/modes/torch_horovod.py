@@ -6,29 +6,18 @@ from typing import Any
 
 import torch
 
-from bench import env
 from bench.config import Precision, RunConfig
-from bench.errors import BenchError
-from bench.launch import LaunchInfo, spawn_horovod_gloo
+from bench.launch import LaunchInfo
+from bench.modes import horovod_common
 from bench.modes.torch_common import TorchTrainer, resolve
 
 
-def _import_hvd():
-    try:
-        import horovod.torch as hvd
-    except ImportError as exc:
-        raise BenchError(f"torch-horovod needs Horovod built with PyTorch support ({exc}); "
-                         "run 'make venv' or use the hvdbench image") from None
-    return hvd
-
-
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
-    _import_hvd()
+    horovod_common.import_hvd("torch", cfg.mode)
     return resolve(cfg, launch)
 
 
-def spawn(cfg: RunConfig) -> None:
-    spawn_horovod_gloo(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+spawn = horovod_common.spawn
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
@@ -37,11 +26,8 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
 
 class HorovodTrainer(TorchTrainer):
     def setup(self) -> None:
-        hvd = self.hvd = _import_hvd()
-        hvd.init()
-        if hvd.rank() != self.rank or hvd.size() != self.world_size:
-            raise BenchError(f"Horovod says rank {hvd.rank()}/{hvd.size()} but the launcher said "
-                             f"{self.rank}/{self.world_size}")
+        hvd = self.hvd = horovod_common.import_hvd("torch", self.cfg.mode)
+        horovod_common.init(hvd, self.rank, self.world_size)
         self.model = self.build_model()
         optimizer = self.build_optimizer(self.model.parameters())
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
@@ -73,12 +59,8 @@ class HorovodTrainer(TorchTrainer):
         return self.hvd.allgather_object(obj)
 
     def environment(self) -> dict[str, Any]:
-        record = super().environment()
-        record["horovod"] = env.horovod_info("torch")
-        record["distribution"] = {"library": "horovod",
-                                  "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
-                                  "nccl": bool(self.hvd.nccl_built()) and self.device.type == "cuda"}
-        return record
+        return {**super().environment(),
+                **horovod_common.environment(self.hvd, "torch", self.device.type == "cuda")}
 
     def teardown(self) -> None:
         self.hvd.shutdown()
