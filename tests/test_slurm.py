@@ -5,6 +5,7 @@ srun for every mode, and sbatch of every batch script under singularity/slurm wi
 without --enable-multiple-slurmd).
 """
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -84,3 +85,15 @@ def test_sbatch_bad_runtime_says_so(slurm_env, tmp_path):
     assert r.returncode != 0
     (log,) = tmp_path.glob("hvdbench-*.out")
     assert "HVDBENCH_RUNTIME must be apptainer, singularity or none (got 'docker')" in log.read_text()
+
+
+def test_sweep_inside_an_allocation_runs_one_srun_step_per_cell(slurm_env, tmp_path):
+    folder = tmp_path / "sweep"
+    r = subprocess.run(["salloc", "-n2", "bench", "sweep", "--modes", "torch-ddp", "--np", "1,2", "--models",
+                        "resnet50", "--image-size", "32", "--batch-sizes", "2", "--warmup-steps", "0",
+                        "--steps-per-window", "1", "--windows", "2", "--num-classes", "10", "--output", str(folder)],
+                       capture_output=True, text=True, env=slurm_env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = [json.loads(p.read_text()) for p in folder.glob("2*.json")]
+    assert sorted(x["world_size"] for x in results) == [1, 2]
+    assert {x["launcher"] for x in results} == {"srun"}

@@ -126,3 +126,30 @@ def test_cpu_run_says_telemetry_unavailable(out):
 def test_bad_interval_from_cli(out):
     r = bench("torch-ddp", "--telemetry-interval", "0", "--output", str(out))
     assert r.returncode == 1 and "--telemetry-interval must be > 0" in r.stderr
+
+
+def test_small_shm_warning(monkeypatch, capsys):
+    from bench import env, run
+
+    cfg = RunConfig(mode="torch-ddp").resolve("cuda", 2)
+    monkeypatch.setattr(env, "shm_gib", lambda: 64 / 1024)
+    run.warn_small_shm(cfg)
+    err = capsys.readouterr().err
+    assert "warning: /dev/shm is 64 MiB" in err and "--ipc=host" in err
+    monkeypatch.setattr(env, "shm_gib", lambda: 16.0)
+    run.warn_small_shm(cfg)
+    run.warn_small_shm(RunConfig(mode="torch-ddp").resolve("cpu", 2))
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.gpu
+def test_gpu_run_records_physical_telemetry(out):
+    r = bench("torch-ddp", "--device", "cuda", "--np", "1", "--model", "resnet50", "--batch-size", "64",
+              "--warmup-steps", "5", "--steps-per-window", "20", "--windows", "3", "--telemetry-interval", "0.1",
+              "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    tele = only_result(out)["telemetry"]
+    assert tele["available"] and tele["energy_j"] > 0 and tele["energy_per_image_j"] > 0
+    gpu = tele["nodes"][0]["gpus"][0]
+    assert 10 < gpu["power_w_mean"] < 1500 and gpu["util_gpu_pct_max"] > 0  # physically plausible
+    assert (out / only_result(out)["telemetry"]["samples_csv"]).is_file()
