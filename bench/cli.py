@@ -181,6 +181,185 @@ def compare_command(
                              f"(more than {max_regression:g}% allowed)")
 
 
+@app.command("verify")
+def verify_command(
+    framework: Annotated[str, typer.Option(help="torch, tf or both (both adds PyTorch vs TensorFlow).")] = "both",
+    modes: Annotated[str, typer.Option(help="Comma-separated subset, e.g. torch-ddp,tf-native:ps "
+                                       "(default: every distributed mode of the framework).")] = "",
+    model: Annotated[str, typer.Option(help="vgg16 or vgg19 (no batch normalisation).")] = "vgg16",
+    steps: Annotated[int, typer.Option(help="Training steps per run.")] = 3,
+    np: Annotated[int, typer.Option("--np", help="Ranks of the distributed runs.")] = 2,
+    batch_size: Annotated[int, typer.Option(help="Images per rank per step.")] = 2,
+    image_size: Annotated[int, typer.Option(help="Square image side.")] = 32,
+    num_classes: Annotated[int, typer.Option(help="Classifier outputs.")] = 10,
+    device: Annotated[Device, typer.Option(help="Where the runs train.")] = Device.auto,
+    seed: Annotated[int, typer.Option(help="Seed for weights and data.")] = 42,
+    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Compress gradients to fp16 (modes "
+                                                 "that can); the tolerance widens.")] = False,
+    tolerance: Annotated[float | None, typer.Option(help="Max difference as a fraction of the reference's own "
+                                                    "update (default 1e-3; 3e-2 with --fp16-allreduce).")] = None,
+    fault: Annotated[str | None, typer.Option(help="Inject a bug to prove the check fails: skip-allreduce.")] = None,
+    output: Annotated[str, typer.Option(help="Directory for verify-<id>.json.")] = "results",
+    keep_params: Annotated[bool, typer.Option("--keep-params", help="Keep the parameter snapshots (.npz).")] = False,
+) -> None:
+    """Check that every distributed mode trains what one process trains on the global batch (exit 1 on FAIL)."""
+    from rich.console import Console
+
+    from bench.sweep import parse_list
+    from bench.verify import EXPECTED_DIFFERENCES, VerifyConfig, reasons, render, run_verify
+
+    vc = VerifyConfig(framework=framework, modes=tuple(parse_list(modes)), model=model, steps=steps, np=np,
+                      batch_size=batch_size, image_size=image_size, num_classes=num_classes, device=device, seed=seed,
+                      fp16_allreduce=fp16_allreduce, tolerance=tolerance, fault=fault, output=output,
+                      keep_params=keep_params)
+    report, path = run_verify(vc)
+    console = Console()
+    console.print(render(report))
+    for line in reasons(report):
+        console.print(line, highlight=False)
+    console.print("Expected sources of difference: " + "; ".join(EXPECTED_DIFFERENCES) + ".")
+    console.print(f"verify: {path}")
+    failed = [r["mode"] for r in report["modes"] if r["status"] == "FAIL"]
+    if report["cross_framework"] and report["cross_framework"]["status"] == "FAIL":
+        failed.append("torch vs tf")
+    if failed:
+        raise BenchError(f"verify FAILED for {', '.join(failed)} (see {path})")
+
+
+@app.command("allreduce")
+def allreduce_command(
+    backend: Annotated[str, typer.Option(help="torch, horovod-torch, horovod-tf or tf.")] = "torch",
+    np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around "
+                                           "(default: every GPU, else 2).")] = None,
+    min_bytes: Annotated[str, typer.Option(help="Smallest message (4K, 1M, ...).")] = "4K",
+    max_bytes: Annotated[str, typer.Option(help="Largest power-series message.")] = "256M",
+    factor: Annotated[int, typer.Option(help="Size multiplier between messages.")] = 4,
+    models: Annotated[str, typer.Option(help="Also each of these models' fp32 gradient size (comma-separated; "
+                                        "empty for none).")] = "vgg16,resnet101,inception3",
+    warmup: Annotated[int, typer.Option(help="Untimed operations per size.")] = 2,
+    samples: Annotated[int, typer.Option(help="Timed samples per size.")] = 5,
+    target_sample_s: Annotated[float, typer.Option(help="Seconds one sample should last.")] = 0.2,
+    device: Annotated[Device, typer.Option(help="Where the buffers live.")] = Device.auto,
+    output: Annotated[str, typer.Option(help="Directory for the result JSON.")] = "results",
+    rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")] = 120.0,
+) -> None:
+    """Allreduce microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions)."""
+    from bench.allreduce import AllreduceConfig, parse_bytes, run
+    from bench.sweep import parse_list
+
+    run(AllreduceConfig(backend=backend, np=np, min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes),
+                        factor=factor, models=tuple(parse_list(models)), warmup=warmup, samples=samples,
+                        target_sample_s=target_sample_s, device=device, output=output,
+                        rendezvous_timeout=rendezvous_timeout))
+
+
+@app.command("predict")
+def predict_command(
+    model: Annotated[str | None, typer.Option(help="Model whose gradient is allreduced (default vgg16).")] = None,
+    num_classes: Annotated[int, typer.Option(help="Classifier outputs (changes the gradient size).")] = 1000,
+    step_time: Annotated[float | None, typer.Option(help="Measured 1-GPU step time, seconds.")] = None,
+    images_per_sec: Annotated[float | None, typer.Option(help="Or the measured 1-GPU images/s.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Images per GPU per step.")] = 64,
+    result: Annotated[str | None, typer.Option(help="Take model, batch and 1-GPU step time from a bench "
+                                                "result at world size 1.")] = None,
+    busbw: Annotated[float | None, typer.Option(help="Bus bandwidth, GB/s (nccl-tests busbw).")] = None,
+    latency_us: Annotated[float | None, typer.Option(help="Latency per ring step, microseconds.")] = None,
+    allreduce: Annotated[list[str] | None, typer.Option(help="Take busbw and latency from a bench allreduce "
+                                                         "result (with --sweep: one per backend, repeatable).")] = None,
+    overlap: Annotated[float | None, typer.Option(help="Fraction of the allreduce hidden under backward, 0..1 "
+                                                  "(default 0.5).")] = None,
+    fusion_mib: Annotated[float, typer.Option(help="Fusion buffer, MiB (Horovod: 64; 0 = one message).")] = 64.0,
+    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Half-size gradients.")] = False,
+    gpus: Annotated[str, typer.Option(help="GPU counts to predict.")] = "1,2,4,8,16,32,64,128,256,512",
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (with --intra-busbw).")] = None,
+    intra_busbw: Annotated[float | None, typer.Option(help="Bus bandwidth within a node, GB/s.")] = None,
+    published: Annotated[bool, typer.Option("--published", help="Check the model against Horovod's published "
+                                            "figures (inputs in bench/published.py).")] = False,
+    sweep: Annotated[str | None, typer.Option(help="Check against a measured sweep folder (needs "
+                                               "--allreduce).")] = None,
+) -> None:
+    """Predict images/s and scaling efficiency at N GPUs from a 1-GPU step time and the network (see formula)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bench import predict as p
+
+    console = Console()
+    fusion = int(fusion_mib * 1024**2)
+    if fusion < 0:
+        raise BenchError(f"--fusion-mib must be >= 0 (got {fusion_mib})")
+    if published:
+        rows = p.check_published(overlap)  # None: the overlap written with the published inputs
+        table = Table("model", "GPUs", "published", "predicted", "error (points)", "source",
+                      title="bench predict vs published Horovod figures (inputs: bench/published.py)")
+        for r in rows:
+            table.add_row(r["model"], str(r["gpus"]), f"{r['efficiency']:.1%}", f"{r['predicted_efficiency']:.1%}",
+                          f"{r['error_points']:+.1f}", r["source"])
+        console.print(table)
+        mae = sum(abs(r["error_points"]) for r in rows) / len(rows)
+        console.print(f"mean absolute error: {mae:.1f} points over {len(rows)} figures")
+        return
+    overlap_used = 0.5 if overlap is None else overlap
+    if sweep is not None:
+        from pathlib import Path
+
+        from bench.report import load_results
+
+        if not allreduce:
+            raise BenchError("--sweep needs --allreduce (a bench allreduce result for the network inputs)")
+        from bench.allreduce import load as load_allreduce
+
+        rows = p.check_sweep(load_results([Path(sweep)]), [load_allreduce(a) for a in allreduce], overlap_used,
+                             fusion)
+        if not rows:
+            raise BenchError(f"{sweep} has no mode with results at 1 and more ranks and an allreduce measurement")
+        table = Table("mode", "model", "n", "allreduce", "t1 (s)", "busbw (GB/s)", "latency (us)", "measured",
+                      "predicted", "error (points)", title=f"bench predict vs {sweep} (overlap {overlap_used:g})")
+        for r in rows:
+            table.add_row(r["mode"], r["model"], str(r["gpus"]), r["backend"], f"{r['t1_s']:.3f}",
+                          f"{r['busbw_GBps']:.3f}",
+                          f"{r['latency_s'] * 1e6:.1f}", f"{r['measured_efficiency']:.1%}",
+                          f"{r['predicted_efficiency']:.1%}", f"{r['error_points']:+.1f}")
+        console.print(table)
+        return
+    base: dict = {}
+    if result is not None:
+        from bench.results import load_result
+
+        base = p.from_result(load_result(result))
+    else:
+        if (step_time is None) == (images_per_sec is None):
+            raise BenchError("give the 1-GPU speed: --step-time or --images-per-sec (or --result)")
+        if images_per_sec is not None and not images_per_sec > 0:
+            raise BenchError(f"--images-per-sec must be > 0 (got {images_per_sec})")
+        base = {"step_time_s": step_time if step_time is not None else batch_size / images_per_sec,
+                "batch_size": batch_size,
+                "gradient_bytes": p.gradient_bytes(model or "vgg16", num_classes, fp16_allreduce)}
+    net: dict = {}
+    if allreduce:
+        from bench.allreduce import load as load_allreduce
+
+        if len(allreduce) > 1:
+            raise BenchError("give one --allreduce result (several only with --sweep)")
+        net = p.from_allreduce(load_allreduce(allreduce[0]), base["gradient_bytes"])
+    bw = busbw if busbw is not None else net.get("busbw_GBps")
+    if bw is None:
+        raise BenchError("give the network: --busbw (GB/s) or --allreduce (a bench allreduce result)")
+    lat = latency_us * 1e-6 if latency_us is not None else net.get("latency_s", 0.0)
+    inp = p.Inputs(**base, busbw_GBps=bw, latency_s=lat, overlap=overlap_used, fusion_bytes=fusion,
+                   gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
+    table = Table("GPUs", "allreduce (ms)", "step (ms)", "img/s total", "img/s per GPU", "efficiency",
+                  title=f"bench predict: t1 {inp.step_time_s * 1e3:.1f} ms, batch {inp.batch_size}, "
+                        f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), busbw {bw:.3g} GB/s, "
+                        f"latency {lat * 1e6:.3g} us, overlap {overlap_used:g}")
+    for n in p.parse_gpus(gpus):
+        r = p.predict(inp, n)
+        table.add_row(str(n), f"{r['comm_s'] * 1e3:.2f}", f"{r['step_s'] * 1e3:.1f}",
+                      f"{r['images_per_sec_total']:.1f}", f"{r['images_per_sec_per_gpu']:.1f}",
+                      f"{r['efficiency']:.1%}")
+    console.print(table)
+
+
 @app.command("models")
 def models_command() -> None:
     """List the models with their parameter counts (at 1000 classes)."""

@@ -50,6 +50,10 @@ GPU_PROFILE = Profile("gpu-paper", batch_size=64, image_size=None, warmup_steps=
 # CPU defaults: a short, honest run that fits about two minutes on a 2-core machine.
 CPU_PROFILE = Profile("cpu-quick", batch_size=8, image_size=64, warmup_steps=2, steps_per_window=4, windows=5)
 
+# Deliberate bugs `bench verify --fault` injects to prove it can fail: each rank steps on its own
+# gradients, never averaged with the others.
+FAULTS = ("skip-allreduce",)
+
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
 
@@ -79,6 +83,10 @@ class RunConfig:
     num_ps: int | None = None  # tf-native --strategy ps only (default 1)
     telemetry: bool = True
     telemetry_interval: float = 0.5
+    # Set by `bench verify` only (bench.verify): not options of the mode commands.
+    verify_dir: str | None = None  # save initial/final parameters there; dropout off, deterministic kernels
+    data_shards: int | None = None  # single-device modes: train on the concatenation of these rank shards
+    fault: str | None = None  # a deliberate bug, the negative control: "skip-allreduce"
     # Filled by resolve():
     profile: str | None = None
     learning_rate: float = LEARNING_RATE
@@ -104,7 +112,12 @@ class RunConfig:
         if self.num_ps is not None and self.strategy not in (None, Strategy.ps):
             raise BenchError("--num-ps applies to --strategy ps only")
         object.__setattr__(self, "device", Device(self.device))
-        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps"):
+        if self.fault not in (None, *FAULTS):
+            raise BenchError(f"unknown fault '{self.fault}' (choose from: {', '.join(FAULTS)})")
+        if self.data_shards is not None and not self.mode.endswith("-single"):
+            raise BenchError("data shards apply to the single-device modes only")
+        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps",
+                     "data_shards"):
             value = getattr(self, name)
             minimum = 0 if name == "warmup_steps" else 1
             if value is not None and (not isinstance(value, int) or value < minimum):

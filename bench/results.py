@@ -164,20 +164,25 @@ def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, 
     validate_result(result)
     if samples:
         _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
-    final = out_dir / f"{result['run_id']}.json"
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
+    final = write_json_new(out_dir / f"{result['run_id']}.json", result)
+    append_csv(out_dir / CSV_NAME, csv_row(result))
+    return final
+
+
+def write_json_new(final: Path, data: Any) -> Path:
+    """Write ``data`` as JSON to ``final`` atomically; refuse if the file exists (never overwritten)."""
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=False)
+            json.dump(data, f, indent=2, sort_keys=False)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.link(tmp, final)  # fails if the file exists: a result is never overwritten
+        os.link(tmp, final)  # fails if the file exists
     except FileExistsError:
         raise BenchError(f"result {final} already exists; not overwritten") from None
     finally:
         os.unlink(tmp)
-    append_csv(out_dir / CSV_NAME, csv_row(result))
     return final
 
 

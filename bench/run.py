@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -99,7 +100,12 @@ def run(cfg: RunConfig) -> Path | None:
     from bench.runner import measure
 
     sampler, telemetry_note = start_telemetry(cfg, info, trainer)
-    gathered = measure(trainer, cfg, info, progress, sampler)
+    snapshot = None
+    if cfg.verify_dir is not None and info.rank == 0:
+        from bench.verify import save_parameters
+
+        snapshot = functools.partial(save_parameters, Path(cfg.verify_dir))
+    gathered = measure(trainer, cfg, info, progress, sampler, snapshot)
     trainer.teardown()
     if gathered is None:
         return None
@@ -111,6 +117,8 @@ def run(cfg: RunConfig) -> Path | None:
 
     result = build_result(cfg, info, gathered, new_run_id(cfg.mode))
     path = write_result(out_dir, result, telemetry_samples(gathered))
+    if cfg.verify_dir is not None:
+        return path  # bench verify reads the result and judges the ranks' agreement itself
     console = Console(file=sys.stdout)
     console.print(render_table(result))
     console.print(f"result: {path}")

@@ -58,14 +58,18 @@ def process_start_time() -> float:
         return time.time()
 
 
-def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, sampler=None) -> dict[str, Any] | None:
+def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, sampler=None,
+            snapshot=None) -> dict[str, Any] | None:
     """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere.
 
     ``sampler`` (bench.telemetry.Sampler, on each node's local rank 0) runs from set-up to the end and
-    reads the energy counters exactly when the timed windows start and end.
+    reads the energy counters exactly when the timed windows start and end. ``snapshot(trainer, when)``
+    (bench verify) is called with "initial" after set-up and "final" after the last window.
     """
     t_start = process_start_time()
     trainer.setup()
+    if snapshot is not None:
+        snapshot(trainer, "initial")
     initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
     t_setup = time.time()
     if sampler is not None:
@@ -112,6 +116,8 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
         elif max(trainer.allgather(timed)) >= cfg.duration:
             break
     t_end = time.time()
+    if snapshot is not None:
+        snapshot(trainer, "final")
     telemetry = None
     if sampler is not None:
         sampler.mark("end")

@@ -6,6 +6,8 @@ import hashlib
 import os
 from typing import Any
 
+import numpy as np
+
 from bench import env
 from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError
@@ -80,6 +82,9 @@ class TFTrainer:
             keras.mixed_precision.set_global_policy(
                 "mixed_float16" if cfg.precision == Precision.amp_fp16 else "mixed_bfloat16")
         self.fp16 = cfg.precision == Precision.amp_fp16
+        if cfg.verify_dir is not None:  # bench verify: deterministic kernels, plain fp32 matmuls
+            tf.config.experimental.enable_op_determinism()
+            tf.config.experimental.enable_tensor_float_32_execution(False)
         self._last = None
 
     # -- building blocks (call inside a strategy scope where there is one) -----------------
@@ -88,6 +93,10 @@ class TFTrainer:
 
         keras.utils.set_random_seed(self.cfg.seed)  # identical initial weights on every rank
         self.model = build(self.cfg.model, self.cfg.num_classes, self.cfg.image_size)
+        if self.cfg.verify_dir is not None:  # bench verify: no random masks that differ between runs
+            for layer in self.model.layers:
+                if isinstance(layer, keras.layers.Dropout):
+                    layer.rate = 0.0
         opt = keras.optimizers.SGD(learning_rate=self.cfg.learning_rate, momentum=self.cfg.momentum)
         self.optimizer = keras.mixed_precision.LossScaleOptimizer(opt) if self.fp16 else opt
         return self.model
@@ -101,10 +110,16 @@ class TFTrainer:
                                         dtype=tf.int32)
         return x, y
 
+    def make_global_data(self, shards: int):
+        """bench verify's reference batch: data shards 0 .. shards-1 concatenated."""
+        parts = [self.make_data(i) for i in range(shards)]
+        return tf.concat([x for x, _ in parts], 0), tf.concat([y for _, y in parts], 0)
+
     def replica_step(self, x, y, loss_divisor, wrap_tape=None):
         """Forward, backward, update on one replica; the loss is summed over examples / loss_divisor
         (the global batch under tf.distribute, which then sums gradients; the local batch under Horovod,
-        which averages them)."""
+        which averages them). The fault ``skip-allreduce`` makes tf.distribute apply each replica's
+        gradients unaggregated."""
         from bench.models.tf_models import per_example_loss
 
         variables = self.model.trainable_variables
@@ -116,7 +131,10 @@ class TFTrainer:
         grads = tape.gradient(scaled, variables)
         if self.fp16:
             grads = self.optimizer.get_unscaled_gradients(grads)
-        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        if self.cfg.fault == "skip-allreduce":
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True), skip_gradients_aggregation=True)
+        else:
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
     # -- Trainer protocol ------------------------------------------------------------------
@@ -139,6 +157,10 @@ class TFTrainer:
                 h.update(value.astype("float32").tobytes())
             hashes.append(h.hexdigest())
         return hashes[0] if len(set(hashes)) == 1 else "diverged:" + ",".join(hashes)
+
+    def parameter_arrays(self) -> list[tuple[str, Any]]:
+        """Every trainable variable as (name, float32 numpy array), in creation order."""
+        return [(v.name, np.asarray(v.numpy(), dtype=np.float32)) for v in self.model.trainable_variables]
 
     def fingerprint(self) -> float:
         return float(sum(tf.reduce_sum(tf.cast(v, tf.float64)).numpy() for v in self.model.trainable_variables))

@@ -68,6 +68,45 @@ def _task_config(cluster: dict, task_type: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
+def multiworker_envs(np_: int) -> list[dict[str, str]]:
+    """Rank variables and TF_CONFIG for ``np_`` MultiWorkerMirroredStrategy workers on this host."""
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(np_)]}
+    return [{"RANK": str(r), "WORLD_SIZE": str(np_), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(np_),
+             "TF_CONFIG": _task_config(cluster, "worker", r)} for r in range(np_)]
+
+
+def cluster_resolver(launch: LaunchInfo, world_size: int):
+    """MultiWorkerMirroredStrategy's cluster: from TF_CONFIG, or from Slurm under srun."""
+    if "TF_CONFIG" in os.environ:
+        parse_tf_config(os.environ["TF_CONFIG"])  # a clear error before TF's own
+        return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if launch.launcher == "srun":
+        # TF's own resolver: hosts from the step's node list (scontrol), one port per local task.
+        # bench pins GPUs itself (local rank -> device; auto_set_gpu=False), so the resolver's GPU
+        # bookkeeping is unused; it cannot express zero GPUs per task, so it is told one per task.
+        per_node = max(1, launch.local_world_size)
+        return tf.distribute.cluster_resolver.SlurmClusterResolver(
+            jobs={"worker": world_size}, port_base=launch.master_port or 8888,
+            gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False)
+    raise BenchError("tf-native multiworker needs TF_CONFIG (bench writes it when it spawns the ranks) "
+                     "or srun")
+
+
+def strategy_allgather(strategy, obj: Any) -> list[Any]:
+    """Any picklable object from every worker, through a MultiWorkerMirroredStrategy's own all-gather."""
+    def gather(array: np.ndarray) -> np.ndarray:
+        tensor = tf.constant(array)
+        values = strategy.experimental_distribute_values_from_function(lambda ctx: tensor)
+        return strategy.gather(values, axis=0).numpy()
+
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).astype(np.int32)
+    lengths = gather(np.array([payload.size], np.int32))
+    padded = np.zeros([1, int(lengths.max())], np.int32)
+    padded[0, :payload.size] = payload
+    rows = gather(padded)
+    return [pickle.loads(rows[i, :lengths[i]].astype(np.uint8).tobytes()) for i in range(len(lengths))]
+
+
 def spawn(cfg: RunConfig) -> None:
     """All processes on this host, TF_CONFIG written for each."""
     if cfg.strategy == Strategy.mirrored:
@@ -75,10 +114,7 @@ def spawn(cfg: RunConfig) -> None:
               cfg.to_json())
         return
     if cfg.strategy == Strategy.multiworker:
-        cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(cfg.np)]}
-        envs = [{"RANK": str(r), "WORLD_SIZE": str(cfg.np), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(cfg.np),
-                 "TF_CONFIG": _task_config(cluster, "worker", r)} for r in range(cfg.np)]
-        spawn_processes([cfg.mode], envs, cfg.to_json())
+        spawn_processes([cfg.mode], multiworker_envs(cfg.np), cfg.to_json())
         return
     roles = [("chief", 0)] + [("worker", i) for i in range(cfg.np)] + [("ps", i) for i in range(cfg.num_ps)]
     cluster: dict[str, list[str]] = {}
@@ -152,41 +188,15 @@ class MultiWorkerTrainer(_SyncStrategyTrainer):
         impl = tf.distribute.experimental.CommunicationImplementation
         self.collectives = "NCCL" if gpu else "RING"
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if gpu else impl.RING)
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=self._resolver(),
-                                                                  communication_options=options)
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=cluster_resolver(self.launch, self.world_size), communication_options=options)
         if self.strategy.num_replicas_in_sync != self.world_size:
             raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
                              f"the launcher started {self.world_size} ranks")
         self.build_step(lambda ctx: self.rank)
 
-    def _resolver(self):
-        if "TF_CONFIG" in os.environ:
-            parse_tf_config(os.environ["TF_CONFIG"])  # a clear error before TF's own
-            return tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        if self.launch.launcher == "srun":
-            # TF's own resolver: hosts from the step's node list (scontrol), one port per local task.
-            # bench pins GPUs itself (local rank -> device; auto_set_gpu=False), so the resolver's GPU
-            # bookkeeping is unused; it cannot express zero GPUs per task, so it is told one per task.
-            per_node = max(1, self.launch.local_world_size)
-            return tf.distribute.cluster_resolver.SlurmClusterResolver(
-                jobs={"worker": self.world_size}, port_base=self.launch.master_port or 8888,
-                gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False)
-        raise BenchError("tf-native multiworker needs TF_CONFIG (bench writes it when it spawns the ranks) "
-                         "or srun")
-
     def allgather(self, obj: Any) -> list[Any]:
-        """Any picklable object from every worker, through the strategy's own all-gather."""
-        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).astype(np.int32)
-        lengths = self._gather(np.array([payload.size], np.int32))
-        padded = np.zeros([1, int(lengths.max())], np.int32)
-        padded[0, :payload.size] = payload
-        rows = self._gather(padded)
-        return [pickle.loads(rows[i, :lengths[i]].astype(np.uint8).tobytes()) for i in range(len(lengths))]
-
-    def _gather(self, array: np.ndarray) -> np.ndarray:
-        tensor = tf.constant(array)
-        values = self.strategy.experimental_distribute_values_from_function(lambda ctx: tensor)
-        return self.strategy.gather(values, axis=0).numpy()
+        return strategy_allgather(self.strategy, obj)
 
 
 class MirroredTrainer(_SyncStrategyTrainer):

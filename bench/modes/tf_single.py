@@ -25,11 +25,13 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
 class SingleTFTrainer(TFTrainer):
     def setup(self) -> None:
         self.build_model()
-        x, y = self.make_data(0)
+        # bench verify's reference trains on the global batch of data_shards ranks in one step.
+        shards = self.cfg.data_shards or 1
+        x, y = self.make_global_data(shards)
 
         @tf.function
         def train_step():
-            return self.replica_step(x, y, self.cfg.batch_size)
+            return self.replica_step(x, y, self.cfg.batch_size * shards)
 
         self._train_step = train_step
 

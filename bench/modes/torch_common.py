@@ -39,6 +39,14 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     return cfg.resolve(device, np)
 
 
+def shard(cfg: RunConfig, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (NCHW) and labels of data shard ``index`` (rank ``index``'s batch), on the CPU."""
+    g = torch.Generator().manual_seed(cfg.seed + 1000 + index)
+    data = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size, generator=g)
+    target = torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=g)
+    return data, target
+
+
 class TorchTrainer:
     """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""
 
@@ -55,15 +63,20 @@ class TorchTrainer:
             torch.cuda.set_device(index)
             self.device = torch.device("cuda", index)
             # fp32 means TF32 tensor-core math on Ampere and newer, as the frameworks default for convs.
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-            torch.backends.cudnn.benchmark = True
+            # bench verify wants plain fp32 and deterministic kernels instead.
+            fast = cfg.verify_dir is None
+            torch.backends.cuda.matmul.allow_tf32 = fast
+            torch.backends.cudnn.allow_tf32 = fast
+            torch.backends.cudnn.benchmark = fast
         else:
             self.device = torch.device("cpu")
             # One core share per local rank, unless the user set OMP_NUM_THREADS: N ranks each
             # using every core oversubscribe the CPU and measure contention, not training.
             if "OMP_NUM_THREADS" not in os.environ:
                 torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, launch.local_world_size)))
+        if cfg.verify_dir is not None:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+            torch.use_deterministic_algorithms(True)
         self.scaler = None
 
     # -- building blocks -------------------------------------------------------------------
@@ -73,14 +86,19 @@ class TorchTrainer:
         model = build(cfg.model, cfg.num_classes).to(self.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
+        if cfg.verify_dir is not None:  # bench verify: no random masks that differ between runs
+            for m in model.modules():
+                if isinstance(m, torch.nn.Dropout):
+                    m.p = 0.0
         model.train()
         return model
 
-    def build_data(self) -> None:
+    def build_data(self, shards: list[int] | None = None) -> None:
+        """The synthetic batch of this rank's data shard, or the concatenation of ``shards``."""
         cfg = self.cfg
-        g = torch.Generator().manual_seed(cfg.seed + 1000 + self.rank)  # each rank its own shard
-        data = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size, generator=g)
-        target = torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=g)
+        parts = [shard(cfg, index) for index in (shards or [self.rank])]
+        data = torch.cat([d for d, _ in parts])
+        target = torch.cat([t for _, t in parts])
         self.data = data.to(self.device)
         if cfg.channels_last:
             self.data = self.data.contiguous(memory_format=torch.channels_last)
@@ -128,6 +146,11 @@ class TorchTrainer:
 
     def parameters(self):
         return self.model.parameters()
+
+    def parameter_arrays(self) -> list[tuple[str, Any]]:
+        """Every trainable parameter as (name, float32 numpy array), in definition order."""
+        model = getattr(self.model, "module", self.model)  # DDP wraps the model
+        return [(n, p.detach().float().cpu().numpy().copy()) for n, p in model.named_parameters()]
 
     def device_label(self) -> str:
         if self.device.type == "cuda":

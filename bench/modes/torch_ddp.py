@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -29,25 +30,43 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
     return DDPTrainer(cfg, launch)
 
 
+def init_group(launch: LaunchInfo, device: torch.device, rendezvous_timeout: float) -> str:
+    """torch.distributed's default group over a TCPStore at MASTER_ADDR:MASTER_PORT; returns the backend
+    (NCCL on GPU, Gloo on CPU)."""
+    addr, port = launch.master_addr, launch.master_port
+    if not addr or not port:
+        raise BenchError(f"{launch.launcher} did not provide MASTER_ADDR and MASTER_PORT "
+                         "for the torch.distributed rendezvous; set them")
+    timeout = timedelta(seconds=rendezvous_timeout)
+    try:
+        store = dist.TCPStore(addr, port, launch.world_size, is_master=launch.rank == 0, timeout=timeout,
+                              wait_for_workers=True)
+    except (RuntimeError, dist.DistError) as exc:
+        raise BenchError(f"rendezvous at {addr}:{port} failed or timed out after {rendezvous_timeout:g} s "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size,
+                            timeout=COLLECTIVE_TIMEOUT, **kwargs)
+    return backend
+
+
+def close_group() -> None:
+    """Destroy the default group once no collective is in flight.
+
+    Gloo's worker threads release a finished collective's tensors under the GIL; if the main thread
+    drops the last reference to the group meanwhile (holding the GIL), the two deadlock. A barrier and
+    a short GIL-free pause let those threads finish first.
+    """
+    if dist.is_initialized():
+        dist.barrier()
+        time.sleep(0.1)
+        dist.destroy_process_group()
+
+
 class DDPTrainer(TorchTrainer):
     def setup(self) -> None:
-        addr, port = self.launch.master_addr, self.launch.master_port
-        if not addr or not port:
-            raise BenchError(f"{self.launch.launcher} did not provide MASTER_ADDR and MASTER_PORT "
-                             "for the torch-ddp rendezvous; set them")
-        timeout = timedelta(seconds=self.cfg.rendezvous_timeout)
-        try:
-            store = dist.TCPStore(addr, port, self.world_size, is_master=self.rank == 0, timeout=timeout,
-                                  wait_for_workers=True)
-        except (RuntimeError, dist.DistError) as exc:
-            raise BenchError(f"rendezvous at {addr}:{port} failed or timed out after "
-                             f"{self.cfg.rendezvous_timeout:g} s ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:200]})") from None
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
-        kwargs = {"device_id": self.device} if backend == "nccl" else {}
-        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
-                                timeout=COLLECTIVE_TIMEOUT, **kwargs)
-        self.backend = backend
+        self.backend = init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
         model = self.build_model()
         ids = [self.device.index] if self.device.type == "cuda" else None
         self.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
@@ -59,6 +78,12 @@ class DDPTrainer(TorchTrainer):
         if self.cfg.precision == Precision.amp_fp16:
             self.scaler = torch.amp.GradScaler("cuda")
         self.build_data()
+
+    def step(self) -> None:
+        if self.cfg.fault == "skip-allreduce":  # bench verify's negative control
+            with self.model.no_sync():
+                return super().step()
+        return super().step()
 
     def allgather(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.world_size
@@ -72,5 +97,5 @@ class DDPTrainer(TorchTrainer):
         return record
 
     def teardown(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        close_group()
+        self.model = None  # the Reducer and its process group go now, with no collective in flight

@@ -31,8 +31,11 @@ class HorovodTrainer(TorchTrainer):
         self.model = self.build_model()
         optimizer = self.build_optimizer(self.model.parameters())
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
-        self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
-                                                  compression=compression, op=hvd.Average)
+        if self.cfg.fault == "skip-allreduce":  # bench verify's negative control: no DistributedOptimizer
+            self.optimizer = optimizer
+        else:
+            self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
+                                                      compression=compression, op=hvd.Average)
         # Identical start on every rank: weights and optimizer state from rank 0.
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)

@@ -28,7 +28,8 @@ class SingleTrainer(TorchTrainer):
         self.optimizer = self.build_optimizer(self.model.parameters())
         if self.cfg.precision == Precision.amp_fp16:
             self.scaler = torch.amp.GradScaler("cuda")
-        self.build_data()
+        # bench verify's reference: the global batch of data_shards ranks in one step.
+        self.build_data(list(range(self.cfg.data_shards)) if self.cfg.data_shards else None)
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]

@@ -1,0 +1,208 @@
+"""bench predict: throughput and scaling efficiency at N GPUs from a 1-GPU step time and the network.
+
+The model (synchronous data parallelism, one ring allreduce of the whole gradient per step)::
+
+    G        gradient bytes per step (parameters x 4; x 2 with --fp16-allreduce)
+    m        allreduce calls per step = ceil(G / fusion buffer)   (Horovod fuses tensors into 64 MiB)
+    t1       measured step time on one GPU at per-GPU batch b
+    B        bus bandwidth (busbw, nccl-tests' definition: what `bench allreduce` reports)
+    a        latency of one ring step
+
+    t_comm(N) = m * 2 (N - 1) * a  +  2 (N - 1) / N * G / B       (ring allreduce: 2 (N-1) steps, and
+                                                                   2 (N-1)/N * G bytes through each link)
+    t_step(N) = t1 + (1 - overlap) * t_comm(N)                     (overlap: fraction of the allreduce
+                                                                   hidden under the backward pass)
+    X(N)      = N * b / t_step(N)          images/s, all GPUs
+    E(N)      = t1 / t_step(N)             scaling efficiency, X(N) / (N * X(1))
+
+With ``--gpus-per-node`` and ``--intra-busbw``, N within one node uses the node's own bandwidth.
+The model knows nothing of stragglers, contention between a rank's compute and its communication
+(CPU ranks share cores), or hierarchical and tree algorithms; its error against measurements says
+how much those matter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+from bench.models import MODELS
+
+BYTES_PER_ELEMENT = 4
+HOROVOD_FUSION_BYTES = 64 * 1024**2  # HOROVOD_FUSION_THRESHOLD's default
+
+
+@dataclass(frozen=True)
+class Inputs:
+    step_time_s: float  # t1: one step on one GPU
+    batch_size: int  # b: images per GPU per step
+    gradient_bytes: int  # G
+    busbw_GBps: float  # B, 1 GB = 1e9 bytes
+    latency_s: float = 0.0  # a, per ring step
+    overlap: float = 0.0
+    fusion_bytes: int = HOROVOD_FUSION_BYTES  # 0: the gradient goes as one message
+    gpus_per_node: int | None = None
+    intra_busbw_GBps: float | None = None
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.step_time_s > 0, f"the 1-GPU step time must be > 0 s (got {self.step_time_s})"),
+            (self.batch_size >= 1, f"the batch size must be >= 1 (got {self.batch_size})"),
+            (self.gradient_bytes > 0, f"the gradient size must be > 0 bytes (got {self.gradient_bytes})"),
+            (self.busbw_GBps > 0, f"--busbw must be > 0 GB/s (got {self.busbw_GBps})"),
+            (self.latency_s >= 0, f"--latency-us must be >= 0 (got {self.latency_s * 1e6:g})"),
+            (0 <= self.overlap <= 1, f"--overlap must be within [0, 1] (got {self.overlap})"),
+            (self.fusion_bytes >= 0, f"--fusion-mib must be >= 0 (got {self.fusion_bytes})"),
+            (self.intra_busbw_GBps is None or self.intra_busbw_GBps > 0, "--intra-busbw must be > 0 GB/s"),
+            (self.gpus_per_node is None or self.gpus_per_node >= 1, "--gpus-per-node must be >= 1"),
+        ]
+        for ok, text in checks:
+            if not ok:
+                raise BenchError(text)
+
+    @property
+    def messages(self) -> int:
+        return math.ceil(self.gradient_bytes / self.fusion_bytes) if self.fusion_bytes else 1
+
+
+def gradient_bytes(model: str, num_classes: int = 1000, fp16_allreduce: bool = False) -> int:
+    if model not in MODELS:
+        raise BenchError(f"unknown model '{model}' (choose from: {', '.join(MODELS)})")
+    return MODELS[model].parameters(num_classes) * (2 if fp16_allreduce else BYTES_PER_ELEMENT)
+
+
+def comm_time(inp: Inputs, n: int) -> float:
+    """t_comm(N) in seconds (0 for one GPU)."""
+    if n < 1:
+        raise BenchError(f"GPU counts must be >= 1 (got {n})")
+    if n == 1:
+        return 0.0
+    bw = inp.busbw_GBps
+    if inp.gpus_per_node and inp.intra_busbw_GBps and n <= inp.gpus_per_node:
+        bw = inp.intra_busbw_GBps
+    return inp.messages * 2 * (n - 1) * inp.latency_s + 2 * (n - 1) / n * inp.gradient_bytes / (bw * 1e9)
+
+
+def predict(inp: Inputs, n: int) -> dict[str, float | int]:
+    comm = comm_time(inp, n)
+    step = inp.step_time_s + (1 - inp.overlap) * comm
+    return {"gpus": n, "comm_s": comm, "step_s": step, "images_per_sec_total": n * inp.batch_size / step,
+            "images_per_sec_per_gpu": inp.batch_size / step, "efficiency": inp.step_time_s / step}
+
+
+def fit_overlap(inp: Inputs, n: int, efficiency: float) -> float:
+    """The overlap that makes E(n) equal ``efficiency`` (may fall outside [0, 1]: the model cannot fit)."""
+    comm = comm_time(inp, n)
+    if comm == 0 or not efficiency > 0:
+        raise BenchError("fitting the overlap needs N > 1 and an efficiency > 0")
+    return 1 - (inp.step_time_s / efficiency - inp.step_time_s) / comm
+
+
+# -- inputs from bench's own measurements -------------------------------------------------------------
+def from_result(result: dict[str, Any]) -> dict[str, Any]:
+    """t1, b and G from a one-GPU bench result (the per-window mean throughput's step time)."""
+    if result["world_size"] != 1:
+        raise BenchError(f"--result needs a 1-GPU (world size 1) result, got world size {result['world_size']}")
+    cfg = result["config"]
+    per_gpu = result["summary"]["images_per_sec_per_gpu"]
+    return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"],
+            "gradient_bytes": gradient_bytes(cfg["model"], cfg["num_classes"], cfg.get("fp16_allreduce", False))}
+
+
+def from_allreduce(result: dict[str, Any], nbytes: int) -> dict[str, float]:
+    """busbw at the measured size nearest ``nbytes`` (log scale) and the ring-step latency from the
+    smallest size: a = t_smallest / (2 (n - 1))."""
+    n = result["world_size"]
+    if n < 2:
+        raise BenchError("--allreduce needs a result from 2 or more ranks (busbw is 0 on one)")
+    rows = result["rows"]
+    nearest = min(rows, key=lambda r: abs(math.log(r["bytes"] / nbytes)))
+    smallest = min(rows, key=lambda r: r["bytes"])
+    return {"busbw_GBps": nearest["busbw_GBps"], "latency_s": smallest["time_s"] / (2 * (n - 1)),
+            "busbw_at_bytes": nearest["bytes"], "latency_from_bytes": smallest["bytes"]}
+
+
+# -- checks against measurements ----------------------------------------------------------------------
+# The allreduce backend whose measurement describes each mode's gradient exchange.
+MODE_BACKEND = {"torch-ddp": "torch", "torch-horovod": "horovod-torch", "tf-horovod": "horovod-tf",
+                "tf-native:multiworker": "tf"}
+
+
+def pick_allreduce(mode: str, allreduces: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The measurement of this mode's own backend; with a single measurement, that one for every mode."""
+    if len(allreduces) == 1:
+        return allreduces[0]
+    return next((a for a in allreduces if a["config"]["backend"] == MODE_BACKEND.get(mode)), None)
+
+
+def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]], overlap: float,
+                fusion_bytes: int) -> list[dict[str, Any]]:
+    """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency."""
+    from bench.report import table_cells
+
+    chosen, _ = table_cells(results)
+    rows = []
+    for key, by_n in sorted(chosen.items(), key=lambda kv: str(kv[0])):
+        allreduce = pick_allreduce(key.mode, allreduces)
+        if 1 not in by_n or allreduce is None:
+            continue
+        base = from_result(by_n[1])
+        net = from_allreduce(allreduce, base["gradient_bytes"])
+        inp = Inputs(**base, busbw_GBps=net["busbw_GBps"], latency_s=net["latency_s"], overlap=overlap,
+                     fusion_bytes=fusion_bytes)
+        per_gpu_1 = by_n[1]["summary"]["images_per_sec_per_gpu"]
+        for n, result in sorted(by_n.items()):
+            if n == 1:
+                continue
+            measured = result["summary"]["images_per_sec_per_gpu"] / per_gpu_1
+            p = predict(inp, n)
+            rows.append({"mode": key.mode, "model": by_n[1]["config"]["model"], "gpus": n,
+                         "backend": allreduce["config"]["backend"],
+                         "t1_s": inp.step_time_s, "gradient_bytes": inp.gradient_bytes,
+                         "busbw_GBps": inp.busbw_GBps, "latency_s": inp.latency_s,
+                         "predicted_efficiency": p["efficiency"], "measured_efficiency": measured,
+                         "error_points": 100 * (p["efficiency"] - measured)})
+    return rows
+
+
+def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
+    """Predicted vs the Horovod figures (bench.published), with the inputs written there."""
+    from bench.published import FIGURES, NETWORK, STEP_TIMES
+
+    rows = []
+    for fig in FIGURES:
+        t1 = STEP_TIMES[fig["model"]]
+        inp = Inputs(step_time_s=t1["batch_size"] / t1["images_per_sec"], batch_size=t1["batch_size"],
+                     gradient_bytes=gradient_bytes(fig["model"]), busbw_GBps=NETWORK["busbw_GBps"],
+                     latency_s=NETWORK["latency_s"], overlap=NETWORK["overlap"] if overlap is None else overlap,
+                     fusion_bytes=NETWORK["fusion_bytes"])
+        p = predict(inp, fig["gpus"])
+        rows.append({**fig, "predicted_efficiency": p["efficiency"],
+                     "predicted_images_per_sec": p["images_per_sec_total"],
+                     "error_points": 100 * (p["efficiency"] - fig["efficiency"]), "inputs": asdict(inp)})
+    return rows
+
+
+def parse_gpus(text: str) -> list[int]:
+    try:
+        gpus = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BenchError(f"--gpus needs comma-separated integers (got '{text}')") from None
+    if not gpus or any(g < 1 for g in gpus):
+        raise BenchError(f"--gpus needs GPU counts >= 1 (got '{text}')")
+    return gpus
+
+
+def load_json(path: str | Path, what: str) -> dict[str, Any]:
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchError(f"cannot read {what} {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise BenchError(f"{path} is not a {what}")
+    return data

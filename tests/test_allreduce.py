@@ -1,0 +1,85 @@
+"""bench allreduce: sizes, the nccl-tests formulas, bad input, and real 2-rank runs through every backend."""
+
+import json
+
+import pytest
+from conftest import bench
+
+from bench.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes, parse_bytes
+from bench.errors import BenchError
+
+
+def test_parse_bytes():
+    assert parse_bytes("4096") == 4096
+    assert parse_bytes("4K") == 4096
+    assert parse_bytes("256M") == 256 * 1024**2
+    assert parse_bytes("1GiB") == 1024**3
+    with pytest.raises(BenchError, match="cannot read"):
+        parse_bytes("lots")
+
+
+def test_bandwidth_definitions():
+    assert bus_factor(2) == 1.0
+    assert bus_factor(8) == pytest.approx(1.75)
+    algbw, busbw = bandwidths(2_000_000_000, 0.5, 4)  # 2 GB in 0.5 s on 4 ranks
+    assert algbw == pytest.approx(4.0)
+    assert busbw == pytest.approx(4.0 * 2 * 3 / 4)
+
+
+def test_sizes_reach_the_vgg16_gradient():
+    cfg = AllreduceConfig().resolve(2)
+    assert gradient_bytes("vgg16") == 138_357_544 * 4
+    assert max(cfg.sizes) == gradient_bytes("vgg16") > 553_000_000
+    assert cfg.sizes[0] == 4096 and list(cfg.sizes) == sorted(set(cfg.sizes))
+    assert all(s % 4 == 0 for s in cfg.sizes)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"backend": "carrier-pigeon"}, "unknown backend"),
+    ({"min_bytes": 1}, "--min-bytes"),
+    ({"min_bytes": 4096, "max_bytes": 1024}, "--max-bytes"),
+    ({"factor": 1}, "--factor"),
+    ({"samples": 0}, "--samples"),
+    ({"warmup": 0}, "--warmup"),
+    ({"models": ("vgg99",)}, "unknown model"),
+])
+def test_config_rejects_bad_input(kwargs, message):
+    with pytest.raises(BenchError, match=message):
+        AllreduceConfig(**kwargs)
+
+
+def test_cli_bad_size_is_one_line(tmp_path):
+    r = bench("allreduce", "--max-bytes", "huge", "--output", str(tmp_path))
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "cannot read 'huge'" in r.stderr
+
+
+def _result(out):
+    files = sorted(out.glob("*-allreduce-*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [
+    "torch",
+    pytest.param("horovod-torch", marks=pytest.mark.horovod),
+    pytest.param("horovod-tf", marks=pytest.mark.horovod),
+    "tf",
+])
+def test_two_ranks_each_backend(backend, out):
+    r = bench("allreduce", "--backend", backend, "--np", "2", "--min-bytes", "4K", "--max-bytes", "1M",
+              "--models", "resnet50", "--samples", "3", "--target-sample-s", "0.05", "--output", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = _result(out)
+    assert result["world_size"] == 2 and result["all_correct"]
+    sizes = [row["bytes"] for row in result["rows"]]
+    assert sizes == [4096, 16384, 65536, 262144, 1048576, gradient_bytes("resnet50")]
+    for row in result["rows"]:
+        assert row["correct"]
+        assert len(row["samples_s_per_rank"]) == 2 and all(len(s) == 3 for s in row["samples_s_per_rank"])
+        assert row["time_s"] > 0
+        assert row["algbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])  # 2 (n - 1) / n = 1 at n = 2
+    assert result["rows"][-1]["model"] == "resnet50"
+    assert backend.split("-")[0] in result["environment"]["transport"] or backend == "tf"
+    assert "result:" in r.stdout and "busbw" in r.stdout

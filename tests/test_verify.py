@@ -1,0 +1,116 @@
+"""bench verify: the arithmetic, the weight mapping, bad input, and real runs that PASS and that FAIL."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import bench
+
+from bench.errors import BenchError
+from bench.verify import VerifyConfig, differences, identical
+from bench.verify_cross import torch_to_tf
+
+
+def test_differences_on_known_arrays():
+    w0 = [np.zeros(3, np.float32), np.zeros((2, 2), np.float32)]
+    ref = [np.array([1.0, -2.0, 4.0], np.float32), np.full((2, 2), 0.5, np.float32)]
+    cand = [np.array([1.0, -2.0, 4.004], np.float32), np.array([[0.5, 0.5], [0.5, 0.49]], np.float32)]
+    d = differences(w0, ref, cand)
+    assert d["max_update"] == pytest.approx(4.0)
+    assert d["max_abs"] == pytest.approx(0.01, rel=1e-4)  # the 0.49 element
+    assert d["of_update"] == pytest.approx(0.01 / 4.0, rel=1e-4)
+    assert d["max_rel"] == pytest.approx(0.01 / 0.5, rel=1e-4)  # tensor-relative, the 2x2 tensor
+    assert differences(w0, ref, ref)["max_abs"] == 0.0
+
+
+def test_differences_refuses_other_shapes():
+    a = [np.zeros(3, np.float32)]
+    with pytest.raises(BenchError, match="shapes"):
+        differences(a, a, [np.zeros(4, np.float32)])
+
+
+def test_identical_is_exact():
+    a = [np.arange(4, dtype=np.float32)]
+    assert identical(a, [a[0].copy()])
+    b = a[0].copy()
+    b[2] = np.nextafter(b[2], np.float32(10))
+    assert not identical(a, [b])
+
+
+def test_torch_to_tf_layouts_compute_the_same_function():
+    """conv OIHW -> HWIO, and the first dense after the conv stack sees (H, W, C)-flattened features."""
+    rng = np.random.default_rng(0)
+    conv = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)  # out 3, in 2
+    bias = rng.standard_normal(3).astype(np.float32)
+    dense = rng.standard_normal((5, 3 * 2 * 2)).astype(np.float32)  # after a 3-channel 2x2 map
+    last = rng.standard_normal((4, 5)).astype(np.float32)
+    mapped = torch_to_tf([conv, bias, dense, np.zeros(5, np.float32), last])
+    assert mapped[0].shape == (3, 3, 2, 3)
+    assert np.array_equal(mapped[0][1, 2, 0, :], conv[:, 0, 1, 2])
+    fmap = rng.standard_normal((3, 2, 2)).astype(np.float32)  # (C, H, W)
+    torch_out = dense @ fmap.reshape(-1)
+    tf_out = fmap.transpose(1, 2, 0).reshape(-1) @ mapped[2]
+    assert np.allclose(torch_out, tf_out, rtol=1e-5)
+    assert np.array_equal(mapped[4], last.T)  # later dense layers: a plain transpose
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"model": "resnet50"}, "batch normalisation"),
+    ({"steps": 1}, "--steps must be >= 2"),
+    ({"np": 1}, "--np must be >= 2"),
+    ({"modes": ("torch-magic",)}, "cannot check mode"),
+    ({"fault": "drop-tables"}, "unknown fault"),
+    ({"framework": "jax"}, "--framework"),
+    ({"tolerance": 0.0}, "--tolerance"),
+])
+def test_config_rejects_bad_input(kwargs, message):
+    with pytest.raises(BenchError, match=message):
+        VerifyConfig(**kwargs)
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    r = bench("verify", "--model", "resnet50", "--output", str(tmp_path))
+    assert r.returncode == 1
+    assert r.stderr.strip().count("\n") == 0 and "batch normalisation" in r.stderr
+    assert not list(tmp_path.glob("*.json"))
+
+
+def _report(out):
+    files = sorted(out.glob("*-verify-*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_every_mode_passes_and_the_frameworks_agree(out):
+    r = bench("verify", "--framework", "both", "--output", str(out), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = _report(out)
+    modes = {m["mode"]: m for m in report["modes"]}
+    assert set(modes) == {"torch-ddp", "torch-horovod", "tf-horovod", "tf-native:multiworker",
+                          "tf-native:mirrored", "tf-native:ps"}
+    for name, m in modes.items():
+        assert m["status"] == "PASS", (name, m)
+        assert m["initial_identical"] and m["ranks_in_sync"] and m["params_changed"]
+        assert m["of_update"] <= report["config"]["tolerance"]
+    assert modes["torch-ddp"]["world_size"] == 2 and modes["tf-horovod"]["world_size"] == 2
+    cross = report["cross_framework"]
+    assert cross["status"] == "PASS" and len(cross["loss_torch"]) == len(cross["loss_tf"]) == 3
+    assert cross["loss_torch"][0] != cross["loss_torch"][-1]  # training moved
+    assert not list(out.glob(".*-params"))  # snapshots removed
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_skipping_the_allreduce_fails(out):
+    r = bench("verify", "--framework", "both", "--modes", "torch-ddp,tf-native:multiworker,tf-horovod",
+              "--fault", "skip-allreduce", "--output", str(out), timeout=900)
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert "verify FAILED for torch-ddp, tf-horovod, tf-native:multiworker" in r.stderr
+    report = _report(out)
+    assert not report["passed"]
+    for m in report["modes"]:
+        assert m["status"] == "FAIL"
+        assert m["of_update"] > 0.05  # off by the order of the update, not by rounding
+        assert not m["ranks_in_sync"]
