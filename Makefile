@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead image images image-test docker-up singularity sif sif-pull slurm-up clean
+.PHONY: help venv bench test test-fast lint bench-overhead bench-allreduce verify predict-published image images image-test docker-up singularity sif sif-pull slurm-up clean
 APPTAINER ?= $(shell command -v apptainer || command -v singularity)
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 REGISTRY ?= ghcr.io/hvdbench
@@ -22,6 +22,9 @@ help:
 	@echo "make test-fast      unit and CLI tests only"
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
 	@echo "make bench-overhead torch-ddp vs a bare DDP loop, tf-horovod vs a bare Horovod TF loop"
+	@echo "make bench-allreduce allreduce time/algbw/busbw through every backend, up to the VGG-16 gradient"
+	@echo "make verify         every distributed mode against one process on the global batch (PASS/FAIL)"
+	@echo "make predict-published  the scaling model against Horovod's published efficiencies"
 	@echo "make venv           the venv with torch, tensorflow-cpu, tf-keras and patched Horovod"
 	@echo "make image          build hvdbench:\$$STACK-\$$FLAVOR (default current-cuda, also tagged hvdbench:latest)"
 	@echo "make images         build every stack x flavour"
@@ -83,6 +86,15 @@ slurm-up:
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)
 	$(PY) benchmarks/overhead.py --mode tf-horovod --image-size 32 $(ARGS)
+
+bench-allreduce: venv
+	for b in torch horovod-torch horovod-tf tf; do $(VENV)/bin/bench allreduce --backend $$b $(ARGS) || exit 1; done
+
+verify: venv
+	$(VENV)/bin/bench verify $(ARGS)
+
+predict-published: venv
+	$(VENV)/bin/bench predict --published $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -63,6 +63,9 @@ def key_of(result: dict[str, Any]) -> Key:
     return Key(label_of(result), c["model"], c["precision"], c["batch_size"], c["image_size"])
 
 
+OTHER_KINDS = ("verify", "allreduce")
+
+
 def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     """Every result under the given files or folders; one clear error for anything that is not one."""
     files: list[Path] = []
@@ -81,11 +84,15 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
             data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise BenchError(f"{f} is not readable JSON ({exc})") from None
+        if isinstance(data, dict) and data.get("kind") in OTHER_KINDS:
+            continue  # bench verify / bench allreduce records sharing the folder: not training runs
         missing = [k for k in REQUIRED_KEYS if not isinstance(data, dict) or k not in data]
         if missing:
             raise BenchError(f"{f} is not an hvdbench result (it lacks {', '.join(missing)})")
         data["_path"] = str(f)
         results.append(data)
+    if not results:
+        raise BenchError(f"no hvdbench training results in {', '.join(map(str, paths))}")
     versions = sorted({r["schema_version"] for r in results})
     if len(versions) > 1:
         raise BenchError(f"results of different schema versions ({', '.join(map(str, versions))}) cannot be "

@@ -82,6 +82,19 @@ def one_line(r):
     return lines[0]
 
 
+def test_verify_and_allreduce_records_in_the_folder_are_not_training_results(tmp_path):
+    shared = tmp_path / "results"
+    shutil.copytree(A, shared)
+    (shared / "20261121T000000Z-verify-0.json").write_text(json.dumps({"kind": "verify", "modes": []}))
+    (shared / "20261121T000000Z-allreduce-torch-0.json").write_text(json.dumps({"kind": "allreduce", "rows": []}))
+    assert len(load_results([shared])) == len(load_results([A]))
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "v.json").write_text(json.dumps({"kind": "verify"}))
+    with pytest.raises(BenchError, match="no hvdbench training results"):
+        load_results([only])
+
+
 def test_report_bad_inputs(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
