@@ -197,8 +197,10 @@ def verify_command(
     fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Compress gradients to fp16 (modes "
                                                  "that can); the tolerance widens.")] = False,
     tolerance: Annotated[float | None, typer.Option(help="Max difference as a fraction of the reference's own "
-                                                    "update (default 1e-3; 3e-2 with --fp16-allreduce).")] = None,
+                                                    "update (default 1e-3; 1e-2 with --fp16-allreduce).")] = None,
     fault: Annotated[str | None, typer.Option(help="Inject a bug to prove the check fails: skip-allreduce.")] = None,
+    cross: Annotated[bool, typer.Option("--cross/--no-cross", help="With --framework both, also PyTorch vs "
+                                        "TensorFlow from the same weights.")] = True,
     output: Annotated[str, typer.Option(help="Directory for verify-<id>.json.")] = "results",
     keep_params: Annotated[bool, typer.Option("--keep-params", help="Keep the parameter snapshots (.npz).")] = False,
 ) -> None:
@@ -210,7 +212,7 @@ def verify_command(
 
     vc = VerifyConfig(framework=framework, modes=tuple(parse_list(modes)), model=model, steps=steps, np=np,
                       batch_size=batch_size, image_size=image_size, num_classes=num_classes, device=device, seed=seed,
-                      fp16_allreduce=fp16_allreduce, tolerance=tolerance, fault=fault, output=output,
+                      fp16_allreduce=fp16_allreduce, tolerance=tolerance, fault=fault, cross=cross, output=output,
                       keep_params=keep_params)
     report, path = run_verify(vc)
     console = Console()

@@ -146,7 +146,7 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
     chosen, _ = table_cells(results)
     rows = []
     for key, by_n in sorted(chosen.items(), key=lambda kv: str(kv[0])):
-        allreduce = pick_allreduce(key.mode, allreduces)
+        allreduce = pick_allreduce(key.label, allreduces)
         if 1 not in by_n or allreduce is None:
             continue
         base = from_result(by_n[1])
@@ -159,7 +159,7 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
                 continue
             measured = result["summary"]["images_per_sec_per_gpu"] / per_gpu_1
             p = predict(inp, n)
-            rows.append({"mode": key.mode, "model": by_n[1]["config"]["model"], "gpus": n,
+            rows.append({"mode": key.label, "model": by_n[1]["config"]["model"], "gpus": n,
                          "backend": allreduce["config"]["backend"],
                          "t1_s": inp.step_time_s, "gradient_bytes": inp.gradient_bytes,
                          "busbw_GBps": inp.busbw_GBps, "latency_s": inp.latency_s,

@@ -62,7 +62,7 @@ FRAMEWORK_MODES = {
 REFERENCE_MODE = {"torch": "torch-single", "tf": "tf-single"}
 FP16_MODES = ("torch-ddp", "torch-horovod", "tf-horovod")  # those with gradient compression
 TOLERANCE = 1e-3  # of_update, fp32 gradients (measured: reduction order gives ~1e-5 or less)
-FP16_TOLERANCE = 3e-2  # of_update with --fp16-allreduce
+FP16_TOLERANCE = 1e-2  # of_update with --fp16-allreduce (measured: ~4e-4 after 3 steps)
 CROSS_TOLERANCE = 1e-3  # relative loss difference per step, PyTorch vs TensorFlow
 
 
@@ -228,8 +228,12 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
 
 def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
     """Run every check; write ``verify-<id>.json`` into vc.output; return (report, path)."""
+    from bench.launch import detect
     from bench.results import check_output_dir, write_json_new
 
+    if detect().launcher != "none":
+        raise BenchError("bench verify starts its own ranks for every mode; run it without a launcher "
+                         "(not under srun, mpirun, torchrun or horovodrun)")
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = check_output_dir(vc.output)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -287,6 +291,7 @@ def render(report: dict[str, Any]):
 
     table = Table("mode", "n", "max abs diff", "max rel diff", "of update", "tolerance", "result",
                   title=f"bench verify: {report['config']['model']}, {report['config']['steps']} steps, "
+                        f"{'fp16' if report['config']['fp16_allreduce'] else 'fp32'} allreduce, "
                         f"fault={report['config']['fault'] or 'none'}")
     for r in report["modes"]:
         def f(key, r=r):

@@ -11,6 +11,12 @@ def test_parameter_counts_match_torchvision(name):
     assert count_parameters(build(name, 1000)) == MODELS[name].params_1000
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_parameter_count_at_other_class_counts(name):
+    """The registry's head widths give the count at any class count (bench predict's gradient size)."""
+    assert count_parameters(build(name, 10)) == MODELS[name].parameters(10)
+
+
 def test_vgg16_without_batch_norm_has_13_conv_and_3_fc():
     m = build("vgg16")
     assert sum(isinstance(x, torch.nn.Conv2d) for x in m.modules()) == 13

@@ -94,6 +94,8 @@ def test_each_mode_takes_its_own_backends_measurement():
     assert pick_allreduce("torch-ddp", [hvd_ar, torch_ar]) is torch_ar
     assert pick_allreduce("torch-horovod", [hvd_ar, torch_ar]) is hvd_ar
     assert pick_allreduce("tf-horovod", [hvd_ar, torch_ar]) is None
+    tf_ar = {"config": {"backend": "tf"}}
+    assert pick_allreduce("tf-native:multiworker", [hvd_ar, tf_ar]) is tf_ar
     assert pick_allreduce("tf-horovod", [torch_ar]) is torch_ar  # one measurement serves every mode
 
 

@@ -75,6 +75,12 @@ def test_cli_bad_input_is_one_line(tmp_path):
     assert not list(tmp_path.glob("*.json"))
 
 
+def test_refuses_to_run_under_a_launcher(tmp_path):
+    r = bench("verify", "--output", str(tmp_path), SLURM_STEP_ID="0", SLURM_PROCID="0", SLURM_NTASKS="1",
+              SLURM_LOCALID="0")
+    assert r.returncode == 1 and "without a launcher" in r.stderr
+
+
 def _report(out):
     files = sorted(out.glob("*-verify-*.json"))
     assert len(files) == 1, files
@@ -105,11 +111,11 @@ def test_every_mode_passes_and_the_frameworks_agree(out):
 @pytest.mark.horovod
 def test_skipping_the_allreduce_fails(out):
     r = bench("verify", "--framework", "both", "--modes", "torch-ddp,tf-native:multiworker,tf-horovod",
-              "--fault", "skip-allreduce", "--output", str(out), timeout=900)
+              "--fault", "skip-allreduce", "--no-cross", "--output", str(out), timeout=900)
     assert r.returncode == 1, r.stdout[-2000:]
     assert "verify FAILED for torch-ddp, tf-horovod, tf-native:multiworker" in r.stderr
     report = _report(out)
-    assert not report["passed"]
+    assert not report["passed"] and report["cross_framework"] is None
     for m in report["modes"]:
         assert m["status"] == "FAIL"
         assert m["of_update"] > 0.05  # off by the order of the update, not by rounding
