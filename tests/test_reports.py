@@ -134,8 +134,10 @@ SWEEP = ["sweep", "--modes", "torch-ddp,torch-horovod", "--np", "1,2", "--models
 @pytest.mark.slow
 def test_real_sweep_interrupted_then_resumed_then_reported(tmp_path):
     folder = tmp_path / "sweep"
+    # SIGINT as at a terminal, even where the test itself runs with SIGINT ignored (a background job).
     proc = subprocess.Popen([sys.executable, "-m", "bench", *SWEEP, "--output", str(folder)], env=bench_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     manifest = folder / "manifest.json"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
