@@ -1,9 +1,10 @@
 """bench allreduce: sizes, the nccl-tests formulas, bad input, and real 2-rank runs through every backend."""
 
 import json
+import sys
 
 import pytest
-from conftest import bench
+from conftest import bench, run
 
 from bench.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes, parse_bytes
 from bench.errors import BenchError
@@ -83,3 +84,15 @@ def test_two_ranks_each_backend(backend, out):
     assert result["rows"][-1]["model"] == "resnet50"
     assert backend.split("-")[0] in result["environment"]["transport"] or backend == "tf"
     assert "result:" in r.stdout and "busbw" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_horovod_under_mpirun_uses_the_mpi_controller(out):
+    r = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "bench",
+             "allreduce", "--backend", "horovod-torch", "--max-bytes", "64K", "--models", "", "--samples", "2",
+             "--target-sample-s", "0.05", "--output", str(out)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = _result(out)
+    assert result["launcher"] == "mpirun" and result["environment"]["transport"] == "horovod mpi"
+    assert result["all_correct"] and [row["bytes"] for row in result["rows"]] == [4096, 16384, 65536]
