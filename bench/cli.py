@@ -282,7 +282,6 @@ def predict_command(
 ) -> None:
     """Predict images/s and scaling efficiency at N GPUs from a 1-GPU step time and the network (see formula)."""
     from rich.console import Console
-    from rich.table import Table
 
     from bench import predict as p
 
@@ -291,75 +290,21 @@ def predict_command(
     if fusion < 0:
         raise BenchError(f"--fusion-mib must be >= 0 (got {fusion_mib})")
     if published:
-        rows = p.check_published(overlap)  # None: the overlap written with the published inputs
-        table = Table("model", "GPUs", "published", "predicted", "error (points)", "source",
-                      title="bench predict vs published Horovod figures (inputs: bench/published.py)")
-        for r in rows:
-            table.add_row(r["model"], str(r["gpus"]), f"{r['efficiency']:.1%}", f"{r['predicted_efficiency']:.1%}",
-                          f"{r['error_points']:+.1f}", r["source"])
-        console.print(table)
-        mae = sum(abs(r["error_points"]) for r in rows) / len(rows)
-        console.print(f"mean absolute error: {mae:.1f} points over {len(rows)} figures")
+        console.print(*p.render_published(p.check_published(overlap)))  # None: the published inputs' overlap
         return
     overlap_used = 0.5 if overlap is None else overlap
     if sweep is not None:
-        from pathlib import Path
-
-        from bench.report import load_results
-
         if not allreduce:
             raise BenchError("--sweep needs --allreduce (a bench allreduce result for the network inputs)")
-        from bench.allreduce import load as load_allreduce
-
-        rows = p.check_sweep(load_results([Path(sweep)]), [load_allreduce(a) for a in allreduce], overlap_used,
-                             fusion)
-        if not rows:
-            raise BenchError(f"{sweep} has no mode with results at 1 and more ranks and an allreduce measurement")
-        table = Table("mode", "model", "n", "allreduce", "t1 (s)", "busbw (GB/s)", "latency (us)", "measured",
-                      "predicted", "error (points)", title=f"bench predict vs {sweep} (overlap {overlap_used:g})")
-        for r in rows:
-            table.add_row(r["mode"], r["model"], str(r["gpus"]), r["backend"], f"{r['t1_s']:.3f}",
-                          f"{r['busbw_GBps']:.3f}",
-                          f"{r['latency_s'] * 1e6:.1f}", f"{r['measured_efficiency']:.1%}",
-                          f"{r['predicted_efficiency']:.1%}", f"{r['error_points']:+.1f}")
-        console.print(table)
+        console.print(p.render_sweep(p.check_sweep_folder(sweep, allreduce, overlap_used, fusion), sweep,
+                                     overlap_used))
         return
-    base: dict = {}
-    if result is not None:
-        from bench.results import load_result
-
-        base = p.from_result(load_result(result))
-    else:
-        if (step_time is None) == (images_per_sec is None):
-            raise BenchError("give the 1-GPU speed: --step-time or --images-per-sec (or --result)")
-        if images_per_sec is not None and not images_per_sec > 0:
-            raise BenchError(f"--images-per-sec must be > 0 (got {images_per_sec})")
-        base = {"step_time_s": step_time if step_time is not None else batch_size / images_per_sec,
-                "batch_size": batch_size,
-                "gradient_bytes": p.gradient_bytes(model or "vgg16", num_classes, fp16_allreduce)}
-    net: dict = {}
-    if allreduce:
-        from bench.allreduce import load as load_allreduce
-
-        if len(allreduce) > 1:
-            raise BenchError("give one --allreduce result (several only with --sweep)")
-        net = p.from_allreduce(load_allreduce(allreduce[0]), base["gradient_bytes"])
-    bw = busbw if busbw is not None else net.get("busbw_GBps")
-    if bw is None:
-        raise BenchError("give the network: --busbw (GB/s) or --allreduce (a bench allreduce result)")
-    lat = latency_us * 1e-6 if latency_us is not None else net.get("latency_s", 0.0)
+    base = p.one_gpu_inputs(result, step_time, images_per_sec, batch_size, model or "vgg16", num_classes,
+                            fp16_allreduce)
+    bw, lat = p.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"])
     inp = p.Inputs(**base, busbw_GBps=bw, latency_s=lat, overlap=overlap_used, fusion_bytes=fusion,
                    gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
-    table = Table("GPUs", "allreduce (ms)", "step (ms)", "img/s total", "img/s per GPU", "efficiency",
-                  title=f"bench predict: t1 {inp.step_time_s * 1e3:.1f} ms, batch {inp.batch_size}, "
-                        f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), busbw {bw:.3g} GB/s, "
-                        f"latency {lat * 1e6:.3g} us, overlap {overlap_used:g}")
-    for n in p.parse_gpus(gpus):
-        r = p.predict(inp, n)
-        table.add_row(str(n), f"{r['comm_s'] * 1e3:.2f}", f"{r['step_s'] * 1e3:.1f}",
-                      f"{r['images_per_sec_total']:.1f}", f"{r['images_per_sec_per_gpu']:.1f}",
-                      f"{r['efficiency']:.1%}")
-    console.print(table)
+    console.print(p.render_prediction(inp, p.parse_gpus(gpus)))
 
 
 @app.command("models")

@@ -186,6 +186,93 @@ def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def check_sweep_folder(folder: str, allreduce_paths: list[str], overlap: float,
+                       fusion_bytes: int) -> list[dict[str, Any]]:
+    """check_sweep on a sweep folder and bench allreduce result files; an error if nothing can be checked."""
+    from bench.allreduce import load as load_allreduce
+    from bench.report import load_results
+
+    rows = check_sweep(load_results([Path(folder)]), [load_allreduce(a) for a in allreduce_paths], overlap,
+                       fusion_bytes)
+    if not rows:
+        raise BenchError(f"{folder} has no mode with results at 1 and more ranks and an allreduce measurement")
+    return rows
+
+
+# -- inputs from the command line ---------------------------------------------------------------------
+def one_gpu_inputs(result_path: str | None, step_time: float | None, images_per_sec: float | None,
+                   batch_size: int, model: str, num_classes: int, fp16_allreduce: bool) -> dict[str, Any]:
+    """t1, b and G: from a world-size-1 bench result, or from --step-time / --images-per-sec."""
+    if result_path is not None:
+        from bench.results import load_result
+
+        return from_result(load_result(result_path))
+    if (step_time is None) == (images_per_sec is None):
+        raise BenchError("give the 1-GPU speed: --step-time or --images-per-sec (or --result)")
+    if images_per_sec is not None and not images_per_sec > 0:
+        raise BenchError(f"--images-per-sec must be > 0 (got {images_per_sec})")
+    return {"step_time_s": step_time if step_time is not None else batch_size / images_per_sec,
+            "batch_size": batch_size, "gradient_bytes": gradient_bytes(model, num_classes, fp16_allreduce)}
+
+
+def network_inputs(busbw: float | None, latency_us: float | None, allreduce_paths: list[str],
+                   nbytes: int) -> tuple[float, float]:
+    """(B in GB/s, a in s): the flags win over a bench allreduce result (measured near ``nbytes``)."""
+    net: dict[str, float] = {}
+    if allreduce_paths:
+        from bench.allreduce import load as load_allreduce
+
+        if len(allreduce_paths) > 1:
+            raise BenchError("give one --allreduce result (several only with --sweep)")
+        net = from_allreduce(load_allreduce(allreduce_paths[0]), nbytes)
+    bw = busbw if busbw is not None else net.get("busbw_GBps")
+    if bw is None:
+        raise BenchError("give the network: --busbw (GB/s) or --allreduce (a bench allreduce result)")
+    return bw, latency_us * 1e-6 if latency_us is not None else net.get("latency_s", 0.0)
+
+
+# -- tables -------------------------------------------------------------------------------------------
+def render_prediction(inp: Inputs, gpus: list[int]):
+    from rich.table import Table
+
+    table = Table("GPUs", "allreduce (ms)", "step (ms)", "img/s total", "img/s per GPU", "efficiency",
+                  title=f"bench predict: t1 {inp.step_time_s * 1e3:.1f} ms, batch {inp.batch_size}, "
+                        f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), "
+                        f"busbw {inp.busbw_GBps:.3g} GB/s, latency {inp.latency_s * 1e6:.3g} us, "
+                        f"overlap {inp.overlap:g}")
+    for n in gpus:
+        r = predict(inp, n)
+        table.add_row(str(n), f"{r['comm_s'] * 1e3:.2f}", f"{r['step_s'] * 1e3:.1f}",
+                      f"{r['images_per_sec_total']:.1f}", f"{r['images_per_sec_per_gpu']:.1f}",
+                      f"{r['efficiency']:.1%}")
+    return table
+
+
+def render_published(rows: list[dict[str, Any]]) -> tuple[Any, str]:
+    """The table and its mean-absolute-error line."""
+    from rich.table import Table
+
+    table = Table("model", "GPUs", "published", "predicted", "error (points)", "source",
+                  title="bench predict vs published Horovod figures (inputs: bench/published.py)")
+    for r in rows:
+        table.add_row(r["model"], str(r["gpus"]), f"{r['efficiency']:.1%}", f"{r['predicted_efficiency']:.1%}",
+                      f"{r['error_points']:+.1f}", r["source"])
+    mae = sum(abs(r["error_points"]) for r in rows) / len(rows)
+    return table, f"mean absolute error: {mae:.1f} points over {len(rows)} figures"
+
+
+def render_sweep(rows: list[dict[str, Any]], folder: str, overlap: float):
+    from rich.table import Table
+
+    table = Table("mode", "model", "n", "allreduce", "t1 (s)", "busbw (GB/s)", "latency (us)", "measured",
+                  "predicted", "error (points)", title=f"bench predict vs {folder} (overlap {overlap:g})")
+    for r in rows:
+        table.add_row(r["mode"], r["model"], str(r["gpus"]), r["backend"], f"{r['t1_s']:.3f}",
+                      f"{r['busbw_GBps']:.3f}", f"{r['latency_s'] * 1e6:.1f}", f"{r['measured_efficiency']:.1%}",
+                      f"{r['predicted_efficiency']:.1%}", f"{r['error_points']:+.1f}")
+    return table
+
+
 def parse_gpus(text: str) -> list[int]:
     try:
         gpus = [int(x) for x in text.split(",") if x.strip()]
@@ -195,14 +282,3 @@ def parse_gpus(text: str) -> list[int]:
         raise BenchError(f"--gpus needs GPU counts >= 1 (got '{text}')")
     return gpus
 
-
-def load_json(path: str | Path, what: str) -> dict[str, Any]:
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchError(f"cannot read {what} {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise BenchError(f"{path} is not a {what}")
-    return data

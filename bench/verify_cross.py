@@ -85,11 +85,12 @@ def cross_framework(vc) -> dict[str, Any]:
         torch_losses.append(float(loss.detach()))
     torch_final = [p.detach().numpy().copy() for p in model.parameters()]
 
-    tf_losses, tf_final = _train_tf(vc, torch_to_tf(initial), data.numpy().transpose(0, 2, 3, 1), target.numpy())
+    initial_tf = torch_to_tf(initial)
+    tf_losses, tf_final = _train_tf(vc, initial_tf, data.numpy().transpose(0, 2, 3, 1), target.numpy())
     t, f = np.array(torch_losses, np.float64), np.array(tf_losses, np.float64)
     abs_diff = np.abs(t - f)
     rel = float(np.max(abs_diff / np.abs(t)))
-    weights = differences(torch_to_tf(initial), torch_to_tf(torch_final), tf_final)
+    weights = differences(initial_tf, torch_to_tf(torch_final), tf_final)
     ok = rel <= CROSS_TOLERANCE
     return {
         "status": "PASS" if ok else "FAIL",

@@ -45,8 +45,8 @@ from bench.models import MODELS
 
 BACKENDS = {
     "torch": "bench.allreduce.torch_dist",
-    "horovod-torch": "bench.allreduce.horovod",
-    "horovod-tf": "bench.allreduce.horovod",
+    "horovod-torch": "bench.allreduce.horovod_torch",
+    "horovod-tf": "bench.allreduce.horovod_tf",
     "tf": "bench.allreduce.tf_collective",
 }
 BYTES_PER_ELEMENT = 4  # float32
@@ -163,7 +163,7 @@ def run(cfg: AllreduceConfig) -> Path | None:
     comm.setup()
     try:
         rows = measure(comm, cfg)
-        environment = comm.environment()
+        environment = comm.environment() if info.rank == 0 else None  # only rank 0 writes it
     finally:
         comm.teardown()
     if info.rank != 0:

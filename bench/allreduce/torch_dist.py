@@ -37,7 +37,9 @@ def make(cfg, launch: LaunchInfo) -> Comm:
     return TorchComm(cfg, launch)
 
 
-class TorchComm(Comm):
+class TorchBuffer(Comm):
+    """A float32 torch tensor on the local rank's GPU (or the CPU), reduced in place."""
+
     def __init__(self, cfg, launch: LaunchInfo) -> None:
         self.cfg, self.launch = cfg, launch
         self.rank, self.world_size = launch.rank, launch.world_size
@@ -49,12 +51,8 @@ class TorchComm(Comm):
             self.device = torch.device("cpu")
         self.buf = None
 
-    def setup(self) -> None:
-        self.backend = init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
-
-    def prepare(self, count: int):
+    def fill(self, count: int) -> None:
         self.buf = torch.full((count,), float(self.rank + 1), dtype=torch.float32, device=self.device)
-        return lambda: dist.all_reduce(self.buf)
 
     def result_equals(self, value: float) -> bool:
         return bool((self.buf == value).all())
@@ -66,6 +64,18 @@ class TorchComm(Comm):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def release(self) -> None:
+        self.buf = None
+
+
+class TorchComm(TorchBuffer):
+    def setup(self) -> None:
+        self.backend = init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
+
+    def prepare(self, count: int):
+        self.fill(count)
+        return lambda: dist.all_reduce(self.buf)
+
     def barrier(self) -> None:
         dist.barrier()
 
@@ -73,9 +83,6 @@ class TorchComm(Comm):
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
-
-    def release(self) -> None:
-        self.buf = None
 
     def environment(self) -> dict[str, Any]:
         return {**env.base(), "torch": env.torch_info(), "library": "torch.distributed", "backend": self.backend,

@@ -1,0 +1,24 @@
+"""allreduce through Horovod from PyTorch: ``hvd.allreduce_`` (op=Sum) in place on a torch tensor."""
+
+from __future__ import annotations
+
+from bench.allreduce.common import Comm
+from bench.allreduce.horovod import HorovodComm, spawn  # noqa: F401 (the backend's spawn)
+from bench.allreduce.torch_dist import TorchBuffer, default_np  # noqa: F401 (the backend's default_np)
+from bench.launch import LaunchInfo
+
+
+def make(cfg, launch: LaunchInfo) -> Comm:
+    return HorovodTorchComm(cfg, launch)
+
+
+class HorovodTorchComm(HorovodComm, TorchBuffer):
+    framework = "torch"
+
+    def __init__(self, cfg, launch: LaunchInfo) -> None:
+        TorchBuffer.__init__(self, cfg, launch)
+        self.on_gpu = self.device.type == "cuda"
+
+    def prepare(self, count: int):
+        self.fill(count)
+        return lambda: self.hvd.allreduce_(self.buf, op=self.hvd.Sum, name="bench.allreduce")
