@@ -127,3 +127,60 @@ def test_compose_two_nodes_over_tcp(dk, tmp_path):
     assert {r["host"] for r in result["environment"]["ranks"]} == {"node0", "node1"}
     assert result["sync"]["ranks_in_sync"] and result["sync"]["params_changed"]
     print(json.dumps(result["summary"]["images_per_sec_total"]))
+
+
+
+NO_NETWORK_RUNS = {
+    "torch-ddp": ["torch-ddp", "--np", "2"],
+    "torch-horovod": ["torch-horovod", "--np", "2"],
+    "tf-horovod": ["tf-horovod", "--np", "2"],
+    "tf-native:multiworker": ["tf-native", "--strategy", "multiworker", "--np", "2"],
+    "tf-native:mirrored": ["tf-native", "--strategy", "mirrored"],
+    "tf-native:ps": ["tf-native", "--strategy", "ps", "--np", "2"],
+    "torch-single": ["torch-single"],
+    "tf-single": ["tf-single"],
+}
+
+
+def run_offline(dk, args: list[str], results: Path) -> tuple[int, str]:
+    """``docker run --network none``: loopback only, and a container host name nothing resolves."""
+    container = dk.containers.run(IMAGE, args, volumes={str(results): {"bind": "/work/results", "mode": "rw"}},
+                                  network_mode="none", detach=True, shm_size="1g")
+    try:
+        code = container.wait(timeout=600)["StatusCode"]
+        return code, container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+
+
+def test_no_network_container_cannot_resolve_its_name(dk, tmp_path):
+    """The premise of the tests below: without it they would prove nothing about the Gloo fix."""
+    import docker
+
+    probe = ["python3", "-c", "import socket; socket.getaddrinfo(socket.gethostname(), 0)"]
+
+    with pytest.raises(docker.errors.ContainerError, match="name resolution|Name or service"):
+        dk.containers.run(IMAGE, [], entrypoint=probe, network_mode="none", remove=True, stderr=True)
+
+
+@pytest.mark.parametrize("name", list(NO_NETWORK_RUNS))
+def test_every_mode_runs_with_no_network(dk, tmp_path, name):
+    """The Horovod modes died with SIGSEGV here before the Gloo fix in docker/horovod/0.28.1.patch."""
+    results = tmp_path / "results"
+    results.mkdir()
+    code, logs = run_offline(dk, [*NO_NETWORK_RUNS[name], *SMALL, "--output", "/work/results"], results)
+    assert code == 0, logs[-4000:]
+    result = only_result(results)
+    assert result["mode"] == name.split(":")[0] and result["status"] == "ok"
+    assert result["sync"]["ranks_in_sync"] and result["sync"]["params_changed"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "horovod-torch", "horovod-tf", "tf"])
+def test_allreduce_runs_with_no_network(dk, tmp_path, backend):
+    results = tmp_path / "results"
+    results.mkdir()
+    code, logs = run_offline(dk, ["allreduce", "--backend", backend, "--np", "2", "--min-bytes", "4K",
+                                  "--max-bytes", "64K", "--models", "", "--samples", "2", "--warmup", "1",
+                                  "--output", "/work/results"], results)
+    assert code == 0, logs[-3000:]
+    assert len(list(results.glob("*.json"))) == 1

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import os
+import socket
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from bench import env
 from bench.config import RunConfig
 from bench.errors import BenchError
-from bench.launch import spawn_horovod_gloo
+from bench.launch import LaunchInfo, detect, spawn_horovod_gloo
 
 NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
@@ -22,8 +25,68 @@ def import_hvd(framework: str, mode: str):
                          "run 'make venv' or use the hvdbench image") from None
 
 
+def resolve_error(name: str) -> str | None:
+    """Why host name ``name`` does not resolve to an address (getaddrinfo's message), or None if it does."""
+    try:
+        socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    return None
+
+
+def patch_level() -> int:
+    """The hvdbench patch level of the installed Horovod (docker/horovod/*.patch); 0 for a stock build."""
+    try:
+        return importlib.import_module("horovod._hvdbench_patch").PATCH_LEVEL
+    except (ImportError, AttributeError):
+        return 0
+
+
+# Level 2 fixed Horovod 0.28.1's Gloo crash on an unresolvable host name (docker/horovod/0.28.1.patch).
+GLOO_HOSTNAME_FIX = 2
+
+
+def uses_gloo(hvd, environ: MutableMapping[str, str]) -> bool:
+    """Whether Horovod will open Gloo contexts: the Gloo controller (horovodrun --gloo, our spawner),
+    Gloo CPU operations, or a build without MPI. Under the MPI controller Gloo stays off."""
+    return (environ.get("HOROVOD_CONTROLLER", "").lower() == "gloo"
+            or environ.get("HOROVOD_CPU_OPERATIONS", "").lower() == "gloo"
+            or "HOROVOD_GLOO_RENDEZVOUS_ADDR" in environ or not hvd.mpi_built())
+
+
+def check_host_name(launch: LaunchInfo, environ: MutableMapping[str, str] = os.environ,
+                    hostname: str | None = None, resolve: Callable[[str], str | None] = resolve_error,
+                    level: int | None = None) -> None:
+    """Make Horovod's Gloo work when this host's own name does not resolve, or fail in one clear line.
+
+    Gloo finds this process's address from HOROVOD_GLOO_IFACE when it is set, else by resolving the host
+    name. With every rank on this node the loopback interface is enough, so it is chosen; across nodes
+    the interface that reaches the peers is not ours to guess. Stock Horovod 0.28.1 ignores the interface
+    for its process-set context and dereferences a failed lookup (SIGSEGV): it needs the name to resolve.
+    """
+    name = hostname or socket.gethostname()
+    why = resolve(name)
+    if why is None:
+        return
+    fix = (f"make '{name}' resolve on every node (/etc/hosts or DNS; in Docker: --hostname localhost for one "
+           "node, --add-host or a user-defined network across nodes)")
+    if (patch_level() if level is None else level) < GLOO_HOSTNAME_FIX:
+        raise BenchError(f"this host's name '{name}' does not resolve ({why}) and this Horovod build crashes "
+                         f"in Gloo without it (hvdbench's patched build does not): {fix}")
+    if environ.get("HOROVOD_GLOO_IFACE"):
+        return
+    if launch.local_world_size >= launch.world_size:
+        environ["HOROVOD_GLOO_IFACE"] = "lo"  # every rank is here: loopback reaches them all
+        return
+    raise BenchError(f"this host's name '{name}' does not resolve ({why}), and Horovod's Gloo needs it to find "
+                     f"this node's address for the other nodes: {fix}, or set HOROVOD_GLOO_IFACE to the "
+                     "network interface that reaches them")
+
+
 def init(hvd, rank: int, world_size: int) -> None:
     """hvd.init(), then check Horovod agrees with the launcher about who is who."""
+    if uses_gloo(hvd, os.environ):
+        check_host_name(detect())
     hvd.init()
     if hvd.rank() != rank or hvd.size() != world_size:
         raise BenchError(f"Horovod says rank {hvd.rank()}/{hvd.size()} but the launcher said {rank}/{world_size}")

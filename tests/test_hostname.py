@@ -1,0 +1,111 @@
+"""A host whose own name does not resolve (docker run --network none, fresh containers, some clusters).
+
+Horovod 0.28.1 as released crashes there (SIGSEGV in Gloo's host-name lookup for its process-set context);
+hvdbench's patched build and the check in bench.modes.horovod_common make one node work over loopback and
+give one clear line across nodes.
+"""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import SMALL, assert_valid_run, bench_env, only_result
+
+from bench.errors import BenchError
+from bench.launch import LaunchInfo
+from bench.modes import horovod_common
+
+ONE_NODE = LaunchInfo("self", 0, 2, 0, 2)
+TWO_NODES = LaunchInfo("srun", 0, 2, 0, 1)
+
+
+def unresolvable(name: str) -> str:
+    return "Temporary failure in name resolution"
+
+
+def resolvable(name: str) -> None:
+    return None
+
+
+def test_resolvable_name_changes_nothing():
+    environ: dict[str, str] = {}
+    horovod_common.check_host_name(TWO_NODES, environ, "node1", resolvable, level=0)
+    assert environ == {}
+
+
+def test_one_node_falls_back_to_loopback():
+    environ: dict[str, str] = {}
+    horovod_common.check_host_name(ONE_NODE, environ, "box", unresolvable, level=2)
+    assert environ == {"HOROVOD_GLOO_IFACE": "lo"}
+
+
+def test_an_interface_the_user_chose_is_kept():
+    environ = {"HOROVOD_GLOO_IFACE": "eth1"}
+    horovod_common.check_host_name(TWO_NODES, environ, "box", unresolvable, level=2)
+    assert environ == {"HOROVOD_GLOO_IFACE": "eth1"}
+
+
+def test_across_nodes_names_the_host_and_the_fix():
+    with pytest.raises(BenchError) as err:
+        horovod_common.check_host_name(TWO_NODES, {}, "node7", unresolvable, level=2)
+    text = str(err.value)
+    assert "'node7' does not resolve" in text and "Temporary failure" in text
+    assert "/etc/hosts" in text and "HOROVOD_GLOO_IFACE" in text
+
+
+def test_stock_horovod_is_refused_even_on_one_node():
+    with pytest.raises(BenchError, match="'box' does not resolve.*crashes in Gloo"):
+        horovod_common.check_host_name(ONE_NODE, {}, "box", unresolvable, level=0)
+
+
+def test_real_resolver():
+    assert horovod_common.resolve_error("localhost") is None
+    assert horovod_common.resolve_error("no-such-host.invalid") is not None
+
+
+def test_uses_gloo():
+    class Hvd:
+        def __init__(self, mpi: bool) -> None:
+            self.mpi = mpi
+
+        def mpi_built(self) -> bool:
+            return self.mpi
+
+    assert horovod_common.uses_gloo(Hvd(True), {"HOROVOD_CONTROLLER": "gloo"})
+    assert horovod_common.uses_gloo(Hvd(True), {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1"})
+    assert horovod_common.uses_gloo(Hvd(False), {})
+    assert not horovod_common.uses_gloo(Hvd(True), {})  # mpirun / srun --mpi=pmix: the MPI controller
+
+
+def test_installed_horovod_carries_the_fix():
+    pytest.importorskip("horovod")
+    assert horovod_common.patch_level() >= horovod_common.GLOO_HOSTNAME_FIX
+
+
+def isolated(cmd: list[str]) -> list[str]:
+    """``cmd`` in new network and UTS namespaces: only loopback, and a host name nothing resolves."""
+    script = 'ip link set lo up && hostname hvdbench-unresolvable && exec "$@"'
+    return ["unshare", "--net", "--uts", "bash", "-c", script, "_", *cmd]
+
+
+def can_isolate() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    return subprocess.run(isolated(["true"]), capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.skipif(not can_isolate(), reason="needs unshare --net --uts (root) and iproute2")
+@pytest.mark.parametrize("mode", ["torch-horovod", "tf-horovod"])
+def test_horovod_runs_where_the_host_name_does_not_resolve(mode, out):
+    probe = subprocess.run(isolated([sys.executable, "-c", "import socket; socket.getaddrinfo(socket.gethostname(), 0)"]),
+                           capture_output=True, text=True)
+    assert probe.returncode != 0, "the namespace was meant to leave the host name unresolvable"
+    r = subprocess.run(isolated([sys.executable, "-m", "bench", mode, *SMALL, "--np", "2", "--output", str(out)]),
+                       capture_output=True, text=True, timeout=300, env=bench_env())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    result = only_result(out)
+    assert_valid_run(result, mode, 2, "self")
+    assert {r["host"] for r in result["environment"]["ranks"]} == {"hvdbench-unresolvable"}
