@@ -100,8 +100,8 @@ def can_isolate() -> bool:
 @pytest.mark.skipif(not can_isolate(), reason="needs unshare --net --uts (root) and iproute2")
 @pytest.mark.parametrize("mode", ["torch-horovod", "tf-horovod"])
 def test_horovod_runs_where_the_host_name_does_not_resolve(mode, out):
-    probe = subprocess.run(isolated([sys.executable, "-c", "import socket; socket.getaddrinfo(socket.gethostname(), 0)"]),
-                           capture_output=True, text=True)
+    lookup = "import socket; socket.getaddrinfo(socket.gethostname(), 0)"
+    probe = subprocess.run(isolated([sys.executable, "-c", lookup]), capture_output=True, text=True)
     assert probe.returncode != 0, "the namespace was meant to leave the host name unresolvable"
     r = subprocess.run(isolated([sys.executable, "-m", "bench", mode, *SMALL, "--np", "2", "--output", str(out)]),
                        capture_output=True, text=True, timeout=300, env=bench_env())
