@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead bench-allreduce verify predict-published image images image-test docker-up singularity sif sif-pull slurm-up clean
+.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce verify predict-published image images image-test docker-up singularity sif sif-pull slurm-up clean
 APPTAINER ?= $(shell command -v apptainer || command -v singularity)
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 REGISTRY ?= ghcr.io/hvdbench
@@ -21,7 +21,8 @@ help:
 	@echo "make test           set up (first time) and run the whole test suite"
 	@echo "make test-fast      unit and CLI tests only"
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
-	@echo "make bench-overhead torch-ddp vs a bare DDP loop, tf-horovod vs a bare Horovod TF loop"
+	@echo "make bench-overhead torch-ddp, tf-horovod and tf-native vs their bare loops (DDP, Horovod TF, tf.distribute)"
+	@echo "make bench-reference tf-horovod and torch-horovod vs Horovod's own synthetic benchmarks, alternated (ARGS=...)"
 	@echo "make bench-allreduce allreduce time/algbw/busbw through every backend, up to the VGG-16 gradient"
 	@echo "make verify         every distributed mode against one process on the global batch (PASS/FAIL)"
 	@echo "make predict-published  the scaling model against Horovod's published efficiencies"
@@ -86,6 +87,10 @@ slurm-up:
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)
 	$(PY) benchmarks/overhead.py --mode tf-horovod --image-size 32 $(ARGS)
+	$(PY) benchmarks/overhead.py --mode tf-native --image-size 32 $(ARGS)
+
+bench-reference: venv
+	$(PY) benchmarks/reference.py $(ARGS)
 
 bench-allreduce: venv
 	for b in torch horovod-torch horovod-tf tf; do $(VENV)/bin/bench allreduce --backend $$b $(ARGS) || exit 1; done

@@ -31,6 +31,9 @@ from bench.errors import BenchError
 
 CHILD_CONFIG_ENV = "HVDBENCH_CONFIG"
 LAUNCH_TIME_ENV = "HVDBENCH_LAUNCH_TIME"
+# Set beside OMP_NUM_THREADS when the spawner chose it (each rank's core share), so that a mode can tell
+# the spawner's share from a thread count the user asked for.
+THREAD_SHARE_ENV = "HVDBENCH_THREAD_SHARE"
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,8 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
     """
     base = dict(os.environ, HVDBENCH_LAUNCHER="self", PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: config_json})
     # Like torchrun: each rank gets its share of the cores before any library sizes its thread pools.
-    base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, len(rank_envs)))))
+    if "OMP_NUM_THREADS" not in base:
+        base["OMP_NUM_THREADS"] = base[THREAD_SHARE_ENV] = str(max(1, (os.cpu_count() or 1) // max(1, len(rank_envs))))
     procs = [subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True)
              for env in rank_envs]
     return wait_all(procs, grace_s, servers)

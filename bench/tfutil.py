@@ -28,3 +28,23 @@ def import_tf():
             raise BenchError(f"TensorFlow {tf.__version__} brings Keras 3, which breaks Horovod and multi-worker "
                              f"training: pip install --no-deps tf-keras=={tf.__version__}") from None
     return tf, keras
+
+
+def set_cpu_threads(tf) -> None:
+    """TensorFlow's intra-op pool on CPU: the user's OMP_NUM_THREADS when they set one, else TF's default
+    (every core), also when the spawner gave each rank a core share for PyTorch's sake.
+
+    Several ranks of TF's default pools share the cores well: TF's Eigen pool blocks rather than spins, so
+    while one rank waits in its allreduce the others' compute takes the cores. Measured here (2 cores,
+    VGG-16 224x224, batch 4, tf-horovod at 2 ranks, benchmarks/reference.py): one thread per rank ran
+    3% behind Horovod's own TF script, which keeps TF's default; with the default pool bench matches it.
+    PyTorch's OpenMP threads spin instead, and one share per rank is faster there (bench.modes.torch_common).
+    """
+    from bench.launch import THREAD_SHARE_ENV
+
+    value = os.environ.get("OMP_NUM_THREADS")
+    if value and os.environ.get(THREAD_SHARE_ENV) != value:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(max(1, int(value)))
+        except ValueError:
+            raise BenchError(f"OMP_NUM_THREADS={value!r} is not a number of threads") from None

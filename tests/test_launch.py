@@ -70,3 +70,64 @@ def test_gpu_allocation_mismatch_is_a_clear_error():
     with pytest.raises(BenchError, match="share GPUs"):
         check_gpus_per_node(srun4, 1, {})
     check_gpus_per_node(LaunchInfo("none"), 0, {})  # the spawner chooses --np itself
+
+
+class FakeThreading:
+    """Stands in for tf.config.threading: records the intra-op pool size asked for."""
+
+    def __init__(self) -> None:
+        self.intra = 0  # TF's default: every core
+
+    def set_intra_op_parallelism_threads(self, n: int) -> None:
+        self.intra = n
+
+
+def tf_threads(monkeypatch, **environ: str) -> int:
+    import types
+
+    from bench.tfutil import set_cpu_threads
+
+    for name in ("OMP_NUM_THREADS", "HVDBENCH_THREAD_SHARE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    threading = FakeThreading()
+    set_cpu_threads(types.SimpleNamespace(config=types.SimpleNamespace(threading=threading)))
+    return threading.intra
+
+
+def test_tf_keeps_its_default_pool_under_the_spawners_share(monkeypatch):
+    assert tf_threads(monkeypatch) == 0
+    assert tf_threads(monkeypatch, OMP_NUM_THREADS="1", HVDBENCH_THREAD_SHARE="1") == 0
+
+
+def test_tf_takes_the_thread_count_the_user_set(monkeypatch):
+    assert tf_threads(monkeypatch, OMP_NUM_THREADS="3") == 3
+    assert tf_threads(monkeypatch, OMP_NUM_THREADS="3", HVDBENCH_THREAD_SHARE="1") == 3
+    with pytest.raises(BenchError, match="OMP_NUM_THREADS='many'"):
+        tf_threads(monkeypatch, OMP_NUM_THREADS="many")
+
+
+def test_spawner_marks_the_share_it_chose(monkeypatch):
+    import subprocess
+
+    from bench import launch
+
+    seen = []
+
+    class Proc:
+        pid = 0
+
+    def popen(argv, env, start_new_session):
+        seen.append(env)
+        return Proc()
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(launch, "wait_all", lambda procs, grace_s, servers: 0)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    launch.spawn(["torch-ddp"], [{}, {}], "{}")
+    assert seen[0]["OMP_NUM_THREADS"] == seen[0]["HVDBENCH_THREAD_SHARE"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    seen.clear()
+    launch.spawn(["torch-ddp"], [{}, {}], "{}")
+    assert seen[0]["OMP_NUM_THREADS"] == "5" and "HVDBENCH_THREAD_SHARE" not in seen[0]

@@ -7,7 +7,6 @@ user or Slurm, as for tf-native.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from bench import env
@@ -45,8 +44,9 @@ def pin_device(cfg, launch: LaunchInfo):
         tf.config.experimental.set_memory_growth(chosen, True)
         return tf, "/gpu:0"
     tf.config.set_visible_devices([], "GPU")
-    threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or max(1, (os.cpu_count() or 1) // launch.local_world_size)
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    from bench.tfutil import set_cpu_threads
+
+    set_cpu_threads(tf)
     return tf, "/cpu:0"
 
 

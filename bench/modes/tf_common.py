@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Any
 
 import numpy as np
@@ -12,7 +11,7 @@ from bench import env
 from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError
 from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices
-from bench.tfutil import import_tf
+from bench.tfutil import import_tf, set_cpu_threads
 
 tf, keras = import_tf()
 
@@ -75,9 +74,7 @@ class TFTrainer:
                 tf.config.experimental.set_memory_growth(g, True)
         else:
             tf.config.set_visible_devices([], "GPU")
-            threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or max(
-                1, (os.cpu_count() or 1) // max(1, launch.local_world_size))
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            set_cpu_threads(tf)
         if cfg.precision != Precision.fp32:
             keras.mixed_precision.set_global_policy(
                 "mixed_float16" if cfg.precision == Precision.amp_fp16 else "mixed_bfloat16")

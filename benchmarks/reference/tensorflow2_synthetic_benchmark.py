@@ -12,11 +12,20 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 # ==============================================================================
+# ==============================================================================
+# hvdbench changes (all of them; see benchmarks/reference/README.md):
+#  1. TF_USE_LEGACY_KERAS=1 before TensorFlow is imported: with Keras 3 (TF >= 2.16's default),
+#     DistributedGradientTape fails on Keras-3 variables ('Variable' object has no attribute 'ref').
+#  2. The last line also prints every iteration's time at full precision as one JSON line
+#     (the script's own lines round img/sec to one decimal).
+# ==============================================================================
 import argparse
+import json
 import os
 import numpy as np
 import timeit
 
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # hvdbench change 1
 import tensorflow as tf
 import horovod.tensorflow as hvd
 from tensorflow.keras import applications
@@ -116,12 +125,14 @@ with tf.device(device):
     # Benchmark
     log('Running benchmark...')
     img_secs = []
+    iter_times = []
     for x in range(args.num_iters):
         time = timeit.timeit(lambda: benchmark_step(first_batch=False),
                              number=args.num_batches_per_iter)
         img_sec = args.batch_size * args.num_batches_per_iter / time
         log('Iter #%d: %.1f img/sec per %s' % (x, img_sec, device))
         img_secs.append(img_sec)
+        iter_times.append(time)
 
     # Results
     img_sec_mean = np.mean(img_secs)
@@ -129,3 +140,5 @@ with tf.device(device):
     log('Img/sec per %s: %.1f +-%.1f' % (device, img_sec_mean, img_sec_conf))
     log('Total img/sec on %d %s(s): %.1f +-%.1f' %
         (hvd.size(), device, hvd.size() * img_sec_mean, hvd.size() * img_sec_conf))
+    log(json.dumps({'hvdbench_reference': 'tensorflow2', 'batch_size': args.batch_size,  # hvdbench change 2
+                    'batches_per_iter': args.num_batches_per_iter, 'size': hvd.size(), 'iter_s': iter_times}))
