@@ -34,11 +34,13 @@ def set_cpu_threads(tf) -> None:
     """TensorFlow's intra-op pool on CPU: the user's OMP_NUM_THREADS when they set one, else TF's default
     (every core), also when the spawner gave each rank a core share for PyTorch's sake.
 
-    Several ranks of TF's default pools share the cores well: TF's Eigen pool blocks rather than spins, so
-    while one rank waits in its allreduce the others' compute takes the cores. Measured here (2 cores,
-    VGG-16 224x224, batch 4, tf-horovod at 2 ranks, benchmarks/reference.py): one thread per rank ran
-    3% behind Horovod's own TF script, which keeps TF's default; with the default pool bench matches it.
-    PyTorch's OpenMP threads spin instead, and one share per rank is faster there (bench.modes.torch_common).
+    This is what a plain TF script gets, Horovod's own tensorflow2_synthetic_benchmark.py among them, and
+    several ranks' default pools share the cores without harm: TF's Eigen pool blocks rather than spins.
+    Measured here (2 cores, VGG-16 224x224, tf-horovod at 2 ranks): with one thread per rank bench ran
+    behind that script at batch 4 (0.756 vs 0.794 img/s per rank); with the default pool at 0.779 vs 0.770;
+    at batch 2 the two pools measured alike within this machine's noise. PyTorch's OpenMP threads spin
+    instead, and one share per rank is far faster there (bench.modes.torch_common; README, "Against
+    Horovod's own scripts").
     """
     from bench.launch import THREAD_SHARE_ENV
 

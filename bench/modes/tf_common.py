@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import numpy as np
@@ -166,7 +167,10 @@ class TFTrainer:
         gpus = tf.config.get_visible_devices("GPU")
         if gpus:
             return ", ".join(g.name for g in gpus)
-        return f"cpu ({tf.config.threading.get_intra_op_parallelism_threads()} threads)"
+        threads = tf.config.threading.get_intra_op_parallelism_threads()
+        if threads == 0:  # TF's default pool: one thread per CPU this process may run on
+            return f"cpu ({len(os.sched_getaffinity(0))} threads, TensorFlow's default)"
+        return f"cpu ({threads} threads)"
 
     def environment(self) -> dict[str, Any]:
         record = env.base()
