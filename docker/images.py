@@ -38,11 +38,13 @@ class ImageError(Exception):
     pass
 
 
-def client():
+def client(timeout: int = 600):
+    """The engine's API client. ``timeout`` (s) bounds each API read: saving a multi-GB image for the layer
+    scan can stay silent for longer than the SDK's default of 60 s on a busy machine."""
     import docker
 
     try:
-        c = docker.from_env()
+        c = docker.from_env(timeout=timeout)
         c.ping()
     except docker.errors.DockerException as exc:
         raise ImageError(f"no Docker engine answers ({exc}); run scripts/docker-up.sh") from None
