@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 
 from bench import __version__
 from bench.config import Device, Precision, RunConfig, Strategy
-from bench.errors import BenchError
+from bench.errors import BenchError, Stopped
 from bench.models import MODELS
 from bench.modes import MODES
 
@@ -64,6 +64,9 @@ COMMON_OPTIONS = [
     ("rendezvous_timeout", float, 120.0, _opt("Seconds to wait for all ranks to meet.")),
     ("telemetry", bool, True, _opt("Sample GPU telemetry through NVML on each node.", "--telemetry/--no-telemetry")),
     ("telemetry_interval", float, 0.5, _opt("Seconds between telemetry samples.")),
+    ("stall_timeout", float | None, None,
+     _opt("End the job when no step completes for this many seconds (default: max(120, 20 x first step x "
+          "steps per window)).")),
 ]
 MODE_OPTIONS = {
     "tf-native": [
@@ -98,7 +101,8 @@ for _name in MODES:
 
 @app.command("sweep")
 def sweep_command(
-    modes: Annotated[str, typer.Option(help="Comma-separated modes; tf-native:ps picks a strategy.")],
+    modes: Annotated[str | None, typer.Option(help="Comma-separated modes; tf-native:ps picks a strategy "
+                                              "(required unless --resume).")] = None,
     np: Annotated[str, typer.Option("--np", help="Comma-separated rank counts.")] = "1,2",
     models: Annotated[str, typer.Option(help="Comma-separated models.")] = "vgg16",
     precisions: Annotated[str, typer.Option(help="Comma-separated precisions.")] = "fp32",
@@ -112,12 +116,22 @@ def sweep_command(
     num_classes: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
     output: Annotated[str, typer.Option(help="The sweep folder (results, manifest.json, logs).")] = "results/sweep",
     redo: Annotated[bool, typer.Option("--redo", help="Run finished cells again instead of skipping them.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Run the matrix the folder's manifest records again: "
+                                         "cells not ok (failed, timed out, interrupted) rerun.")] = False,
+    cell_timeout: Annotated[float | None, typer.Option(help="Stop a cell that runs longer than this many seconds, "
+                                                       "mark it timed_out and go on.")] = None,
 ) -> None:
     """Run a matrix of benchmarks, one run per cell, resumable (here, or one srun step per cell in Slurm)."""
     from pathlib import Path
 
-    from bench.sweep import SweepConfig, parse_list, run_sweep
+    from bench.sweep import SweepConfig, load_sweep, parse_list, run_sweep
 
+    if resume:
+        summary = run_sweep(load_sweep(Path(output)), Path(output), redo=redo, cell_timeout=cell_timeout)
+        _sweep_exit(summary, output)
+        return
+    if not modes:
+        raise BenchError("--modes is required (or --resume to rerun a sweep folder's own matrix)")
     common = []
     for flag, value in (("--image-size", image_size), ("--warmup-steps", warmup_steps),
                         ("--steps-per-window", steps_per_window), ("--windows", windows),
@@ -128,9 +142,13 @@ def sweep_command(
     sweep = SweepConfig(modes=parse_list(modes), nps=parse_list(np, int), models=parse_list(models),
                         precisions=parse_list(precisions), batch_sizes=parse_list(batch_sizes, int) or [None],
                         common=common)
-    summary = run_sweep(sweep, Path(output), redo=redo)
-    if summary.get("failed"):
-        raise BenchError(f"{summary['failed']} cell(s) failed; their logs are in {output}/logs")
+    _sweep_exit(run_sweep(sweep, Path(output), redo=redo, cell_timeout=cell_timeout), output)
+
+
+def _sweep_exit(summary: dict[str, int], output: str) -> None:
+    bad = summary.get("failed", 0) + summary.get("timed_out", 0)
+    if bad:
+        raise BenchError(f"{bad} cell(s) failed or timed out; their logs are in {output}/logs")
 
 
 @app.command("report")
@@ -354,6 +372,9 @@ def summary_line(exc: BaseException) -> str:
 
 
 def main() -> None:
+    from bench.launch import die_with_parent
+
+    die_with_parent()
     try:
         rc = app(standalone_mode=False)
     except typer.Exit as exc:
@@ -366,6 +387,9 @@ def main() -> None:
             sys.exit(0)
         print(f"error: {exc.format_message()} (see 'bench --help')", file=sys.stderr)
         sys.exit(2)
+    except Stopped as exc:
+        print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     except BenchError as exc:
         print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -83,6 +83,7 @@ class RunConfig:
     num_ps: int | None = None  # tf-native --strategy ps only (default 1)
     telemetry: bool = True
     telemetry_interval: float = 0.5
+    stall_timeout: float | None = None  # None: derived from the first step (bench.watchdog.auto_bound)
     # Set by `bench verify` only (bench.verify): not options of the mode commands.
     verify_dir: str | None = None  # save initial/final parameters there; dropout off, deterministic kernels
     data_shards: int | None = None  # single-device modes: train on the concatenation of these rank shards
@@ -128,6 +129,8 @@ class RunConfig:
             raise BenchError(f"--telemetry-interval must be > 0 seconds (got {self.telemetry_interval})")
         if not self.rendezvous_timeout > 0:
             raise BenchError(f"--rendezvous-timeout must be > 0 seconds (got {self.rendezvous_timeout})")
+        if self.stall_timeout is not None and not self.stall_timeout > 0:
+            raise BenchError(f"--stall-timeout must be > 0 seconds (got {self.stall_timeout})")
         if self.image_size is not None:
             spec = MODELS[self.model]
             if self.image_size < spec.min_image_size:

@@ -26,14 +26,19 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
-from bench.errors import BenchError
+from bench import watchdog
+from bench.errors import STOP_SIGNALS, BenchError, Stopped, restore_handlers, stop_on_signals
 
 CHILD_CONFIG_ENV = "HVDBENCH_CONFIG"
 LAUNCH_TIME_ENV = "HVDBENCH_LAUNCH_TIME"
 # Set beside OMP_NUM_THREADS when the spawner chose it (each rank's core share), so that a mode can tell
 # the spawner's share from a thread count the user asked for.
 THREAD_SHARE_ENV = "HVDBENCH_THREAD_SHARE"
+# The spawner's pid: each rank asks the kernel to SIGKILL it when that process dies (see die_with_parent).
+PARENT_PID_ENV = "HVDBENCH_PARENT_PID"
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -189,17 +194,50 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
           servers: frozenset[int] = frozenset()) -> int:
     """Start one ``bench`` process per entry of ``rank_envs`` (process i gets rank_envs[i]) and wait.
 
-    If any process exits non-zero, the others are stopped (SIGTERM, then SIGKILL after ``grace_s``) and a
-    BenchError names the rank that failed first. ``servers`` (indexes) serve until stopped, such as
-    parameter servers: they are stopped once every other process has succeeded. Returns 0 on success.
+    Every process leads its own process group. If any exits non-zero, the others are stopped (SIGTERM to each
+    group, SIGKILL after ``grace_s``) and a BenchError names the rank that failed first; a rank's stall report
+    (bench.watchdog) names the ranks that did not arrive. SIGINT, SIGTERM or SIGHUP to this process stops every
+    rank the same way and raises :class:`Stopped`. Each rank also dies with this process if it is killed
+    outright (die_with_parent). ``servers`` (indexes) serve until stopped, such as parameter servers: they are
+    stopped once every other process has succeeded. Returns 0 on success.
     """
-    base = dict(os.environ, HVDBENCH_LAUNCHER="self", PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: config_json})
+    import tempfile
+
+    base = dict(os.environ, HVDBENCH_LAUNCHER="self", PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: config_json},
+                **{PARENT_PID_ENV: str(os.getpid())})
     # Like torchrun: each rank gets its share of the cores before any library sizes its thread pools.
     if "OMP_NUM_THREADS" not in base:
         base["OMP_NUM_THREADS"] = base[THREAD_SHARE_ENV] = str(max(1, (os.cpu_count() or 1) // max(1, len(rank_envs))))
-    procs = [subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True)
-             for env in rank_envs]
-    return wait_all(procs, grace_s, servers)
+    procs: list[subprocess.Popen] = []
+    old = stop_on_signals()
+    with tempfile.TemporaryDirectory(prefix="hvdbench-stall-") as stall_dir:
+        base[watchdog.STALL_DIR_ENV] = stall_dir
+        try:
+            for env in rank_envs:
+                procs.append(subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True))
+            return wait_all(procs, grace_s, servers, Path(stall_dir))
+        except Stopped as exc:
+            _stop(procs, grace_s)
+            raise Stopped(exc.signum, f"all {len(procs)} process(es) stopped, no result written") from None
+        finally:
+            restore_handlers(old)
+
+
+def die_with_parent(env: dict[str, str] | None = None) -> None:
+    """In a self-spawned rank: have the kernel SIGKILL this process when the spawner dies (even by SIGKILL,
+    which the spawner cannot catch to stop its ranks), so that no rank outlives the job."""
+    env = os.environ if env is None else env
+    parent = env.get(PARENT_PID_ENV)
+    if env.get("HVDBENCH_LAUNCHER") != "self" or not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the spawner died before the request took effect
+        os._exit(128 + signal.SIGKILL)
 
 
 def spawn_horovod_gloo(mode: str, np: int, config_json: str, timeout_s: float) -> int:
@@ -228,38 +266,62 @@ def spawn_horovod_gloo(mode: str, np: int, config_json: str, timeout_s: float) -
         server.stop()
 
 
-def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: frozenset[int] = frozenset()) -> int:
+def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: frozenset[int] = frozenset(),
+             stall_dir: Path | None = None) -> int:
     """Wait for every process; on the first failure stop the rest and name the culprit.
 
     Among ranks found failed in the same poll, one killed by a signal is named first: a rank that
-    lost its peer exits with an error, the peer that was killed is the cause.
+    lost its peer exits with an error, the peer that was killed is the cause. A rank that exits with
+    bench.watchdog.STALL_EXIT reported a stall: the other ranks get a few seconds to report theirs, then
+    the reports name the ranks that did not arrive.
     """
-    try:
-        while True:
-            codes = [p.poll() for p in procs]
-            bad = sorted(((c >= 0, r, c) for r, c in enumerate(codes) if c not in (None, 0)))
-            if bad:
-                break
-            if all(c == 0 for i, c in enumerate(codes) if i not in servers):
-                _stop(procs, grace_s)  # the servers, which serve until told to stop
-                return 0
-            time.sleep(0.1)
-    except KeyboardInterrupt:
-        _stop(procs, grace_s)
-        raise BenchError("interrupted; all ranks stopped") from None
-    _stop(procs, grace_s)
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = sorted(((c >= 0, r, c) for r, c in enumerate(codes) if c not in (None, 0)))
+        if bad:
+            break
+        if all(c == 0 for i, c in enumerate(codes) if i not in servers):
+            _stop(procs, grace_s)  # the servers, which serve until told to stop
+            return 0
+        time.sleep(0.1)
     _, rank, code = bad[0]
+    if code == watchdog.STALL_EXIT and stall_dir is not None:
+        reports = _collect_stall_reports(procs, stall_dir, servers)
+        _stop(procs, grace_s)
+        raise BenchError(f"{watchdog.diagnose(reports, len(procs) - len(servers))}; stopped every rank, "
+                         "no result written")
+    _stop(procs, grace_s)
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     raise BenchError(f"rank {rank} {how} first; stopped the other ranks, no result written")
 
 
+def _collect_stall_reports(procs: list[subprocess.Popen], stall_dir: Path, servers: frozenset[int],
+                           wait_s: float = 5.0) -> dict[int, dict]:
+    """Every live rank's watchdog fires within about a step of the first: wait up to ``wait_s`` for them."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if all(p.poll() is not None for i, p in enumerate(procs) if i not in servers):
+            break
+        time.sleep(0.2)
+    return watchdog.read_reports(stall_dir)
+
+
 def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM to each process group, SIGKILL to those still there after ``grace_s``; a second Ctrl-C or
+    SIGTERM meanwhile cannot cut this short (the stop signals are ignored until it returns)."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+    try:
+        _terminate(procs, grace_s)
+    finally:
+        restore_handlers(old)
+
+
+def _terminate(procs: list[subprocess.Popen], grace_s: float) -> None:
     for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        try:  # the whole group, even when its leader is gone: a rank's own children die with it
+            os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
     deadline = time.monotonic() + grace_s
     for p in procs:
         try:

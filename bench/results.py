@@ -40,8 +40,9 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
+        probe = out / f".write-test-{secrets.token_hex(4)}"
+        publish(probe, "probe\n")  # the writer's own way: temporary file, then link or exclusive create
+        probe.unlink()
     except OSError as exc:
         raise BenchError(f"output directory '{out}' is not writable: {exc.strerror or exc}") from None
     csv_path = out / CSV_NAME
@@ -170,34 +171,93 @@ def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, 
 
 
 def write_json_new(final: Path, data: Any) -> Path:
-    """Write ``data`` as JSON to ``final`` atomically; refuse if the file exists (never overwritten)."""
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".json")
+    """Write ``data`` as JSON to ``final`` atomically; refuse if the file exists (never overwritten).
+
+    If the folder cannot take the file after all (full, gone, permissions changed mid-run), the record is
+    saved under :func:`fallback_dir` and the error names that path: a finished measurement is never lost.
+    """
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, final)  # fails if the file exists
+        publish(final, text)
     except FileExistsError:
         raise BenchError(f"result {final} already exists; not overwritten") from None
-    finally:
-        os.unlink(tmp)
+    except OSError as exc:
+        saved = save_fallback(final.name, text)
+        where = f"saved to {saved} instead" if saved else "and no fallback folder could take it either"
+        raise BenchError(f"could not write {final} ({exc.strerror or exc}); the result is {where}") from None
     return final
 
 
-def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".csv")
+def publish(final: Path, text: str) -> None:
+    """Make ``final`` appear whole, or not at all, and only if it did not exist.
+
+    The content goes to a temporary file in the same folder first (fsynced). It is then hard-linked to the
+    final name, which fails if that exists. Filesystems without hard links (some network and FUSE ones,
+    vfat) take the fallback: create the final name exclusively (O_EXCL, so never overwriting), then rename
+    the temporary file over that empty placeholder; if renaming is refused too, write into the placeholder.
+    """
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=final.suffix)
     try:
         with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
-        os.link(tmp, path)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, final)
+            return
+        except FileExistsError:
+            raise
+        except OSError:
+            pass  # no hard links here
+        placeholder = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            with os.fdopen(placeholder, "w", newline="", closefd=False) as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            os.close(placeholder)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def fallback_dir() -> list[Path]:
+    """Where a result goes when its output folder cannot take it: $HVDBENCH_FALLBACK_DIR, then
+    ~/.cache/hvdbench/unsaved, then the system's temporary folder."""
+    dirs = [Path(d) for d in (os.environ.get("HVDBENCH_FALLBACK_DIR"),) if d]
+    return [*dirs, Path.home() / ".cache" / "hvdbench" / "unsaved", Path(tempfile.gettempdir()) / "hvdbench-unsaved"]
+
+
+def save_fallback(name: str, text: str) -> Path | None:
+    for folder in fallback_dir():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            if path.exists():
+                path = folder / f"{path.stem}-{secrets.token_hex(3)}{path.suffix}"
+            publish(path, text)
+            return path
+        except OSError:
+            continue
+    return None
+
+
+def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    try:
+        publish(path, buf.getvalue())
     except FileExistsError:
         raise BenchError(f"{path} already exists; not overwritten") from None
-    finally:
-        os.unlink(tmp)
 
 
 def csv_row(result: dict[str, Any]) -> dict[str, Any]:

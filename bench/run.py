@@ -111,12 +111,20 @@ def run(cfg: RunConfig) -> Path | None:
         return None
     gathered["telemetry_note"] = telemetry_note
 
+    import signal
+
     from rich.console import Console
 
+    from bench.errors import STOP_SIGNALS
     from bench.results import build_result, new_run_id, render_table, telemetry_samples, write_result
 
     result = build_result(cfg, info, gathered, new_run_id(cfg.mode))
-    path = write_result(out_dir, result, telemetry_samples(gathered))
+    # A stop signal now waits until the files are whole: the measurement is finished, it is not lost.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        path = write_result(out_dir, result, telemetry_samples(gathered))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     if cfg.verify_dir is not None:
         return path  # bench verify reads the result and judges the ranks' agreement itself
     console = Console(file=sys.stdout)

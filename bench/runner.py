@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from bench.config import RunConfig
 from bench.launch import LaunchInfo
+from bench.watchdog import Watchdog
 
 
 class Trainer(Protocol):
@@ -68,6 +69,16 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
     """
     t_start = process_start_time()
     trainer.setup()
+    dog = Watchdog(trainer.rank, cfg.stall_timeout, cfg.rendezvous_timeout)
+    dog.start()
+    try:
+        return _measure(trainer, cfg, launch, progress, sampler, snapshot, t_start, dog)
+    finally:
+        dog.stop()
+
+
+def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sampler, snapshot, t_start: float,
+             dog: Watchdog) -> dict[str, Any] | None:
     if snapshot is not None:
         snapshot(trainer, "initial")
     initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
@@ -81,17 +92,21 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
     trainer.sync()
     first_step_s = time.perf_counter() - t0
     t_init_end = time.time()
+    dog.first_step_done(first_step_s, cfg.steps_per_window)
+    log = WindowLog(cfg, trainer) if progress is None and trainer.rank == 0 else None
 
     total_steps = cfg.warmup_steps + cfg.steps_per_window * cfg.windows
     if progress is not None:
         progress.start(total_steps if cfg.duration is None else None)
 
     warmup_s = []
-    for _ in range(cfg.warmup_steps):
+    for i in range(cfg.warmup_steps):
+        dog.at("warmup", 0, i)
         t0 = time.perf_counter()
         trainer.step()
         trainer.sync()
         warmup_s.append(time.perf_counter() - t0)
+        dog.progress()
         if progress is not None:
             progress.advance()
 
@@ -102,7 +117,8 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
         if sampler is not None and not window_s:
             sampler.mark("start")
         t0 = time.perf_counter()
-        for _ in range(cfg.steps_per_window):
+        for i in range(cfg.steps_per_window):
+            dog.at("window", len(window_s) + 1, i)
             trainer.step()
             if progress is not None:
                 progress.advance()
@@ -110,6 +126,9 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
         dt = time.perf_counter() - t0
         window_s.append(dt)
         timed += dt
+        dog.progress()
+        if log is not None:
+            log.window(window_s)
         if cfg.duration is None:
             if len(window_s) >= cfg.windows:
                 break
@@ -144,8 +163,29 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
         "sync_report": trainer.sync_report(),
         "telemetry": telemetry,
     }
+    dog.at("gather")
     gathered = trainer.allgather(record)
     if trainer.rank != 0:
         return None
     return {"ranks": sorted(gathered, key=lambda r: r["rank"]), "environment": trainer.environment(),
             "t_start": t_start}
+
+
+class WindowLog:
+    """Rank 0's plain progress lines on stderr when it is not a terminal (Slurm logs, CI): one when the
+    ranks have started, then one per timed window with its throughput and the running mean (all ranks)."""
+
+    def __init__(self, cfg: RunConfig, trainer: Trainer) -> None:
+        import sys
+
+        self.file = sys.stderr
+        self.images = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * trainer.world_size
+        self.total = None if cfg.duration is not None else cfg.windows
+        print(f"{cfg.mode}: {trainer.world_size} rank(s) started; {cfg.model}, batch {cfg.batch_size}/device, "
+              f"first step done", file=self.file, flush=True)
+
+    def window(self, window_s: list[float]) -> None:
+        n = len(window_s)
+        of = f"/{self.total}" if self.total else ""
+        print(f"window {n}{of}: {self.images / window_s[-1]:.2f} img/s (rank 0's clock x world), running "
+              f"{self.images * n / sum(window_s):.2f} img/s", file=self.file, flush=True)

@@ -3,8 +3,13 @@
 Each cell is an ordinary bench run in its own process (self-spawned here, or ``srun -n NP`` inside a
 Slurm allocation), writing its normal result into the sweep folder. The manifest
 (``manifest.json``, rewritten atomically after every cell) records each cell's status (``ok``,
-``failed``, ``interrupted``), its result file, duration, log file and, for a failure, the error line.
-Re-running the same sweep skips cells whose result exists, unless ``--redo``.
+``failed``, ``timed_out``, ``interrupted``), its result file, duration, log file and, for a failure, the error
+line. Re-running the same sweep, or ``bench sweep --resume --output FOLDER`` (the manifest's own matrix),
+skips cells whose result exists and reruns every other, unless ``--redo``.
+
+Endings: Ctrl-C, SIGTERM or SIGHUP to the sweep stops the running cell (SIGTERM to its process group; the
+cell's own bench stops its ranks) and marks it ``interrupted``. ``--cell-timeout`` ends a cell that runs
+longer the same way, marks it ``timed_out`` and goes on with the next.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from typing import Any
 
 from bench import SCHEMA_VERSION
 from bench.config import Precision, Strategy
-from bench.errors import BenchError
+from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
 from bench.models import MODELS
 from bench.modes import MODES
 
 MANIFEST = "manifest.json"
+# How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
+CELL_GRACE_S = 20.0
 SINGLE_MODES = ("torch-single", "tf-single")
 MPI_MODES = ("torch-horovod", "tf-horovod")
 
@@ -118,7 +125,7 @@ def command(cell: Cell, common: list[str], output: Path) -> list[str]:
 
 
 class Manifest:
-    def __init__(self, folder: Path, sweep: SweepConfig) -> None:
+    def __init__(self, folder: Path, sweep: SweepConfig | None) -> None:
         self.path = folder / MANIFEST
         self.data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": "hvdbench-sweep", "cells": {}}
         if self.path.exists():
@@ -128,7 +135,8 @@ class Manifest:
                 raise BenchError(f"{self.path} is not valid JSON ({exc.msg}); move it away to start afresh") from None
             if self.data.get("kind") != "hvdbench-sweep":
                 raise BenchError(f"{self.path} is not an hvdbench sweep manifest")
-        self.data["sweep"] = asdict(sweep)
+        if sweep is not None:
+            self.data["sweep"] = asdict(sweep)
 
     def cell(self, cell: Cell) -> dict[str, Any]:
         return self.data["cells"].setdefault(cell.id, {"cell": asdict(cell), "status": "pending"})
@@ -146,12 +154,61 @@ def _last_error(log: Path) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bool = True) -> dict[str, Any]:
+def load_sweep(folder: Path) -> SweepConfig:
+    """The matrix a sweep folder's manifest records (``--resume``)."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise BenchError(f"nothing to resume: {path} does not exist")
+    data = Manifest(folder, None).data.get("sweep")
+    if not isinstance(data, dict):
+        raise BenchError(f"{path} records no sweep to resume")
+    try:
+        return SweepConfig(**data)
+    except TypeError as exc:
+        raise BenchError(f"{path} records a sweep this version cannot read ({exc})") from None
+
+
+def stop_cell(proc: subprocess.Popen, grace_s: float = CELL_GRACE_S) -> None:
+    """SIGTERM to the cell's process group (bench stops its ranks, srun its tasks); SIGKILL after the grace.
+    Ranks bench spawned die with it even then (bench.launch.die_with_parent)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def run_cell(cmd: list[str], log: Path, timeout_s: float | None) -> int | None:
+    """Run one cell; its exit code, or None when it ran past ``timeout_s`` and was stopped. A stop signal
+    to the sweep (raised as Stopped) stops the cell before it propagates."""
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_cell(proc)
+            return None
+        except Stopped:
+            stop_cell(proc)
+            raise
+
+
+def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bool = True,
+              cell_timeout: float | None = None) -> dict[str, Any]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from bench.results import check_output_dir
 
+    if cell_timeout is not None and not cell_timeout > 0:
+        raise BenchError(f"--cell-timeout must be > 0 seconds (got {cell_timeout})")
     check_output_dir(folder)
     (folder / "logs").mkdir(exist_ok=True)
     manifest = Manifest(folder, sweep)
@@ -163,40 +220,70 @@ def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bo
     console.print(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run "
                   f"-> {folder}")
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
-                   TimeRemainingColumn(), console=console, disable=not progress)
-    with bar:
-        task = bar.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
-        for cell in todo:
-            entry = manifest.cell(cell)
-            bar.update(task, description=cell.id)
-            log = folder / "logs" / f"{cell.id}.log"
-            before = set(folder.glob("*.json"))
-            start = time.time()
-            entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None)
-            manifest.save()
-            proc = None
-            try:
-                with open(log, "w") as f:
-                    proc = subprocess.Popen(command(cell, sweep.common, folder), stdout=f, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-                    code = proc.wait()
-            except KeyboardInterrupt:
-                if proc is not None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait()
-                entry.update(status="interrupted", seconds=time.time() - start)
-                manifest.save()
-                raise BenchError("sweep interrupted; run the same command again to resume") from None
-            new = sorted(set(folder.glob("*.json")) - before - {folder / MANIFEST})
-            entry.update(seconds=round(time.time() - start, 2), finished=time.time())
-            if code == 0 and len(new) == 1:
-                entry.update(status="ok", result=new[0].name)
-            else:
-                entry.update(status="failed", exit_code=code, error=_last_error(log))
-                console.print(f"sweep: {cell.id} failed: {entry['error']}")
-            manifest.save()
-            bar.advance(task)
+                   TimeRemainingColumn(), console=console, disable=not (progress and console.is_terminal))
+    old = stop_on_signals()
+    try:
+        with bar:
+            task = bar.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
+            for cell in todo:
+                _run_one(cell, sweep, folder, manifest, cell_timeout, console, bar, task)
+                bar.advance(task)
+    finally:
+        restore_handlers(old)
+        console.print(summary_table(manifest, cells, folder))
     statuses = [manifest.cell(c)["status"] for c in cells]
     summary = {s: statuses.count(s) for s in sorted(set(statuses))}
-    console.print(f"sweep: done: {summary}; manifest {manifest.path}")
+    console.print(f"sweep: done: {', '.join(f'{n} {s}' for s, n in summary.items())}; manifest {manifest.path}")
     return summary
+
+
+def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, cell_timeout: float | None,
+             console, bar, task) -> None:
+    entry = manifest.cell(cell)
+    bar.update(task, description=cell.id)
+    if not console.is_terminal:
+        console.print(f"sweep: {cell.id}: running")
+    log = folder / "logs" / f"{cell.id}.log"
+    before = set(folder.glob("*.json"))
+    start = time.time()
+    entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None)
+    manifest.save()
+    try:
+        code = run_cell(command(cell, sweep.common, folder), log, cell_timeout)
+    except Stopped as exc:
+        entry.update(status="interrupted", seconds=round(time.time() - start, 2), error=str(exc))
+        manifest.save()
+        raise Stopped(exc.signum, f"cell {cell.id} interrupted and its processes stopped; "
+                                  f"'bench sweep --resume --output {folder}' reruns it") from None
+    new = sorted(set(folder.glob("*.json")) - before - {folder / MANIFEST})
+    entry.update(seconds=round(time.time() - start, 2), finished=time.time())
+    if code is None:
+        entry.update(status="timed_out", error=f"ran past --cell-timeout {cell_timeout:g} s; stopped")
+    elif code == 0 and len(new) == 1:
+        entry.update(status="ok", result=new[0].name)
+    else:
+        entry.update(status="failed", exit_code=code, error=_last_error(log))
+    if entry["status"] != "ok":
+        console.print(f"sweep: {cell.id} {entry['status']}: {entry['error']}", highlight=False)
+    manifest.save()
+
+
+def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
+    """Every cell: status, total images/s (from its result) and seconds; the failure's line when failed."""
+    from rich.table import Table
+
+    from bench.results import load_result
+
+    table = Table("cell", "status", "img/s total", "seconds", "note", title=f"sweep {folder}")
+    for cell in cells:
+        entry = manifest.cell(cell)
+        rate = ""
+        if entry["status"] == "ok":
+            try:
+                rate = f"{load_result(folder / entry['result'])['summary']['images_per_sec_total']:.2f}"
+            except BenchError as exc:
+                rate = f"unreadable: {exc}"
+        seconds = entry.get("seconds")
+        table.add_row(cell.id, entry["status"], rate, "" if seconds is None else f"{seconds:.0f}",
+                      (entry.get("error") or "")[:80])
+    return table

@@ -50,3 +50,18 @@ def set_cpu_threads(tf) -> None:
             tf.config.threading.set_intra_op_parallelism_threads(max(1, int(value)))
         except ValueError:
             raise BenchError(f"OMP_NUM_THREADS={value!r} is not a number of threads") from None
+
+
+def multiworker_strategy(tf, resolver, options):
+    """MultiWorkerMirroredStrategy, with SIGTERM ending the process again.
+
+    Creating the strategy starts TensorFlow's coordination service, whose preemption notifier catches SIGTERM
+    (to let a training loop checkpoint). bench has no checkpoint to save, and a caught SIGTERM kept each
+    worker alive until its spawner's SIGKILL 10 s later, or until Slurm's KillWait after scancel. The default
+    action, restored here, ends the worker at once; its peers' collectives then fail and they end too.
+    """
+    import signal
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return strategy

@@ -11,6 +11,8 @@ SMALL = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--nu
          "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"]
 
 BIN = Path(sys.executable).parent
+# benchmarks/endings.py finds a job's processes; the ending tests share it with the benchmark.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 def bench_env(**extra: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import endings
 import pytest
 from conftest import bench, bench_env
 
@@ -131,29 +132,39 @@ SWEEP = ["sweep", "--modes", "torch-ddp,torch-horovod", "--np", "1,2", "--models
          "--num-classes", "10"]
 
 
+def sweep_processes(folder: Path) -> list[int]:
+    """Live processes of a cell writing into ``folder`` (the cell's bench and every rank it spawned)."""
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if endings.alive(pid)
+            and str(folder) in endings.environ(pid).get("HVDBENCH_CONFIG", "")]
+
+
 @pytest.mark.slow
-def test_real_sweep_interrupted_then_resumed_then_reported(tmp_path):
+def test_real_sweep_stopped_then_resumed_then_reported(tmp_path):
     folder = tmp_path / "sweep"
-    # SIGINT as at a terminal, even where the test itself runs with SIGINT ignored (a background job).
     proc = subprocess.Popen([sys.executable, "-m", "bench", *SWEEP, "--output", str(folder)], env=bench_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     manifest = folder / "manifest.json"
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if manifest.exists() and '"status": "ok"' in manifest.read_text():
+    while time.monotonic() < deadline:  # one cell done and the next one's ranks running
+        if manifest.exists() and '"status": "ok"' in manifest.read_text() and len(sweep_processes(folder)) >= 2:
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    assert sweep_processes(folder), "no cell running"
+    proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and "run the same command again to resume" in err
-    done = {k: v for k, v in json.loads(manifest.read_text())["cells"].items() if v["status"] == "ok"}
+    assert proc.returncode == 143, err
+    assert f"'bench sweep --resume --output {folder}' reruns it" in err and "Traceback" not in err
+    assert not sweep_processes(folder)  # the running cell's ranks were stopped with it
+    cells = json.loads(manifest.read_text())["cells"]
+    done = {k: v for k, v in cells.items() if v["status"] == "ok"}
     assert 1 <= len(done) < 4
+    assert [v["status"] for v in cells.values()].count("interrupted") == 1
     kept = {v["result"] for v in done.values()}
 
-    r = bench(*SWEEP, "--output", str(folder))
+    r = bench("sweep", "--resume", "--output", str(folder))
     assert r.returncode == 0, r.stderr
     assert f"{len(done)} already done, {4 - len(done)} to run" in r.stderr
+    assert "img/s total" in r.stderr and "sweep: done: 4 ok" in r.stderr  # the summary table, then the counts
     cells = json.loads(manifest.read_text())["cells"]
     assert len(cells) == 4 and all(c["status"] == "ok" for c in cells.values())
     assert kept <= {c["result"] for c in cells.values()}  # finished cells were not run again
@@ -165,12 +176,32 @@ def test_real_sweep_interrupted_then_resumed_then_reported(tmp_path):
 
 
 @pytest.mark.slow
+def test_cell_timeout_stops_a_cell_and_the_sweep_goes_on(tmp_path):
+    folder = tmp_path / "sweep"
+    start = time.monotonic()
+    r = bench("sweep", "--modes", "torch-ddp,torch-single", "--np", "2,1", "--models", "resnet50", "--image-size",
+              "32", "--batch-sizes", "2", "--windows", "100000", "--cell-timeout", "12", "--output", str(folder),
+              timeout=200)
+    assert r.returncode == 1 and "2 cell(s) failed or timed out" in r.stderr.splitlines()[-1], r.stderr
+    assert time.monotonic() - start < 120
+    cells = json.loads((folder / "manifest.json").read_text())["cells"]
+    assert [c["status"] for c in cells.values()] == ["timed_out", "timed_out"]
+    assert all(12 <= c["seconds"] < 40 for c in cells.values())
+    assert not sweep_processes(folder) and not list(folder.glob("*.json"))[1:]
+
+
+def test_resume_needs_a_manifest(tmp_path):
+    r = bench("sweep", "--resume", "--output", str(tmp_path / "none"))
+    assert r.returncode == 1 and "nothing to resume" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
 def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
     folder = tmp_path / "sweep"
     r = bench("sweep", "--modes", "tf-native:mirrored,torch-single", "--np", "2,1", "--models", "resnet50",
               "--image-size", "32", "--batch-sizes", "2", "--warmup-steps", "0", "--steps-per-window", "1",
               "--windows", "1", "--device", "cpu", "--output", str(folder))
-    assert r.returncode == 1 and "1 cell(s) failed" in r.stderr.splitlines()[-1]
+    assert r.returncode == 1 and "1 cell(s) failed or timed out" in r.stderr.splitlines()[-1]
     cells = json.loads((folder / "manifest.json").read_text())["cells"]
     failed = cells["tf-native-mirrored_np2_resnet50_fp32_b2"]
     assert failed["status"] == "failed" and "--np 2 > 1" in failed["error"]

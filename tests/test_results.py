@@ -85,3 +85,59 @@ def test_load_rejects_foreign_json(tmp_path):
     p.write_text("[1]")
     with pytest.raises(BenchError, match="not a JSON object"):
         load_result(p)
+
+
+def no_hard_links(monkeypatch):
+    """As on filesystems without hard links (vfat, some FUSE and network mounts): link() is refused."""
+    import errno
+    import os
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refuse)
+
+
+def test_write_without_hard_links_is_whole_and_never_overwrites(tmp_path, monkeypatch):
+    no_hard_links(monkeypatch)
+    out = check_output_dir(tmp_path / "out")  # the check itself uses the writer's way and passes
+    result = make()
+    path = write_result(out, result)
+    assert load_result(path) == json.loads(json.dumps(result))
+    with pytest.raises(BenchError, match="already exists; not overwritten"):
+        write_result(out, result)
+    assert sorted(p.name for p in out.iterdir()) == sorted([path.name, CSV_NAME])  # no temporary left
+
+
+def test_write_without_rename_either(tmp_path, monkeypatch):
+    import os
+
+    no_hard_links(monkeypatch)
+    monkeypatch.setattr(os, "replace", lambda *_: (_ for _ in ()).throw(OSError(1, "refused")))
+    from bench.results import write_json_new
+
+    path = write_json_new(tmp_path / "r.json", {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_a_result_the_folder_cannot_take_goes_to_the_fallback(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from bench.results import write_json_new
+
+    out, spare = tmp_path / "out", tmp_path / "spare"
+    out.mkdir()
+    real_mkstemp = __import__("tempfile").mkstemp
+
+    def full(*args, dir=None, **kwargs):
+        if str(dir) == str(out):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr("tempfile.mkstemp", full)
+    monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(spare))
+    with pytest.raises(BenchError, match=f"No space left on device.*saved to {spare}/r.json instead"):
+        write_json_new(out / "r.json", {"a": 1})
+    assert json.loads((spare / "r.json").read_text()) == {"a": 1}
+    assert not os.listdir(out)

@@ -97,3 +97,14 @@ def test_sweep_inside_an_allocation_runs_one_srun_step_per_cell(slurm_env, tmp_p
     results = [json.loads(p.read_text()) for p in folder.glob("2*.json")]
     assert sorted(x["world_size"] for x in results) == [1, 2]
     assert {x["launcher"] for x in results} == {"srun"}
+
+
+@pytest.mark.parametrize("label", ["torch-ddp", "tf-horovod"])
+def test_scancel_leaves_no_rank_behind(slurm_env, tmp_path, label):
+    import endings
+
+    args, mpi = endings.MODES[label]
+    r = endings.scancel_srun(args, mpi, tmp_path, slurm_env)
+    assert r["ranks"] == 2, r["stderr"][-2000:]
+    assert r["left"] == [] and r["seconds"] < 30, r
+    assert r["returncode"] != 0 and r["results"] == []

@@ -15,6 +15,7 @@ from bench.config import Device
 from bench.errors import BenchError
 from bench.launch import LaunchInfo
 from bench.launch import spawn as spawn_processes
+from bench.tfutil import multiworker_strategy
 
 
 def _tf():
@@ -74,8 +75,7 @@ class TFComm(Comm):
         self.collectives = "NCCL" if self.device.startswith("/gpu") else "RING"
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=impl.NCCL if self.collectives == "NCCL" else impl.RING)
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=cluster_resolver(self.launch, self.world_size), communication_options=options)
+        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options)
         if self.strategy.num_replicas_in_sync != self.world_size:
             raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
                              f"the launcher started {self.world_size} ranks")

@@ -23,6 +23,7 @@ from bench.errors import BenchError
 from bench.launch import LaunchInfo, free_port, parse_tf_config
 from bench.launch import spawn as spawn_processes
 from bench.modes.tf_common import TFTrainer, pick_device, resolve, tf, visible_gpus
+from bench.tfutil import multiworker_strategy
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
@@ -188,8 +189,7 @@ class MultiWorkerTrainer(_SyncStrategyTrainer):
         impl = tf.distribute.experimental.CommunicationImplementation
         self.collectives = "NCCL" if gpu else "RING"
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if gpu else impl.RING)
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=cluster_resolver(self.launch, self.world_size), communication_options=options)
+        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options)
         if self.strategy.num_replicas_in_sync != self.world_size:
             raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
                              f"the launcher started {self.world_size} ranks")

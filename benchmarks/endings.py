@@ -1,0 +1,176 @@
+"""How fast a stopped job leaves nothing behind: time from a signal (self-spawned) or from scancel (srun)
+until no process of the job is left, per mode. Prints a table.
+
+    python benchmarks/endings.py                       # SIGTERM to the self-spawner, every mode
+    python benchmarks/endings.py --signal INT --modes torch-ddp,tf-horovod
+    python benchmarks/endings.py --slurm               # scancel of an srun job (scripts/slurm-up.sh)
+
+A job's processes are found through their environment, which every descendant inherits: the self-spawned
+ranks carry HVDBENCH_PARENT_PID=<the spawner>, the tasks of a Slurm job SLURM_JOB_ID=<the job>. The clock
+starts when the signal is sent (scancel returns) and stops when the last such process, and the spawner or
+srun itself, is gone. The signal is sent once rank 0 has logged its first timed window (training is under way,
+every collective in use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# A tiny but real run that never ends by itself (the signal ends it).
+SMALL = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--num-classes", "10",
+         "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "100000"]
+TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
+# (label, bench arguments, srun's --mpi): every mode and tf-native strategy.
+MODES = {
+    "torch-ddp": (["torch-ddp", *SMALL], []),
+    "torch-horovod": (["torch-horovod", *SMALL], ["--mpi=pmix"]),
+    "tf-horovod": (["tf-horovod", *TF_SMALL], ["--mpi=pmix"]),
+    "tf-native": (["tf-native", *TF_SMALL], []),
+    "tf-native:mirrored": (["tf-native", *TF_SMALL, "--strategy", "mirrored"], None),
+    "tf-native:ps": (["tf-native", *TF_SMALL, "--strategy", "ps"], None),
+    "torch-single": (["torch-single", *SMALL], None),
+    "tf-single": (["tf-single", *TF_SMALL], None),
+}
+
+
+def environ(pid: int) -> dict[str, str]:
+    try:
+        items = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return {}
+    return dict(i.decode(errors="replace").split("=", 1) for i in items if b"=" in i)
+
+
+def alive(pid: int) -> bool:
+    """Not gone and not a zombie (a zombie holds nothing: no GPU, no port, no CPU)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def processes_with(name: str, value: str) -> list[int]:
+    """Live processes whose environment has name=value."""
+    own = os.getpid()
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and int(p.name) != own and environ(int(p.name)).get(name) == value
+            and alive(int(p.name))]
+
+
+def wait_for_line(path: Path, needle: str, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"ended before '{needle}': {path.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.2)
+    raise RuntimeError(f"no '{needle}' within {timeout} s: {path.read_text(errors='replace')[-2000:]}")
+
+
+def wait_gone(pids_of, proc: subprocess.Popen, timeout: float) -> list[int]:
+    """Poll until ``proc`` has exited and ``pids_of()`` is empty; returns what is left at the timeout."""
+    deadline = time.monotonic() + timeout
+    left = pids_of()
+    while time.monotonic() < deadline:
+        left = pids_of()
+        if proc.poll() is not None and not left:
+            return []
+        time.sleep(0.05)
+    return left
+
+
+def bench_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDBENCH_", "SLURM_", "OMPI_", "HOROVOD_"))}
+    env.update(PYTHONUNBUFFERED="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def signal_self_spawned(args: list[str], signum: int, out: Path, timeout: float = 300) -> dict:
+    """Run ``bench ARGS --np 2`` (self-spawned), send ``signum`` to the spawner once training is under way."""
+    log = out / "stderr.log"
+    np = [] if args[0].endswith("-single") or "mirrored" in args else ["--np", "2"]
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "bench", *args, *np, "--output", str(out / "results")],
+                                stdout=f, stderr=f, env=bench_env(), cwd=ROOT)
+    try:
+        wait_for_line(log, "window 1", timeout, proc)
+        ranks = processes_with("HVDBENCH_PARENT_PID", str(proc.pid))
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        left = wait_gone(lambda: processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 60)
+        seconds = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return {"ranks": len(ranks), "seconds": seconds, "left": left, "returncode": proc.returncode,
+            "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
+
+
+def scancel_srun(args: list[str], mpi: list[str], out: Path, env: dict[str, str], timeout: float = 300) -> dict:
+    """``srun -n2 bench ARGS`` as one Slurm job; scancel it once training is under way."""
+    log = out / "stderr.log"
+    name = f"hvdbench-endings-{os.getpid()}-{time.monotonic_ns()}"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(["srun", "-J", name, *mpi, "-n2", sys.executable, "-m", "bench", *args,
+                                 "--output", str(out / "results")], stdout=f, stderr=f, env=env, cwd=ROOT)
+    try:
+        wait_for_line(log, "window 1", timeout, proc)
+        job = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
+                             env=env).stdout.strip()
+        ranks = processes_with("SLURM_JOB_ID", job)
+        sent = time.monotonic()
+        subprocess.run(["scancel", job], check=True, env=env)
+        left = wait_gone(lambda: processes_with("SLURM_JOB_ID", job), proc, 120)
+        seconds = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return {"ranks": len(ranks), "seconds": seconds, "left": left, "returncode": proc.returncode,
+            "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--signal", default="TERM", choices=["TERM", "INT", "HUP"])
+    parser.add_argument("--slurm", action="store_true", help="scancel an srun job instead (needs slurm-up)")
+    a = parser.parse_args()
+    from rich.console import Console
+    from rich.table import Table
+
+    env = bench_env()
+    if a.slurm:
+        conf = subprocess.run([str(ROOT / "scripts" / "slurm-up.sh")], capture_output=True, text=True, check=True)
+        env["SLURM_CONF"] = conf.stdout.strip().splitlines()[-1]
+    how = "scancel (srun -n2)" if a.slurm else f"SIG{a.signal} to the self-spawner"
+    table = Table("mode", "processes", "seconds to none left", "left", "exit code", "results", "last line",
+                  title=f"{how}: time until no process of the job is left")
+    for label in a.modes.split(","):
+        args, mpi = MODES[label]
+        if a.slurm and mpi is None:
+            continue  # single-process modes and tf-native's own spawner layouts are not srun jobs
+        with tempfile.TemporaryDirectory() as tmp:
+            if a.slurm:
+                r = scancel_srun(args, mpi, Path(tmp), env)
+            else:
+                r = signal_self_spawned(args, getattr(signal, f"SIG{a.signal}"), Path(tmp))
+        last = [line for line in r["stderr"].splitlines() if line.strip()][-1:] or [""]
+        table.add_row(label, str(r["ranks"]), f"{r['seconds']:.2f}", str(len(r["left"])), str(r["returncode"]),
+                      str(len(r["results"])), last[0][:70])
+        Console().print(f"{label}: {r['seconds']:.2f} s, {len(r['left'])} left", highlight=False)
+    Console(width=200).print(table)
+
+
+if __name__ == "__main__":
+    main()
