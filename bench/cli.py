@@ -394,11 +394,17 @@ def main() -> None:
         print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print(f"{_rank_prefix()}error: stopped by SIGINT", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:  # an unexpected failure on a rank: one line unless debugging
         if os.environ.get("HVDBENCH_DEBUG"):
             raise
+        from bench.deps import missing_message
+
+        message = missing_message(exc) if isinstance(exc, ModuleNotFoundError) else None
+        if message:  # an optional dependency: say which extra brings it
+            print(f"{_rank_prefix()}error: {message}", file=sys.stderr)
+            sys.exit(1)
         print(f"{_rank_prefix()}internal error: {type(exc).__name__}: {summary_line(exc)}"
               " (HVDBENCH_DEBUG=1 shows the traceback)", file=sys.stderr)
         sys.exit(1)

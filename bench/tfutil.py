@@ -19,7 +19,8 @@ def import_tf():
     try:
         import tensorflow as tf
     except ImportError as exc:
-        raise BenchError(f"TensorFlow modes need tensorflow ({exc}); run 'make venv'") from None
+        raise BenchError(f"TensorFlow modes need tensorflow ({exc}); pip install '.[tf]' in the hvdbench "
+                         "checkout, or 'make venv'") from None
     try:
         import tf_keras as keras
     except ImportError:
