@@ -136,6 +136,47 @@ def nvml_gpus() -> dict[str, Any]:
         nvml.nvmlShutdown()
 
 
+# Environment variables that decide throughput (transport, fusion, threads, devices); recorded by prefix.
+SETTING_PREFIXES = ("NCCL_", "HOROVOD_", "OMPI_MCA_", "UCX_", "TF_", "GLOO_", "TORCH_", "MKL_", "KMP_",
+                    "PMIX_MCA_", "FI_")
+SETTING_NAMES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                 "LD_PRELOAD")
+# Settings that carry a secret or a per-process value rather than a setting, left out.
+SETTING_SKIP = ("TF_CONFIG", "HOROVOD_GLOO_RENDEZVOUS_", "HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_CROSS_RANK",
+                "HOROVOD_HOSTNAME", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_pmix",
+                "OMPI_MCA_ess_base_vpid")
+# Packages whose versions decide throughput or correctness.
+PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "tf-keras", "horovod", "numpy", "nvidia-nccl-cu12",
+            "nvidia-nccl-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-ml-py", "mpi4py", "typer", "rich")
+
+
+def settings(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The throughput-deciding variables set in this process (NCCL_*, HOROVOD_*, OMPI_MCA_*, UCX_*, TF_*,
+    OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, ...), per-process identities and rendezvous secrets left out."""
+    env = dict(os.environ if env is None else env)
+    return {k: v for k, v in sorted(env.items())
+            if (k.startswith(SETTING_PREFIXES) or k in SETTING_NAMES) and not k.startswith(SETTING_SKIP)}
+
+
+def package_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def image() -> dict[str, str] | None:
+    """The hvdbench image this runs in (the Dockerfile sets these), or None outside one."""
+    keys = {"stack": "HVDBENCH_IMAGE_STACK", "flavor": "HVDBENCH_IMAGE_FLAVOR", "version": "HVDBENCH_IMAGE_VERSION"}
+    found = {k: os.environ[v] for k, v in keys.items() if os.environ.get(v)}
+    return found or None
+
+
 def base() -> dict[str, Any]:
     return {
         "hvdbench": __version__,
@@ -149,6 +190,9 @@ def base() -> dict[str, Any]:
         "mpi": mpi_version(),
         "container": container(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "image": image(),
+        "settings": settings(),
+        "packages": package_versions(),
         "nvml": nvml_gpus(),
         "loaded_libraries": loaded_libraries(),
     }

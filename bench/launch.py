@@ -94,14 +94,14 @@ def parse_tf_config(text: str) -> tuple[dict[str, list[str]], str, int]:
 
 
 def first_slurm_host(nodelist: str) -> str:
-    """First hostname of a Slurm node list such as 'node[03-05,7],gpu1' -> 'node03'."""
-    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    """First hostname of a Slurm node list such as 'node[03-05,7],gpu1' -> 'node03' ('n[1-2]-ib' -> 'n1-ib')."""
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\]([^,\[]*))?", nodelist.strip())
     if not m or not m.group(1):
         raise BenchError(f"malformed launcher environment: cannot parse Slurm node list {nodelist!r}")
-    prefix, ranges = m.group(1), m.group(2)
+    prefix, ranges, suffix = m.group(1), m.group(2), m.group(3) or ""
     if not ranges:
         return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
 
 
 def detect(env: dict[str, str] | None = None) -> LaunchInfo:
@@ -150,6 +150,44 @@ def detect(env: dict[str, str] | None = None) -> LaunchInfo:
     if info.local_rank < 0:
         raise BenchError(f"malformed launcher environment ({info.launcher}): local rank {info.local_rank} < 0")
     return info
+
+
+def _resolves(host: str) -> str | None:
+    """Why ``host`` does not resolve, or None if it does."""
+    try:
+        socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    return None
+
+
+def validate_rendezvous(info: LaunchInfo, env: dict[str, str] | None = None) -> None:
+    """Check the rendezvous addresses a rank got from its environment before anything waits on them:
+    MASTER_ADDR (torch.distributed; under srun the node list's first host), every host:port of TF_CONFIG,
+    and Horovod's Gloo rendezvous address. A malformed port or a host name that does not resolve is one
+    clear error now, instead of a wait until the rendezvous timeout (or forever)."""
+    env = dict(os.environ if env is None else env)
+    checks: list[tuple[str, str]] = []
+    if info.master_addr:
+        checks.append(("MASTER_ADDR" if env.get("MASTER_ADDR") else "the Slurm node list's first host",
+                       info.master_addr))
+    if "TF_CONFIG" in env:
+        cluster, _, _ = parse_tf_config(env["TF_CONFIG"])
+        for job, hosts in cluster.items():
+            for address in hosts:
+                host, _, port = address.rpartition(":")
+                if not port.isdigit() or not 0 < int(port) < 65536:
+                    raise BenchError(f"malformed TF_CONFIG: {job} address {address!r} has no valid port")
+                checks.append((f"TF_CONFIG {job} address", host.strip("[]")))
+    if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
+        port = env.get("HOROVOD_GLOO_RENDEZVOUS_PORT", "")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise BenchError(f"malformed launcher environment: HOROVOD_GLOO_RENDEZVOUS_PORT={port!r} is not a TCP port")
+        checks.append(("HOROVOD_GLOO_RENDEZVOUS_ADDR", env["HOROVOD_GLOO_RENDEZVOUS_ADDR"]))
+    for what, host in checks:
+        why = _resolves(host)
+        if why:
+            raise BenchError(f"rendezvous address from the environment does not resolve: {what} {host!r} ({why})")
 
 
 def check_gpus_per_node(info: LaunchInfo, gpus: int, env: dict[str, str] | None = None) -> None:

@@ -81,6 +81,7 @@ def run(cfg: RunConfig) -> Path | None:
         mode.spawn(mode.preflight(cfg, info))
         return None
 
+    launching.validate_rendezvous(info)
     inherited = os.environ.get(launching.CHILD_CONFIG_ENV)
     if inherited:
         cfg = RunConfig.from_json(inherited)

@@ -53,16 +53,26 @@ def set_cpu_threads(tf) -> None:
             raise BenchError(f"OMP_NUM_THREADS={value!r} is not a number of threads") from None
 
 
-def multiworker_strategy(tf, resolver, options):
-    """MultiWorkerMirroredStrategy, with SIGTERM ending the process again.
+def multiworker_strategy(tf, resolver, options, rank: int, timeout_s: float):
+    """MultiWorkerMirroredStrategy, its rendezvous bounded by ``timeout_s``, SIGTERM ending the process again.
 
-    Creating the strategy starts TensorFlow's coordination service, whose preemption notifier catches SIGTERM
-    (to let a training loop checkpoint). bench has no checkpoint to save, and a caught SIGTERM kept each
-    worker alive until its spawner's SIGKILL 10 s later, or until Slurm's KillWait after scancel. The default
-    action, restored here, ends the worker at once; its peers' collectives then fail and they end too.
+    The strategy's creation waits, inside TensorFlow's C++ code and holding the GIL, for every worker of the
+    cluster; a worker that never comes makes it wait forever, so bench.watchdog.deadline ends the process
+    after ``timeout_s`` (``--rendezvous-timeout``) with one line naming the cluster. Creating the strategy
+    also starts TensorFlow's coordination service, whose preemption notifier catches SIGTERM (to let a
+    training loop checkpoint). bench has no checkpoint to save, and a caught SIGTERM kept each worker alive
+    until its spawner's SIGKILL 10 s later, or until Slurm's KillWait after scancel: the default action is
+    restored once the strategy exists, so a worker ends at once; its peers' collectives then fail.
     """
     import signal
 
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    from bench.watchdog import deadline
+
+    spec = resolver.cluster_spec().as_dict()
+    workers = ", ".join(spec.get("chief", []) + spec.get("worker", []))
+    with deadline(timeout_s, f"tf.distribute rendezvous of the workers ({workers}) did not complete within "
+                             f"{timeout_s:g} s (--rendezvous-timeout): a worker did not start, or cannot be reached "
+                             "at its address", rank):
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return strategy

@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 STALL_EXIT = 75  # EX_TEMPFAIL: the job may succeed when run again
@@ -126,3 +127,28 @@ def diagnose(reports: dict[int, dict], ranks: int) -> str:
     why += [f"{r}: {describe(reports[r])}" for r in behind]
     return (f"stalled: rank(s) {', '.join(map(str, lagging))} did not arrive ({'; '.join(why)}); "
             f"rank(s) {', '.join(map(str, waiting))} waited {bound:.0f} s {where}")
+
+
+# The deadline's watcher: a shell outside this process, since the wait it bounds may hold Python's GIL.
+_DEADLINE_SH = ('for _ in $(seq "$1"); do sleep 1; kill -0 "$3" 2>/dev/null || exit 0; done; '
+                'printf "%s\\n" "$2" >&2; kill -KILL "$3"')
+
+
+@contextmanager
+def deadline(seconds: float, message: str, rank: int):
+    """Run the block; if it has not finished after ``seconds``, print ``rank N: error: MESSAGE`` and end
+    this process (SIGKILL).
+
+    For waits inside a framework's C++ code that neither a Python exception nor a Python thread can
+    interrupt: TensorFlow's multi-worker rendezvous waits forever, holding the GIL, when a worker never comes.
+    The watcher is a small shell process that polls this one each second and leaves once it is gone.
+    """
+    import subprocess
+
+    watcher = subprocess.Popen(["/bin/sh", "-c", _DEADLINE_SH, "deadline", str(max(1, round(seconds))),
+                                f"rank {rank}: error: {message}", str(os.getpid())], stdin=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        watcher.kill()
+        watcher.wait()

@@ -114,3 +114,13 @@ def test_summary_line_of_framework_errors():
         "TypeError: bad dtype"
     assert summary_line(RuntimeError("Connection reset by peer\nmore")) == "Connection reset by peer"
     assert summary_line(ValueError("")) == ""
+
+
+def test_settings_record_what_decides_throughput():
+    from bench.env import settings
+
+    env = {"NCCL_IB_DISABLE": "1", "HOROVOD_FUSION_THRESHOLD": "67108864", "OMPI_MCA_btl": "^openib",
+           "UCX_TLS": "tcp", "OMP_NUM_THREADS": "4", "CUDA_VISIBLE_DEVICES": "0,1", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "HOROVOD_RANK": "1", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOME": "/root", "RANK": "1"}
+    assert settings(env) == {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "HOROVOD_FUSION_THRESHOLD", "NCCL_IB_DISABLE",
+                                                  "OMPI_MCA_btl", "OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "UCX_TLS")}

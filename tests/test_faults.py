@@ -1,5 +1,6 @@
 """Faults: a rank killed mid-run, a rendezvous nobody else joins."""
 
+import json
 import os
 import signal
 import subprocess
@@ -57,12 +58,44 @@ def test_killed_rank_fails_the_job_fast_and_writes_nothing(out):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
+def reserved_port():
+    """A port bound but not listening: nothing can answer on it while the socket is open."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
 def test_rendezvous_timeout_is_bounded_and_clear(out):
-    start = time.monotonic()
-    r = bench("torch-ddp", *SMALL, "--rendezvous-timeout", "3", "--output", str(out), timeout=60,
-              TORCHELASTIC_RUN_ID="t", RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-              MASTER_PORT="29999")
+    with reserved_port() as sock:
+        port = str(sock.getsockname()[1])
+        start = time.monotonic()
+        r = bench("torch-ddp", *SMALL, "--rendezvous-timeout", "3", "--output", str(out), timeout=60,
+                  TORCHELASTIC_RUN_ID="t", RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT=port)
     assert r.returncode == 1
     assert time.monotonic() - start < 30
-    assert "rank 0: error: rendezvous at 127.0.0.1:29999 failed or timed out after 3 s" in r.stderr
+    assert f"rank 0: error: rendezvous at 127.0.0.1:{port} failed or timed out after 3 s" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_tf_rendezvous_with_a_missing_worker_is_bounded(out):
+    with reserved_port() as a, reserved_port() as b:
+        workers = [f"127.0.0.1:{s.getsockname()[1]}" for s in (a, b)]
+    config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}})
+    start = time.monotonic()
+    r = bench("tf-native", *SMALL, "--rendezvous-timeout", "5", "--output", str(out), timeout=120, TF_CONFIG=config)
+    assert r.returncode != 0 and time.monotonic() - start < 60
+    assert (f"rank 0: error: tf.distribute rendezvous of the workers ({', '.join(workers)}) did not complete "
+            "within 5 s (--rendezvous-timeout)") in r.stderr
+    assert "Traceback" not in r.stderr and not out.joinpath("results.csv").exists()
+
+
+def test_unresolvable_master_addr_fails_before_any_wait(out):
+    start = time.monotonic()
+    r = bench("torch-ddp", *SMALL, "--output", str(out), timeout=60, TORCHELASTIC_RUN_ID="t", RANK="0",
+              WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="no-such-host.invalid", MASTER_PORT="29500")
+    assert r.returncode == 1 and time.monotonic() - start < 20
+    assert ("rank 0: error: rendezvous address from the environment does not resolve: MASTER_ADDR "
+            "'no-such-host.invalid'") in r.stderr

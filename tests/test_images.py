@@ -69,6 +69,8 @@ def test_torch_ddp_in_container(dk, tmp_path):
     result = only_result(results)
     assert_valid_run(result, "torch-ddp", 2, "self")
     assert result["environment"]["container"] == "docker"
+    assert result["environment"]["image"] == {"stack": "current", "flavor": "cpu", "version": "0.1.0"}
+    assert result["environment"]["packages"]["horovod"] == "0.28.1"
     assert result["telemetry"]["available"] is False
 
 

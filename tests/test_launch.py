@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from bench.errors import BenchError
@@ -55,7 +57,8 @@ def test_malformed_environments(env, message):
 
 
 @pytest.mark.parametrize("nodelist, first", [
-    ("node1", "node1"), ("node[03-05,7]", "node03"), ("gpu[1,3],cpu2", "gpu1"), ("a-b-c", "a-b-c")])
+    ("node1", "node1"), ("node[03-05,7]", "node03"), ("gpu[1,3],cpu2", "gpu1"), ("a-b-c", "a-b-c"),
+    ("n[1-2]-ib,x", "n1-ib")])
 def test_slurm_nodelist(nodelist, first):
     assert first_slurm_host(nodelist) == first
 
@@ -131,3 +134,25 @@ def test_spawner_marks_the_share_it_chose(monkeypatch):
     seen.clear()
     launch.spawn(["torch-ddp"], [{}, {}], "{}")
     assert seen[0]["OMP_NUM_THREADS"] == "5" and "HVDBENCH_THREAD_SHARE" not in seen[0]
+
+
+TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("env, message", [
+    (dict(TORCHRUN, MASTER_ADDR="no-such-host.invalid"), "MASTER_ADDR 'no-such-host.invalid'"),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1", "nowhere.invalid:2"]}, "task": {"type": "worker", '
+                   '"index": 0}}'}, "TF_CONFIG worker address 'nowhere.invalid'"),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:x"]}, "task": {"type": "worker", "index": 0}}'},
+     "has no valid port"),
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "2",
+      "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": "0"}, "is not a TCP port"),
+    ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+      "SLURM_STEP_NODELIST": "gone[1-2].invalid"}, "the Slurm node list's first host 'gone1.invalid'"),
+])
+def test_rendezvous_addresses_are_checked_before_any_wait(env, message):
+    from bench.launch import validate_rendezvous
+
+    with pytest.raises(BenchError, match=re.escape(message)):
+        validate_rendezvous(detect(env), env)
+    validate_rendezvous(detect(TORCHRUN | {"MASTER_ADDR": "127.0.0.1"}), TORCHRUN | {"MASTER_ADDR": "127.0.0.1"})

@@ -9,13 +9,21 @@ pytestmark = pytest.mark.slow
 
 
 def test_torch_ddp_self_spawned(out):
-    r = bench("torch-ddp", *SMALL, "--np", "2", "--output", str(out))
+    r = bench("torch-ddp", *SMALL, "--np", "2", "--output", str(out), NCCL_DEBUG="WARN", GLOO_SOCKET_IFNAME="lo")
     assert r.returncode == 0, r.stderr
     result = only_result(out)
     assert_valid_run(result, "torch-ddp", 2, "self")
     assert result["environment"]["distribution"]["backend"] == "gloo"
     assert "throughput, total" in r.stdout and "result:" in r.stdout
     assert (out / "results.csv").read_text().count("\n") == 2
+    settings = result["environment"]["settings"]
+    assert settings["NCCL_DEBUG"] == "WARN" and settings["GLOO_SOCKET_IFNAME"] == "lo"
+    assert settings["OMP_NUM_THREADS"] and "RANK" not in settings  # the spawner's share; no per-rank identity
+    assert result["environment"]["packages"]["torch"].startswith("2.")
+    assert result["environment"]["image"] is None
+    # Not a terminal: rank 0 logs its start and each window in plain lines.
+    assert "torch-ddp: 2 rank(s) started" in r.stderr
+    assert r.stderr.count("img/s (rank 0's clock x world), running") == 2
 
 
 def test_torch_ddp_under_torchrun(out):

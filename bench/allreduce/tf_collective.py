@@ -75,7 +75,8 @@ class TFComm(Comm):
         self.collectives = "NCCL" if self.device.startswith("/gpu") else "RING"
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=impl.NCCL if self.collectives == "NCCL" else impl.RING)
-        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options)
+        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options, self.rank,
+                                             self.cfg.rendezvous_timeout)
         if self.strategy.num_replicas_in_sync != self.world_size:
             raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
                              f"the launcher started {self.world_size} ranks")

@@ -189,7 +189,8 @@ class MultiWorkerTrainer(_SyncStrategyTrainer):
         impl = tf.distribute.experimental.CommunicationImplementation
         self.collectives = "NCCL" if gpu else "RING"
         options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if gpu else impl.RING)
-        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options)
+        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options, self.rank,
+                                             self.cfg.rendezvous_timeout)
         if self.strategy.num_replicas_in_sync != self.world_size:
             raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
                              f"the launcher started {self.world_size} ranks")
