@@ -120,7 +120,7 @@ def command(cell: Cell, common: list[str], output: Path) -> list[str]:
     bench = [sys.executable, "-m", "bench", *cell.bench_args(common, output)]
     if inside_allocation():
         mpi = ["--mpi=pmix"] if cell.mode in MPI_MODES else []
-        return ["srun", *mpi, "-n", str(cell.np), *bench]
+        return ["srun", *mpi, "--kill-on-bad-exit=1", "-n", str(cell.np), *bench]
     return [*bench, "--np", str(cell.np)] if cell.mode not in SINGLE_MODES else bench
 
 

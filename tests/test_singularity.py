@@ -1,6 +1,6 @@
 """The Singularity/Apptainer recipes: generated from docker/ by spython, in sync, complete.
 
-Apptainer itself is not installable here, so no SIF is built in the tests (see the README).
+Apptainer itself is not installable here, so no SIF is built in the tests (see docs/slurm.md).
 """
 
 import re

@@ -1,0 +1,144 @@
+"""The docs cannot rot: every command shown in README.md and docs/*.md is checked against the code.
+
+* a ``bench`` command (also inside srun, torchrun, docker run, apptainer exec, ...) must parse with the real
+  CLI: every subcommand, option and value type exists as written (parsed, not run);
+* a ``make`` target must exist in the Makefile; a ``python <script>`` must exist and answer ``--help``;
+* every other command (docker, sbatch, apptainer, pip, ...) must be listed in RUN_BY with the test or make
+  target that runs it, and that test must exist. A new command in the docs fails here until it is covered.
+"""
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Command words other than bench/make/python, and the test (file::function) or make target that runs them.
+RUN_BY = {
+    "docker run": "tests/test_images.py::test_torch_ddp_in_container",
+    "docker compose": "tests/test_images.py::test_compose_two_nodes_over_tcp",
+    "sbatch": "tests/test_slurm.py::test_sbatch_scripts_without_container",
+    "srun": "tests/test_slurm.py::test_srun_every_mode",
+    "salloc": "tests/test_slurm.py::test_sweep_inside_an_allocation_runs_one_srun_step_per_cell",
+    "torchrun": "tests/test_torch_modes.py::test_torch_ddp_under_torchrun",
+    "horovodrun": "tests/test_torch_modes.py::test_torch_horovod_under_horovodrun_gloo",
+    "mpirun": "tests/test_torch_modes.py::test_torch_horovod_under_mpirun",
+    "pip install": "tests/test_install.py::test_torch_extra_runs_two_ranks",
+}
+# Commands the docs show that no test here can run, and why. Listed, so that none is silently unchecked.
+NOT_RUN_HERE = {
+    "docker pull": "no image registry is reachable from this machine",
+    "apptainer": "Apptainer is not installed by the tests yet (SIF recipes are generated and checked)",
+    "srun -N2": "one Slurm node here; `srun -n2` runs every mode (test_srun_every_mode)",
+    "srun --mpi=pmix -N2": "one Slurm node here; `srun --mpi=pmix -n2` runs the Horovod modes",
+}
+COMMAND_WORDS = {"bench", "make", "python", "docker", "srun", "sbatch", "salloc", "apptainer", "singularity",
+                 "torchrun", "horovodrun", "mpirun", "pip"}
+LAUNCHERS = {"srun", "torchrun", "horovodrun", "mpirun", "salloc"}
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """(file, command) for every line of every code block (indented or fenced), continuations joined."""
+    found = []
+    for path in DOC_FILES:
+        block, fenced = [], False
+        for line in path.read_text().splitlines() + [""]:
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced or line.startswith("    "):
+                block.append(line.strip())
+                continue
+            text = "\n".join(block).replace("\\\n", " ")
+            block = []
+            for cmd in text.splitlines():
+                cmd = re.split(r"\s+#\s", cmd)[0].strip()
+                argv = words(cmd) if cmd else []
+                if argv and argv[0] in COMMAND_WORDS:
+                    found.append((path.relative_to(ROOT).as_posix(), cmd))
+    return found
+
+
+def words(cmd: str) -> list[str]:
+    argv = [w for w in shlex.split(cmd) if w != "..."]
+    while argv and re.match(r"^[A-Z_]+=", argv[0]):  # VAR=value prefixes
+        argv.pop(0)
+    return argv
+
+
+COMMANDS = doc_commands()
+
+
+def bench_args(argv: list[str]) -> list[str] | None:
+    """The arguments given to bench, wherever it sits in the command line; None if bench is not run."""
+    for i, w in enumerate(argv):
+        if w == "bench" or (w == "-m" and i + 1 < len(argv) and argv[i + 1] == "bench"):
+            return argv[i + 1 + (w == "-m"):]
+        if argv[0] == "docker" and argv[1] == "run" and w.startswith("hvdbench") and i > 1:
+            return argv[i + 1:]
+    return None
+
+
+def parse_with_cli(args: list[str]) -> None:
+    import typer
+
+    from bench.cli import app
+
+    group = typer.main.get_command(app)
+    ctx = group.make_context("bench", list(args))
+    protected = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", [])
+    name, sub, rest = group.resolve_command(ctx, [*protected, *ctx.args])
+    sub.make_context(name, rest, parent=ctx)
+
+
+def test_the_docs_show_commands():
+    assert len(COMMANDS) > 40
+    assert {f for f, _ in COMMANDS} >= {"README.md", "docs/running.md", "docs/sweeps.md"}
+
+
+@pytest.mark.parametrize("where, cmd", COMMANDS, ids=[f"{f}:{c[:60]}" for f, c in COMMANDS])
+def test_doc_command(where, cmd):
+    argv = words(cmd)
+    if argv[0] == "make":
+        targets = set(re.findall(r"^([a-zA-Z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+        assert argv[1] in targets, f"{where}: make {argv[1]} is not a Makefile target"
+        return
+    if argv[0] == "python" and argv[1].endswith(".py"):
+        r = subprocess.run([sys.executable, argv[1], "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert r.returncode == 0, f"{where}: {argv[1]} --help failed: {r.stderr[-500:]}"
+        return
+    args = bench_args(argv)
+    if args is not None:
+        parse_with_cli(args)  # raises on an unknown command, option or a value of the wrong type
+        if argv[0] == "bench" or argv[0] not in LAUNCHERS | {"docker", "apptainer", "singularity"}:
+            return
+    line = " ".join(argv)
+    if any(line.startswith(k) for k in NOT_RUN_HERE):
+        pytest.skip(next(why for k, why in NOT_RUN_HERE.items() if line.startswith(k)))
+    key = next((k for k in RUN_BY if line.startswith(k)), None)
+    assert key, f"{where}: '{cmd}' is run by no test or make target: add one, and list it in RUN_BY"
+
+
+@pytest.mark.parametrize("key, runner", RUN_BY.items())
+def test_the_runners_exist(key, runner):
+    if runner.startswith("make "):
+        assert f"\n{runner.split()[1]}:" in (ROOT / "Makefile").read_text()
+        return
+    file, _, test = runner.partition("::")
+    assert (ROOT / file).is_file(), runner
+    if test:
+        assert re.search(rf"^def {test}\b", (ROOT / file).read_text(), re.M), f"{runner} does not exist"
+
+
+def test_a_rotten_command_fails_the_check():
+    from typer.exceptions import TyperException
+
+    for args in (["torch-ddp", "--no-such-option"], ["sweep", "--cell-timeout", "soon"], ["no-such-command"]):
+        with pytest.raises(TyperException):
+            parse_with_cli(args)
+    assert bench_args(words("docker run --gpus all hvdbench:current-cpu torch-ddp --np 2")) == ["torch-ddp", "--np", "2"]
+    assert bench_args(words("OMP_NUM_THREADS=1 srun -n 8 python -m bench torch-ddp")) == ["torch-ddp"]
