@@ -140,5 +140,6 @@ def test_a_rotten_command_fails_the_check():
     for args in (["torch-ddp", "--no-such-option"], ["sweep", "--cell-timeout", "soon"], ["no-such-command"]):
         with pytest.raises(TyperException):
             parse_with_cli(args)
-    assert bench_args(words("docker run --gpus all hvdbench:current-cpu torch-ddp --np 2")) == ["torch-ddp", "--np", "2"]
+    docker = "docker run --gpus all hvdbench:current-cpu torch-ddp --np 2"
+    assert bench_args(words(docker)) == ["torch-ddp", "--np", "2"]
     assert bench_args(words("OMP_NUM_THREADS=1 srun -n 8 python -m bench torch-ddp")) == ["torch-ddp"]
