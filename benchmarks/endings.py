@@ -4,9 +4,11 @@ until no process of the job is left, per mode. Prints a table.
     python benchmarks/endings.py                       # SIGTERM to the self-spawner, every mode
     python benchmarks/endings.py --signal INT --modes torch-ddp,tf-horovod
     python benchmarks/endings.py --slurm               # scancel of an srun job (scripts/slurm-up.sh)
+    python benchmarks/endings.py --launchers           # SIGTERM to mpirun, horovodrun, torchrun as outer launchers
 
 A job's processes are found through their environment, which every descendant inherits: the self-spawned
-ranks carry HVDBENCH_PARENT_PID=<the spawner>, the tasks of a Slurm job SLURM_JOB_ID=<the job>. The clock
+ranks carry HVDBENCH_PARENT_PID=<the spawner>, the tasks of a Slurm job SLURM_JOB_ID=<the job>, and under
+an outer launcher every process carries a tag this script sets (HVDBENCH_ENDINGS_TAG). The clock
 starts when the signal is sent (scancel returns) and stops when the last such process, and the spawner or
 srun itself, is gone. The signal is sent once rank 0 has logged its first timed window (training is under way,
 every collective in use).
@@ -140,11 +142,46 @@ def scancel_srun(args: list[str], mpi: list[str], out: Path, env: dict[str, str]
             "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
 
 
+# Outer launchers: (label, launcher command before bench's own arguments, bench arguments).
+LAUNCHERS = {
+    "mpirun torch-horovod": (["mpirun", "-np", "2", "--oversubscribe", sys.executable, "-m", "bench"],
+                             ["torch-horovod", *SMALL]),
+    "horovodrun torch-horovod": (["horovodrun", "--gloo", "-np", "2", sys.executable, "-m", "bench"],
+                                 ["torch-horovod", *SMALL]),
+    "torchrun torch-ddp": ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "bench"],
+                           ["torch-ddp", *SMALL]),
+}
+
+
+def signal_launcher(launcher: list[str], args: list[str], signum: int, out: Path, timeout: float = 300) -> dict:
+    """Run bench under an outer launcher; send ``signum`` to the launcher once training is under way."""
+    log = out / "stderr.log"
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(bench_env(), HVDBENCH_ENDINGS_TAG=tag, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([*launcher, *args, "--output", str(out / "results")], stdout=f, stderr=f, env=env,
+                                cwd=ROOT)
+    try:
+        wait_for_line(log, "window 1", timeout, proc)
+        ranks = [p for p in processes_with("HVDBENCH_ENDINGS_TAG", tag) if p != proc.pid]
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        left = wait_gone(lambda: processes_with("HVDBENCH_ENDINGS_TAG", tag), proc, 60)
+        seconds = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return {"ranks": len(ranks), "seconds": seconds, "left": left, "returncode": proc.returncode,
+            "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--signal", default="TERM", choices=["TERM", "INT", "HUP"])
     parser.add_argument("--slurm", action="store_true", help="scancel an srun job instead (needs slurm-up)")
+    parser.add_argument("--launchers", action="store_true", help="signal mpirun, horovodrun, torchrun instead")
     a = parser.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -153,15 +190,19 @@ def main() -> None:
     if a.slurm:
         conf = subprocess.run([str(ROOT / "scripts" / "slurm-up.sh")], capture_output=True, text=True, check=True)
         env["SLURM_CONF"] = conf.stdout.strip().splitlines()[-1]
-    how = "scancel (srun -n2)" if a.slurm else f"SIG{a.signal} to the self-spawner"
+    how = "scancel (srun -n2)" if a.slurm else f"SIG{a.signal} to the " + ("launcher" if a.launchers else
+                                                                          "self-spawner")
     table = Table("mode", "processes", "seconds to none left", "left", "exit code", "results", "last line",
                   title=f"{how}: time until no process of the job is left")
-    for label in a.modes.split(","):
-        args, mpi = MODES[label]
+    labels = list(LAUNCHERS) if a.launchers else a.modes.split(",")
+    for label in labels:
+        args, mpi = LAUNCHERS[label] if a.launchers else MODES[label]
         if a.slurm and mpi is None:
             continue  # single-process modes and tf-native's own spawner layouts are not srun jobs
         with tempfile.TemporaryDirectory() as tmp:
-            if a.slurm:
+            if a.launchers:
+                r = signal_launcher(args, mpi, getattr(signal, f"SIG{a.signal}"), Path(tmp))
+            elif a.slurm:
                 r = scancel_srun(args, mpi, Path(tmp), env)
             else:
                 r = signal_self_spawned(args, getattr(signal, f"SIG{a.signal}"), Path(tmp))

@@ -103,3 +103,12 @@ def test_watchdog_diagnosis():
     assert "rank(s) 1 did not arrive (1: in window 2, step 3)" in diagnose({0: waiting, 1: behind}, 2)
     assert "the collective itself hung" in diagnose({0: waiting, 1: waiting}, 2)
     assert auto_bound(0.5, 4) == 120 and auto_bound(10.0, 4) == 800
+
+
+@pytest.mark.parametrize("label", list(endings.LAUNCHERS))
+def test_sigterm_to_an_outer_launcher_leaves_no_rank(tmp_path, label):
+    launcher, args = endings.LAUNCHERS[label]
+    r = endings.signal_launcher(launcher, args, signal.SIGTERM, tmp_path)
+    assert r["ranks"] >= 2, r["stderr"][-2000:]
+    assert r["left"] == [] and r["seconds"] < 15 and r["results"] == [], r
+    assert r["returncode"] != 0
