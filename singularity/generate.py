@@ -9,7 +9,8 @@ What spython cannot convert is handled here, not dropped:
   (docker/stacks/*.env through docker/images.py) substituted, in %post and in %labels.
 * SHELL ["/bin/bash", "-euo", "pipefail", "-c"]: %post runs under bash (``%post -c /bin/bash``) and
   starts with ``set -euo pipefail``.
-* ENV: spython writes the values into %environment (runtime) and as plain assignments in %post; here
+* ENV: spython writes the values into %environment (runtime, with the stack's build-arg values written in)
+  and as plain assignments in %post; here
   they are exported in %post too, so the build's child processes see them (TF_USE_LEGACY_KERAS, PATH).
 * RUN --mount=type=secret,id=ca: the CA bundle is bound at build time instead, to the same path, so the
   recipe's own ``if [ -s /run/secrets/ca ]`` logic applies and nothing is baked:
@@ -104,6 +105,8 @@ def generate(stack: str, flavor: str) -> str:
     recipe.cmd = None
     recipe.workdir = None  # the SIF is read-only: results go to the user's working directory
     recipe.files.append(["docker/wheelhouse", "/wheelhouse"])
+    # Build args have no value at run time: %environment gets this stack's values written in.
+    recipe.environ = [expand(e, {k: v for k, v in args.items() if k != "PATH"}) for e in recipe.environ]
     env_names = {e.split("=", 1)[0] for e in recipe.environ}
     install = ["set -euo pipefail"]
     for line in recipe.install:
