@@ -255,7 +255,7 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
                 procs.append(subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True))
             return wait_all(procs, grace_s, servers, Path(stall_dir))
         except Stopped as exc:
-            _stop(procs, grace_s)
+            stop_processes(procs, grace_s)
             raise Stopped(exc.signum, f"all {len(procs)} process(es) stopped, no result written") from None
         finally:
             restore_handlers(old)
@@ -319,16 +319,16 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
         if bad:
             break
         if all(c == 0 for i, c in enumerate(codes) if i not in servers):
-            _stop(procs, grace_s)  # the servers, which serve until told to stop
+            stop_processes(procs, grace_s)  # the servers, which serve until told to stop
             return 0
         time.sleep(0.1)
     _, rank, code = bad[0]
     if code == watchdog.STALL_EXIT and stall_dir is not None:
         reports = _collect_stall_reports(procs, stall_dir, servers)
-        _stop(procs, grace_s)
+        stop_processes(procs, grace_s)
         raise BenchError(f"{watchdog.diagnose(reports, len(procs) - len(servers))}; stopped every rank, "
                          "no result written")
-    _stop(procs, grace_s)
+    stop_processes(procs, grace_s)
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     raise BenchError(f"rank {rank} {how} first; stopped the other ranks, no result written")
 
@@ -344,7 +344,7 @@ def _collect_stall_reports(procs: list[subprocess.Popen], stall_dir: Path, serve
     return watchdog.read_reports(stall_dir)
 
 
-def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
+def stop_processes(procs: list[subprocess.Popen], grace_s: float) -> None:
     """SIGTERM to each process group, SIGKILL to those still there after ``grace_s``; a second Ctrl-C or
     SIGTERM meanwhile cannot cut this short (the stop signals are ignored until it returns)."""
     old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -171,18 +170,9 @@ def load_sweep(folder: Path) -> SweepConfig:
 def stop_cell(proc: subprocess.Popen, grace_s: float = CELL_GRACE_S) -> None:
     """SIGTERM to the cell's process group (bench stops its ranks, srun its tasks); SIGKILL after the grace.
     Ranks bench spawned die with it even then (bench.launch.die_with_parent)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    from bench.launch import stop_processes
+
+    stop_processes([proc], grace_s)
 
 
 def run_cell(cmd: list[str], log: Path, timeout_s: float | None) -> int | None:

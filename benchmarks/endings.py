@@ -96,50 +96,50 @@ def bench_env() -> dict[str, str]:
     return env
 
 
-def signal_self_spawned(args: list[str], signum: int, out: Path, timeout: float = 300) -> dict:
+def end_job(cmd: list[str], env: dict[str, str], out: Path, job_pids, stop, timeout: float = 300,
+            gone_within: float = 60) -> dict:
+    """Start ``cmd``; once rank 0 logged its first window, ``stop(proc)`` and time until ``job_pids(proc)``
+    is empty and ``proc`` has exited. What was left, the exit code, stderr and result files come back too."""
+    log = out / "stderr.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([*cmd, "--output", str(out / "results")], stdout=f, stderr=f, env=env, cwd=ROOT)
+    try:
+        wait_for_line(log, "window 1", timeout, proc)
+        ranks = [p for p in job_pids(proc) if p != proc.pid]
+        sent = time.monotonic()
+        stop(proc)
+        left = wait_gone(lambda: job_pids(proc), proc, gone_within)
+        seconds = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return {"ranks": len(ranks), "seconds": seconds, "left": left, "returncode": proc.returncode,
+            "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
+
+
+def signal_self_spawned(args: list[str], signum: int, out: Path) -> dict:
     """Run ``bench ARGS --np 2`` (self-spawned), send ``signum`` to the spawner once training is under way."""
-    log = out / "stderr.log"
     np = [] if args[0].endswith("-single") or "mirrored" in args else ["--np", "2"]
-    with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "bench", *args, *np, "--output", str(out / "results")],
-                                stdout=f, stderr=f, env=bench_env(), cwd=ROOT)
-    try:
-        wait_for_line(log, "window 1", timeout, proc)
-        ranks = processes_with("HVDBENCH_PARENT_PID", str(proc.pid))
-        sent = time.monotonic()
-        proc.send_signal(signum)
-        left = wait_gone(lambda: processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 60)
-        seconds = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    return {"ranks": len(ranks), "seconds": seconds, "left": left, "returncode": proc.returncode,
-            "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
+    return end_job([sys.executable, "-m", "bench", *args, *np], bench_env(), out,
+                   lambda proc: processes_with("HVDBENCH_PARENT_PID", str(proc.pid)),
+                   lambda proc: proc.send_signal(signum))
 
 
-def scancel_srun(args: list[str], mpi: list[str], out: Path, env: dict[str, str], timeout: float = 300) -> dict:
+def scancel_srun(args: list[str], mpi: list[str], out: Path, env: dict[str, str]) -> dict:
     """``srun -n2 bench ARGS`` as one Slurm job; scancel it once training is under way."""
-    log = out / "stderr.log"
     name = f"hvdbench-endings-{os.getpid()}-{time.monotonic_ns()}"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(["srun", "-J", name, *mpi, "-n2", sys.executable, "-m", "bench", *args,
-                                 "--output", str(out / "results")], stdout=f, stderr=f, env=env, cwd=ROOT)
-    try:
-        wait_for_line(log, "window 1", timeout, proc)
-        job = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
-                             env=env).stdout.strip()
-        ranks = processes_with("SLURM_JOB_ID", job)
-        sent = time.monotonic()
-        subprocess.run(["scancel", job], check=True, env=env)
-        left = wait_gone(lambda: processes_with("SLURM_JOB_ID", job), proc, 120)
-        seconds = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    return {"ranks": len(ranks), "seconds": seconds, "left": left, "returncode": proc.returncode,
-            "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
+    job = {}
+
+    def job_id() -> str:
+        if "id" not in job:
+            job["id"] = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
+                                       env=env).stdout.strip()
+        return job["id"]
+
+    return end_job(["srun", "-J", name, *mpi, "-n2", sys.executable, "-m", "bench", *args], env, out,
+                   lambda proc: processes_with("SLURM_JOB_ID", job_id()),
+                   lambda proc: subprocess.run(["scancel", job_id()], check=True, env=env), gone_within=120)
 
 
 # Outer launchers: (label, launcher command before bench's own arguments, bench arguments).
@@ -153,27 +153,12 @@ LAUNCHERS = {
 }
 
 
-def signal_launcher(launcher: list[str], args: list[str], signum: int, out: Path, timeout: float = 300) -> dict:
+def signal_launcher(launcher: list[str], args: list[str], signum: int, out: Path) -> dict:
     """Run bench under an outer launcher; send ``signum`` to the launcher once training is under way."""
-    log = out / "stderr.log"
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
     env = dict(bench_env(), HVDBENCH_ENDINGS_TAG=tag, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    with open(log, "w") as f:
-        proc = subprocess.Popen([*launcher, *args, "--output", str(out / "results")], stdout=f, stderr=f, env=env,
-                                cwd=ROOT)
-    try:
-        wait_for_line(log, "window 1", timeout, proc)
-        ranks = [p for p in processes_with("HVDBENCH_ENDINGS_TAG", tag) if p != proc.pid]
-        sent = time.monotonic()
-        proc.send_signal(signum)
-        left = wait_gone(lambda: processes_with("HVDBENCH_ENDINGS_TAG", tag), proc, 60)
-        seconds = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    return {"ranks": len(ranks), "seconds": seconds, "left": left, "returncode": proc.returncode,
-            "stderr": log.read_text(errors="replace"), "results": sorted((out / "results").glob("*.json"))}
+    return end_job([*launcher, *args], env, out, lambda proc: processes_with("HVDBENCH_ENDINGS_TAG", tag),
+                   lambda proc: proc.send_signal(signum))
 
 
 def main() -> None:
