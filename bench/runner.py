@@ -179,10 +179,11 @@ class WindowLog:
         import sys
 
         self.file = sys.stderr
-        self.images = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * trainer.world_size
+        processes = getattr(trainer, "measuring_processes", trainer.world_size)  # tf-native ps: the coordinator
+        self.images = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * processes
         self.total = None if cfg.duration is not None else cfg.windows
-        print(f"{cfg.mode}: {trainer.world_size} rank(s) started; {cfg.model}, batch {cfg.batch_size}/device, "
-              f"first step done", file=self.file, flush=True)
+        print(f"{cfg.mode}: ranks started, {trainer.replicas_per_process * processes} replica(s); {cfg.model}, "
+              f"batch {cfg.batch_size}/device, first step done", file=self.file, flush=True)
 
     def window(self, window_s: list[float]) -> None:
         n = len(window_s)

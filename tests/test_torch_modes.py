@@ -22,7 +22,7 @@ def test_torch_ddp_self_spawned(out):
     assert result["environment"]["packages"]["torch"].startswith("2.")
     assert result["environment"]["image"] is None
     # Not a terminal: rank 0 logs its start and each window in plain lines.
-    assert "torch-ddp: 2 rank(s) started" in r.stderr
+    assert "torch-ddp: ranks started, 2 replica(s)" in r.stderr
     assert r.stderr.count("img/s (rank 0's clock x world), running") == 2
 
 

@@ -226,6 +226,7 @@ class ParameterServerTrainer(TFTrainer):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         workers = resolver.cluster_spec().num_tasks("worker")
         self.replicas_per_process = workers
+        self.measuring_processes = 1  # the coordinator measures for every worker; ps and workers only serve
         self.strategy = strategy = tf.distribute.ParameterServerStrategy(resolver)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         with strategy.scope():
