@@ -38,6 +38,8 @@ LAUNCH_TIME_ENV = "HVDBENCH_LAUNCH_TIME"
 THREAD_SHARE_ENV = "HVDBENCH_THREAD_SHARE"
 # The spawner's pid: each rank asks the kernel to SIGKILL it when that process dies (see die_with_parent).
 PARENT_PID_ENV = "HVDBENCH_PARENT_PID"
+# The sweep's pid, set for each cell it runs (see die_with_parent).
+SWEEP_PID_ENV = "HVDBENCH_SWEEP_PID"
 PR_SET_PDEATHSIG = 1
 
 
@@ -262,11 +264,19 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
 
 
 def die_with_parent(env: dict[str, str] | None = None) -> None:
-    """In a self-spawned rank: have the kernel SIGKILL this process when the spawner dies (even by SIGKILL,
-    which the spawner cannot catch to stop its ranks), so that no rank outlives the job."""
+    """Have the kernel SIGKILL this process when the process that started it dies (even by SIGKILL, which
+    that process cannot catch to stop its children), so that nothing outlives the job:
+
+    * a self-spawned rank dies with its spawner (HVDBENCH_PARENT_PID);
+    * a sweep's cell dies with the sweep (HVDBENCH_SWEEP_PID), when the sweep started it directly (a cell
+      under srun is the task of a Slurm step, which Slurm ends).
+    """
     env = os.environ if env is None else env
-    parent = env.get(PARENT_PID_ENV)
-    if env.get("HVDBENCH_LAUNCHER") != "self" or not parent or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
+        return
+    parent = env.get(PARENT_PID_ENV) if env.get("HVDBENCH_LAUNCHER") == "self" else None
+    sweep = env.get(SWEEP_PID_ENV)
+    if parent is None and not (sweep and sweep.isdigit() and os.getppid() == int(sweep)):
         return
     import ctypes
 
@@ -274,7 +284,7 @@ def die_with_parent(env: dict[str, str] | None = None) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if os.getppid() != int(parent):  # the spawner died before the request took effect
+    if parent is not None and os.getppid() != int(parent):  # the spawner died before the request took effect
         os._exit(128 + signal.SIGKILL)
 
 

@@ -178,8 +178,11 @@ def stop_cell(proc: subprocess.Popen, grace_s: float = CELL_GRACE_S) -> None:
 def run_cell(cmd: list[str], log: Path, timeout_s: float | None) -> int | None:
     """Run one cell; its exit code, or None when it ran past ``timeout_s`` and was stopped. A stop signal
     to the sweep (raised as Stopped) stops the cell before it propagates."""
+    from bench.launch import SWEEP_PID_ENV
+
+    env = dict(os.environ, **{SWEEP_PID_ENV: str(os.getpid())})  # the cell dies with the sweep, even by SIGKILL
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -190,6 +190,24 @@ def test_cell_timeout_stops_a_cell_and_the_sweep_goes_on(tmp_path):
     assert not sweep_processes(folder) and not list(folder.glob("*.json"))[1:]
 
 
+@pytest.mark.slow
+def test_a_sweep_killed_outright_leaves_no_cell_running(tmp_path):
+    folder = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *SWEEP[:3], "--np", "2", *SWEEP[5:], "--windows",
+                             "100000", "--output", str(folder)], env=bench_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    def cell() -> list[int]:  # the cell's bench and the ranks it spawned: all inherit the sweep's pid
+        return endings.processes_with("HVDBENCH_SWEEP_PID", str(proc.pid))
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(sweep_processes(folder)) < 2:
+        time.sleep(0.2)
+    assert len(cell()) >= 3
+    proc.kill()  # SIGKILL: the sweep cannot stop its cell; the kernel does (parent-death signal)
+    proc.wait()
+    assert endings.wait_gone(cell, proc, 15) == []
+
+
 def test_resume_needs_a_manifest(tmp_path):
     r = bench("sweep", "--resume", "--output", str(tmp_path / "none"))
     assert r.returncode == 1 and "nothing to resume" in r.stderr and "Traceback" not in r.stderr
