@@ -199,13 +199,21 @@ def test_a_sweep_killed_outright_leaves_no_cell_running(tmp_path):
     def cell() -> list[int]:  # the cell's bench and the ranks it spawned: all inherit the sweep's pid
         return endings.processes_with("HVDBENCH_SWEEP_PID", str(proc.pid))
 
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(sweep_processes(folder)) < 2:
-        time.sleep(0.2)
-    assert len(cell()) >= 3
-    proc.kill()  # SIGKILL: the sweep cannot stop its cell; the kernel does (parent-death signal)
-    proc.wait()
-    assert endings.wait_gone(cell, proc, 15) == []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(sweep_processes(folder)) < 2:
+            time.sleep(0.2)
+        assert len(cell()) >= 3
+        proc.kill()  # SIGKILL: the sweep cannot stop its cell; the kernel does (parent-death signal)
+        proc.wait()
+        assert endings.wait_gone(cell, proc, 15) == []
+    finally:
+        for pid in [proc.pid, *cell(), *sweep_processes(folder)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
 
 
 def test_resume_needs_a_manifest(tmp_path):
