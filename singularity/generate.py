@@ -14,7 +14,8 @@ What spython cannot convert is handled here, not dropped:
   they are exported in %post too, so the build's child processes see them (TF_USE_LEGACY_KERAS, PATH).
 * RUN --mount=type=secret,id=ca: the CA bundle is bound at build time instead, to the same path, so the
   recipe's own ``if [ -s /run/secrets/ca ]`` logic applies and nothing is baked:
-  ``apptainer build --bind /etc/ssl/certs/ca-certificates.crt:/run/secrets/ca hvdbench.sif FILE.def``
+  ``apptainer build --bind /etc/ssl/certs/ca-certificates.crt:/run/secrets/ca hvdbench.sif FILE.def``;
+  %setup makes the (empty) mount point, which a bind needs in the image being built.
 * RUN --mount=type=bind (docker/wheelhouse): copied in with %files and removed at the end of %post.
 * RUN --mount=type=cache: dropped (a Singularity build has no cache between builds).
 * CMD ["--help"]: dropped, so %runscript passes the arguments to bench unchanged (no arguments still
@@ -43,7 +44,7 @@ HEADER = """\
 # Build from the repository root (the %files paths are relative to it):
 #   apptainer build --bind /etc/ssl/certs/ca-certificates.crt:/run/secrets/ca hvdbench-{stack}-{flavor}.sif \\
 #       singularity/hvdbench-{stack}-{flavor}.def
-# or convert the Docker image instead: make sif (docker-daemon://hvdbench:{stack}-{flavor}).
+# or convert the Docker image instead: make sif STACK={stack} FLAVOR={flavor} (singularity/sif.py).
 """
 HELP = """\
 hvdbench {stack}-{flavor}: distributed training throughput, Horovod against native TensorFlow and PyTorch.
@@ -67,7 +68,13 @@ TEST = [
     "python -c 'import bench, torch, tensorflow, horovod.torch, horovod.tensorflow'",
     "bench --version",
 ]
-SECTIONS = ["%files", "%labels", "%post", "%environment", "%runscript", "%help", "%test"]
+SETUP = """\
+%setup
+# The build binds the CA bundle here (see the header); a bind needs its mount point in the image.
+mkdir -p "${APPTAINER_ROOTFS:-$SINGULARITY_ROOTFS}/run/secrets"
+touch "${APPTAINER_ROOTFS:-$SINGULARITY_ROOTFS}/run/secrets/ca"
+"""
+SECTIONS = ["%setup", "%files", "%labels", "%post", "%environment", "%runscript", "%help", "%test"]
 
 
 def preprocess(dockerfile: str, args: dict[str, str]) -> str:
@@ -92,6 +99,16 @@ def expand(value: str, args: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), value)
 
 
+def apptainer_label(docker_label: str) -> str:
+    """A Dockerfile label (key="value") as a %labels line: "key value", the value unquoted (Apptainer splits
+    at the first space and keeps quotes and '=' as part of the key)."""
+    key, _, value = docker_label.partition("=")
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+    return f"{key.strip()} {value}"
+
+
 def generate(stack: str, flavor: str) -> str:
     from spython.main.parse.parsers import DockerParser
     from spython.main.parse.writers import SingularityWriter
@@ -114,12 +131,13 @@ def generate(stack: str, flavor: str) -> str:
         install.append(f"export {line}" if name in env_names and "=" in line else line)
     install.append("rm -rf /wheelhouse")
     recipe.install = install
-    recipe.labels = [[expand(label[0].rstrip("\\ ").strip(), args)] for label in recipe.labels]
+    recipe.labels = [[apptainer_label(expand(label[0].rstrip("\\ ").strip(), args))] for label in recipe.labels]
     recipe.test = TEST
     text = SingularityWriter(parser.recipe).convert()
     text = text.replace("\n%post\n", "\n%post -c /bin/bash\n", 1)
     text = re.sub(r"\n%startscript\n.*?(?=\n%)", "", text, flags=re.S)  # instances are not a use case
     text = text.replace("Stage: spython-base\n", "")
+    text = text.replace("\n%files\n", "\n" + SETUP + "%files\n", 1)
     help_text = HELP.format(stack=stack, flavor=flavor, **args)
     text = text.rstrip("\n") + "\n%help\n" + help_text
     return HEADER.format(stack=stack, flavor=flavor) + text

@@ -38,7 +38,8 @@ def test_definition_is_complete_and_clean(path):
     assert "%post -c /bin/bash\nset -euo pipefail\n" in text
     assert "--mount=" not in text and "SHELL [" not in text  # BuildKit-only syntax handled, not copied
     labels = text.split("%labels\n", 1)[1].split("\n%", 1)[0]
-    assert "${" not in labels and f'io.hvdbench.torch="{values["TORCH_VERSION"]}"' in labels
+    assert "${" not in labels and f'\nio.hvdbench.torch {values["TORCH_VERSION"]}\n' in labels
+    assert '"' not in labels and not re.search(r"^[\w.-]+=", labels, re.M)  # "key value", not key="value"
     runscript = text.split("%runscript\n", 1)[1].split("\n%", 1)[0]
     assert runscript.strip() == 'exec /opt/hvdbench/docker/entrypoint.sh "$@"'
     assert "export TF_USE_LEGACY_KERAS=1" in text.split("%post", 1)[1].split("%environment", 1)[0]
