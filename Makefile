@@ -12,9 +12,10 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce verify predict-published image images image-test docker-up singularity sif sif-pull slurm-up clean
-APPTAINER ?= $(shell command -v apptainer || command -v singularity)
+.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce verify predict-published image images image-test docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
+# apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
+APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
 REGISTRY ?= ghcr.io/hvdbench
 help:
 	@echo "make bench          set up (first time) and run a benchmark that fits this machine (MODE=$(MODE) ARGS=...)"
@@ -31,7 +32,10 @@ help:
 	@echo "make images         build every stack x flavour"
 	@echo "make image-test     start a Docker engine, build the CPU image here, run the image tests"
 	@echo "make singularity    regenerate singularity/*.def from docker/ (spython)"
-	@echo "make sif            build \$$SIF from the local Docker image hvdbench:\$$STACK-\$$FLAVOR (apptainer)"
+	@echo "make apptainer-up   make apptainer (and singularity) runnable here; prints the directory for PATH"
+	@echo "make sif            build hvdbench-\$$STACK-\$$FLAVOR.sif from the local Docker image (apptainer)"
+	@echo "make sif-def        build it from singularity/hvdbench-\$$STACK-\$$FLAVOR.def instead"
+	@echo "make apptainer-test set up apptainer, build the CPU SIFs here, run the apptainer tests"
 	@echo "make sif-pull       pull the published image into \$$SIF (apptainer)"
 	@echo "make slurm-up       start a one-node Slurm cluster here (tests use it)"
 
@@ -44,14 +48,15 @@ bench: venv
 	$(VENV)/bin/bench $(MODE) $(ARGS)
 
 test: venv
-	scripts/run-tests.sh $(PY) -m "not image" $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not image and not apptainer" $(PYTEST_ARGS)
 	$(MAKE) image-test
+	$(MAKE) apptainer-test
 
 test-fast: venv
-	scripts/run-tests.sh $(PY) -m "not slow and not image" $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not slow and not image and not apptainer" $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py
+	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py singularity/sif.py
 	$(VENV)/bin/hadolint docker/Dockerfile
 	bash -n scripts/*.sh docker/*.sh .ci/run
 
@@ -73,13 +78,21 @@ image-test: venv docker-up
 singularity: venv
 	$(PY) singularity/generate.py
 
-sif:
-	@test -n "$(APPTAINER)" || { echo "make sif: apptainer (or singularity) is not installed"; exit 1; }
-	$(APPTAINER) build $(SIF) docker-daemon://hvdbench:$(STACK)-$(FLAVOR)
+apptainer-up:
+	@scripts/apptainer-up.sh
 
-sif-pull:
-	@test -n "$(APPTAINER)" || { echo "make sif-pull: apptainer (or singularity) is not installed"; exit 1; }
-	$(APPTAINER) pull $(SIF) docker://$(REGISTRY)/hvdbench:$(STACK)-$(FLAVOR)
+sif: venv
+	PATH=$(APPTAINER_PATH) $(PY) singularity/sif.py image --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
+
+sif-def: venv
+	PATH=$(APPTAINER_PATH) $(PY) singularity/sif.py def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
+
+sif-pull: venv
+	PATH=$(APPTAINER_PATH); "$$($(PY) singularity/sif.py runtime)" pull $(SIF) docker://$(REGISTRY)/hvdbench:$(STACK)-$(FLAVOR)
+
+# After image-test (it needs the CPU image): the SIF from that image and from the definition file.
+apptainer-test: venv docker-up slurm-up
+	PATH=$(APPTAINER_PATH) scripts/run-tests.sh $(PY) -m apptainer $(PYTEST_ARGS)
 
 slurm-up:
 	scripts/slurm-up.sh

@@ -28,11 +28,15 @@ RUN_BY = {
     "horovodrun": "tests/test_torch_modes.py::test_torch_horovod_under_horovodrun_gloo",
     "mpirun": "tests/test_torch_modes.py::test_torch_horovod_under_mpirun",
     "pip install": "tests/test_install.py::test_torch_extra_runs_two_ranks",
+    "apptainer build": "tests/test_apptainer.py::test_the_definition_file_builds_and_its_test_help_and_labels_work",
+    "apptainer exec": "tests/test_apptainer.py::test_exec_self_spawned_ranks_inside_one_container",
+    "srun apptainer": "tests/test_apptainer.py::test_srun_apptainer_exec_every_mode",
 }
 # Commands the docs show that no test here can run, and why. Listed, so that none is silently unchecked.
 NOT_RUN_HERE = {
     "docker pull": "no image registry is reachable from this machine",
-    "apptainer": "Apptainer is not installed by the tests yet (SIF recipes are generated and checked)",
+    "apptainer exec --nv": "no GPU here; `apptainer exec` runs in tests/test_apptainer.py",
+    "apptainer run --nv": "no GPU here; `apptainer exec` runs in tests/test_apptainer.py",
     "srun -N2": "one Slurm node here; `srun -n2` runs every mode (test_srun_every_mode)",
     "srun --mpi=pmix -N2": "one Slurm node here; `srun --mpi=pmix -n2` runs the Horovod modes",
 }

@@ -1,0 +1,196 @@
+"""Host side of the SIFs: build one from the local Docker image, or from a generated definition file.
+
+    python singularity/sif.py image --stack current --flavor cpu     # hvdbench:current-cpu -> hvdbench-current-cpu.sif
+    python singularity/sif.py def --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
+    python singularity/sif.py runtime                                 # the apptainer/singularity used
+
+The runtime is HVDBENCH_APPTAINER, else `apptainer` or `singularity` on PATH, else the one
+scripts/apptainer-up.sh set up. From an image, `docker save` writes an archive that
+`apptainer build ... docker-archive://` converts (no registry, no access to the engine's socket needed).
+From a definition file, the %files paths are relative to the repository root, and the machine's CA
+bundle is bound to /run/secrets/ca for pip (as the Docker build's secret: never copied into the image).
+--base replaces the file's `Bootstrap: docker` base with a local Docker image (this machine reaches no
+registry). A SIF is written to a temporary name and renamed, so a failed build leaves no partial file;
+a build whose inputs did not change since the last one (same image ID, or same definition, files and base)
+is skipped unless --force. The key of what it was built from is kept next to it (<sif>.key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docker"))
+sys.path.insert(0, str(ROOT))
+import images  # noqa: E402
+
+SETUP_BIN = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer")) / "bin"
+
+
+class SifError(Exception):
+    pass
+
+
+def runtime() -> str:
+    """The container runtime's executable: apptainer, or singularity (same command line)."""
+    explicit = os.environ.get("HVDBENCH_APPTAINER")
+    if explicit:
+        if shutil.which(explicit) is None:
+            raise SifError(f"HVDBENCH_APPTAINER={explicit} is not an executable")
+        return shutil.which(explicit)
+    for name in ("apptainer", "singularity"):
+        found = shutil.which(name) or shutil.which(name, path=str(SETUP_BIN))
+        if found:
+            return found
+    raise SifError("neither apptainer nor singularity is installed; run `make apptainer-up` "
+                   "(or install Apptainer, https://apptainer.org/docs/admin/main/installation.html)")
+
+
+def default_output(stack: str, flavor: str) -> Path:
+    return ROOT / f"hvdbench-{stack}-{flavor}.sif"
+
+
+def image_id(image: str) -> str:
+    done = subprocess.run([images.docker_cli(), "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise SifError(f"no local Docker image {image}: build it first (make image STACK=... FLAVOR=...)")
+    return done.stdout.strip()
+
+
+def _up_to_date(out: Path, key: str) -> bool:
+    side = out.with_name(out.name + ".key")
+    return out.is_file() and side.is_file() and side.read_text().strip() == key
+
+
+def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, binds: list[Path]) -> Path:
+    """apptainer build into a temporary file beside ``out``, then rename; records ``key``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    # The set-up's wrapper shows the host's directories inside its own root; these must be among them.
+    env = dict(os.environ, HVDBENCH_APPTAINER_BINDS=" ".join(
+        [os.environ.get("HVDBENCH_APPTAINER_BINDS", ""), *{str(p.resolve()) for p in binds}]).strip())
+    cmd = [runtime(), "build", "--force", *options, str(tmp), target]
+    print("sif:", " ".join(cmd), flush=True)
+    start = time.monotonic()
+    try:
+        done = subprocess.run(cmd, cwd=cwd, env=env)
+        if done.returncode != 0:
+            raise SifError(f"apptainer build of {out.name} failed (exit {done.returncode})")
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    out.with_name(out.name + ".key").write_text(key + "\n")
+    print(f"sif: built {out} ({out.stat().st_size / 2**30:.2f} GiB) in {time.monotonic() - start:.0f} s", flush=True)
+    return out
+
+
+def _docker_save(image: str, folder: Path) -> Path:
+    archive = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", image) + ".tar")
+    subprocess.run([images.docker_cli(), "save", "-o", str(archive), image], check=True)
+    return archive
+
+
+def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = False) -> Path:
+    """The SIF of the local Docker image hvdbench:<stack>-<flavor>."""
+    image = images.tags(stack, flavor)[0]
+    out = Path(out or default_output(stack, flavor)).resolve()
+    key = f"image {image} {image_id(image)}"
+    if not force and _up_to_date(out, key):
+        print(f"sif: {out} is up to date ({key})")
+        return out
+    runtime()  # fail before the minutes `docker save` takes
+    with tempfile.TemporaryDirectory(prefix=".hvdbench-sif-", dir=out.parent) as tmp:
+        archive = _docker_save(image, Path(tmp))
+        return _build(f"docker-archive://{archive}", out, key, [], out.parent, [Path(tmp), out.parent])
+
+
+def localize(text: str, archive: Path) -> str:
+    """A definition file whose base is a `docker save` archive instead of a registry image."""
+    new, n = re.subn(r"^Bootstrap: docker\nFrom: .*$", f"Bootstrap: docker-archive\nFrom: {archive}", text,
+                     count=1, flags=re.M)
+    if n != 1:
+        raise SifError("the definition file does not start from `Bootstrap: docker`")
+    return new
+
+
+def _files_digest(text: str, h) -> None:
+    """Hash the sources the %files section copies in (the build's other inputs)."""
+    files = text.split("%files\n", 1)[1].split("\n%", 1)[0].splitlines()
+    for line in files:
+        src = ROOT / line.split()[0]
+        for p in sorted([src] if src.is_file() else (q for q in src.rglob("*") if q.is_file())):
+            if "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(ROOT)).encode())
+                h.update(p.read_bytes())
+
+
+def from_definition(stack: str, flavor: str, out: Path | None = None, base: str | None = None,
+                    offline_wheels: bool = False, force: bool = False) -> Path:
+    """Build singularity/hvdbench-<stack>-<flavor>.def (optionally on a local Docker base image)."""
+    definition = ROOT / "singularity" / f"hvdbench-{stack}-{flavor}.def"
+    if not definition.is_file():
+        raise SifError(f"no definition file {definition.relative_to(ROOT)} (make singularity)")
+    out = Path(out or default_output(stack, flavor)).resolve()
+    text = definition.read_text()
+    if offline_wheels:
+        images.stage_wheels(stack)
+    h = hashlib.sha256(text.encode())
+    _files_digest(text, h)
+    key = f"definition {definition.name} base {image_id(base) if base else 'registry'} {h.hexdigest()}"
+    if not force and _up_to_date(out, key):
+        print(f"sif: {out} is up to date ({key[:80]}...)")
+        return out
+    runtime()
+    options = ["--fakeroot"] if os.geteuid() == 0 else []
+    ca = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
+    if ca and Path(ca).is_file():
+        options += ["--bind", f"{ca}:/run/secrets/ca"]
+    with tempfile.TemporaryDirectory(prefix=".hvdbench-sif-", dir=ROOT) as tmp:
+        if base:
+            text = localize(text, _docker_save(base, Path(tmp)))
+        local = Path(tmp) / definition.name
+        local.write_text(text)
+        return _build(str(local), out, key, options, ROOT, [Path(tmp), out.parent, ROOT])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (("image", "the SIF of the local Docker image hvdbench:STACK-FLAVOR"),
+                       ("def", "build singularity/hvdbench-STACK-FLAVOR.def")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--stack", default="current")
+        s.add_argument("--flavor", default="cpu")
+        s.add_argument("--output", type=Path, help="default: hvdbench-STACK-FLAVOR.sif in the repository root")
+        s.add_argument("--force", action="store_true", help="rebuild even when the inputs did not change")
+        if name == "def":
+            s.add_argument("--base", help="a local Docker image as the base (e.g. hvdbench-base:bookworm)")
+            s.add_argument("--offline-wheels", action="store_true",
+                           help="stage this machine's torch wheel and Horovod wheels in docker/wheelhouse")
+    sub.add_parser("runtime", help="print the runtime used")
+    a = p.parse_args()
+    try:
+        if a.command == "image":
+            images.build_args(a.stack, a.flavor)  # validates the stack and flavour
+            from_image(a.stack, a.flavor, a.output, a.force)
+        elif a.command == "def":
+            from_definition(a.stack, a.flavor, a.output, a.base, a.offline_wheels, a.force)
+        else:
+            print(runtime())
+    except (SifError, images.ImageError, subprocess.CalledProcessError) as exc:
+        print(f"sif: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""The SIFs, for real: `make apptainer-test` sets up Apptainer (scripts/apptainer-up.sh), needs the CPU image
+from `make image-test`, and builds the SIF from that image (`make sif`) and from the generated definition file.
+
+Runs inside one container (self-spawned ranks), under `srun -n2 apptainer exec` (Slurm starts the tasks;
+for the Horovod modes the host's PMIx and the container's Open MPI join them), the batch scripts under
+`sbatch --wait`, a non-root user, and the bad inputs users meet.
+"""
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SMALL, assert_valid_run, bench_env, only_result
+
+pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "singularity" / "slurm"
+TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
+# Built SIFs are kept here between runs (world-readable, for the non-root test); each is rebuilt when its
+# inputs change (the Docker image's ID, or the definition file and what it copies in).
+SIF_DIR = Path(os.environ.get("HVDBENCH_SIF_DIR", "/var/cache/hvdbench/sif"))
+USER = "hvdbench-test"
+
+
+def sh(cmd, env=None, timeout=900, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="module")
+def env():
+    up = sh([str(ROOT / "scripts" / "apptainer-up.sh")], timeout=1200)
+    if up.returncode != 0:
+        pytest.fail(f"apptainer-up failed: {up.stderr[-2000:]}")
+    slurm = sh([str(ROOT / "scripts" / "slurm-up.sh")], timeout=300)
+    if slurm.returncode != 0:
+        pytest.fail(f"slurm-up failed: {slurm.stderr[-2000:]}")
+    e = bench_env(SLURM_CONF=slurm.stdout.strip().splitlines()[-1])
+    e["PATH"] = f"{up.stdout.strip().splitlines()[-1]}:{e['PATH']}"
+    return e
+
+
+@pytest.fixture(scope="module")
+def sif(env):
+    """`make sif` of the CPU image (built by `make image-test`)."""
+    SIF_DIR.mkdir(parents=True, exist_ok=True)
+    SIF_DIR.chmod(0o755)
+    out = SIF_DIR / "hvdbench-current-cpu.sif"
+    r = sh(["make", "-s", "sif", "STACK=current", "FLAVOR=cpu", f"SIF={out}"], env=env, cwd=ROOT, timeout=1800)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    print(r.stdout.strip().splitlines()[-1])
+    out.chmod(0o644)
+    return out
+
+
+@pytest.fixture(scope="module")
+def def_sif(env):
+    """singularity/hvdbench-current-cpu.def built by apptainer, on the local debootstrapped base image."""
+    out = SIF_DIR / "hvdbench-current-cpu-def.sif"
+    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "def", "--stack", "current", "--flavor", "cpu",
+            "--base", "hvdbench-base:bookworm", "--offline-wheels", "--output", str(out)], env=env, cwd=ROOT,
+           timeout=2400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def apptainer(env, *args, timeout=600, **kw):
+    return sh(["apptainer", *args], env=env, timeout=timeout, **kw)
+
+
+def test_the_image_sif_has_bench_and_the_image_labels(env, sif):
+    for runtime in ("apptainer", "singularity"):  # both names work, as on clusters that have either
+        r = sh([runtime, "exec", str(sif), "bench", "--version"], env=env)
+        assert r.returncode == 0 and "hvdbench" in r.stdout, r.stderr
+    labels = json.loads(apptainer(env, "inspect", "--json", "--labels", str(sif)).stdout)
+    labels = labels["data"]["attributes"]["labels"]
+    assert labels["io.hvdbench.stack"] == "current" and labels["io.hvdbench.flavor"] == "cpu"
+
+
+def test_make_sif_is_skipped_when_the_image_did_not_change(env, sif):
+    r = sh(["make", "-s", "sif", "STACK=current", "FLAVOR=cpu", f"SIF={sif}"], env=env, cwd=ROOT)
+    assert r.returncode == 0 and "is up to date" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_definition_file_builds_and_its_test_help_and_labels_work(env, def_sif):
+    r = apptainer(env, "test", str(def_sif))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "[X] PyTorch" in r.stdout and "[X] MPI" in r.stdout
+    r = apptainer(env, "run-help", str(def_sif))
+    assert r.returncode == 0 and "srun --mpi=pmix apptainer exec" in r.stdout
+    r = apptainer(env, "inspect", str(def_sif))
+    assert "io.hvdbench.horovod-patched: yes" in r.stdout, r.stdout
+
+
+def test_definition_sif_runs_a_two_rank_job(env, def_sif, out):
+    r = apptainer(env, "exec", "--bind", str(out.parent), str(def_sif), "bench", "torch-horovod", *SMALL,
+                  "--np", "2", "--output", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_valid_run(only_result(out), "torch-horovod", 2, "self")
+
+
+def test_exec_self_spawned_ranks_inside_one_container(env, sif, out):
+    r = apptainer(env, "exec", "--bind", str(out.parent), str(sif), "bench", "torch-ddp", *SMALL, "--np", "2",
+                  "--output", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = only_result(out)
+    assert_valid_run(result, "torch-ddp", 2, "self")
+    assert result["environment"]["image"]["stack"] == "current", result["environment"]["image"]
+
+
+@pytest.mark.parametrize("mode, mpi, args", [
+    ("torch-ddp", [], SMALL),
+    ("torch-horovod", ["--mpi=pmix"], SMALL),
+    ("tf-horovod", ["--mpi=pmix"], TF_SMALL),
+    ("tf-native", [], TF_SMALL),
+])
+def test_srun_apptainer_exec_every_mode(env, sif, out, mode, mpi, args):
+    r = sh(["srun", *mpi, "-n2", "apptainer", "exec", "--bind", str(out.parent), str(sif), "bench", mode, *args,
+            "--output", str(out)], env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = only_result(out)
+    assert_valid_run(result, mode, 2, "srun")
+    assert [rank["local_rank"] for rank in result["environment"]["ranks"]] == [0, 1]
+    assert result["environment"]["image"]["flavor"] == "cpu"
+    if mpi:
+        assert result["environment"]["distribution"]["controller"] == "mpi"
+
+
+@pytest.mark.parametrize("script, extra, mode", [
+    ("ddp.sbatch", {}, "torch-ddp"),
+    ("horovod.sbatch", {}, "tf-horovod"),
+    ("horovod.sbatch", {"MODE": "torch-horovod"}, "torch-horovod"),
+    ("tf-native.sbatch", {}, "tf-native"),
+])
+def test_sbatch_scripts_with_apptainer(env, sif, tmp_path, script, extra, mode):
+    results = tmp_path / "results"
+    args = TF_SMALL if mode.startswith("tf") else SMALL
+    e = dict(env, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(sif), HVDBENCH_RESULTS=str(results),
+             BENCH_ARGS=" ".join(args), **extra)
+    start = time.monotonic()
+    r = sh(["sbatch", "--wait", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+            str(SCRIPTS / script)], env=e, cwd=tmp_path)
+    elapsed = time.monotonic() - start
+    logs = "\n".join(p.read_text() for p in tmp_path.glob("hvdbench-*.out"))
+    assert r.returncode == 0, r.stderr + logs[-3000:]
+    assert "runtime apptainer" in logs
+    result = only_result(results)
+    assert_valid_run(result, mode, 2, "srun")
+    assert result["environment"]["image"]["stack"] == "current"
+    print(f"sbatch {script} {mode} under apptainer: {elapsed:.1f} s from submission to result")
+
+
+@pytest.fixture(scope="module")
+def user():
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--create-home", USER], check=True)
+    return pwd.getpwnam(USER)
+
+
+def test_a_non_root_user_runs_the_sif_and_owns_the_results(env, sif, user):
+    # Outside pytest's root-only temporary tree: a directory of the user's own, as on a cluster.
+    work = Path(tempfile.mkdtemp(prefix="hvdbench-user-", dir="/tmp"))
+    os.chown(work, user.pw_uid, user.pw_gid)
+    e = {k: v for k, v in env.items() if not k.startswith("OMPI_ALLOW")}
+    e.update(HOME=user.pw_dir, USER=USER, LOGNAME=USER)
+    r = sh(["runuser", "-u", USER, "--", "apptainer", "exec", str(sif), "bench", "torch-ddp", *SMALL, "--np", "2",
+            "--output", str(work / "results")], env=e, cwd=work, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = only_result(work / "results")
+    assert_valid_run(result, "torch-ddp", 2, "self")
+    files = [p for p in (work / "results").rglob("*")]
+    try:
+        assert files and {p.stat().st_uid for p in files} == {user.pw_uid}
+    finally:
+        shutil.rmtree(work)
+
+
+def source_common(env, tmp_path, **extra):
+    """The batch scripts' shared set-up, as a job would run it (before any srun)."""
+    e = dict(env, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="2",
+             HVDBENCH_RESULTS=str(tmp_path / "results"), **extra)
+    return sh(["bash", "-c", f"source {SCRIPTS / 'common.sh'}"], env=e, cwd=tmp_path, timeout=300)
+
+
+def test_batch_scripts_say_what_is_wrong_in_one_line(env, sif, tmp_path):
+    r = source_common(env, tmp_path, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(tmp_path / "missing.sif"))
+    assert r.returncode != 0 and r.stderr.strip() == f"hvdbench: no image at {tmp_path / 'missing.sif'} (HVDBENCH_SIF)"
+    not_a_sif = tmp_path / "not.sif"
+    not_a_sif.write_text("text\n")
+    r = source_common(env, tmp_path, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(not_a_sif))
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"hvdbench: {not_a_sif} is not an image with bench in it"), r.stderr
+    path = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "singularity").exists())
+    r = source_common(dict(env, PATH=path), tmp_path, HVDBENCH_RUNTIME="singularity", HVDBENCH_SIF=str(sif))
+    assert r.returncode != 0 and r.stderr.strip() == "hvdbench: singularity is not on PATH", r.stderr
+
+
+def test_an_image_without_bench_is_named(env, tmp_path):
+    """A SIF of another image (the plain Debian base) is refused with one line before any task starts."""
+    base = SIF_DIR / "debian-base.sif"
+    if not base.is_file():
+        with_archive = tmp_path / "base.tar"
+        subprocess.run([shutil.which("docker") or "docker", "save", "-o", str(with_archive),
+                        "hvdbench-base:bookworm"], check=True)
+        r = apptainer(env, "build", str(base), f"docker-archive://{with_archive}", timeout=900)
+        assert r.returncode == 0, r.stderr[-2000:]
+    r = source_common(env, tmp_path, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(base))
+    assert r.returncode != 0 and r.stderr.strip() == f"hvdbench: {base} is not an image with bench in it", r.stderr
+
+
+def test_sif_tool_says_what_is_missing_in_one_line(env, tmp_path):
+    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "image", "--stack", "nosuch"], env=env)
+    assert r.returncode == 1 and r.stderr.strip().startswith("sif: error: unknown stack 'nosuch'"), r.stderr
+    no_runtime = dict(env, PATH="/usr/bin:/bin", HVDBENCH_APPTAINER_DIR=str(tmp_path))
+    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "runtime"], env=no_runtime)
+    assert r.returncode == 1 and "neither apptainer nor singularity is installed" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
