@@ -60,15 +60,16 @@ caps=()
 for i in "${!names[@]}"; do
   if (( (bnd >> i) & 1 )); then caps+=("\"CAP_${names[$i]}\""); fi
 done
-(IFS=,; printf '{"users":{"root":[%s]},"groups":{}}\n' "${caps[*]}") > "$ROOT/etc/apptainer/capability.json"
+(IFS=,; printf '{"users":{"root":[%s]},"groups":{}}\n' "${caps[*]}") > "$ROOT/etc/apptainer/.capability.json"
+mv -f "$ROOT/etc/apptainer/.capability.json" "$ROOT/etc/apptainer/capability.json"
 sed -i 's/^root default capabilities = .*/root default capabilities = file/' "$ROOT/etc/apptainer/apptainer.conf"
 
 # The wrapper: enter $ROOT (root: a mount namespace; others: a user namespace that keeps their uid) and
-# run apptainer there. The mounts vanish with the command.
-cat > "$DIR/bin/apptainer" <<EOS
+# run apptainer there. The mounts vanish with the command. Replaced atomically: a job may be starting one.
+cat > "$DIR/bin/.apptainer.new" <<EOS
 #!/bin/sh
 # hvdbench-apptainer-wrapper (scripts/apptainer-up.sh): apptainer from $ROOT, host paths bound.
-binds="/etc/hosts /etc/resolv.conf /etc/passwd /etc/group /tmp /var/tmp /dev/shm /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs /run/docker.sock"
+binds="/etc/hosts /etc/resolv.conf /etc/passwd /etc/group /tmp /var/tmp /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs /run/docker.sock"
 binds="\$binds \${HVDBENCH_APPTAINER_BINDS:-} \$PWD"
 # Host paths named in the arguments (an image, a --bind source, docker-archive://FILE) are shown too:
 # a directory as itself, a file through its directory. The system's own directories never are (below).
@@ -106,9 +107,10 @@ cd "\$cwd" 2>/dev/null || cd /
 if [ "\$(id -u)" = 0 ]; then exec /usr/bin/apptainer "\$@"; fi
 exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all /usr/bin/apptainer "\$@"' sh "$ROOT" "\$binds" "\$@"
 EOS
-chmod 755 "$DIR/bin/apptainer"
-# Mount points for the wrapper's binds, made now: a non-root user cannot create them inside later.
-for d in /tmp /var/tmp /dev/shm /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs; do mkdir -p "$ROOT$d"; done
+chmod 755 "$DIR/bin/.apptainer.new"
+mv -f "$DIR/bin/.apptainer.new" "$DIR/bin/apptainer"
+# Mount points for the wrapper's binds and pivot_root, made now: a non-root user cannot make them later.
+for d in /.oldroot /tmp /var/tmp /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs; do mkdir -p "$ROOT$d"; done
 ln -sf apptainer "$DIR/bin/singularity"
 "$DIR/bin/apptainer" version >&2
 echo "$DIR/bin"
