@@ -221,6 +221,9 @@ def test_an_image_without_bench_is_named(env, tmp_path):
 def test_sif_tool_says_what_is_missing_in_one_line(env, tmp_path):
     r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "image", "--stack", "nosuch"], env=env)
     assert r.returncode == 1 and r.stderr.strip().startswith("sif: error: unknown stack 'nosuch'"), r.stderr
+    missing = "import sif\ntry:\n    sif.image_id('hvdbench-no-such:image')\nexcept sif.SifError as e:\n    print(e)"
+    r = sh([sys.executable, "-c", missing], env=env, cwd=ROOT / "singularity")
+    assert r.stdout.startswith("no local Docker image hvdbench-no-such:image: build it first"), r.stdout + r.stderr
     no_runtime = dict(env, PATH="/usr/bin:/bin", HVDBENCH_APPTAINER_DIR=str(tmp_path))
     r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "runtime"], env=no_runtime)
     assert r.returncode == 1 and "neither apptainer nor singularity is installed" in r.stderr
