@@ -126,8 +126,10 @@ def signal_self_spawned(args: list[str], signum: int, out: Path) -> dict:
                    lambda proc: proc.send_signal(signum))
 
 
-def scancel_srun(args: list[str], mpi: list[str], out: Path, env: dict[str, str]) -> dict:
-    """``srun -n2 bench ARGS`` as one Slurm job; scancel it once training is under way."""
+def scancel_srun(args: list[str], mpi: list[str], out: Path, env: dict[str, str],
+                 bench: list[str] | None = None) -> dict:
+    """``srun -n2 bench ARGS`` as one Slurm job; scancel it once training is under way. ``bench`` is how
+    each task starts bench (default this Python's; e.g. ``apptainer exec SIF bench``)."""
     name = f"hvdbench-endings-{os.getpid()}-{time.monotonic_ns()}"
     job = {}
 
@@ -137,7 +139,8 @@ def scancel_srun(args: list[str], mpi: list[str], out: Path, env: dict[str, str]
                                        env=env).stdout.strip()
         return job["id"]
 
-    return end_job(["srun", "-J", name, *mpi, "-n2", sys.executable, "-m", "bench", *args], env, out,
+    bench = bench or [sys.executable, "-m", "bench"]
+    return end_job(["srun", "-J", name, *mpi, "-n2", *bench, *args], env, out,
                    lambda proc: processes_with("SLURM_JOB_ID", job_id()),
                    lambda proc: subprocess.run(["scancel", job_id()], check=True, env=env), gone_within=120)
 

@@ -10,12 +10,14 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import endings
 import pytest
 from conftest import SMALL, assert_valid_run, bench_env, only_result
 
@@ -156,6 +158,27 @@ def test_sbatch_scripts_with_apptainer(env, sif, tmp_path, script, extra, mode):
     assert_valid_run(result, mode, 2, "srun")
     assert result["environment"]["image"]["stack"] == "current"
     print(f"sbatch {script} {mode} under apptainer: {elapsed:.1f} s from submission to result")
+
+
+def test_sigterm_to_apptainer_exec_stops_every_rank(env, sif, tmp_path):
+    """apptainer passes the signal to bench, whose self-spawner stops its ranks: nothing is left, no result."""
+    r = endings.signal_launcher(["apptainer", "exec", "--bind", str(tmp_path), str(sif), "bench"],
+                                ["torch-ddp", *endings.SMALL, "--np", "2"], signal.SIGTERM,
+                                tmp_path)
+    assert r["ranks"] >= 2, r["stderr"][-2000:]
+    assert r["left"] == [] and r["results"] == [], r
+    assert r["returncode"] == 143 and "stopped by SIGTERM" in r["stderr"], r["stderr"][-2000:]
+    print(f"SIGTERM to apptainer exec: {r['seconds']:.2f} s until no process was left")
+
+
+@pytest.mark.parametrize("mode, mpi", [("torch-ddp", []), ("tf-horovod", ["--mpi=pmix"])])
+def test_scancel_of_srun_apptainer_leaves_nothing(env, sif, tmp_path, mode, mpi):
+    args = [mode, *(endings.TF_SMALL if mode.startswith("tf") else endings.SMALL)]
+    r = endings.scancel_srun(args, mpi, tmp_path, env, bench=["apptainer", "exec", "--bind", str(tmp_path),
+                                                              str(sif), "bench"])
+    assert r["ranks"] >= 2, r["stderr"][-2000:]
+    assert r["left"] == [] and r["results"] == [], r
+    print(f"scancel of srun apptainer exec {mode}: {r['seconds']:.2f} s until no process was left")
 
 
 @pytest.fixture(scope="module")
