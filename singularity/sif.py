@@ -88,6 +88,7 @@ def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, bind
         done = subprocess.run(cmd, cwd=cwd, env=env)
         if done.returncode != 0:
             raise SifError(f"apptainer build of {out.name} failed (exit {done.returncode})")
+        out.with_name(out.name + ".key").unlink(missing_ok=True)  # never an old key beside a new SIF
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)
