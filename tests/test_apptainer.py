@@ -21,7 +21,8 @@ import endings
 import pytest
 from conftest import SMALL, assert_valid_run, bench_env, only_result
 
-pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
+# The first test to use a SIF fixture may build it (about 7 minutes each on 2 cores): a longer bound.
+pytestmark = [pytest.mark.apptainer, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "singularity" / "slurm"
