@@ -24,6 +24,8 @@ done
 DIR=${HVDBENCH_APPTAINER_DIR:-/var/cache/hvdbench/apptainer}
 ROOT=$DIR/sid
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The host directories every wrapper call shows inside at their own paths (data, work, the SIF cache, CAs).
+DATA_DIRS="/tmp /var/tmp /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs"
 [[ $(id -u) == 0 ]] || { log "error: run as root once to set up $DIR (or install apptainer)"; exit 1; }
 mkdir -p "$DIR/bin"
 chmod 755 "$DIR" "$DIR/bin"
@@ -69,7 +71,7 @@ sed -i 's/^root default capabilities = .*/root default capabilities = file/' "$R
 cat > "$DIR/bin/.apptainer.new" <<EOS
 #!/bin/sh
 # hvdbench-apptainer-wrapper (scripts/apptainer-up.sh): apptainer from $ROOT, host paths bound.
-binds="/etc/hosts /etc/resolv.conf /etc/passwd /etc/group /tmp /var/tmp /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs /run/docker.sock"
+binds="/etc/hosts /etc/resolv.conf /etc/passwd /etc/group $DATA_DIRS /run/docker.sock"
 binds="\$binds \${HVDBENCH_APPTAINER_BINDS:-} \$PWD"
 # Host paths named in the arguments (an image, a --bind source, docker-archive://FILE) are shown too:
 # a directory as itself, a file through its directory. The system's own directories never are (below).
@@ -110,7 +112,7 @@ EOS
 chmod 755 "$DIR/bin/.apptainer.new"
 mv -f "$DIR/bin/.apptainer.new" "$DIR/bin/apptainer"
 # Mount points for the wrapper's binds and pivot_root, made now: a non-root user cannot make them later.
-for d in /.oldroot /tmp /var/tmp /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs; do mkdir -p "$ROOT$d"; done
+for d in /.oldroot $DATA_DIRS; do mkdir -p "$ROOT$d"; done
 ln -sf apptainer "$DIR/bin/singularity"
 "$DIR/bin/apptainer" version >&2
 echo "$DIR/bin"
