@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import json
 import os
 import sys
-from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from typer.exceptions import TyperException
 
-from bench import __version__
-from bench.config import Device, Precision, RunConfig, Strategy
+from bench import __version__, plugins
+from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError, Stopped
 from bench.models import MODELS
 from bench.modes import MODES
 
+try:  # before the commands are made: plugins add modes (one command each) and models
+    plugins.load()
+except BenchError as _exc:
+    print(f"error: {_exc}", file=sys.stderr)
+    sys.exit(1)
+
 app = typer.Typer(help="Distributed training throughput: Horovod against the frameworks' own stacks.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-
-ModelName = Enum("ModelName", {name: name for name in MODELS}, type=str)
 
 
 def _version(value: bool) -> None:
@@ -36,73 +40,90 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass
 
 
-def _opt(help_text: str, *names: str, **kwargs) -> typer.models.OptionInfo:
-    return typer.Option(*names, help=help_text, **kwargs)
+DEFAULT = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
-# One table of options for every mode: (name, type, default, typer.Option). tf-native adds two.
-COMMON_OPTIONS = [
-    ("model", ModelName, ModelName.vgg16, _opt("Model to train.")),
-    ("batch_size", int | None, None, _opt("Images per device per step (default: 64 on GPU, 8 on CPU).")),
-    ("image_size", int | None, None,
-     _opt("Square image side (default: the model's own (224; 299 for inception3) on GPU, 64 on CPU).")),
-    ("num_classes", int, 1000, _opt("Classifier outputs (10 = CIFAR-10 shape).")),
-    ("precision", Precision, Precision.fp32, _opt("fp32 (TF32 on GPU) or autocast mixed precision.")),
-    ("channels_last", bool, False, _opt("NHWC memory format (PyTorch; TensorFlow is always NHWC).",
-                                         "--channels-last")),
-    ("warmup_steps", int | None, None,
-     _opt("Timed steps after the first, kept out of the headline (default: 10 GPU, 2 CPU).")),
-    ("steps_per_window", int | None, None, _opt("Steps between two device syncs (default: 10 GPU, 4 CPU).")),
-    ("windows", int | None, None, _opt("Timed windows (default: 10 GPU, 5 CPU).")),
-    ("duration", float | None, None, _opt("Run windows for this many seconds instead of --windows.")),
-    ("np", int | None, None, _opt("Ranks to spawn when no launcher is around (default: every GPU, else 2).",
-                                     "--np")),
-    ("device", Device, Device.auto, _opt("Where to train.")),
-    ("seed", int, 42, _opt("Seed for weights and synthetic data.")),
-    ("output", str, "results", _opt("Directory for result JSON files and results.csv.")),
-    ("fp16_allreduce", bool, False, _opt("Compress gradients to fp16 for the allreduce.", "--fp16-allreduce")),
-    ("rendezvous_timeout", float, 120.0, _opt("Seconds to wait for all ranks to meet.")),
-    ("telemetry", bool, True, _opt("Sample GPU telemetry through NVML on each node.", "--telemetry/--no-telemetry")),
-    ("telemetry_interval", float, 0.5, _opt("Seconds between telemetry samples.")),
-    ("stall_timeout", float | None, None,
-     _opt("End the job when no step completes for this many seconds (default: max(120, 20 x first step x "
-          "steps per window)).")),
-]
-MODE_OPTIONS = {
-    "tf-native": [
-        ("strategy", Strategy, Strategy.multiworker, _opt("tf.distribute strategy.")),
-        ("num_ps", int | None, None, _opt("Parameter servers for --strategy ps (default: 1).", "--num-ps")),
-    ],
-}
+def train(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help=f"Model to train: {', '.join(MODELS)}.")] = DEFAULT["model"],
+    batch_size: Annotated[int | None, typer.Option(help="Samples per device per step (default: 64 on GPU, "
+                                                   "8 on CPU).")] = DEFAULT["batch_size"],
+    image_size: Annotated[int | None, typer.Option(help="Square image side (default: the model's own (224; 299 "
+                                                   "for inception3) on GPU, 64 on CPU).")] = DEFAULT["image_size"],
+    num_classes: Annotated[int, typer.Option(help="Classifier outputs (10 = CIFAR-10 shape).")]
+    = DEFAULT["num_classes"],
+    precision: Annotated[Precision, typer.Option(help="fp32 (TF32 on GPU) or autocast mixed precision.")]
+    = DEFAULT["precision"],
+    channels_last: Annotated[bool, typer.Option("--channels-last", help="NHWC memory format (PyTorch; "
+                                                "TensorFlow is always NHWC).")] = DEFAULT["channels_last"],
+    warmup_steps: Annotated[int | None, typer.Option(help="Timed steps after the first, kept out of the headline "
+                                                     "(default: 10 GPU, 2 CPU).")] = DEFAULT["warmup_steps"],
+    steps_per_window: Annotated[int | None, typer.Option(help="Steps between two device syncs (default: 10 GPU, "
+                                                         "4 CPU).")] = DEFAULT["steps_per_window"],
+    windows: Annotated[int | None, typer.Option(help="Timed windows (default: 10 GPU, 5 CPU).")] = DEFAULT["windows"],
+    duration: Annotated[float | None, typer.Option(help="Run windows for this many seconds instead of "
+                                                   "--windows.")] = DEFAULT["duration"],
+    np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around (default: every "
+                                           "GPU, else 2).")] = DEFAULT["np"],
+    device: Annotated[Device, typer.Option(help="Where to train.")] = DEFAULT["device"],
+    seed: Annotated[int, typer.Option(help="Seed for weights and synthetic data.")] = DEFAULT["seed"],
+    output: Annotated[str, typer.Option(help="Directory for result JSON files and results.csv.")] = DEFAULT["output"],
+    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Compress gradients to fp16 for the "
+                                                 "allreduce.")] = DEFAULT["fp16_allreduce"],
+    rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")]
+    = DEFAULT["rendezvous_timeout"],
+    telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU telemetry through NVML "
+                                            "on each node.")] = DEFAULT["telemetry"],
+    telemetry_interval: Annotated[float, typer.Option(help="Seconds between telemetry samples.")]
+    = DEFAULT["telemetry_interval"],
+    stall_timeout: Annotated[float | None, typer.Option(help="End the job when no step completes for this many "
+                                                        "seconds (default: max(120, 20 x first step x steps per "
+                                                        "window)).")] = DEFAULT["stall_timeout"],
+    strategy: Annotated[str | None, typer.Option(help="Modes with strategies (tf-native: multiworker, mirrored, "
+                                                 "ps; default the first).")] = DEFAULT["strategy"],
+    num_ps: Annotated[int | None, typer.Option("--num-ps", help="tf-native --strategy ps: parameter servers "
+                                               "(default: 1).")] = DEFAULT["num_ps"],
+) -> None:
+    """Train with the mode this command is named after (bench MODE --help)."""
+    from bench.run import run
+
+    run(RunConfig(mode=ctx.info_name, model=model, batch_size=batch_size, image_size=image_size,
+                  num_classes=num_classes, precision=precision, channels_last=channels_last,
+                  warmup_steps=warmup_steps, steps_per_window=steps_per_window, windows=windows, duration=duration,
+                  np=np, device=device, seed=seed, output=output, fp16_allreduce=fp16_allreduce,
+                  rendezvous_timeout=rendezvous_timeout, telemetry=telemetry, telemetry_interval=telemetry_interval,
+                  stall_timeout=stall_timeout, strategy=strategy, num_ps=num_ps))
 
 
-def _mode_command(mode: str):
-    """A typer command for ``mode`` whose signature is built from the option table."""
-    options = COMMON_OPTIONS + MODE_OPTIONS.get(mode, [])
-
-    def command(**kwargs) -> None:
-        from bench.run import run
-
-        kwargs["model"] = kwargs["model"].value
-        run(RunConfig(mode=mode, **kwargs))
-
-    params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                annotation=Annotated[kind, option])
-              for name, kind, default, option in options]
-    command.__signature__ = inspect.Signature(params)
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    command.__doc__ = MODES[mode].description
-    return command
+for _spec in MODES.values():  # one command per mode, all the same function; ctx.info_name is the mode
+    app.command(_spec.name, help=_spec.description)(train)
 
 
-for _name in MODES:
-    app.command(_name)(_mode_command(_name))
+@app.command("run")
+def run_command(config: Annotated[str, typer.Argument(help="A run configuration as JSON: a file, or - for "
+                                                      "standard input (what bench sweep gives each cell).")]) -> None:
+    """Run the benchmark a JSON run configuration describes (RunConfig's fields; bench sweep writes one per cell)."""
+    from bench.run import run
+
+    try:
+        text = sys.stdin.read() if config == "-" else Path(config).read_text()
+    except OSError as exc:
+        raise BenchError(f"cannot read {config}: {exc.strerror or exc}") from None
+    run(RunConfig.from_json(text))
+
+
+@app.command("schema")
+def schema_command() -> None:
+    """Print the JSON Schema of the result file every run writes."""
+    from bench.schema import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2))
 
 
 @app.command("sweep")
 def sweep_command(
-    modes: Annotated[str | None, typer.Option(help="Comma-separated modes; tf-native:ps picks a strategy "
-                                              "(required unless --resume).")] = None,
+    modes: Annotated[str | None, typer.Option(help="Comma-separated modes; mode:strategy picks a strategy, e.g. "
+                                              "tf-native:ps (required unless --resume).")] = None,
     np: Annotated[str, typer.Option("--np", help="Comma-separated rank counts.")] = "1,2",
     models: Annotated[str, typer.Option(help="Comma-separated models.")] = "vgg16",
     precisions: Annotated[str, typer.Option(help="Comma-separated precisions.")] = "fp32",
@@ -132,13 +153,10 @@ def sweep_command(
         return
     if not modes:
         raise BenchError("--modes is required (or --resume to rerun a sweep folder's own matrix)")
-    common = []
-    for flag, value in (("--image-size", image_size), ("--warmup-steps", warmup_steps),
-                        ("--steps-per-window", steps_per_window), ("--windows", windows),
-                        ("--num-classes", num_classes)):
-        if value is not None:
-            common += [flag, str(value)]
-    common += ["--device", device.value]
+    common = {name: value for name, value in (("image_size", image_size), ("warmup_steps", warmup_steps),
+                                              ("steps_per_window", steps_per_window), ("windows", windows),
+                                              ("num_classes", num_classes)) if value is not None}
+    common["device"] = device.value
     sweep = SweepConfig(modes=parse_list(modes), nps=parse_list(np, int), models=parse_list(models),
                         precisions=parse_list(precisions), batch_sizes=parse_list(batch_sizes, int) or [None],
                         common=common)
@@ -171,7 +189,7 @@ def report_command(
 def compare_command(
     a: Annotated[str, typer.Argument(help="Baseline: a result file or a sweep folder.")],
     b: Annotated[str, typer.Argument(help="Candidate: a result file or a sweep folder.")],
-    metric: Annotated[str, typer.Option(help="Metric that --max-regression checks.")] = "images_per_sec_total",
+    metric: Annotated[str, typer.Option(help="Metric that --max-regression checks.")] = "samples_per_sec_total",
     max_regression: Annotated[float | None, typer.Option(help="Exit 1 when METRIC regressed by more than this "
                                                          "many percent in any cell.")] = None,
 ) -> None:
@@ -181,10 +199,10 @@ def compare_command(
     from rich.console import Console
     from rich.table import Table
 
-    from bench.compare import METRICS, compare, regressions
+    from bench.compare import compare, regressions
+    from bench.metrics import find
 
-    if metric not in METRICS:
-        raise BenchError(f"unknown metric '{metric}' (choose from: {', '.join(METRICS)})")
+    metric = find(metric).key
     rows = compare(Path(a), Path(b))
     table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{a} -> {b}")
     for r in rows:
@@ -322,19 +340,19 @@ def predict_command(
     bw, lat = p.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"])
     inp = p.Inputs(**base, busbw_GBps=bw, latency_s=lat, overlap=overlap_used, fusion_bytes=fusion,
                    gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
-    console.print(p.render_prediction(inp, p.parse_gpus(gpus)))
+    console.print(p.render_prediction(inp, p.parse_gpus(gpus), p.throughput_symbol(result, model or "vgg16")))
 
 
 @app.command("models")
 def models_command() -> None:
-    """List the models with their parameter counts (at 1000 classes)."""
+    """List the models: workload kind, parameters (at 1000 classes), input sizes."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("model", "parameters", "default image", "min image", "description")
+    table = Table("model", "kind", "parameters", "default image", "min image", "description")
     for spec in MODELS.values():
-        table.add_row(spec.name, f"{spec.params_1000:,}", str(spec.default_image_size), str(spec.min_image_size),
-                      spec.description)
+        table.add_row(spec.name, spec.workload.kind, f"{spec.params_1000:,}", str(spec.default_image_size),
+                      str(spec.min_image_size), spec.description)
     Console().print(table)
 
 

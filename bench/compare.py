@@ -12,22 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
+from bench.metrics import METRICS, find
 from bench.report import ci_overlap, load_results, table_cells
 
-# metric -> (where it lives, higher is better)
-METRICS = {
-    "images_per_sec_total": (("summary", "images_per_sec_total"), True),
-    "images_per_sec_per_gpu": (("summary", "images_per_sec_per_gpu"), True),
-    "images_per_sec_wall_total": (("summary", "images_per_sec_wall_total"), True),
-    "init_s": (("timing", "init_s"), False),
-    "first_step_s": (("timing", "first_step_s"), False),
-    "energy_per_image_j": (("telemetry", "energy_per_image_j"), False),
-}
-
-
-def value(result: dict[str, Any], metric: str) -> float | None:
-    (section, name), _ = METRICS[metric]
-    return (result.get(section) or {}).get(name)
+# The metrics compared, from the registry (bench.metrics): throughput, start-up and energy.
+COMPARED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec_wall_total", "tokens_per_sec_total",
+            "model_tflops_per_gpu", "init_s", "first_step_s", "energy_per_sample_j")
 
 
 def compare(a: Path, b: Path) -> list[dict[str, Any]]:
@@ -37,14 +27,15 @@ def compare(a: Path, b: Path) -> list[dict[str, Any]]:
     for key in sorted(set(chosen_a) & set(chosen_b), key=lambda k: (k.setting, k.label)):
         for n in sorted(set(chosen_a[key]) & set(chosen_b[key])):
             ra, rb = chosen_a[key][n], chosen_b[key][n]
-            for metric, (_, higher_better) in METRICS.items():
-                va, vb = value(ra, metric), value(rb, metric)
+            for name in COMPARED:
+                metric = METRICS[name]
+                va, vb = metric.value(ra), metric.value(rb)
                 if va is None or vb is None or va == 0:
                     continue
                 change = (vb - va) / va
-                overlap = ci_overlap(ra, rb) if metric == "images_per_sec_total" else None
-                rows.append({"cell": f"{key.label} {key.setting_text()} n={n}", "metric": metric, "a": va, "b": vb,
-                             "change": change, "regression": -change if higher_better else change,
+                overlap = ci_overlap(ra, rb) if name == "samples_per_sec_total" else None
+                rows.append({"cell": f"{key.label} {key.setting_text()} n={n}", "metric": name, "a": va, "b": vb,
+                             "change": change, "regression": -change if metric.higher_is_better else change,
                              "significant": None if overlap is None else not overlap})
     if not rows:
         raise BenchError(f"{a} and {b} share no cell (mode, model, precision, batch, image size, n) to compare")
@@ -52,6 +43,6 @@ def compare(a: Path, b: Path) -> list[dict[str, Any]]:
 
 
 def regressions(rows: list[dict[str, Any]], metric: str, max_regression_pct: float) -> list[dict[str, Any]]:
-    if metric not in METRICS:
-        raise BenchError(f"unknown metric '{metric}' (choose from: {', '.join(METRICS)})")
-    return [r for r in rows if r["metric"] == metric and r["regression"] * 100 > max_regression_pct]
+    """Cells where ``metric`` (a registry name; schema-1 names are accepted) got worse by more than the percent."""
+    key = find(metric).key
+    return [r for r in rows if r["metric"] == key and r["regression"] * 100 > max_regression_pct]

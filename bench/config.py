@@ -17,14 +17,6 @@ class Precision(str, Enum):
     amp_bf16 = "amp-bf16"
 
 
-class Strategy(str, Enum):
-    """tf-native's tf.distribute strategies."""
-
-    multiworker = "multiworker"
-    mirrored = "mirrored"
-    ps = "ps"
-
-
 class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"
@@ -50,9 +42,8 @@ GPU_PROFILE = Profile("gpu-paper", batch_size=64, image_size=None, warmup_steps=
 # CPU defaults: a short, honest run that fits about two minutes on a 2-core machine.
 CPU_PROFILE = Profile("cpu-quick", batch_size=8, image_size=64, warmup_steps=2, steps_per_window=4, windows=5)
 
-# Deliberate bugs `bench verify --fault` injects to prove it can fail: each rank steps on its own
-# gradients, never averaged with the others.
-FAULTS = ("skip-allreduce",)
+# Config fields that only some modes take (their ModeSpec.options lists them).
+MODE_OPTIONS = ("strategy", "num_ps")
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -79,15 +70,11 @@ class RunConfig:
     output: str = "results"
     fp16_allreduce: bool = False
     rendezvous_timeout: float = 120.0
-    strategy: Strategy | None = None  # tf-native only (default multiworker)
+    strategy: str | None = None  # modes with strategies (tf-native); default: the mode's first
     num_ps: int | None = None  # tf-native --strategy ps only (default 1)
     telemetry: bool = True
     telemetry_interval: float = 0.5
     stall_timeout: float | None = None  # None: derived from the first step (bench.watchdog.auto_bound)
-    # Set by `bench verify` only (bench.verify): not options of the mode commands.
-    verify_dir: str | None = None  # save initial/final parameters there; dropout off, deterministic kernels
-    data_shards: int | None = None  # single-device modes: train on the concatenation of these rank shards
-    fault: str | None = None  # a deliberate bug, the negative control: "skip-allreduce"
     # Filled by resolve():
     profile: str | None = None
     learning_rate: float = LEARNING_RATE
@@ -95,30 +82,22 @@ class RunConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from bench.models import MODELS
-        from bench.modes import MODES
+        from bench.models import model
+        from bench.modes import mode, variant
 
-        if self.mode not in MODES:
-            raise BenchError(f"unknown mode '{self.mode}' (choose from: {', '.join(MODES)})")
-        if self.model not in MODELS:
-            raise BenchError(f"unknown model '{self.model}' (choose from: {', '.join(MODELS)})")
+        spec = mode(self.mode)
+        model(self.model)
         try:
             object.__setattr__(self, "precision", Precision(self.precision))
-            if self.strategy is not None:
-                object.__setattr__(self, "strategy", Strategy(self.strategy))
+            object.__setattr__(self, "device", Device(self.device))
         except ValueError as exc:
             raise BenchError(str(exc)) from None
-        if self.mode != "tf-native" and (self.strategy is not None or self.num_ps is not None):
-            raise BenchError("--strategy and --num-ps apply to tf-native only")
-        if self.num_ps is not None and self.strategy not in (None, Strategy.ps):
-            raise BenchError("--num-ps applies to --strategy ps only")
-        object.__setattr__(self, "device", Device(self.device))
-        if self.fault not in (None, *FAULTS):
-            raise BenchError(f"unknown fault '{self.fault}' (choose from: {', '.join(FAULTS)})")
-        if self.data_shards is not None and not self.mode.endswith("-single"):
-            raise BenchError("data shards apply to the single-device modes only")
-        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps",
-                     "data_shards"):
+        for name in MODE_OPTIONS:
+            if getattr(self, name) is not None and name not in spec.options:
+                raise BenchError(f"--{name.replace('_', '-')} does not apply to {self.mode}")
+        if self.strategy is not None:
+            variant(f"{self.mode}:{self.strategy}")
+        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps"):
             value = getattr(self, name)
             minimum = 0 if name == "warmup_steps" else 1
             if value is not None and (not isinstance(value, int) or value < minimum):
@@ -132,7 +111,7 @@ class RunConfig:
         if self.stall_timeout is not None and not self.stall_timeout > 0:
             raise BenchError(f"--stall-timeout must be > 0 seconds (got {self.stall_timeout})")
         if self.image_size is not None:
-            spec = MODELS[self.model]
+            spec = model(self.model)
             if self.image_size < spec.min_image_size:
                 raise BenchError(f"--image-size for {self.model} must be >= {spec.min_image_size} "
                                  f"(got {self.image_size})")
@@ -143,11 +122,13 @@ class RunConfig:
 
     def resolve(self, device: str, np: int) -> RunConfig:
         """Fill defaults for the device the run lands on ('cpu' or 'cuda') and the world size."""
-        from bench.models import MODELS
+        from bench.models import model
+        from bench.modes import mode
 
+        spec = model(self.model)
         profile = GPU_PROFILE if device == "cuda" else CPU_PROFILE
-        image_size = self.image_size or profile.image_size or MODELS[self.model].default_image_size
-        image_size = max(image_size, MODELS[self.model].min_image_size)
+        image_size = self.image_size or profile.image_size or spec.default_image_size
+        image_size = max(image_size, spec.min_image_size)
         return dataclasses.replace(
             self,
             device=Device(device),
@@ -158,15 +139,13 @@ class RunConfig:
             steps_per_window=self.steps_per_window or profile.steps_per_window,
             windows=self.windows or profile.windows,
             profile=profile.name,
-            strategy=(self.strategy or Strategy.multiworker) if self.mode == "tf-native" else None,
-            num_ps=(self.num_ps or 1) if self.mode == "tf-native" and self.strategy == Strategy.ps else None,
+            strategy=self.strategy or mode(self.mode).default_variant().strategy,
         )
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["precision"] = self.precision.value
         data["device"] = self.device.value
-        data["strategy"] = self.strategy.value if self.strategy else None
         return data
 
     def to_json(self) -> str:

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
-from bench.models import MODELS
+from bench.models import model as model_spec
+from bench.modes import variant
 
 BYTES_PER_ELEMENT = 4
 HOROVOD_FUSION_BYTES = 64 * 1024**2  # HOROVOD_FUSION_THRESHOLD's default
@@ -69,9 +70,7 @@ class Inputs:
 
 
 def gradient_bytes(model: str, num_classes: int = 1000, fp16_allreduce: bool = False) -> int:
-    if model not in MODELS:
-        raise BenchError(f"unknown model '{model}' (choose from: {', '.join(MODELS)})")
-    return MODELS[model].parameters(num_classes) * (2 if fp16_allreduce else BYTES_PER_ELEMENT)
+    return model_spec(model).gradient_bytes(num_classes, 2 if fp16_allreduce else BYTES_PER_ELEMENT)
 
 
 def comm_time(inp: Inputs, n: int) -> float:
@@ -89,8 +88,8 @@ def comm_time(inp: Inputs, n: int) -> float:
 def predict(inp: Inputs, n: int) -> dict[str, float | int]:
     comm = comm_time(inp, n)
     step = inp.step_time_s + (1 - inp.overlap) * comm
-    return {"gpus": n, "comm_s": comm, "step_s": step, "images_per_sec_total": n * inp.batch_size / step,
-            "images_per_sec_per_gpu": inp.batch_size / step, "efficiency": inp.step_time_s / step}
+    return {"gpus": n, "comm_s": comm, "step_s": step, "samples_per_sec_total": n * inp.batch_size / step,
+            "samples_per_sec_per_gpu": inp.batch_size / step, "efficiency": inp.step_time_s / step}
 
 
 def fit_overlap(inp: Inputs, n: int, efficiency: float) -> float:
@@ -107,7 +106,7 @@ def from_result(result: dict[str, Any]) -> dict[str, Any]:
     if result["world_size"] != 1:
         raise BenchError(f"--result needs a 1-GPU (world size 1) result, got world size {result['world_size']}")
     cfg = result["config"]
-    per_gpu = result["summary"]["images_per_sec_per_gpu"]
+    per_gpu = result["summary"]["samples_per_sec_per_gpu"]
     return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"],
             "gradient_bytes": gradient_bytes(cfg["model"], cfg["num_classes"], cfg.get("fp16_allreduce", False))}
 
@@ -126,16 +125,16 @@ def from_allreduce(result: dict[str, Any], nbytes: int) -> dict[str, float]:
 
 
 # -- checks against measurements ----------------------------------------------------------------------
-# The allreduce backend whose measurement describes each mode's gradient exchange.
-MODE_BACKEND = {"torch-ddp": "torch", "torch-horovod": "horovod-torch", "tf-horovod": "horovod-tf",
-                "tf-native:multiworker": "tf"}
-
-
-def pick_allreduce(mode: str, allreduces: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The measurement of this mode's own backend; with a single measurement, that one for every mode."""
+def pick_allreduce(label: str, allreduces: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The measurement of the backend that carries this mode's gradients (its ModeSpec says which); with a
+    single measurement, that one for every mode."""
     if len(allreduces) == 1:
         return allreduces[0]
-    return next((a for a in allreduces if a["config"]["backend"] == MODE_BACKEND.get(mode)), None)
+    try:
+        backend = variant(label).allreduce
+    except BenchError:  # a mode this installation does not know (a plugin's)
+        return None
+    return next((a for a in allreduces if a["config"]["backend"] == backend), None)
 
 
 def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]], overlap: float,
@@ -153,11 +152,11 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
         net = from_allreduce(allreduce, base["gradient_bytes"])
         inp = Inputs(**base, busbw_GBps=net["busbw_GBps"], latency_s=net["latency_s"], overlap=overlap,
                      fusion_bytes=fusion_bytes)
-        per_gpu_1 = by_n[1]["summary"]["images_per_sec_per_gpu"]
+        per_gpu_1 = by_n[1]["summary"]["samples_per_sec_per_gpu"]
         for n, result in sorted(by_n.items()):
             if n == 1:
                 continue
-            measured = result["summary"]["images_per_sec_per_gpu"] / per_gpu_1
+            measured = result["summary"]["samples_per_sec_per_gpu"] / per_gpu_1
             p = predict(inp, n)
             rows.append({"mode": key.label, "model": by_n[1]["config"]["model"], "gpus": n,
                          "backend": allreduce["config"]["backend"],
@@ -181,7 +180,7 @@ def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
                      fusion_bytes=NETWORK["fusion_bytes"])
         p = predict(inp, fig["gpus"])
         rows.append({**fig, "predicted_efficiency": p["efficiency"],
-                     "predicted_images_per_sec": p["images_per_sec_total"],
+                     "predicted_images_per_sec": p["samples_per_sec_total"],
                      "error_points": 100 * (p["efficiency"] - fig["efficiency"]), "inputs": asdict(inp)})
     return rows
 
@@ -215,6 +214,15 @@ def one_gpu_inputs(result_path: str | None, step_time: float | None, images_per_
             "batch_size": batch_size, "gradient_bytes": gradient_bytes(model, num_classes, fp16_allreduce)}
 
 
+def throughput_symbol(result_path: str | None, model: str) -> str:
+    """The unit predicted throughput is in: the workload's (img/s for images), from the result or the model."""
+    if result_path is not None:
+        from bench.results import load_result
+
+        return load_result(result_path)["workload"]["symbol"]
+    return model_spec(model).workload.symbol
+
+
 def network_inputs(busbw: float | None, latency_us: float | None, allreduce_paths: list[str],
                    nbytes: int) -> tuple[float, float]:
     """(B in GB/s, a in s): the flags win over a bench allreduce result (measured near ``nbytes``)."""
@@ -232,10 +240,10 @@ def network_inputs(busbw: float | None, latency_us: float | None, allreduce_path
 
 
 # -- tables -------------------------------------------------------------------------------------------
-def render_prediction(inp: Inputs, gpus: list[int]):
+def render_prediction(inp: Inputs, gpus: list[int], symbol: str = "img/s"):
     from rich.table import Table
 
-    table = Table("GPUs", "allreduce (ms)", "step (ms)", "img/s total", "img/s per GPU", "efficiency",
+    table = Table("GPUs", "allreduce (ms)", "step (ms)", f"{symbol} total", f"{symbol} per GPU", "efficiency",
                   title=f"bench predict: t1 {inp.step_time_s * 1e3:.1f} ms, batch {inp.batch_size}, "
                         f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), "
                         f"busbw {inp.busbw_GBps:.3g} GB/s, latency {inp.latency_s * 1e6:.3g} us, "
@@ -243,7 +251,7 @@ def render_prediction(inp: Inputs, gpus: list[int]):
     for n in gpus:
         r = predict(inp, n)
         table.add_row(str(n), f"{r['comm_s'] * 1e3:.2f}", f"{r['step_s'] * 1e3:.1f}",
-                      f"{r['images_per_sec_total']:.1f}", f"{r['images_per_sec_per_gpu']:.1f}",
+                      f"{r['samples_per_sec_total']:.1f}", f"{r['samples_per_sec_per_gpu']:.1f}",
                       f"{r['efficiency']:.1%}")
     return table
 

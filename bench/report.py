@@ -2,8 +2,8 @@
 
 Formulas (each stated in the report too):
 
-* Step throughput T_n: a run's ``images_per_sec_total`` (mean over timed windows, all ranks).
-* Wall throughput W_n: ``images_per_sec_wall_total`` = images after init / (init_s + train_s) (seed 003).
+* Step throughput T_n: a run's ``samples_per_sec_total`` (mean over timed windows, all ranks).
+* Wall throughput W_n: ``samples_per_sec_wall_total`` = samples after init / (init_s + train_s) (seed 003).
 * Speedup vs 1 rank of the same mode: S_n = T_n / T_1; wall speedup S^wall_n = W_n / W_1.
 * Scaling efficiency: E_n = T_n / (n * T_1) = S_n / n.
 * Speedup vs a plain single device (torch-single / tf-single, same framework, model, precision, batch,
@@ -24,26 +24,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import schema
 from bench.errors import BenchError
-from bench.results import REQUIRED_KEYS
-
-NATIVE_OF = {"torch-horovod": "torch-ddp", "tf-horovod": "tf-native"}
-SINGLE_OF = {"torch": "torch-single", "tensorflow": "tf-single"}
-FRAMEWORK = {"torch-ddp": "torch", "torch-horovod": "torch", "torch-single": "torch",
-             "tf-horovod": "tensorflow", "tf-native": "tensorflow", "tf-single": "tensorflow"}
+from bench.metrics import sample_symbol
+from bench.modes import MODES
+from bench.sweep import CONFIGS_DIR
 
 
 @dataclass(frozen=True)
 class Key:
-    label: str  # mode, or mode:strategy for tf-native
+    label: str  # mode, or mode:strategy for modes with strategies
+    mode: str
     model: str
     precision: str
     batch_size: int
     image_size: int
-
-    @property
-    def mode(self) -> str:
-        return self.label.split(":")[0]
 
     @property
     def setting(self) -> tuple:
@@ -60,7 +55,7 @@ def label_of(result: dict[str, Any]) -> str:
 
 def key_of(result: dict[str, Any]) -> Key:
     c = result["config"]
-    return Key(label_of(result), c["model"], c["precision"], c["batch_size"], c["image_size"])
+    return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], c["image_size"])
 
 
 OTHER_KINDS = ("verify", "allreduce")
@@ -71,7 +66,8 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            files += [f for f in sorted(p.rglob("*.json")) if f.name != "manifest.json"]
+            files += [f for f in sorted(p.rglob("*.json"))
+                      if f.name != "manifest.json" and f.parent.name != CONFIGS_DIR]  # a sweep's cell configs
         elif p.is_file():
             files.append(p)
         else:
@@ -86,9 +82,10 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
             raise BenchError(f"{f} is not readable JSON ({exc})") from None
         if isinstance(data, dict) and data.get("kind") in OTHER_KINDS:
             continue  # bench verify / bench allreduce records sharing the folder: not training runs
-        missing = [k for k in REQUIRED_KEYS if not isinstance(data, dict) or k not in data]
-        if missing:
-            raise BenchError(f"{f} is not an hvdbench result (it lacks {', '.join(missing)})")
+        if not isinstance(data, dict) or "schema_version" not in data or "run_id" not in data:
+            raise BenchError(f"{f} is not an hvdbench result")
+        data = schema.upgrade(data)
+        schema.validate(data, str(f))
         data["_path"] = str(f)
         results.append(data)
     if not results:
@@ -130,23 +127,24 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
     for key in sorted(chosen, key=lambda k: (k.setting, k.label)):
         by_n = chosen[key]
         base = by_n.get(1)
-        single = chosen.get(Key(SINGLE_OF.get(FRAMEWORK.get(key.mode, ""), ""), *key.setting), {}).get(1)
+        spec = MODES.get(key.mode)  # None: a mode of a plugin not loaded here
+        single = chosen.get(Key(spec.reference, spec.reference, *key.setting), {}).get(1) if spec else None
         for n in sorted(by_n):
             r = by_n[n]
-            t, w = r["summary"]["images_per_sec_total"], r["summary"].get("images_per_sec_wall_total")
+            t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
             row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
-                   "image_size": key.image_size, "n": n, "img_s_total": t,
-                   "img_s_per_gpu": r["summary"]["images_per_sec_per_gpu"], "ci95": r["summary"].get("ci95"),
-                   "img_s_wall": w, "init_s": r["timing"]["init_s"], "run_id": r["run_id"],
+                   "image_size": key.image_size, "n": n, "unit": sample_symbol(r), "samples_per_sec_total": t,
+                   "samples_per_sec_per_gpu": r["summary"]["samples_per_sec_per_gpu"], "ci95": r["summary"].get("ci95"),
+                   "samples_per_sec_wall_total": w, "init_s": r["timing"]["init_s"], "run_id": r["run_id"],
                    "speedup": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
             if base is not None:
-                t1 = base["summary"]["images_per_sec_total"]
+                t1 = base["summary"]["samples_per_sec_total"]
                 row["speedup"] = t / t1
                 row["efficiency"] = t / (n * t1)
-                w1 = base["summary"].get("images_per_sec_wall_total")
+                w1 = base["summary"].get("samples_per_sec_wall_total")
                 row["wall_speedup"] = w / w1 if w and w1 else None
             if single is not None:
-                row["vs_single"] = t / single["summary"]["images_per_sec_total"]
+                row["vs_single"] = t / single["summary"]["samples_per_sec_total"]
             rows.append(row)
     return rows
 
@@ -154,16 +152,17 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
 def horovod_vs_native(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
     rows = []
     for key, by_n in chosen.items():
-        native_mode = NATIVE_OF.get(key.label)
-        if not native_mode:
+        spec = MODES.get(key.mode)
+        if spec is None or not spec.horovod or key.label != key.mode:
             continue
+        native_mode = spec.peer
         for native_key in [k for k in chosen if k.mode == native_mode and k.setting == key.setting]:
             for n in sorted(set(by_n) & set(chosen[native_key])):
                 h, nat = by_n[n], chosen[native_key][n]
-                th, tn = h["summary"]["images_per_sec_total"], nat["summary"]["images_per_sec_total"]
+                th, tn = h["summary"]["samples_per_sec_total"], nat["summary"]["samples_per_sec_total"]
                 overlap = ci_overlap(h, nat)
                 rows.append({"setting": key.setting_text(), "n": n, "horovod": key.label, "native": native_key.label,
-                             "horovod_img_s": th, "native_img_s": tn, "ratio": th / tn,
+                             "horovod_samples_per_sec": th, "native_samples_per_sec": tn, "ratio": th / tn,
                              "faster": key.label if th > tn else native_key.label,
                              "by_pct": abs(th / tn - 1) * 100,
                              "beyond_ci": None if overlap is None else not overlap})
@@ -174,7 +173,7 @@ def _fmt(x, spec=".2f", none="–"):
     return none if x is None else format(x, spec)
 
 
-def plots(rows: list[dict], results: list[dict], out: Path) -> list[str]:
+def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,13 +207,13 @@ def plots(rows: list[dict], results: list[dict], out: Path) -> list[str]:
     if tele:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         labels = [f"{label_of(r)} n={r['world_size']}" for r in tele]
-        ax.bar(labels, [r["telemetry"].get("energy_per_image_j") or 0 for r in tele])
-        ax.set_ylabel("GPU energy per image (J/img)")
+        ax.bar(labels, [r["telemetry"].get("energy_per_sample_j") or 0 for r in tele])
+        ax.set_ylabel(f"GPU energy per sample (J/{unit})")
         ax.tick_params(axis="x", rotation=45)
         fig.tight_layout()
-        fig.savefig(out / "energy_per_image.png", dpi=120)
+        fig.savefig(out / "energy_per_sample.png", dpi=120)
         plt.close(fig)
-        written.append("energy_per_image.png")
+        written.append("energy_per_sample.png")
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for r in tele:
             samples = Path(r["_path"]).parent / r["telemetry"].get("samples_csv", "")
@@ -256,45 +255,48 @@ def write_report(paths: list[Path], out: Path) -> Path:
     chosen, repeats = table_cells(results)
     rows = scaling_rows(chosen)
     versus = horovod_vs_native(chosen)
-    images = plots(rows, results, out)
+    units = sorted({sample_symbol(r) for r in results})
+    unit = units[0] if len(units) == 1 else "sample"  # e.g. img; mixed workloads are counted in samples
+    images = plots(rows, results, out, unit)
 
     md = ["# hvdbench report", "",
           f"{len(results)} results from {', '.join(map(str, paths))}. Throughput T is the mean over timed "
-          "windows of images/s across all ranks (warmup excluded); every figure below is read from the result "
+          f"windows of {unit}/s across all ranks (warmup excluded); every figure below is read from the result "
           "files.", "",
           "Formulas: speedup S_n = T_n / T_1 (same mode, model, precision, batch, image size); efficiency "
-          "E_n = T_n / (n T_1); wall speedup = W_n / W_1 with W = images after init / (init_s + train_s); "
+          "E_n = T_n / (n T_1); wall speedup = W_n / W_1 with W = samples after init / (init_s + train_s); "
           "vs single = T_n / T of torch-single or tf-single in the same setting.", "",
           "## Scaling (the Horovod paper's table: 1 GPU, N GPUs, speedup)", "",
-          "| mode | setting | n | img/s total | img/s per GPU | 95% CI (total) | speedup | efficiency "
+          f"| mode | setting | n | {unit}/s total | {unit}/s per GPU | 95% CI (total) | speedup | efficiency "
           "| wall speedup | vs single | init s |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ci = r["ci95"]
         md.append(f"| {r['label']} | {r['model']} {r['image_size']}px b{r['batch_size']} {r['precision']} | {r['n']} "
-                  f"| {r['img_s_total']:.2f} | {r['img_s_per_gpu']:.2f} | "
+                  f"| {r['samples_per_sec_total']:.2f} | {r['samples_per_sec_per_gpu']:.2f} | "
                   f"{f'{ci[0]:.2f}–{ci[1]:.2f}' if ci else '–'} | {_fmt(r['speedup'])} | "
                   f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "
                   f"{r['init_s']:.1f} |")
     md += ["", "## Horovod vs native", ""]
     if versus:
-        md += ["| setting | n | Horovod | img/s | native | img/s | Horovod / native | faster | beyond 95% CIs |",
+        md += [f"| setting | n | Horovod | {unit}/s | native | {unit}/s | Horovod / native | faster | beyond 95% CIs |",
                "|---|---|---|---|---|---|---|---|---|"]
         for v in versus:
             beyond = {True: "yes", False: "no (CIs overlap)", None: "n/a"}[v["beyond_ci"]]
-            md.append(f"| {v['setting']} | {v['n']} | {v['horovod']} | {v['horovod_img_s']:.2f} | {v['native']} | "
-                      f"{v['native_img_s']:.2f} | {v['ratio']:.3f} | {v['faster']} by {v['by_pct']:.1f}% | {beyond} |")
+            md.append(f"| {v['setting']} | {v['n']} | {v['horovod']} | {v['horovod_samples_per_sec']:.2f} | "
+                      f"{v['native']} | {v['native_samples_per_sec']:.2f} | {v['ratio']:.3f} | "
+                      f"{v['faster']} by {v['by_pct']:.1f}% | {beyond} |")
     else:
         md.append("No Horovod/native pair in the same setting.")
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
     if tele:
-        md += ["", "## Energy", "", "| mode | n | J/img | img/s per W | mean GPU power W | throttled |",
+        md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",
                "|---|---|---|---|---|---|"]
         for r in tele:
             t = r["telemetry"]
-            md.append(f"| {label_of(r)} | {r['world_size']} | {_fmt(t.get('energy_per_image_j'), '.3f')} | "
-                      f"{_fmt(t.get('images_per_sec_per_watt'), '.3f')} | {_fmt(t.get('power_w_mean_total'), '.0f')} | "
-                      f"{'yes' if t.get('throttled') else 'no'} |")
+            md.append(f"| {label_of(r)} | {r['world_size']} | {_fmt(t.get('energy_per_sample_j'), '.3f')} | "
+                      f"{_fmt(t.get('samples_per_sec_per_watt'), '.3f')} | "
+                      f"{_fmt(t.get('power_w_mean_total'), '.0f')} | {'yes' if t.get('throttled') else 'no'} |")
     if images:
         md += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     n_repeats = sum(len(v) for v in repeats.values())

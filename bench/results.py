@@ -12,18 +12,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__, telemetry
+from bench import SCHEMA_VERSION, __version__, schema, telemetry
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launch import LaunchInfo
+from bench.metrics import METRICS, sample_symbol
 from bench.stats import summarize, throughput_summary
 
 CSV_NAME = "results.csv"
+# One row per run: what identifies it, every registered metric, then the run's checks.
 CSV_FIELDS = [
     "schema_version", "run_id", "created_utc", "status", "mode", "model", "precision", "batch_size",
-    "image_size", "world_size", "device", "launcher", "images_per_sec_total", "images_per_sec_per_gpu",
-    "ci95_low", "ci95_high", "median", "images_per_sec_rank0_x_world", "init_s", "first_step_s", "train_s",
-    "images_per_sec_wall_train", "ranks_in_sync", "energy_per_image_j", "images_per_sec_per_watt", "hosts",
+    "image_size", "world_size", "device", "launcher", "sample_unit", *METRICS, "ci95_low", "ci95_high", "median",
+    "ranks_in_sync", "hosts",
 ]
 TELEMETRY_FIELDS = ["t", "host", "gpu", *telemetry.FIELDS]
 REQUIRED_KEYS = ["schema_version", "run_id", "status", "mode", "config", "environment", "world_size",
@@ -62,27 +63,35 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
     if any(r["replicas"] != replicas for r in ranks):
         raise BenchError("ranks drive different numbers of replicas; cannot compare their windows")
     world = replicas * len(ranks)
-    images_per_window = cfg.batch_size * replicas * cfg.steps_per_window
+    samples_per_window = cfg.batch_size * replicas * cfg.steps_per_window
     window_s = [r["window_s"] for r in ranks]
-    summary = throughput_summary(window_s, images_per_window, world)
+    summary = throughput_summary(window_s, samples_per_window, world)
     init_s = max(r["init_s"] for r in ranks)
     train_s = max(r["train_s"] for r in ranks)
     steps_after_init = len(ranks[0]["warmup_step_s"]) + len(ranks[0]["window_s"]) * cfg.steps_per_window
-    images_after_init = world * cfg.batch_size * steps_after_init
+    samples_after_init = world * cfg.batch_size * steps_after_init
     warmup = [max(ts) for ts in zip(*[r["warmup_step_s"] for r in ranks], strict=True)]
     checksums = [r["checksum"] for r in ranks]
     extra = [r["sync_report"] for r in ranks if r.get("sync_report")]
     summary.update({
-        # Wall-clock views (seed 003): all images after init over the slowest rank's train time, and
+        # Wall-clock views (seed 003): all samples after init over the slowest rank's train time, and
         # over init + train (time to a trained model from process start).
-        "images_per_sec_wall_train": images_after_init / train_s if train_s > 0 else None,
-        "images_per_sec_wall_total": images_after_init / (init_s + train_s),
+        "samples_per_sec_wall_train": samples_after_init / train_s if train_s > 0 else None,
+        "samples_per_sec_wall_total": samples_after_init / (init_s + train_s),
         "warmup_step_s": summarize(warmup) if warmup else None,
     })
+    workload = workload_record(cfg)
+    tokens = workload["tokens_per_sample"]
+    flops = workload["train_flops_per_sample"]
+    summary.update({
+        "tokens_per_sec_total": summary["samples_per_sec_total"] * tokens if tokens else None,
+        "tokens_per_sec_per_gpu": summary["samples_per_sec_per_gpu"] * tokens if tokens else None,
+        "model_tflops_per_gpu": summary["samples_per_sec_per_gpu"] * flops / 1e12 if flops else None,
+    })
     nodes = [r["telemetry"]["summary"] for r in ranks if r.get("telemetry")]
-    timed_images = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
+    timed_samples = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
     if nodes:
-        tele = telemetry.combine(nodes, timed_images, summary["images_per_sec_total"])
+        tele = telemetry.combine(nodes, timed_samples, summary["samples_per_sec_total"])
         tele["samples_csv"] = f"{run_id}-telemetry.csv"
     else:
         tele = telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran")
@@ -98,6 +107,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         "world_size": world,
         "processes": len(ranks),
         "replicas_per_process": replicas,
+        "workload": workload,
         "environment": dict(gathered["environment"],
                             ranks=[{k: r[k] for k in ("rank", "local_rank", "host", "device")} for r in ranks]),
         "timing": {
@@ -116,7 +126,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         "samples": {
             "unit": "s",
             "steps_per_window": cfg.steps_per_window,
-            "images_per_window_per_rank": images_per_window,
+            "samples_per_window_per_rank": samples_per_window,
             "replicas_per_rank": replicas,
             "window_s": window_s,
             "warmup_step_s": [r["warmup_step_s"] for r in ranks],
@@ -136,22 +146,29 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
     }
 
 
-def validate_result(data: Any) -> None:
-    if not isinstance(data, dict):
-        raise BenchError("result is not a JSON object")
-    missing = [k for k in REQUIRED_KEYS if k not in data]
-    if missing:
-        raise BenchError(f"result lacks keys: {', '.join(missing)}")
-    if data["schema_version"] != SCHEMA_VERSION:
-        raise BenchError(f"result schema_version {data['schema_version']} is not {SCHEMA_VERSION}")
+def workload_record(cfg: RunConfig) -> dict[str, Any]:
+    """What the run trained on: the workload's kind and sample unit, the model's size and training FLOPs."""
+    from bench.models import model
+
+    spec = model(cfg.model)
+    w = spec.workload
+    return {"kind": w.kind, "unit": w.unit, "symbol": w.symbol, "model": spec.name,
+            "parameters": spec.parameters(cfg.num_classes), "gradient_bytes": spec.gradient_bytes(cfg.num_classes),
+            "train_flops_per_sample": spec.train_flops_per_sample(cfg), "tokens_per_sample": w.tokens_per_sample(cfg)}
+
+
+def validate_result(data: Any, where: str = "result") -> None:
+    schema.validate(data, where)
 
 
 def load_result(path: str | os.PathLike) -> dict[str, Any]:
+    """A result file, read (schema 1 upgraded to the current schema) and validated."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise BenchError(f"cannot read result {path}: {exc}") from None
-    validate_result(data)
+    data = schema.upgrade(data)
+    validate_result(data, str(path))
     return data
 
 
@@ -261,21 +278,17 @@ def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]])
 
 
 def csv_row(result: dict[str, Any]) -> dict[str, Any]:
-    cfg, s, t = result["config"], result["summary"], result["timing"]
+    cfg, s = result["config"], result["summary"]
     ci = s.get("ci95") or [None, None]
     return {
         "schema_version": result["schema_version"], "run_id": result["run_id"],
         "created_utc": result["created_utc"], "status": result["status"], "mode": result["mode"],
         "model": cfg["model"], "precision": cfg["precision"], "batch_size": cfg["batch_size"],
         "image_size": cfg["image_size"], "world_size": result["world_size"], "device": cfg["device"],
-        "launcher": result["launcher"], "images_per_sec_total": s["images_per_sec_total"],
-        "images_per_sec_per_gpu": s["images_per_sec_per_gpu"], "ci95_low": ci[0], "ci95_high": ci[1],
-        "median": s["median"], "images_per_sec_rank0_x_world": s["images_per_sec_rank0_x_world"],
-        "init_s": t["init_s"], "first_step_s": t["first_step_s"], "train_s": t["train_s"],
-        "images_per_sec_wall_train": s["images_per_sec_wall_train"],
+        "launcher": result["launcher"], "sample_unit": result["workload"]["unit"],
+        **{key: metric.value(result) for key, metric in METRICS.items()},
+        "ci95_low": ci[0], "ci95_high": ci[1], "median": s["median"],
         "ranks_in_sync": result["sync"]["ranks_in_sync"],
-        "energy_per_image_j": result.get("telemetry", {}).get("energy_per_image_j"),
-        "images_per_sec_per_watt": result.get("telemetry", {}).get("images_per_sec_per_watt"),
         "hosts": " ".join(sorted({r["host"] for r in result["environment"]["ranks"]})),
     }
 
@@ -290,40 +303,52 @@ def append_csv(path: Path, row: dict[str, Any]) -> None:
 
 
 def render_table(result: dict[str, Any]):
+    """The terminal table: every registered metric the run has, then the run's checks."""
     from rich.table import Table
 
-    cfg, s, t = result["config"], result["summary"], result["timing"]
-    title = (f"{result['mode']}  {cfg['model']} {cfg['image_size']}x{cfg['image_size']}  "
+    from bench.models import MODELS
+
+    cfg, s = result["config"], result["summary"]
+    spec = MODELS.get(cfg["model"])
+    shape = spec.workload.describe(_Cfg(cfg)) if spec else f"{cfg['image_size']}x{cfg['image_size']}"
+    symbol = sample_symbol(result)
+    title = (f"{result['mode']}  {cfg['model']} {shape}  "
              f"batch {cfg['batch_size']}/device  {cfg['precision']}  {result['world_size']} x {cfg['device']}")
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("unit / note")
-    ci = s.get("ci95")
-    table.add_row("throughput, total (all ranks)", f"{s['images_per_sec_total']:.2f}", "img/s, mean of windows")
-    table.add_row("  95% CI", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a", "img/s (t-interval)")
-    table.add_row("  median / min / max", f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}",
-                  "img/s")
-    table.add_row("throughput, per GPU", f"{s['images_per_sec_per_gpu']:.2f}", "img/s = total / world size")
-    table.add_row("rank 0 x world size", f"{s['images_per_sec_rank0_x_world']:.2f}",
-                  "img/s, as Horovod's scripts print it")
-    table.add_row("wall-clock throughput", f"{s['images_per_sec_wall_train']:.2f}",
-                  "img/s over train time incl. warmup")
-    table.add_row("init", f"{t['init_s']:.2f}", "s: start to end of first step")
-    table.add_row("first step", f"{t['first_step_s']:.3f}", "s")
-    table.add_row("train", f"{t['train_s']:.2f}", "s: after init, warmup included")
+    tele = result.get("telemetry") or {}
+    for metric in METRICS.values():
+        value = metric.value(result)
+        if not metric.in_table or (metric.section == "telemetry" and not tele.get("available")):
+            continue
+        if value is None and metric.key.startswith("tokens"):
+            continue  # not a text workload
+        table.add_row(metric.label, _num(value, metric.fmt), metric.unit_for(result))
+        if metric.key == "samples_per_sec_total":
+            ci = s.get("ci95")
+            table.add_row("  95% CI", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a", f"{symbol}/s (t-interval)")
+            table.add_row("  median / min / max",
+                          f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}", f"{symbol}/s")
     table.add_row("windows x steps", f"{s['total']['n']} x {cfg['steps_per_window']}",
                   f"+ {cfg['warmup_steps']} warmup steps")
     table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",
                   "parameter checksums equal")
-    tele = result.get("telemetry") or {}
     if tele.get("available"):
-        for label, key, unit in (("energy per image", "energy_per_image_j", "J/img, GPUs, timed windows"),
-                                 ("images/s per watt", "images_per_sec_per_watt", "img/s/W"),
-                                 ("GPU power, mean total", "power_w_mean_total", "W")):
-            value = tele.get(key)
-            table.add_row(label, "n/a" if value is None else f"{value:.3f}", unit)
+        table.add_row("GPU power, mean total", _num(tele.get("power_w_mean_total"), ".0f"), "W")
         table.add_row("throttling seen", "yes" if tele["throttled"] else "no", "power/thermal slowdown reasons")
     else:
         table.add_row("GPU telemetry", "unavailable", tele.get("reason", ""))
     return table
+
+
+def _num(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+class _Cfg:
+    """A result's config dict read as attributes (what a workload's describe() reads)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.__dict__.update(data)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
@@ -10,7 +9,8 @@ from pathlib import Path
 from bench import launch as launching
 from bench.config import RunConfig
 from bench.errors import BenchError
-from bench.modes import MODES
+from bench.hooks import Hooks
+from bench.modes import mode as mode_spec
 
 
 class RankProgress:
@@ -69,17 +69,26 @@ def start_telemetry(cfg: RunConfig, info: launching.LaunchInfo, trainer):
     return telemetry.Sampler(nvml, handles, gpus, cfg.telemetry_interval, socket.gethostname()), None
 
 
-def run(cfg: RunConfig) -> Path | None:
-    """Run ``cfg.mode``; returns the result path on the rank that wrote it, else None."""
+def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
+    """Run ``cfg.mode``; returns the result path on the rank that wrote it, else None.
+
+    ``hooks`` (bench verify's requests) go to the ranks this process spawns; a rank reads its own from
+    the environment (bench.hooks)."""
     from bench.results import check_output_dir
 
     info = launching.detect()
-    spec = MODES[cfg.mode]
+    spec = mode_spec(cfg.mode)
     if info.launcher == "none":
+        hooks = hooks or Hooks()
+        hooks.check(spec)
         check_output_dir(cfg.output)
         mode = spec.load()
-        mode.spawn(mode.preflight(cfg, info))
+        resolved = mode.preflight(cfg, info)
+        with hooks.exported():
+            mode.spawn(resolved)
         return None
+    hooks = hooks or Hooks.from_env()
+    hooks.check(spec)
 
     launching.validate_rendezvous(info)
     inherited = os.environ.get(launching.CHILD_CONFIG_ENV)
@@ -94,19 +103,14 @@ def run(cfg: RunConfig) -> Path | None:
     out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
     if info.local_rank == 0:
         warn_small_shm(cfg)
-    trainer = mode.make_trainer(cfg, info)
+    trainer = mode.make_trainer(cfg, info, hooks)
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
     progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None
 
     from bench.runner import measure
 
     sampler, telemetry_note = start_telemetry(cfg, info, trainer)
-    snapshot = None
-    if cfg.verify_dir is not None and info.rank == 0:
-        from bench.verify import save_parameters
-
-        snapshot = functools.partial(save_parameters, Path(cfg.verify_dir))
-    gathered = measure(trainer, cfg, info, progress, sampler, snapshot)
+    gathered = measure(trainer, cfg, info, progress, sampler, hooks.snapshot)
     trainer.teardown()
     if gathered is None:
         return None
@@ -126,7 +130,7 @@ def run(cfg: RunConfig) -> Path | None:
         path = write_result(out_dir, result, telemetry_samples(gathered))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    if cfg.verify_dir is not None:
+    if hooks.snapshot_dir is not None:
         return path  # bench verify reads the result and judges the ranks' agreement itself
     console = Console(file=sys.stdout)
     console.print(render_table(result))

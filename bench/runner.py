@@ -65,7 +65,8 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
 
     ``sampler`` (bench.telemetry.Sampler, on each node's local rank 0) runs from set-up to the end and
     reads the energy counters exactly when the timed windows start and end. ``snapshot(trainer, when)``
-    (bench verify) is called with "initial" after set-up and "final" after the last window.
+    (bench.hooks: bench verify's parameter snapshots) is called with "initial" after set-up and "final"
+    after the last window.
     """
     t_start = process_start_time()
     trainer.setup()

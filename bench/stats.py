@@ -4,10 +4,10 @@ Formulas (every one is applied to the per-window samples, never to a single aggr
 
 * A *window* is ``steps_per_window`` training steps between two device synchronisations.
   Measuring process r's window w takes ``t[r][w]`` seconds and processes
-  ``B * R * steps_per_window`` images (B = per-device batch size, R = replicas the process drives:
+  ``B * R * steps_per_window`` samples (images for the CNNs; B = per-device batch size, R = replicas the process drives:
   1 for one-process-per-GPU modes, the local GPUs for MirroredStrategy, the workers for the
   parameter-server coordinator).
-* Total throughput of window w (images/s, all ranks)::
+* Total throughput of window w (samples/s, all ranks)::
 
       T_total[w] = sum_r(B * R * steps_per_window) / max_r(t[r][w])
 
@@ -15,7 +15,7 @@ Formulas (every one is applied to the per-window samples, never to a single aggr
   further along than the allreduce allows, so the job as a whole is only as fast as its slowest rank.
 * Per-GPU (per-replica) throughput: ``T_per_gpu[w] = T_total[w] / world_size``, world_size = all replicas.
 * Horovod's own scripts print ``rank-0 img/s * number of processes``; we keep that figure, labelled
-  ``images_per_sec_rank0_x_world``, so the difference from the measured total is visible.
+  ``samples_per_sec_rank0_x_world``, so the difference from the measured total is visible.
 * Over the windows: mean, sample standard deviation, 95% confidence interval of the mean
   (Student t, ``mean +- t_{0.975, n-1} * sd / sqrt(n)``), median, min, max.
 * Scaling efficiency (used by reports): ``E_n = T_n / (n * T_1)`` against a 1-rank baseline of the
@@ -65,7 +65,7 @@ def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
-def window_throughput(window_seconds: Sequence[Sequence[float]], images_per_rank_window: int) -> list[float]:
+def window_throughput(window_seconds: Sequence[Sequence[float]], samples_per_rank_window: int) -> list[float]:
     """Total images/s per window across ranks: sum of images / slowest rank's window time.
 
     ``window_seconds[r][w]`` is rank r's time for window w; all ranks must report the same count.
@@ -74,29 +74,29 @@ def window_throughput(window_seconds: Sequence[Sequence[float]], images_per_rank
     if len(counts) != 1:
         raise ValueError(f"ranks report different window counts: {sorted(counts)}")
     world = len(window_seconds)
-    return [world * images_per_rank_window / max(times) for times in zip(*window_seconds, strict=True)]
+    return [world * samples_per_rank_window / max(times) for times in zip(*window_seconds, strict=True)]
 
 
-def throughput_summary(window_seconds: Sequence[Sequence[float]], images_per_rank_window: int,
+def throughput_summary(window_seconds: Sequence[Sequence[float]], samples_per_rank_window: int,
                        replicas: int | None = None) -> dict:
     """The headline figures of a run from the raw per-rank window times.
 
-    ``images_per_rank_window`` is what one measuring process handles per window (B * R * steps);
+    ``samples_per_rank_window`` is what one measuring process handles per window (B * R * steps);
     ``replicas`` is the world size in devices (default: one per measuring process).
     """
     processes = len(window_seconds)
     world = replicas or processes
-    total = window_throughput(window_seconds, images_per_rank_window)
-    rank0 = [images_per_rank_window / s for s in window_seconds[0]]
+    total = window_throughput(window_seconds, samples_per_rank_window)
+    rank0 = [samples_per_rank_window / s for s in window_seconds[0]]
     s_total = summarize(total)
     return {
-        "unit": "images/s",
-        "images_per_sec_total": s_total["mean"],
-        "images_per_sec_per_gpu": s_total["mean"] / world,
+        "unit": "samples/s",
+        "samples_per_sec_total": s_total["mean"],
+        "samples_per_sec_per_gpu": s_total["mean"] / world,
         "ci95": s_total["ci95"],
         "median": s_total["median"],
         "total": s_total,
         "per_gpu": summarize([t / world for t in total]),
-        "images_per_sec_rank0_x_world": statistics.fmean(rank0) * processes,
-        "windows_total_images_per_sec": total,
+        "samples_per_sec_rank0_x_world": statistics.fmean(rank0) * processes,
+        "windows_total_samples_per_sec": total,
     }

@@ -1,7 +1,8 @@
 """bench sweep: a matrix of runs, one per cell, into one folder with a manifest; resumable.
 
 Each cell is an ordinary bench run in its own process (self-spawned here, or ``srun -n NP`` inside a
-Slurm allocation), writing its normal result into the sweep folder. The manifest
+Slurm allocation), writing its normal result into the sweep folder. A cell gets its whole run
+configuration as JSON (``configs/<cell>.json``, run with ``bench run FILE``), never as rebuilt options. The manifest
 (``manifest.json``, rewritten atomically after every cell) records each cell's status (``ok``,
 ``failed``, ``timed_out``, ``interrupted``), its result file, duration, log file and, for a failure, the error
 line. Re-running the same sweep, or ``bench sweep --resume --output FOLDER`` (the manifest's own matrix),
@@ -26,16 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import SCHEMA_VERSION
-from bench.config import Precision, Strategy
+from bench.config import RunConfig
 from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
-from bench.models import MODELS
-from bench.modes import MODES
+from bench.modes import variant
 
 MANIFEST = "manifest.json"
+CONFIGS_DIR = "configs"  # each cell's run configuration, as JSON
 # How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
 CELL_GRACE_S = 20.0
-SINGLE_MODES = ("torch-single", "tf-single")
-MPI_MODES = ("torch-horovod", "tf-horovod")
+# Run options a sweep passes to every cell (the matrix's own axes are mode, np, model, precision, batch).
+COMMON_FIELDS = ("image_size", "warmup_steps", "steps_per_window", "windows", "device", "num_classes")
 
 
 @dataclass(frozen=True)
@@ -56,13 +57,14 @@ class Cell:
         batch = self.batch_size or "default"
         return f"{self.label.replace(':', '-')}_np{self.np}_{self.model}_{self.precision}_b{batch}"
 
-    def bench_args(self, common: list[str], output: Path) -> list[str]:
-        args = [self.mode, "--model", self.model, "--precision", self.precision, "--output", str(output), *common]
-        if self.strategy:
-            args += ["--strategy", self.strategy]
-        if self.batch_size:
-            args += ["--batch-size", str(self.batch_size)]
-        return args
+    @property
+    def distributed(self) -> bool:
+        return variant(self.label).mode.distributed
+
+    def config(self, common: dict[str, Any], output: Path) -> RunConfig:
+        """The cell's run configuration: its axes, the sweep's common options, the sweep folder."""
+        return RunConfig(mode=self.mode, strategy=self.strategy, model=self.model, precision=self.precision,
+                         batch_size=self.batch_size, np=self.np, output=str(output), **common)
 
 
 @dataclass(frozen=True)
@@ -72,34 +74,32 @@ class SweepConfig:
     models: list[str] = field(default_factory=lambda: ["vgg16"])
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
     batch_sizes: list[int | None] = field(default_factory=lambda: [None])
-    common: list[str] = field(default_factory=list)  # options passed to every run (image size, steps, ...)
+    common: dict[str, Any] = field(default_factory=dict)  # run options for every cell (COMMON_FIELDS)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.common, dict):
+            raise BenchError("this sweep was recorded by an older hvdbench (options as a list); "
+                             "start it again in a new folder")
+        unknown = set(self.common) - set(COMMON_FIELDS)
+        if unknown:
+            raise BenchError(f"a sweep cannot set {', '.join(sorted(unknown))} for every cell")
         for label in self.modes:
-            mode, _, strategy = label.partition(":")
-            if mode not in MODES:
-                raise BenchError(f"unknown mode '{mode}' in --modes (choose from: {', '.join(MODES)})")
-            if strategy and (mode != "tf-native" or strategy not in {s.value for s in Strategy}):
-                raise BenchError(f"'{label}': only tf-native takes a strategy (multiworker, mirrored, ps)")
+            variant(label)
         if not self.nps or any(n < 1 for n in self.nps):
             raise BenchError("--np needs one or more counts >= 1, e.g. 1,2,4,8")
-        for model in self.models:
-            if model not in MODELS:
-                raise BenchError(f"unknown model '{model}' in --models (choose from: {', '.join(MODELS)})")
-        for p in self.precisions:
-            if p not in {x.value for x in Precision}:
-                raise BenchError(f"unknown precision '{p}' in --precisions")
         if any(b is not None and b < 1 for b in self.batch_sizes):
             raise BenchError("--batch-sizes must be >= 1")
+        for cell in self.cells():  # every cell's configuration is valid before any runs
+            cell.config(self.common, Path("."))
 
     def cells(self) -> list[Cell]:
         out = []
         for label, np, model, precision, batch in itertools.product(self.modes, self.nps, self.models,
                                                                     self.precisions, self.batch_sizes):
-            mode, _, strategy = label.partition(":")
-            if mode in SINGLE_MODES and np != 1:
+            v = variant(label)
+            if not v.mode.distributed and np != 1:
                 continue  # single-device baselines exist at one device only
-            out.append(Cell(mode, strategy or None, np, model, precision, batch))
+            out.append(Cell(v.mode.name, v.strategy if ":" in label else None, np, model, precision, batch))
         return out
 
 
@@ -114,13 +114,24 @@ def inside_allocation() -> bool:
     return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
 
 
-def command(cell: Cell, common: list[str], output: Path) -> list[str]:
+def write_cell_config(cell: Cell, common: dict[str, Any], folder: Path) -> Path:
+    """The cell's run configuration as JSON, in ``folder/configs`` (rewritten for each attempt)."""
+    path = folder / CONFIGS_DIR / f"{cell.id}.json"
+    path.parent.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cell-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        f.write(cell.config(common, folder).to_json() + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def command(cell: Cell, config_path: Path) -> list[str]:
     """One cell's command: self-spawned here, or one srun step per cell inside a Slurm allocation."""
-    bench = [sys.executable, "-m", "bench", *cell.bench_args(common, output)]
+    bench = [sys.executable, "-m", "bench", "run", str(config_path)]
     if inside_allocation():
-        mpi = ["--mpi=pmix"] if cell.mode in MPI_MODES else []
+        mpi = ["--mpi=pmix"] if variant(cell.label).mode.needs_mpi else []
         return ["srun", *mpi, "--kill-on-bad-exit=1", "-n", str(cell.np), *bench]
-    return [*bench, "--np", str(cell.np)] if cell.mode not in SINGLE_MODES else bench
+    return bench
 
 
 class Manifest:
@@ -242,7 +253,7 @@ def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, c
     entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None)
     manifest.save()
     try:
-        code = run_cell(command(cell, sweep.common, folder), log, cell_timeout)
+        code = run_cell(command(cell, write_cell_config(cell, sweep.common, folder)), log, cell_timeout)
     except Stopped as exc:
         entry.update(status="interrupted", seconds=round(time.time() - start, 2), error=str(exc))
         manifest.save()
@@ -273,7 +284,7 @@ def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
         rate = ""
         if entry["status"] == "ok":
             try:
-                rate = f"{load_result(folder / entry['result'])['summary']['images_per_sec_total']:.2f}"
+                rate = f"{load_result(folder / entry['result'])['summary']['samples_per_sec_total']:.2f}"
             except BenchError as exc:
                 rate = f"unreadable: {exc}"
         seconds = entry.get("seconds")

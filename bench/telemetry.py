@@ -16,8 +16,9 @@ Summary formulas (timed windows only: from the first window's start to the last 
   (``energy_source`` says which).
 * power: ``power_source`` is 'instant' (NVML_FI_DEV_POWER_INSTANT) or 'average' (nvmlDeviceGetPowerUsage,
   which recent drivers average over about a second).
-* energy per image (J/img) = sum of energy over all GPUs of all nodes / images processed in the timed windows.
-* images/s per watt = total images/s / sum over GPUs of mean power in the interval.
+* energy per sample (J/sample; J/img for images) = sum of energy over all GPUs of all nodes / samples processed in
+  the timed windows.
+* samples/s per watt = total samples/s / sum over GPUs of mean power in the interval.
 """
 
 from __future__ import annotations
@@ -235,7 +236,7 @@ def summarize_node(samples: list[dict], marks: dict, unavailable: dict, power_so
             "power_source": power_source, "unavailable": unavailable, "gpus": per_gpu}
 
 
-def combine(nodes: list[dict], images: int, images_per_sec_total: float) -> dict[str, Any]:
+def combine(nodes: list[dict], samples: int, samples_per_sec_total: float) -> dict[str, Any]:
     """Run-level figures from every node's summary."""
     gpus = [g for n in nodes for g in n["gpus"]]
     energies = [g["energy_j"] for g in gpus]
@@ -246,13 +247,13 @@ def combine(nodes: list[dict], images: int, images_per_sec_total: float) -> dict
         "available": True,
         "nodes": nodes,
         "energy_j": energy,
-        "energy_per_image_j": energy / images if energy is not None and images else None,
+        "energy_per_sample_j": energy / samples if energy is not None and samples else None,
         "power_w_mean_total": power,
-        "images_per_sec_per_watt": images_per_sec_total / power if power else None,
+        "samples_per_sec_per_watt": samples_per_sec_total / power if power else None,
         "throttled": any(g["throttled"] for g in gpus),
         "definitions": {
-            "energy_per_image_j": "sum of GPU energy over the timed windows / images in the timed windows",
-            "images_per_sec_per_watt": "total images/s / sum of the GPUs' mean power in the timed windows",
+            "energy_per_sample_j": "sum of GPU energy over the timed windows / samples in the timed windows",
+            "samples_per_sec_per_watt": "total samples/s / sum of the GPUs' mean power in the timed windows",
         },
     }
 

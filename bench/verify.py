@@ -48,22 +48,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bench import SCHEMA_VERSION, __version__
-from bench.config import FAULTS, Device
+from bench.config import Device
 from bench.errors import BenchError
+from bench.hooks import FAULTS, Hooks
+from bench.models import MODELS
+from bench.modes import Variant, variant, variants
+from bench.snapshots import differences, identical, load_parameters
 
-VERIFIABLE_MODELS = ("vgg16", "vgg19")  # no batch normalisation
-FRAMEWORK_MODES = {
-    "torch": ["torch-ddp", "torch-horovod"],
-    "tf": ["tf-horovod", "tf-native:multiworker", "tf-native:mirrored", "tf-native:ps"],
-}
-REFERENCE_MODE = {"torch": "torch-single", "tf": "tf-single"}
-FP16_MODES = ("torch-ddp", "torch-horovod", "tf-horovod")  # those with gradient compression
+FRAMEWORK_NAMES = {"torch": "torch", "tf": "tensorflow"}  # --framework's words -> bench.modes.FRAMEWORKS
 TOLERANCE = 1e-3  # of_update, fp32 gradients (measured: reduction order gives ~1e-5 or less)
 FP16_TOLERANCE = 1e-2  # of_update with --fp16-allreduce (measured: ~4e-4 after 3 steps)
-CROSS_TOLERANCE = 1e-3  # relative loss difference per step, PyTorch vs TensorFlow
 
 
 @dataclass(frozen=True)
@@ -88,10 +83,11 @@ class VerifyConfig:
     def __post_init__(self) -> None:
         if self.framework not in ("torch", "tf", "both"):
             raise BenchError(f"--framework must be torch, tf or both (got '{self.framework}')")
-        if self.model not in VERIFIABLE_MODELS:
-            raise BenchError(f"verify supports {', '.join(VERIFIABLE_MODELS)}: models with batch normalisation "
+        verifiable = verifiable_models()
+        if self.model not in verifiable:
+            raise BenchError(f"verify supports {', '.join(verifiable)}: models with batch normalisation "
                              "normalise each rank's batch on its own, so they differ from the global batch by design")
-        known = [m for ms in FRAMEWORK_MODES.values() for m in ms]
+        known = [v.label for f in FRAMEWORK_NAMES for v in framework_variants(f)]
         for m in self.modes:
             if m not in known:
                 raise BenchError(f"verify cannot check mode '{m}' (choose from: {', '.join(known)})")
@@ -102,18 +98,22 @@ class VerifyConfig:
                 raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if self.np < 2:
             raise BenchError(f"--np must be >= 2: one rank has nothing to average (got {self.np})")
-        if self.image_size < 32:
-            raise BenchError(f"--image-size must be >= 32 (got {self.image_size})")
+        smallest = MODELS[self.model].min_image_size
+        if self.image_size < smallest:
+            raise BenchError(f"--image-size for {self.model} must be >= {smallest} (got {self.image_size})")
         if self.tolerance is not None and not self.tolerance > 0:
             raise BenchError(f"--tolerance must be > 0 (got {self.tolerance})")
         if self.fault is not None and self.fault not in FAULTS:
             raise BenchError(f"unknown fault '{self.fault}' (choose from: {', '.join(FAULTS)})")
 
     @property
-    def selected(self) -> list[str]:
-        frameworks = ["torch", "tf"] if self.framework == "both" else [self.framework]
-        chosen = [m for f in frameworks for m in FRAMEWORK_MODES[f]]
-        return [m for m in chosen if not self.modes or m in self.modes]
+    def frameworks(self) -> list[str]:
+        return list(FRAMEWORK_NAMES) if self.framework == "both" else [self.framework]
+
+    @property
+    def selected(self) -> list[Variant]:
+        chosen = [v for f in self.frameworks for v in framework_variants(f)]
+        return [v for v in chosen if not self.modes or v.label in self.modes]
 
     @property
     def threshold(self) -> float:
@@ -122,81 +122,58 @@ class VerifyConfig:
         return FP16_TOLERANCE if self.fp16_allreduce else TOLERANCE
 
 
-# -- inside a rank: the snapshot bench.run asks for on rank 0 ------------------------------------------
-def save_parameters(folder: Path, trainer, when: str) -> None:
-    """Write the trainer's parameters to ``folder/<when>.npz`` (rank 0 of a verify run)."""
-    pairs = trainer.parameter_arrays()
-    tmp = folder / f".{when}.tmp.npz"
-    np.savez(tmp, *[a for _, a in pairs], names=np.array([n for n, _ in pairs]))
-    tmp.rename(folder / f"{when}.npz")
+def verifiable_models() -> list[str]:
+    """Models without batch normalisation: only they train the same on k ranks as on one global batch."""
+    return [name for name, spec in MODELS.items() if not spec.batch_norm]
 
 
-def load_parameters(path: Path) -> tuple[list[str], list[np.ndarray]]:
-    with np.load(path) as data:
-        count = len([k for k in data.files if k.startswith("arr_")])
-        return [str(n) for n in data["names"]], [data[f"arr_{i}"] for i in range(count)]
-
-
-# -- comparisons (pure arithmetic, tested on known inputs) ---------------------------------------------
-def differences(initial: list[np.ndarray], reference: list[np.ndarray], candidate: list[np.ndarray]) -> dict:
-    """max_abs, max_rel and of_update (see the module docstring) of ``candidate`` against ``reference``."""
-    if len(candidate) != len(reference) or any(a.shape != b.shape for a, b in zip(candidate, reference, strict=True)):
-        raise BenchError("the mode's parameters do not have the reference's shapes")
-    max_abs = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(candidate, reference, strict=True))
-    max_rel = max(float(np.max(np.abs(a.astype(np.float64) - b)) / max(float(np.max(np.abs(b))), 1e-30))
-                  for a, b in zip(candidate, reference, strict=True))
-    update = max(float(np.max(np.abs(b.astype(np.float64) - w0))) for b, w0 in zip(reference, initial, strict=True))
-    return {"max_abs": max_abs, "max_rel": max_rel, "max_update": update,
-            "of_update": max_abs / update if update > 0 else float("inf")}
-
-
-def identical(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+def framework_variants(framework: str) -> list[Variant]:
+    """Every distributed variant of a framework (--framework's word: torch or tf)."""
+    return variants(FRAMEWORK_NAMES[framework], distributed=True)
 
 
 # -- orchestration (the parent process) ----------------------------------------------------------------
-def _run_mode(vc: VerifyConfig, label: str, work: Path, np_: int | None, shards: int | None) -> dict[str, Any]:
-    """One ordinary bench run of ``label`` (mode[:strategy]) for vc.steps steps; its result and snapshots."""
+def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards: int | None) -> dict[str, Any]:
+    """One ordinary bench run of variant ``v`` for vc.steps steps, with snapshot hooks; its result and snapshots."""
     from bench.config import RunConfig
     from bench.results import load_result
     from bench.run import run
 
-    mode, _, strategy = label.partition(":")
     work.mkdir(parents=True)
-    cfg = RunConfig(mode=mode, model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
+    spec = v.mode
+    cfg = RunConfig(mode=spec.name, model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
                     num_classes=vc.num_classes, warmup_steps=0, steps_per_window=vc.steps - 1, windows=1,
                     np=np_, device=vc.device, seed=vc.seed, output=str(work / "result"),
-                    fp16_allreduce=vc.fp16_allreduce and mode in FP16_MODES, telemetry=False,
-                    strategy=strategy or None, verify_dir=str(work), data_shards=shards,
-                    fault=None if mode.endswith("-single") else vc.fault)
-    run(cfg)
+                    fp16_allreduce=vc.fp16_allreduce and spec.gradient_compression, telemetry=False,
+                    strategy=v.strategy)
+    hooks = Hooks(snapshot_dir=str(work), deterministic=True, data_shards=shards,
+                  fault=vc.fault if spec.distributed else None)
+    run(cfg, hooks)
     results = sorted((work / "result").glob("*.json"))
     if len(results) != 1:
-        raise BenchError(f"{label} wrote {len(results)} results in {work / 'result'}")
+        raise BenchError(f"{v.label} wrote {len(results)} results in {work / 'result'}")
     return {"result": load_result(results[0]), "initial": load_parameters(work / "initial.npz")[1],
             "final": load_parameters(work / "final.npz")[1]}
 
 
-def _np_for(vc: VerifyConfig, label: str) -> int | None:
-    if label == "tf-native:mirrored":
-        return None  # every local GPU (one CPU device on CPU): the mode resolves it
-    if label == "tf-native:ps":
-        return 1  # one worker: asynchronous updates have no synchronous reference beyond that
-    return vc.np
+def _np_for(vc: VerifyConfig, v: Variant) -> int | None:
+    """verify's --np, unless the variant fixes its own count (see ModeSpec.verify_np)."""
+    return vc.np if v.verify_np == "asked" else v.verify_np
 
 
 def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     references: dict[int, dict[str, Any]] = {}
-    for label in [m for m in vc.selected if m in FRAMEWORK_MODES[framework]]:
+    for v in [v for v in vc.selected if v in framework_variants(framework)]:
+        label = v.label
         row: dict[str, Any] = {"mode": label, "framework": framework}
         rows.append(row)
-        if vc.fp16_allreduce and label.split(":")[0] not in FP16_MODES:
+        if vc.fp16_allreduce and not v.mode.gradient_compression:
             row.update(status="SKIP", reason="no gradient compression in this mode")
             continue
         log(f"verify: {label} ...")
         try:
-            got = _run_mode(vc, label, work / label.replace(":", "-"), _np_for(vc, label), None)
+            got = _run_mode(vc, v, work / label.replace(":", "-"), _np_for(vc, v), None)
         except BenchError as exc:
             if "needs Horovod" in str(exc):
                 row.update(status="SKIP", reason=str(exc))
@@ -208,9 +185,9 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
         row.update(world_size=shards, ranks_in_sync=result["sync"]["ranks_in_sync"],
                    params_changed=result["sync"]["params_changed"])
         if shards not in references:
-            log(f"verify: reference {REFERENCE_MODE[framework]} on {shards} shard(s) ...")
-            reference = REFERENCE_MODE[framework]
-            references[shards] = _run_mode(vc, reference, work / f"{reference}-{shards}-shards", 1, shards)
+            reference = variant(v.mode.reference)
+            log(f"verify: reference {reference.label} on {shards} shard(s) ...")
+            references[shards] = _run_mode(vc, reference, work / f"{reference.label}-{shards}-shards", 1, shards)
         ref = references[shards]
         row["initial_identical"] = identical(got["initial"], ref["initial"])
         row.update(differences(ref["initial"], ref["final"], got["final"]))
@@ -242,9 +219,8 @@ def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
     work.mkdir()
     try:
         rows = []
-        frameworks = ["torch", "tf"] if vc.framework == "both" else [vc.framework]
-        for framework in frameworks:
-            if any(m in FRAMEWORK_MODES[framework] for m in vc.selected):
+        for framework in vc.frameworks:
+            if any(v in framework_variants(framework) for v in vc.selected):
                 rows += verify_framework(vc, framework, work, log)
         cross = None
         if vc.framework == "both" and vc.cross:

@@ -24,6 +24,8 @@ import numpy as np
 from bench.config import LEARNING_RATE, MOMENTUM, RunConfig
 from bench.errors import BenchError
 
+CROSS_TOLERANCE = 1e-3  # relative loss difference per step, PyTorch vs TensorFlow
+
 
 def torch_to_tf(arrays: list[np.ndarray]) -> list[np.ndarray]:
     """PyTorch parameter arrays (definition order) -> the TensorFlow twin's trainable variables."""
@@ -55,21 +57,22 @@ def cross_framework(vc) -> dict[str, Any]:
     """Train both twins from the same weights on the same global batch; compare the loss trajectories."""
     import torch
 
-    from bench.models.torch_models import build as build_torch
+    from bench.models import model as model_spec
     from bench.models.torch_models import loss_fn
-    from bench.modes.torch_common import shard
-    from bench.verify import CROSS_TOLERANCE, differences
+    from bench.modes import single_of
+    from bench.snapshots import differences
 
     threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or (os.cpu_count() or 1)
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
-    cfg = RunConfig(mode="torch-single", model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
+    cfg = RunConfig(mode=single_of("torch").name, model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
                     num_classes=vc.num_classes, seed=vc.seed)
-    parts = [shard(cfg, i) for i in range(vc.np)]
+    spec = model_spec(vc.model)
+    parts = [spec.workload.torch_batch(cfg, i) for i in range(vc.np)]
     data, target = torch.cat([d for d, _ in parts]), torch.cat([t for _, t in parts])
 
     torch.manual_seed(vc.seed)
-    model = build_torch(vc.model, vc.num_classes)
+    model = spec.build_torch(vc.num_classes)
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
@@ -86,7 +89,7 @@ def cross_framework(vc) -> dict[str, Any]:
     torch_final = [p.detach().numpy().copy() for p in model.parameters()]
 
     initial_tf = torch_to_tf(initial)
-    tf_losses, tf_final = _train_tf(vc, initial_tf, data.numpy().transpose(0, 2, 3, 1), target.numpy())
+    tf_losses, tf_final = _train_tf(vc, initial_tf, spec.workload.tf_layout(data.numpy()), target.numpy())
     t, f = np.array(torch_losses, np.float64), np.array(tf_losses, np.float64)
     abs_diff = np.abs(t - f)
     rel = float(np.max(abs_diff / np.abs(t)))

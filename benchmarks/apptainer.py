@@ -49,7 +49,7 @@ def throughput(prefix: list[str], args: list[str], out: Path) -> float:
     subprocess.run([*prefix, *args, "--output", str(out)], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env=env())
     (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())["summary"]["images_per_sec_total"]
+    return json.loads(new.read_text())["summary"]["samples_per_sec_total"]
 
 
 def main() -> None:

@@ -54,7 +54,7 @@ def main() -> None:
     elapsed = torch.tensor([time.perf_counter() - t0])
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(json.dumps({"images_per_sec_total": world * a.batch_size * a.steps / elapsed.item()}))
+        print(json.dumps({"samples_per_sec_total": world * a.batch_size * a.steps / elapsed.item()}))
     dist.destroy_process_group()
 
 

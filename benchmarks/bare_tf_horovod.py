@@ -63,7 +63,7 @@ def main() -> None:
     loss.numpy()
     elapsed = hvd.allreduce(tf.constant(time.perf_counter() - t0), op=hvd.Max).numpy()
     if hvd.rank() == 0:
-        print(json.dumps({"images_per_sec_total": hvd.size() * a.batch_size * a.steps / float(elapsed)}))
+        print(json.dumps({"samples_per_sec_total": hvd.size() * a.batch_size * a.steps / float(elapsed)}))
 
 
 if __name__ == "__main__":

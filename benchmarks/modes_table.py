@@ -57,7 +57,7 @@ def main() -> None:
                   title=f"{a.model} {a.image_size}x{a.image_size}, batch {a.batch_size}/rank, "
                         f"{a.warmup_steps} warmup + {a.windows}x{a.steps_per_window} timed steps"
                         + (f", median of {a.repeats}" if a.repeats > 1 else ""))
-    columns = [("summary", "images_per_sec_total", "{:.2f}"), ("summary", "images_per_sec_per_gpu", "{:.2f}"),
+    columns = [("summary", "samples_per_sec_total", "{:.2f}"), ("summary", "samples_per_sec_per_gpu", "{:.2f}"),
                ("timing", "init_s", "{:.1f}"), ("timing", "first_step_s", "{:.2f}"), ("timing", "train_s", "{:.1f}")]
     for spec in a.modes.split(","):
         results = [run(spec, a, out) for _ in range(a.repeats)]

@@ -35,7 +35,7 @@ def run_bench(a, out: Path) -> float:
                     "--windows", str(a.windows), "--output", str(out)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())["summary"]["images_per_sec_total"]
+    return json.loads(new.read_text())["summary"]["samples_per_sec_total"]
 
 
 def run_bare_tf_native(a, loop: list[str]) -> float:
@@ -67,8 +67,8 @@ def run_bare(a) -> float:
         cmd = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(a.np), "--gloo", sys.executable,
                str(HERE / "bare_tf_horovod.py"), *loop]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    line = next(x for x in reversed(out.splitlines()) if "images_per_sec_total" in x)
-    return json.loads(line[line.index("{"):])["images_per_sec_total"]
+    line = next(x for x in reversed(out.splitlines()) if "samples_per_sec_total" in x)
+    return json.loads(line[line.index("{"):])["samples_per_sec_total"]
 
 
 def main() -> None:

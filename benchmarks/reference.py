@@ -70,7 +70,7 @@ def run_bench(fw: str, model: str, batch: int, np: int, a, out: Path) -> tuple[f
     result = json.loads(new.read_text())
     rank0 = result["samples"]["window_s"][0]
     return (statistics.fmean(batch * a.batches_per_iter / t for t in rank0),
-            result["summary"]["images_per_sec_per_gpu"])
+            result["summary"]["samples_per_sec_per_gpu"])
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
     assert len(result["sync"]["param_checksums"]) == world
     assert len(result["samples"]["window_s"]) == world
     assert all(len(w) == result["config"]["windows"] for w in result["samples"]["window_s"])
-    assert result["summary"]["images_per_sec_total"] > 0
+    assert result["summary"]["samples_per_sec_total"] > 0
     assert result["timing"]["init_s"] > result["timing"]["first_step_s"] > 0
 
 
@@ -82,3 +82,28 @@ def out(tmp_path: Path) -> Path:
 
 def dump(obj) -> str:
     return json.dumps(obj)
+
+
+@pytest.fixture(autouse=True)
+def results_match_the_published_schema(tmp_path):
+    """Every result file a test writes (under its tmp_path) validates against `bench schema`'s JSON Schema."""
+    yield
+    written = [p for p in tmp_path.rglob("*.json") if _is_result(p)]
+    if not written:
+        return
+    import jsonschema
+
+    from bench.schema import json_schema
+
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for path in written:
+        errors = sorted(validator.iter_errors(json.loads(path.read_text())), key=lambda e: list(e.path))
+        assert not errors, f"{path} does not match the result schema: {errors[0].message} at {list(errors[0].path)}"
+
+
+def _is_result(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "run_id" in data and data.get("schema_version") == 2 and "kind" not in data

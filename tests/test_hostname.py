@@ -1,7 +1,7 @@
 """A host whose own name does not resolve (docker run --network none, fresh containers, some clusters).
 
 Horovod 0.28.1 as released crashes there (SIGSEGV in Gloo's host-name lookup for its process-set context);
-hvdbench's patched build and the check in bench.modes.horovod_common make one node work over loopback and
+hvdbench's patched build and the check in bench.dist.hvd make one node work over loopback and
 give one clear line across nodes.
 """
 
@@ -12,9 +12,9 @@ import sys
 import pytest
 from conftest import SMALL, assert_valid_run, bench_env, only_result
 
+from bench.dist import hvd as horovod_common
 from bench.errors import BenchError
 from bench.launch import LaunchInfo
-from bench.modes import horovod_common
 
 ONE_NODE = LaunchInfo("self", 0, 2, 0, 2)
 TWO_NODES = LaunchInfo("srun", 0, 2, 0, 1)

@@ -128,7 +128,7 @@ def test_compose_two_nodes_over_tcp(dk, tmp_path):
     assert result["launcher"] == "tf-config" and result["world_size"] == 2
     assert {r["host"] for r in result["environment"]["ranks"]} == {"node0", "node1"}
     assert result["sync"]["ranks_in_sync"] and result["sync"]["params_changed"]
-    print(json.dumps(result["summary"]["images_per_sec_total"]))
+    print(json.dumps(result["summary"]["samples_per_sec_total"]))
 
 
 

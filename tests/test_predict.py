@@ -28,7 +28,7 @@ def test_formula_on_known_inputs():
     p = predict(inp, 4)
     assert p["step_s"] == pytest.approx(1.156)
     assert p["efficiency"] == pytest.approx(1 / 1.156)
-    assert p["images_per_sec_total"] == pytest.approx(4 * 32 / 1.156)
+    assert p["samples_per_sec_total"] == pytest.approx(4 * 32 / 1.156)
     half = predict(Inputs(**{**inp.__dict__, "overlap": 0.5}), 4)
     assert half["step_s"] == pytest.approx(1.078)
     hidden = predict(Inputs(**{**inp.__dict__, "overlap": 1.0}), 4)
@@ -75,7 +75,7 @@ def test_inputs_reject_bad_values(kwargs, message):
 
 def test_inputs_from_bench_results():
     result = {"world_size": 1, "config": {"batch_size": 8, "model": "resnet50", "num_classes": 1000},
-              "summary": {"images_per_sec_per_gpu": 16.0}}
+              "summary": {"samples_per_sec_per_gpu": 16.0}}
     assert from_result(result) == {"step_time_s": 0.5, "batch_size": 8, "gradient_bytes": 25_557_032 * 4}
     with pytest.raises(BenchError, match="world size 1"):
         from_result({**result, "world_size": 2})

@@ -30,21 +30,21 @@ def test_report_figures_follow_the_formulas(tmp_path):
     results = by_mode_n(A)
     rows = {(r["label"], r["n"]): r for r in scaling_rows(table_cells(load_results([A]))[0])}
     for mode in ("torch-ddp", "torch-horovod"):
-        t1 = results[(mode, 1)]["summary"]["images_per_sec_total"]
-        t2 = results[(mode, 2)]["summary"]["images_per_sec_total"]
-        single = results[("torch-single", 1)]["summary"]["images_per_sec_total"]
+        t1 = results[(mode, 1)]["summary"]["samples_per_sec_total"]
+        t2 = results[(mode, 2)]["summary"]["samples_per_sec_total"]
+        single = results[("torch-single", 1)]["summary"]["samples_per_sec_total"]
         assert rows[(mode, 2)]["speedup"] == pytest.approx(t2 / t1)
         assert rows[(mode, 2)]["efficiency"] == pytest.approx(t2 / (2 * t1))
         assert rows[(mode, 2)]["vs_single"] == pytest.approx(t2 / single)
-        w1 = results[(mode, 1)]["summary"]["images_per_sec_wall_total"]
-        w2 = results[(mode, 2)]["summary"]["images_per_sec_wall_total"]
+        w1 = results[(mode, 1)]["summary"]["samples_per_sec_wall_total"]
+        w2 = results[(mode, 2)]["summary"]["samples_per_sec_wall_total"]
         assert rows[(mode, 2)]["wall_speedup"] == pytest.approx(w2 / w1)
     versus = horovod_vs_native(table_cells(load_results([A]))[0])
     assert [(v["horovod"], v["native"], v["n"]) for v in versus] == [("torch-horovod", "torch-ddp", 1),
                                                                      ("torch-horovod", "torch-ddp", 2)]
     v2 = versus[1]
     h, d = results[("torch-horovod", 2)], results[("torch-ddp", 2)]
-    assert v2["ratio"] == pytest.approx(h["summary"]["images_per_sec_total"] / d["summary"]["images_per_sec_total"])
+    assert v2["ratio"] == pytest.approx(h["summary"]["samples_per_sec_total"] / d["summary"]["samples_per_sec_total"])
     ch, cd = h["summary"]["ci95"], d["summary"]["ci95"]
     assert v2["beyond_ci"] == (ch[1] < cd[0] or cd[1] < ch[0])
 
@@ -61,16 +61,16 @@ def test_compare_and_regression_gate(tmp_path):
     rows = compare(A, B)
     cells = {r["cell"] for r in rows}
     assert len(cells) == 5
-    thr = [r for r in rows if r["metric"] == "images_per_sec_total"]
+    thr = [r for r in rows if r["metric"] == "samples_per_sec_total"]
     for r in thr:
         assert r["change"] == pytest.approx((r["b"] - r["a"]) / r["a"])
-    assert {r["a"] for r in thr} == {x["summary"]["images_per_sec_total"] for x in by_mode_n(A).values()}
-    assert {r["b"] for r in thr} == {x["summary"]["images_per_sec_total"] for x in by_mode_n(B).values()}
+    assert {r["a"] for r in thr} == {x["summary"]["samples_per_sec_total"] for x in by_mode_n(A).values()}
+    assert {r["b"] for r in thr} == {x["summary"]["samples_per_sec_total"] for x in by_mode_n(B).values()}
     # the direction in which throughput dropped somewhere, and the gate around the worst drop
     first, second = (A, B) if max(r["regression"] for r in thr) > 0 else (B, A)
-    worst = max(r["regression"] for r in compare(first, second) if r["metric"] == "images_per_sec_total")
-    assert regressions(compare(first, second), "images_per_sec_total", 100 * worst / 2)
-    assert not regressions(compare(first, second), "images_per_sec_total", 100 * worst + 1)
+    worst = max(r["regression"] for r in compare(first, second) if r["metric"] == "samples_per_sec_total")
+    assert regressions(compare(first, second), "samples_per_sec_total", 100 * worst / 2)
+    assert not regressions(compare(first, second), "samples_per_sec_total", 100 * worst + 1)
     r = bench("compare", str(first), str(second), "--max-regression", f"{100 * worst / 2:.3f}")
     assert r.returncode == 1 and "regressed by" in r.stderr
     r = bench("compare", str(first), str(second), "--max-regression", f"{100 * worst + 1:.3f}")
@@ -110,7 +110,7 @@ def test_report_bad_inputs(tmp_path):
     data = json.loads(first.read_text())
     data["schema_version"] = 99
     first.write_text(json.dumps(data))
-    assert "different schema versions" in one_line(bench("report", str(mixed)))
+    assert "has schema_version 99; this hvdbench reads 1 and 2" in one_line(bench("report", str(mixed)))
     assert "does not exist" in one_line(bench("compare", str(A), str(tmp_path / "nope")))
     assert "unknown metric" in one_line(bench("compare", str(A), str(B), "--metric", "speed"))
 
@@ -120,7 +120,7 @@ def test_sweep_config_validation():
     assert [(c.label, c.np) for c in cells] == [("torch-ddp", 1), ("torch-ddp", 2), ("torch-single", 1),
                                                 ("tf-native:ps", 1), ("tf-native:ps", 2)]
     for kwargs, message in (({"modes": ["nope"], "nps": [1]}, "unknown mode"),
-                            ({"modes": ["torch-ddp:ps"], "nps": [1]}, "only tf-native"),
+                            ({"modes": ["torch-ddp:ps"], "nps": [1]}, "takes no strategy"),
                             ({"modes": ["torch-ddp"], "nps": [0]}, ">= 1"),
                             ({"modes": ["torch-ddp"], "nps": [1], "models": ["alexnet"]}, "unknown model")):
         with pytest.raises(BenchError, match=message):

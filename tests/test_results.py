@@ -37,13 +37,13 @@ def make(checksums=("a", "a")):
 def test_result_figures_follow_the_formulas():
     r = make()
     # 2 ranks x 4 images x 5 steps = 40 images per window; slowest rank per window: 1, 2, 1 s
-    assert r["summary"]["windows_total_images_per_sec"] == [40.0, 20.0, 40.0]
-    assert r["summary"]["images_per_sec_total"] == pytest.approx(100 / 3)
-    assert r["summary"]["images_per_sec_per_gpu"] == pytest.approx(50 / 3)
+    assert r["summary"]["windows_total_samples_per_sec"] == [40.0, 20.0, 40.0]
+    assert r["summary"]["samples_per_sec_total"] == pytest.approx(100 / 3)
+    assert r["summary"]["samples_per_sec_per_gpu"] == pytest.approx(50 / 3)
     assert r["timing"]["init_s"] == 3.0  # slowest rank
     # images after init: 2 ranks x 4 x (1 warmup + 3 windows x 5 steps) = 128 over 4 s of train time
-    assert r["summary"]["images_per_sec_wall_train"] == pytest.approx(32.0)
-    assert r["summary"]["images_per_sec_wall_total"] == pytest.approx(128 / 7)
+    assert r["summary"]["samples_per_sec_wall_train"] == pytest.approx(32.0)
+    assert r["summary"]["samples_per_sec_wall_total"] == pytest.approx(128 / 7)
     assert r["sync"]["ranks_in_sync"] and r["sync"]["params_changed"]
     assert r["schema_version"] == SCHEMA_VERSION
 
@@ -80,7 +80,7 @@ def test_unwritable_output_and_foreign_csv(tmp_path):
 def test_load_rejects_foreign_json(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"hello": 1}')
-    with pytest.raises(BenchError, match="lacks keys"):
+    with pytest.raises(BenchError, match="is not an hvdbench result"):
         load_result(p)
     p.write_text("[1]")
     with pytest.raises(BenchError, match="not a JSON object"):

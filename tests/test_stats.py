@@ -45,10 +45,10 @@ def test_total_throughput_is_bounded_by_slowest_rank():
 def test_summary_reports_rank0_times_world_apart_from_measured_total():
     window_s = [[1.0, 1.0], [2.0, 2.0]]  # rank 0 fast, rank 1 slow
     s = throughput_summary(window_s, 10)
-    assert s["images_per_sec_total"] == pytest.approx(10.0)  # 20 images / 2 s
-    assert s["images_per_sec_per_gpu"] == pytest.approx(5.0)
-    assert s["images_per_sec_rank0_x_world"] == pytest.approx(20.0)  # what Horovod's scripts print
-    assert s["windows_total_images_per_sec"] == [10.0, 10.0]
+    assert s["samples_per_sec_total"] == pytest.approx(10.0)  # 20 images / 2 s
+    assert s["samples_per_sec_per_gpu"] == pytest.approx(5.0)
+    assert s["samples_per_sec_rank0_x_world"] == pytest.approx(20.0)  # what Horovod's scripts print
+    assert s["windows_total_samples_per_sec"] == [10.0, 10.0]
 
 
 def test_ranks_with_different_window_counts_are_rejected():

@@ -78,11 +78,11 @@ def test_window_alignment_excludes_samples_outside_timed_windows():
 def test_combine_energy_per_image_and_per_watt():
     nodes = [{"gpus": [{"energy_j": 600.0, "power_w_mean": 300.0, "throttled": False}]},
              {"gpus": [{"energy_j": 400.0, "power_w_mean": 200.0, "throttled": True}]}]
-    c = telemetry.combine(nodes, images=2000, images_per_sec_total=1000.0)
-    assert c["energy_j"] == 1000.0 and c["energy_per_image_j"] == 0.5
-    assert c["images_per_sec_per_watt"] == pytest.approx(2.0) and c["throttled"]
+    c = telemetry.combine(nodes, samples=2000, samples_per_sec_total=1000.0)
+    assert c["energy_j"] == 1000.0 and c["energy_per_sample_j"] == 0.5
+    assert c["samples_per_sec_per_watt"] == pytest.approx(2.0) and c["throttled"]
     nodes[1]["gpus"][0]["energy_j"] = None
-    assert telemetry.combine(nodes, 2000, 1000.0)["energy_per_image_j"] is None
+    assert telemetry.combine(nodes, 2000, 1000.0)["energy_per_sample_j"] is None
 
 
 def test_result_carries_telemetry_or_its_absence():
@@ -94,7 +94,7 @@ def test_result_carries_telemetry_or_its_absence():
             "param_sum_initial": 1.0, "param_sum_final": 2.0, "replicas": 1, "sync_report": None,
             "telemetry": {"summary": s.summary(), "samples": s.samples}}
     r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}}, "run1")
-    assert r["telemetry"]["available"] and r["telemetry"]["energy_per_image_j"] == pytest.approx(
+    assert r["telemetry"]["available"] and r["telemetry"]["energy_per_sample_j"] == pytest.approx(
         r["telemetry"]["energy_j"] / 40)
     rank["telemetry"] = None
     r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}, "telemetry_note": "why"}, "run2")
@@ -149,7 +149,7 @@ def test_gpu_run_records_physical_telemetry(out):
               "--output", str(out))
     assert r.returncode == 0, r.stderr
     tele = only_result(out)["telemetry"]
-    assert tele["available"] and tele["energy_j"] > 0 and tele["energy_per_image_j"] > 0
+    assert tele["available"] and tele["energy_j"] > 0 and tele["energy_per_sample_j"] > 0
     gpu = tele["nodes"][0]["gpus"][0]
     assert 10 < gpu["power_w_mean"] < 1500 and gpu["util_gpu_pct_max"] > 0  # physically plausible
     assert (out / only_result(out)["telemetry"]["samples_csv"]).is_file()

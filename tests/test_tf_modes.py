@@ -20,9 +20,9 @@ def test_tf_horovod_gloo_and_tf_native_multiworker_average_the_same_gradients(tm
     hvd = only_result(hvd_out)
     assert_valid_run(hvd, "tf-horovod", 2, "self")
     assert hvd["environment"]["distribution"]["controller"] == "gloo"
-    # The spawner's per-rank core share is for PyTorch; TF ranks keep TF's own pool (bench.tfutil).
+    # The spawner's per-rank core share is for PyTorch; TF ranks keep TF's own pool (bench.dist.tfdist).
     assert all("TensorFlow's default" in r["device"] for r in hvd["environment"]["ranks"])
-    assert hvd["timing"]["first_step_s"] > 0 and hvd["summary"]["images_per_sec_wall_total"] > 0
+    assert hvd["timing"]["first_step_s"] > 0 and hvd["summary"]["samples_per_sec_wall_total"] > 0
 
     r = bench("tf-native", *TF_SMALL, "--np", "2", "--output", str(mw_out))
     assert r.returncode == 0, r.stderr

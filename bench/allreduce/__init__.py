@@ -64,7 +64,7 @@ def parse_bytes(text: str) -> int:
 
 def gradient_bytes(model: str) -> int:
     """The fp32 gradient of ``model`` at 1000 classes: what one data-parallel step allreduces."""
-    return MODELS[model].params_1000 * BYTES_PER_ELEMENT
+    return MODELS[model].gradient_bytes(1000, BYTES_PER_ELEMENT)
 
 
 def bus_factor(n: int) -> float:

@@ -11,15 +11,14 @@ from typing import Any
 
 from bench import env
 from bench.allreduce.common import Comm
-from bench.launch import spawn_horovod_gloo
-from bench.modes import horovod_common
+from bench.dist import hvd as horovod
 
 FRAMEWORK = {"horovod-torch": "torch", "horovod-tf": "tensorflow"}
 
 
 def spawn(cfg) -> None:
-    horovod_common.import_hvd(FRAMEWORK[cfg.backend], f"allreduce --backend {cfg.backend}")
-    spawn_horovod_gloo("allreduce", cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+    horovod.import_hvd(FRAMEWORK[cfg.backend], f"allreduce --backend {cfg.backend}")
+    horovod.spawn("allreduce", cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
 class HorovodComm(Comm):
@@ -29,14 +28,14 @@ class HorovodComm(Comm):
     on_gpu = False
 
     def setup(self) -> None:
-        self.hvd = horovod_common.import_hvd(self.framework, f"allreduce --backend {self.cfg.backend}")
-        horovod_common.init(self.hvd, self.rank, self.world_size)
+        self.hvd = horovod.import_hvd(self.framework, f"allreduce --backend {self.cfg.backend}")
+        horovod.init(self.hvd, self.rank, self.world_size)
 
     def allgather(self, obj: Any) -> list[Any]:
         return self.hvd.allgather_object(obj)
 
     def environment(self) -> dict[str, Any]:
-        info = horovod_common.environment(self.hvd, self.framework, self.on_gpu)
+        info = horovod.environment(self.hvd, self.framework, self.on_gpu)
         controller = info["distribution"]["controller"]
         return {**env.base(), **info, "library": "horovod", "device": "cuda" if self.on_gpu else "cpu",
                 "transport": f"horovod {'nccl' if self.on_gpu and info['distribution']['nccl'] else controller}"}

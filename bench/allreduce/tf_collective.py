@@ -11,50 +11,24 @@ from typing import Any
 
 from bench import env
 from bench.allreduce.common import Comm
-from bench.config import Device
-from bench.errors import BenchError
+from bench.dist import tfdist
 from bench.launch import LaunchInfo
 from bench.launch import spawn as spawn_processes
-from bench.tfutil import multiworker_strategy
-
-
-def _tf():
-    from bench.tfutil import import_tf
-
-    return import_tf()[0]
-
-
-def use_gpu(cfg) -> bool:
-    gpus = _tf().config.list_physical_devices("GPU")
-    if cfg.device == Device.cuda and not gpus:
-        raise BenchError("--device cuda was asked for, but no GPU is visible to TensorFlow")
-    return cfg.device == Device.cuda or (cfg.device == Device.auto and bool(gpus))
+from bench.tfutil import import_tf
 
 
 def default_np(cfg) -> int:
-    return len(_tf().config.list_physical_devices("GPU")) if use_gpu(cfg) else 2
+    return len(tfdist.gpus()) if tfdist.use_gpu(cfg.device) else 2
 
 
 def pin_device(cfg, launch: LaunchInfo):
-    """(tf, device name): the local rank's GPU, or the CPU with the rank's share of the cores."""
-    tf = _tf()
-    gpus = tf.config.list_physical_devices("GPU")
-    if use_gpu(cfg):
-        chosen = gpus[launch.local_rank % len(gpus)]
-        tf.config.set_visible_devices([chosen], "GPU")
-        tf.config.experimental.set_memory_growth(chosen, True)
-        return tf, "/gpu:0"
-    tf.config.set_visible_devices([], "GPU")
-    from bench.tfutil import set_cpu_threads
-
-    set_cpu_threads(tf)
-    return tf, "/cpu:0"
+    """(tf, device name): the local rank's GPU, or the CPU (bench.dist.tfdist.pin)."""
+    chosen = tfdist.pin(tfdist.use_gpu(cfg.device), launch)
+    return import_tf()[0], "/gpu:0" if chosen else "/cpu:0"
 
 
 def spawn(cfg) -> None:
-    from bench.modes.tf_native import multiworker_envs
-
-    spawn_processes(["allreduce"], multiworker_envs(cfg.np), cfg.to_json())
+    spawn_processes(["allreduce"], tfdist.multiworker_envs(cfg.np), cfg.to_json())
 
 
 def make(cfg, launch: LaunchInfo) -> Comm:
@@ -67,19 +41,9 @@ class TFComm(Comm):
         self.rank, self.world_size = launch.rank, launch.world_size
 
     def setup(self) -> None:
-        from bench.modes.tf_native import cluster_resolver
-
-        tf, self.device = pin_device(self.cfg, self.launch)
-        self.tf = tf
-        impl = tf.distribute.experimental.CommunicationImplementation
-        self.collectives = "NCCL" if self.device.startswith("/gpu") else "RING"
-        options = tf.distribute.experimental.CommunicationOptions(
-            implementation=impl.NCCL if self.collectives == "NCCL" else impl.RING)
-        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options, self.rank,
-                                             self.cfg.rendezvous_timeout)
-        if self.strategy.num_replicas_in_sync != self.world_size:
-            raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
-                             f"the launcher started {self.world_size} ranks")
+        self.tf, self.device = pin_device(self.cfg, self.launch)
+        self.strategy, self.collectives = tfdist.multiworker(self.launch, self.device.startswith("/gpu"),
+                                                             self.cfg.rendezvous_timeout)
 
     def prepare(self, count: int):
         tf, strategy = self.tf, self.strategy
@@ -111,9 +75,7 @@ class TFComm(Comm):
             self._local(self.out)[:1].numpy()
 
     def allgather(self, obj: Any) -> list[Any]:
-        from bench.modes.tf_native import strategy_allgather
-
-        return strategy_allgather(self.strategy, obj)
+        return tfdist.allgather(self.strategy, obj)
 
     def release(self) -> None:
         self.buf = self.out = None

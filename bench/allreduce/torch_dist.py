@@ -9,24 +9,12 @@ import torch.distributed as dist
 
 from bench import env
 from bench.allreduce.common import Comm
-from bench.config import Device
-from bench.errors import BenchError
+from bench.dist import torchdist
 from bench.launch import LaunchInfo, spawn_local
-from bench.modes.torch_ddp import close_group, init_group
-
-
-def _gpus() -> int:
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def use_cuda(cfg) -> bool:
-    if cfg.device == Device.cuda and _gpus() == 0:
-        raise BenchError("--device cuda was asked for, but no CUDA GPU is visible to PyTorch")
-    return cfg.device == Device.cuda or (cfg.device == Device.auto and _gpus() > 0)
 
 
 def default_np(cfg) -> int:
-    return _gpus() if use_cuda(cfg) else 2
+    return torchdist.gpu_count() if torchdist.use_cuda(cfg.device) else 2
 
 
 def spawn(cfg) -> None:
@@ -43,12 +31,7 @@ class TorchBuffer(Comm):
     def __init__(self, cfg, launch: LaunchInfo) -> None:
         self.cfg, self.launch = cfg, launch
         self.rank, self.world_size = launch.rank, launch.world_size
-        if use_cuda(cfg):
-            index = launch.local_rank % _gpus()
-            torch.cuda.set_device(index)
-            self.device = torch.device("cuda", index)
-        else:
-            self.device = torch.device("cpu")
+        self.device = torchdist.pin(torchdist.use_cuda(cfg.device), launch)
         self.buf = None
 
     def fill(self, count: int) -> None:
@@ -70,7 +53,7 @@ class TorchBuffer(Comm):
 
 class TorchComm(TorchBuffer):
     def setup(self) -> None:
-        self.backend = init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
+        self.backend = torchdist.init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
 
     def prepare(self, count: int):
         self.fill(count)
@@ -80,13 +63,11 @@ class TorchComm(TorchBuffer):
         dist.barrier()
 
     def allgather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
+        return torchdist.allgather(obj)
 
     def environment(self) -> dict[str, Any]:
         return {**env.base(), "torch": env.torch_info(), "library": "torch.distributed", "backend": self.backend,
                 "transport": f"torch.distributed {self.backend}", "device": str(self.device)}
 
     def teardown(self) -> None:
-        close_group()
+        torchdist.close_group()

@@ -1,8 +1,22 @@
-"""Model registry. Specs are plain data (no framework import); builders live per framework."""
+"""Model registry. Specs are plain data (no framework import): sizes, the workload (inputs and unit),
+where each framework's builder lives, and the training FLOPs per sample.
+
+Training FLOPs per sample (for model FLOP/s and MFU) are counted, not estimated: PyTorch's
+FlopCounterMode runs one forward and backward pass of the model on the meta device (shapes only, no
+arithmetic, about a second) and counts every matmul and convolution: 2 FLOPs per multiply-add,
+forward and backward (input and weight gradients). Element-wise work (activations, norms, the
+optimizer) is not counted, as in the usual MFU definitions. The count needs PyTorch; without it
+the figure is absent. Another package adds models with :func:`register` (see bench.plugins).
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass
+
+from bench.errors import BenchError
+from bench.models.workloads import IMAGES, Workload
 
 
 @dataclass(frozen=True)
@@ -13,20 +27,85 @@ class ModelSpec:
     min_image_size: int
     params_1000: int  # parameter count at 1000 classes (torchvision's figure for the same architecture)
     head_inputs: tuple[int, ...]  # inputs of each classifier layer whose width is the class count
+    torch: str  # "module:function"; function(num_classes) -> torch.nn.Module
+    tf: str  # "module:function"; function(num_classes, image_size) -> keras.Model
+    workload: Workload = IMAGES
+    batch_norm: bool = False  # per-rank batch statistics: bench verify cannot compare it with one process
 
     def parameters(self, num_classes: int = 1000) -> int:
         """Trainable parameters at ``num_classes`` (each head: inputs x classes weights + classes biases)."""
         return self.params_1000 + sum(i + 1 for i in self.head_inputs) * (num_classes - 1000)
 
+    def gradient_bytes(self, num_classes: int = 1000, bytes_per_element: int = 4) -> int:
+        """What one data-parallel step allreduces: every parameter's gradient (fp32: 4 bytes, fp16: 2)."""
+        return self.parameters(num_classes) * bytes_per_element
 
-MODELS: dict[str, ModelSpec] = {
-    spec.name: spec
-    for spec in (
-        ModelSpec("vgg16", "VGG-16 (13 conv + 3 FC, no batch norm)", 224, 32, 138_357_544, (4096,)),
-        ModelSpec("vgg19", "VGG-19 (16 conv + 3 FC, no batch norm)", 224, 32, 143_667_240, (4096,)),
-        ModelSpec("resnet50", "ResNet-50 v1.5 (stride in the 3x3 conv)", 224, 32, 25_557_032, (2048,)),
-        ModelSpec("resnet101", "ResNet-101 v1.5", 224, 32, 44_549_160, (2048,)),
-        ModelSpec("inception3", "Inception V3 with aux classifier (torchvision layout; the aux head needs >= 299)",
-                  299, 299, 27_161_264, (2048, 768)),
-    )
-}
+    def build_torch(self, num_classes: int):
+        return _function(self.torch)(num_classes)
+
+    def build_tf(self, num_classes: int, image_size: int):
+        return _function(self.tf)(num_classes, image_size)
+
+    def train_flops_per_sample(self, cfg) -> float | None:
+        """Matmul and convolution FLOPs of one training step (forward + backward) per sample; None without
+        PyTorch."""
+        return _train_flops(self.name, cfg.image_size, cfg.num_classes)
+
+
+def _function(path: str):
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@functools.lru_cache(maxsize=32)
+def _train_flops(name: str, image_size: int, num_classes: int) -> float | None:
+    try:
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError:
+        return None
+    from types import SimpleNamespace
+
+    from bench.models.torch_models import loss_fn
+
+    spec = model(name)
+    batch = 2  # batch norm in training needs more than one value per channel
+    cfg = SimpleNamespace(batch_size=batch, image_size=image_size, num_classes=num_classes, seed=0)
+    with torch.device("meta"):
+        net = spec.build_torch(num_classes)
+        data, target = (t.to("meta") for t in spec.workload.torch_batch(cfg, 0))
+    net.train()
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(net(data), target).backward()
+    return counter.get_total_flops() / batch
+
+
+MODELS: dict[str, ModelSpec] = {}
+
+
+def register(spec: ModelSpec) -> ModelSpec:
+    MODELS[spec.name] = spec
+    return spec
+
+
+def model(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise BenchError(f"unknown model '{name}' (choose from: {', '.join(MODELS)})") from None
+
+
+for _spec in (
+    ModelSpec("vgg16", "VGG-16 (13 conv + 3 FC, no batch norm)", 224, 32, 138_357_544, (4096,),
+              "bench.models.torch_models:vgg16", "bench.models.tf_models:vgg16"),
+    ModelSpec("vgg19", "VGG-19 (16 conv + 3 FC, no batch norm)", 224, 32, 143_667_240, (4096,),
+              "bench.models.torch_models:vgg19", "bench.models.tf_models:vgg19"),
+    ModelSpec("resnet50", "ResNet-50 v1.5 (stride in the 3x3 conv)", 224, 32, 25_557_032, (2048,),
+              "bench.models.torch_models:resnet50", "bench.models.tf_models:resnet50", batch_norm=True),
+    ModelSpec("resnet101", "ResNet-101 v1.5", 224, 32, 44_549_160, (2048,),
+              "bench.models.torch_models:resnet101", "bench.models.tf_models:resnet101", batch_norm=True),
+    ModelSpec("inception3", "Inception V3 with aux classifier (torchvision layout; the aux head needs >= 299)",
+              299, 299, 27_161_264, (2048, 768),
+              "bench.models.torch_models:inception3", "bench.models.tf_models:inception3", batch_norm=True),
+):
+    register(_spec)

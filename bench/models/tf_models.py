@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-from bench.errors import BenchError
 from bench.tfutil import import_tf
 
 tf, keras = import_tf()
@@ -187,16 +186,31 @@ def _inception3(num_classes: int, size: int):
     return keras.Model(inputs, [logits, aux])
 
 
+def vgg16(num_classes: int, image_size: int):
+    return _vgg(_VGG_CFG["vgg16"], num_classes, image_size)
+
+
+def vgg19(num_classes: int, image_size: int):
+    return _vgg(_VGG_CFG["vgg19"], num_classes, image_size)
+
+
+def resnet50(num_classes: int, image_size: int):
+    return _resnet([3, 4, 6, 3], num_classes, image_size)
+
+
+def resnet101(num_classes: int, image_size: int):
+    return _resnet([3, 4, 23, 3], num_classes, image_size)
+
+
+def inception3(num_classes: int, image_size: int):
+    return _inception3(num_classes, image_size)
+
+
 def build(name: str, num_classes: int = 1000, image_size: int = 224):
-    if name in _VGG_CFG:
-        return _vgg(_VGG_CFG[name], num_classes, image_size)
-    if name == "resnet50":
-        return _resnet([3, 4, 6, 3], num_classes, image_size)
-    if name == "resnet101":
-        return _resnet([3, 4, 23, 3], num_classes, image_size)
-    if name == "inception3":
-        return _inception3(num_classes, image_size)
-    raise BenchError(f"unknown model '{name}'")
+    """The registered model ``name`` (bench.models), built by the function its spec names."""
+    from bench.models import model
+
+    return model(name).build_tf(num_classes, image_size)
 
 
 def per_example_loss(outputs, labels):

@@ -10,8 +10,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bench.errors import BenchError
-
 _VGG_CFG = {
     "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
     "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
@@ -273,16 +271,31 @@ class Inception3(nn.Module):
         return (x, aux) if self.training else x
 
 
+def vgg16(num_classes: int) -> nn.Module:
+    return VGG(_VGG_CFG["vgg16"], num_classes)
+
+
+def vgg19(num_classes: int) -> nn.Module:
+    return VGG(_VGG_CFG["vgg19"], num_classes)
+
+
+def resnet50(num_classes: int) -> nn.Module:
+    return ResNet([3, 4, 6, 3], num_classes)
+
+
+def resnet101(num_classes: int) -> nn.Module:
+    return ResNet([3, 4, 23, 3], num_classes)
+
+
+def inception3(num_classes: int) -> nn.Module:
+    return Inception3(num_classes)
+
+
 def build(name: str, num_classes: int = 1000) -> nn.Module:
-    if name in _VGG_CFG:
-        return VGG(_VGG_CFG[name], num_classes)
-    if name == "resnet50":
-        return ResNet([3, 4, 6, 3], num_classes)
-    if name == "resnet101":
-        return ResNet([3, 4, 23, 3], num_classes)
-    if name == "inception3":
-        return Inception3(num_classes)
-    raise BenchError(f"unknown model '{name}'")
+    """The registered model ``name`` (bench.models), built by the function its spec names."""
+    from bench.models import model
+
+    return model(name).build_torch(num_classes)
 
 
 def loss_fn(output, target: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ SINGLE_RANK = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_S
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo, resolve: Callable[[RunConfig, LaunchInfo], RunConfig]) -> RunConfig:
+    """One process, one device: --np 1, and no launcher that started more."""
     if cfg.np not in (None, 1) or launch.world_size != 1:
         raise BenchError(f"{cfg.mode} runs one process on one device (--np 1)")
     return resolve(dataclasses.replace(cfg, np=1), launch)

@@ -10,22 +10,19 @@ import numpy as np
 
 from bench import env
 from bench.config import Device, Precision, RunConfig
+from bench.dist import tfdist
 from bench.errors import BenchError
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices
-from bench.tfutil import import_tf, set_cpu_threads
+from bench.models import model as model_spec
+from bench.tfutil import import_tf
 
 tf, keras = import_tf()
 
 
-def visible_gpus() -> list:
-    return tf.config.list_physical_devices("GPU")
-
-
 def pick_device(cfg: RunConfig) -> tuple[str, int]:
-    gpus = len(visible_gpus())
-    if cfg.device == Device.cuda and gpus == 0:
-        raise BenchError("--device cuda was asked for, but no GPU is visible to TensorFlow")
-    device = "cuda" if (cfg.device == Device.cuda or (cfg.device == Device.auto and gpus > 0)) else "cpu"
+    gpus = len(tfdist.gpus())
+    device = "cuda" if tfdist.use_gpu(cfg.device) else "cpu"
     if device == "cpu" and cfg.precision == Precision.amp_fp16:
         raise BenchError("--precision amp-fp16 needs a GPU; on CPU use fp32 or amp-bf16")
     return device, gpus
@@ -59,39 +56,28 @@ class TFTrainer:
 
     replicas_per_process = 1
 
-    def __init__(self, cfg: RunConfig, launch: LaunchInfo, gpus: str = "one") -> None:
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks | None = None, gpus: str = "one") -> None:
         """``gpus``: 'one' (the local rank's GPU), 'all' (MirroredStrategy) or 'none' (a PS coordinator)."""
         self.cfg = cfg
         self.launch = launch
+        self.hooks = hooks = hooks or Hooks()
         self.rank = launch.rank
         self.world_size = launch.world_size
-        found = visible_gpus()
-        if cfg.device == Device.cuda and gpus != "none":
-            if not found:
-                raise BenchError(f"rank {self.rank}: no GPU visible to TensorFlow")
-            chosen = [found[launch.local_rank % len(found)]] if gpus == "one" else found
-            tf.config.set_visible_devices(chosen, "GPU")
-            for g in chosen:
-                tf.config.experimental.set_memory_growth(g, True)
-        else:
-            tf.config.set_visible_devices([], "GPU")
-            set_cpu_threads(tf)
+        tfdist.pin(cfg.device == Device.cuda, launch, gpus)
         if cfg.precision != Precision.fp32:
             keras.mixed_precision.set_global_policy(
                 "mixed_float16" if cfg.precision == Precision.amp_fp16 else "mixed_bfloat16")
         self.fp16 = cfg.precision == Precision.amp_fp16
-        if cfg.verify_dir is not None:  # bench verify: deterministic kernels, plain fp32 matmuls
+        if hooks.deterministic:  # bench verify: deterministic kernels, plain fp32 matmuls
             tf.config.experimental.enable_op_determinism()
             tf.config.experimental.enable_tensor_float_32_execution(False)
         self._last = None
 
     # -- building blocks (call inside a strategy scope where there is one) -----------------
     def build_model(self):
-        from bench.models.tf_models import build
-
         keras.utils.set_random_seed(self.cfg.seed)  # identical initial weights on every rank
-        self.model = build(self.cfg.model, self.cfg.num_classes, self.cfg.image_size)
-        if self.cfg.verify_dir is not None:  # bench verify: no random masks that differ between runs
+        self.model = model_spec(self.cfg.model).build_tf(self.cfg.num_classes, self.cfg.image_size)
+        if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
             for layer in self.model.layers:
                 if isinstance(layer, keras.layers.Dropout):
                     layer.rate = 0.0
@@ -100,13 +86,8 @@ class TFTrainer:
         return self.model
 
     def make_data(self, index: int):
-        """Synthetic images and labels for data shard ``index``, generated on the current device."""
-        cfg = self.cfg
-        seed = tf.constant([cfg.seed, 1000 + index], tf.int64)
-        x = tf.random.stateless_normal([cfg.batch_size, cfg.image_size, cfg.image_size, 3], seed=seed)
-        y = tf.random.stateless_uniform([cfg.batch_size], seed=seed + 1, minval=0, maxval=cfg.num_classes,
-                                        dtype=tf.int32)
-        return x, y
+        """The workload's synthetic inputs and targets for data shard ``index``, generated on the current device."""
+        return model_spec(self.cfg.model).workload.tf_batch(tf, self.cfg, index)
 
     def make_global_data(self, shards: int):
         """bench verify's reference batch: data shards 0 .. shards-1 concatenated."""
@@ -129,7 +110,7 @@ class TFTrainer:
         grads = tape.gradient(scaled, variables)
         if self.fp16:
             grads = self.optimizer.get_unscaled_gradients(grads)
-        if self.cfg.fault == "skip-allreduce":
+        if self.hooks.fault == "skip-allreduce":
             self.optimizer.apply_gradients(zip(grads, variables, strict=True), skip_gradients_aggregation=True)
         else:
             self.optimizer.apply_gradients(zip(grads, variables, strict=True))
@@ -181,7 +162,7 @@ class TFTrainer:
         return None
 
     def local_gpus(self) -> list[int]:
-        return local_gpu_indices(self.launch, len(visible_gpus()))
+        return local_gpu_indices(self.launch, len(tfdist.gpus()))
 
     def teardown(self) -> None:
         pass

@@ -5,33 +5,35 @@ from __future__ import annotations
 from typing import Any
 
 from bench.config import RunConfig
+from bench.dist import hvd as horovod
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo
-from bench.modes import horovod_common
 from bench.modes.tf_common import TFTrainer, optimizer_variables, resolve, tf
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
-    horovod_common.import_hvd("tensorflow", cfg.mode)
+    horovod.import_hvd("tensorflow", cfg.mode)
     return resolve(cfg, launch)
 
 
-spawn = horovod_common.spawn
+def spawn(cfg: RunConfig) -> None:
+    horovod.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
-def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
-    return HorovodTFTrainer(cfg, launch)
+def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
+    return HorovodTFTrainer(cfg, launch, hooks)
 
 
 class HorovodTFTrainer(TFTrainer):
     def setup(self) -> None:
-        hvd = self.hvd = horovod_common.import_hvd("tensorflow", self.cfg.mode)
-        horovod_common.init(hvd, self.rank, self.world_size)
+        hvd = self.hvd = horovod.import_hvd("tensorflow", self.cfg.mode)
+        horovod.init(hvd, self.rank, self.world_size)
         self.build_model()
         x, y = self.make_data(self.rank)
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
 
         def wrap(tape):
-            if self.cfg.fault == "skip-allreduce":  # bench verify's negative control
+            if self.hooks.fault == "skip-allreduce":  # bench verify's negative control
                 return tape
             return hvd.DistributedGradientTape(tape, compression=compression)
 
@@ -55,7 +57,7 @@ class HorovodTFTrainer(TFTrainer):
         return self.hvd.allgather_object(obj)
 
     def environment(self) -> dict[str, Any]:
-        return {**super().environment(), **horovod_common.environment(
+        return {**super().environment(), **horovod.environment(
             self.hvd, "tensorflow", bool(tf.config.get_visible_devices("GPU")))}
 
     def teardown(self) -> None:

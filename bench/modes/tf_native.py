@@ -11,31 +11,31 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
-import pickle
 from typing import Any
 
-import numpy as np
-
-from bench.config import RunConfig, Strategy
+from bench.config import RunConfig
+from bench.dist import tfdist
 from bench.errors import BenchError
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo, free_port, parse_tf_config
 from bench.launch import spawn as spawn_processes
-from bench.modes.tf_common import TFTrainer, pick_device, resolve, tf, visible_gpus
-from bench.tfutil import multiworker_strategy
+from bench.modes.tf_common import TFTrainer, pick_device, resolve, tf
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     if cfg.fp16_allreduce:
         raise BenchError("--fp16-allreduce: tf.distribute has no gradient compression; use tf-horovod")
+    if cfg.num_ps is not None and (cfg.strategy or "multiworker") != "ps":
+        raise BenchError("--num-ps applies to --strategy ps only")
     if cfg.is_resolved:
         return cfg
-    strategy = cfg.strategy or Strategy.multiworker
-    if strategy == Strategy.multiworker:
+    strategy = cfg.strategy or "multiworker"
+    if strategy == "multiworker":
         return resolve(cfg, launch)
     device, gpus = pick_device(cfg)
-    if strategy == Strategy.mirrored:
+    if strategy == "mirrored":
         if launch.launcher not in ("none", "self") and launch.world_size != 1:
             raise BenchError("--strategy mirrored runs one process for all local GPUs; "
                              f"{launch.launcher} started {launch.world_size}")
@@ -55,7 +55,7 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
         np_ = len(cluster.get("worker", []))
         if cfg.np is not None and cfg.np != np_:
             raise BenchError(f"--np {cfg.np} does not match the {np_} workers in TF_CONFIG")
-    return cfg.resolve(device, np_)
+    return dataclasses.replace(cfg.resolve(device, np_), num_ps=cfg.num_ps or 1)
 
 
 def _tf_config() -> str:
@@ -65,57 +65,14 @@ def _tf_config() -> str:
     return text
 
 
-def _task_config(cluster: dict, task_type: str, index: int) -> str:
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
-
-
-def multiworker_envs(np_: int) -> list[dict[str, str]]:
-    """Rank variables and TF_CONFIG for ``np_`` MultiWorkerMirroredStrategy workers on this host."""
-    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(np_)]}
-    return [{"RANK": str(r), "WORLD_SIZE": str(np_), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(np_),
-             "TF_CONFIG": _task_config(cluster, "worker", r)} for r in range(np_)]
-
-
-def cluster_resolver(launch: LaunchInfo, world_size: int):
-    """MultiWorkerMirroredStrategy's cluster: from TF_CONFIG, or from Slurm under srun."""
-    if "TF_CONFIG" in os.environ:
-        parse_tf_config(os.environ["TF_CONFIG"])  # a clear error before TF's own
-        return tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    if launch.launcher == "srun":
-        # TF's own resolver: hosts from the step's node list (scontrol), one port per local task.
-        # bench pins GPUs itself (local rank -> device; auto_set_gpu=False), so the resolver's GPU
-        # bookkeeping is unused; it cannot express zero GPUs per task, so it is told one per task.
-        per_node = max(1, launch.local_world_size)
-        return tf.distribute.cluster_resolver.SlurmClusterResolver(
-            jobs={"worker": world_size}, port_base=launch.master_port or 8888,
-            gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False)
-    raise BenchError("tf-native multiworker needs TF_CONFIG (bench writes it when it spawns the ranks) "
-                     "or srun")
-
-
-def strategy_allgather(strategy, obj: Any) -> list[Any]:
-    """Any picklable object from every worker, through a MultiWorkerMirroredStrategy's own all-gather."""
-    def gather(array: np.ndarray) -> np.ndarray:
-        tensor = tf.constant(array)
-        values = strategy.experimental_distribute_values_from_function(lambda ctx: tensor)
-        return strategy.gather(values, axis=0).numpy()
-
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).astype(np.int32)
-    lengths = gather(np.array([payload.size], np.int32))
-    padded = np.zeros([1, int(lengths.max())], np.int32)
-    padded[0, :payload.size] = payload
-    rows = gather(padded)
-    return [pickle.loads(rows[i, :lengths[i]].astype(np.uint8).tobytes()) for i in range(len(lengths))]
-
-
 def spawn(cfg: RunConfig) -> None:
     """All processes on this host, TF_CONFIG written for each."""
-    if cfg.strategy == Strategy.mirrored:
+    if cfg.strategy == "mirrored":
         spawn_processes([cfg.mode], [{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}],
               cfg.to_json())
         return
-    if cfg.strategy == Strategy.multiworker:
-        spawn_processes([cfg.mode], multiworker_envs(cfg.np), cfg.to_json())
+    if cfg.strategy == "multiworker":
+        spawn_processes([cfg.mode], tfdist.multiworker_envs(cfg.np), cfg.to_json())
         return
     roles = [("chief", 0)] + [("worker", i) for i in range(cfg.np)] + [("ps", i) for i in range(cfg.num_ps)]
     cluster: dict[str, list[str]] = {}
@@ -124,7 +81,8 @@ def spawn(cfg: RunConfig) -> None:
     envs = []
     for rank, (role, index) in enumerate(roles):
         env = {"RANK": str(rank), "WORLD_SIZE": str(len(roles)), "LOCAL_WORLD_SIZE": str(len(roles)),
-               "LOCAL_RANK": str(index if role == "worker" else 0), "TF_CONFIG": _task_config(cluster, role, index)}
+               "LOCAL_RANK": str(index if role == "worker" else 0),
+               "TF_CONFIG": tfdist.task_config(cluster, role, index)}
         if role == "ps":
             env["CUDA_VISIBLE_DEVICES"] = ""  # parameter servers keep to the CPU (the chief hides GPUs from TF)
         envs.append(env)
@@ -133,14 +91,14 @@ def spawn(cfg: RunConfig) -> None:
 
 def serve(cfg: RunConfig, launch: LaunchInfo) -> bool:
     """Under --strategy ps, workers and parameter servers serve until stopped; True if this process did."""
-    if cfg.strategy != Strategy.ps:
+    if cfg.strategy != "ps":
         return False
     cluster, task_type, index = parse_tf_config(_tf_config())
     if task_type == "chief":
         return False
     if task_type not in ("worker", "ps"):
         raise BenchError(f"--strategy ps has no role for TF_CONFIG task type '{task_type}'")
-    gpus = visible_gpus()
+    gpus = tfdist.gpus()
     tf.config.set_visible_devices([gpus[index % len(gpus)]] if task_type == "worker" and gpus and
                                   cfg.device.value == "cuda" else [], "GPU")
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=task_type, task_index=index,
@@ -149,9 +107,9 @@ def serve(cfg: RunConfig, launch: LaunchInfo) -> bool:
     return True
 
 
-def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
-    return {Strategy.multiworker: MultiWorkerTrainer, Strategy.mirrored: MirroredTrainer,
-            Strategy.ps: ParameterServerTrainer}[cfg.strategy](cfg, launch)
+def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
+    return {"multiworker": MultiWorkerTrainer, "mirrored": MirroredTrainer,
+            "ps": ParameterServerTrainer}[cfg.strategy](cfg, launch, hooks)
 
 
 class _SyncStrategyTrainer(TFTrainer):
@@ -185,24 +143,17 @@ class _SyncStrategyTrainer(TFTrainer):
 
 class MultiWorkerTrainer(_SyncStrategyTrainer):
     def setup(self) -> None:
-        gpu = self.cfg.device.value == "cuda"
-        impl = tf.distribute.experimental.CommunicationImplementation
-        self.collectives = "NCCL" if gpu else "RING"
-        options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if gpu else impl.RING)
-        self.strategy = multiworker_strategy(tf, cluster_resolver(self.launch, self.world_size), options, self.rank,
-                                             self.cfg.rendezvous_timeout)
-        if self.strategy.num_replicas_in_sync != self.world_size:
-            raise BenchError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas, "
-                             f"the launcher started {self.world_size} ranks")
+        self.strategy, self.collectives = tfdist.multiworker(self.launch, self.cfg.device.value == "cuda",
+                                                             self.cfg.rendezvous_timeout)
         self.build_step(lambda ctx: self.rank)
 
     def allgather(self, obj: Any) -> list[Any]:
-        return strategy_allgather(self.strategy, obj)
+        return tfdist.allgather(self.strategy, obj)
 
 
 class MirroredTrainer(_SyncStrategyTrainer):
-    def __init__(self, cfg: RunConfig, launch: LaunchInfo) -> None:
-        super().__init__(cfg, launch, gpus="all")
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> None:
+        super().__init__(cfg, launch, hooks, gpus="all")
 
     def setup(self) -> None:
         gpu = self.cfg.device.value == "cuda"
@@ -219,8 +170,8 @@ class MirroredTrainer(_SyncStrategyTrainer):
 
 
 class ParameterServerTrainer(TFTrainer):
-    def __init__(self, cfg: RunConfig, launch: LaunchInfo) -> None:
-        super().__init__(cfg, launch, gpus="none")
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> None:
+        super().__init__(cfg, launch, hooks, gpus="none")
 
     def setup(self) -> None:
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -264,7 +215,7 @@ class ParameterServerTrainer(TFTrainer):
         return [obj]  # the coordinator is the one measuring process
 
     def local_gpus(self) -> list[int]:
-        return list(range(min(self.replicas_per_process, len(visible_gpus()))))  # the workers' GPUs
+        return list(range(min(self.replicas_per_process, len(tfdist.gpus()))))  # the workers' GPUs
 
     def _variable_copies(self) -> list[list]:
         return [[v.numpy() for v in self.model.trainable_variables]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.config import RunConfig
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo
 from bench.modes import single
 from bench.modes.tf_common import TFTrainer, resolve, tf
@@ -18,15 +19,15 @@ def spawn(cfg: RunConfig) -> None:
     single.spawn_one(cfg)
 
 
-def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TFTrainer:
-    return SingleTFTrainer(cfg, launch)
+def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
+    return SingleTFTrainer(cfg, launch, hooks)
 
 
 class SingleTFTrainer(TFTrainer):
     def setup(self) -> None:
         self.build_model()
         # bench verify's reference trains on the global batch of data_shards ranks in one step.
-        shards = self.cfg.data_shards or 1
+        shards = self.hooks.data_shards or 1
         x, y = self.make_global_data(shards)
 
         @tf.function

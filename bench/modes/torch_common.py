@@ -11,19 +11,20 @@ import torch
 
 from bench import env
 from bench.config import Device, Precision, RunConfig
+from bench.dist import torchdist
 from bench.errors import BenchError
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices
-from bench.models.torch_models import build, loss_fn
+from bench.models import model as model_spec
+from bench.models.torch_models import loss_fn
 
 
 def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     """Pick the device and world size; fill the device's defaults."""
     if cfg.is_resolved:
         return cfg
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if cfg.device == Device.cuda and gpus == 0:
-        raise BenchError("--device cuda was asked for, but no CUDA GPU is visible to PyTorch")
-    device = "cuda" if (cfg.device == Device.cuda or (cfg.device == Device.auto and gpus > 0)) else "cpu"
+    gpus = torchdist.gpu_count()
+    device = "cuda" if torchdist.use_cuda(cfg.device) else "cpu"
     if launch.launcher == "none":
         np = cfg.np or (gpus if device == "cuda" else 2)
         if device == "cuda" and np > gpus:
@@ -39,42 +40,25 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     return cfg.resolve(device, np)
 
 
-def shard(cfg: RunConfig, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images (NCHW) and labels of data shard ``index`` (rank ``index``'s batch), on the CPU."""
-    g = torch.Generator().manual_seed(cfg.seed + 1000 + index)
-    data = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size, generator=g)
-    target = torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=g)
-    return data, target
-
-
 class TorchTrainer:
     """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""
 
-    def __init__(self, cfg: RunConfig, launch: LaunchInfo) -> None:
+    def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks | None = None) -> None:
         self.cfg = cfg
         self.launch = launch
+        self.hooks = hooks = hooks or Hooks()
         self.rank = launch.rank
         self.world_size = launch.world_size
         self.replicas_per_process = 1
-        if cfg.device == Device.cuda:
-            if not torch.cuda.is_available():
-                raise BenchError(f"rank {self.rank}: no CUDA GPU visible")
-            index = launch.local_rank % torch.cuda.device_count()
-            torch.cuda.set_device(index)
-            self.device = torch.device("cuda", index)
+        self.device = torchdist.pin(cfg.device == Device.cuda, launch)
+        if self.device.type == "cuda":
             # fp32 means TF32 tensor-core math on Ampere and newer, as the frameworks default for convs.
             # bench verify wants plain fp32 and deterministic kernels instead.
-            fast = cfg.verify_dir is None
+            fast = not hooks.deterministic
             torch.backends.cuda.matmul.allow_tf32 = fast
             torch.backends.cudnn.allow_tf32 = fast
             torch.backends.cudnn.benchmark = fast
-        else:
-            self.device = torch.device("cpu")
-            # One core share per local rank, unless the user set OMP_NUM_THREADS: N ranks each
-            # using every core oversubscribe the CPU and measure contention, not training.
-            if "OMP_NUM_THREADS" not in os.environ:
-                torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, launch.local_world_size)))
-        if cfg.verify_dir is not None:
+        if hooks.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
             torch.use_deterministic_algorithms(True)
         self.scaler = None
@@ -83,10 +67,10 @@ class TorchTrainer:
     def build_model(self) -> torch.nn.Module:
         cfg = self.cfg
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        model = build(cfg.model, cfg.num_classes).to(self.device)
+        model = model_spec(cfg.model).build_torch(cfg.num_classes).to(self.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        if cfg.verify_dir is not None:  # bench verify: no random masks that differ between runs
+        if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
             for m in model.modules():
                 if isinstance(m, torch.nn.Dropout):
                     m.p = 0.0
@@ -96,7 +80,8 @@ class TorchTrainer:
     def build_data(self, shards: list[int] | None = None) -> None:
         """The synthetic batch of this rank's data shard, or the concatenation of ``shards``."""
         cfg = self.cfg
-        parts = [shard(cfg, index) for index in (shards or [self.rank])]
+        workload = model_spec(cfg.model).workload
+        parts = [workload.torch_batch(cfg, index) for index in (shards or [self.rank])]
         data = torch.cat([d for d, _ in parts])
         target = torch.cat([t for _, t in parts])
         self.data = data.to(self.device)

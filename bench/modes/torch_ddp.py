@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import os
-import time
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from bench.config import Precision, RunConfig
-from bench.errors import BenchError
+from bench.dist import torchdist
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo, spawn_local
 from bench.modes.torch_common import TorchTrainer, resolve
-
-COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
@@ -26,47 +22,13 @@ def spawn(cfg: RunConfig) -> None:
     spawn_local([cfg.mode], cfg.np, cfg.to_json())
 
 
-def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
-    return DDPTrainer(cfg, launch)
-
-
-def init_group(launch: LaunchInfo, device: torch.device, rendezvous_timeout: float) -> str:
-    """torch.distributed's default group over a TCPStore at MASTER_ADDR:MASTER_PORT; returns the backend
-    (NCCL on GPU, Gloo on CPU)."""
-    addr, port = launch.master_addr, launch.master_port
-    if not addr or not port:
-        raise BenchError(f"{launch.launcher} did not provide MASTER_ADDR and MASTER_PORT "
-                         "for the torch.distributed rendezvous; set them")
-    timeout = timedelta(seconds=rendezvous_timeout)
-    try:
-        store = dist.TCPStore(addr, port, launch.world_size, is_master=launch.rank == 0, timeout=timeout,
-                              wait_for_workers=True)
-    except (RuntimeError, dist.DistError) as exc:
-        raise BenchError(f"rendezvous at {addr}:{port} failed or timed out after {rendezvous_timeout:g} s "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size,
-                            timeout=COLLECTIVE_TIMEOUT, **kwargs)
-    return backend
-
-
-def close_group() -> None:
-    """Destroy the default group once no collective is in flight.
-
-    Gloo's worker threads release a finished collective's tensors under the GIL; if the main thread
-    drops the last reference to the group meanwhile (holding the GIL), the two deadlock. A barrier and
-    a short GIL-free pause let those threads finish first.
-    """
-    if dist.is_initialized():
-        dist.barrier()
-        time.sleep(0.1)
-        dist.destroy_process_group()
+def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrainer:
+    return DDPTrainer(cfg, launch, hooks)
 
 
 class DDPTrainer(TorchTrainer):
     def setup(self) -> None:
-        self.backend = init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
+        self.backend = torchdist.init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
         model = self.build_model()
         ids = [self.device.index] if self.device.type == "cuda" else None
         self.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
@@ -80,15 +42,13 @@ class DDPTrainer(TorchTrainer):
         self.build_data()
 
     def step(self) -> None:
-        if self.cfg.fault == "skip-allreduce":  # bench verify's negative control
+        if self.hooks.fault == "skip-allreduce":  # bench verify's negative control
             with self.model.no_sync():
                 return super().step()
         return super().step()
 
     def allgather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
+        return torchdist.allgather(obj)
 
     def environment(self) -> dict[str, Any]:
         record = super().environment()
@@ -97,5 +57,5 @@ class DDPTrainer(TorchTrainer):
         return record
 
     def teardown(self) -> None:
-        close_group()
+        torchdist.close_group()
         self.model = None  # the Reducer and its process group go now, with no collective in flight

@@ -7,31 +7,33 @@ from typing import Any
 import torch
 
 from bench.config import Precision, RunConfig
+from bench.dist import hvd as horovod
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo
-from bench.modes import horovod_common
 from bench.modes.torch_common import TorchTrainer, resolve
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
-    horovod_common.import_hvd("torch", cfg.mode)
+    horovod.import_hvd("torch", cfg.mode)
     return resolve(cfg, launch)
 
 
-spawn = horovod_common.spawn
+def spawn(cfg: RunConfig) -> None:
+    horovod.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
-def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
-    return HorovodTrainer(cfg, launch)
+def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrainer:
+    return HorovodTrainer(cfg, launch, hooks)
 
 
 class HorovodTrainer(TorchTrainer):
     def setup(self) -> None:
-        hvd = self.hvd = horovod_common.import_hvd("torch", self.cfg.mode)
-        horovod_common.init(hvd, self.rank, self.world_size)
+        hvd = self.hvd = horovod.import_hvd("torch", self.cfg.mode)
+        horovod.init(hvd, self.rank, self.world_size)
         self.model = self.build_model()
         optimizer = self.build_optimizer(self.model.parameters())
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
-        if self.cfg.fault == "skip-allreduce":  # bench verify's negative control: no DistributedOptimizer
+        if self.hooks.fault == "skip-allreduce":  # bench verify's negative control: no DistributedOptimizer
             self.optimizer = optimizer
         else:
             self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
@@ -63,7 +65,7 @@ class HorovodTrainer(TorchTrainer):
 
     def environment(self) -> dict[str, Any]:
         return {**super().environment(),
-                **horovod_common.environment(self.hvd, "torch", self.device.type == "cuda")}
+                **horovod.environment(self.hvd, "torch", self.device.type == "cuda")}
 
     def teardown(self) -> None:
         self.hvd.shutdown()

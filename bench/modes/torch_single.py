@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.config import Precision, RunConfig
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo
 from bench.modes import single
 from bench.modes.torch_common import TorchTrainer, resolve, torch
@@ -18,8 +19,8 @@ def spawn(cfg: RunConfig) -> None:
     single.spawn_one(cfg)
 
 
-def make_trainer(cfg: RunConfig, launch: LaunchInfo) -> TorchTrainer:
-    return SingleTrainer(cfg, launch)
+def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrainer:
+    return SingleTrainer(cfg, launch, hooks)
 
 
 class SingleTrainer(TorchTrainer):
@@ -29,7 +30,7 @@ class SingleTrainer(TorchTrainer):
         if self.cfg.precision == Precision.amp_fp16:
             self.scaler = torch.amp.GradScaler("cuda")
         # bench verify's reference: the global batch of data_shards ranks in one step.
-        self.build_data(list(range(self.cfg.data_shards)) if self.cfg.data_shards else None)
+        self.build_data(list(range(self.hooks.data_shards)) if self.hooks.data_shards else None)
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]

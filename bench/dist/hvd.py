@@ -1,4 +1,4 @@
-"""What the Horovod modes share, for either framework (imports Horovod's framework module lazily)."""
+"""Horovod for either framework, for the Horovod modes and allreduce backends (imports horovod.<framework> lazily)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from bench import env
-from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launch import LaunchInfo, detect, spawn_horovod_gloo
 
@@ -92,8 +91,9 @@ def init(hvd, rank: int, world_size: int) -> None:
         raise BenchError(f"Horovod says rank {hvd.rank()}/{hvd.size()} but the launcher said {rank}/{world_size}")
 
 
-def spawn(cfg: RunConfig) -> None:
-    spawn_horovod_gloo(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+def spawn(command: str, np: int, config_json: str, rendezvous_timeout: float) -> None:
+    """``np`` ranks of ``bench COMMAND`` on this host with Horovod's Gloo controller."""
+    spawn_horovod_gloo(command, np, config_json, rendezvous_timeout)
 
 
 def environment(hvd, framework: str, on_gpu: bool) -> dict[str, Any]:

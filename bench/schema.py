@@ -1,0 +1,174 @@
+"""The result file, typed: pydantic models whose JSON Schema ``bench schema`` prints.
+
+Every result is validated against these models before it is written, and when it is read. Sections
+that carry free-form records (the environment, telemetry, per-rank details) keep their required keys
+typed and allow more. Results of schema 1 (image-only, before the workload and the sample unit) are
+read through :func:`upgrade`, which renames their image figures to sample figures; nothing is lost.
+
+Schema history:
+  1  image CNNs only; throughput keys ``images_per_sec_*``, energy ``energy_per_image_j``
+  2  ``workload`` section (kind, sample unit, parameters, training FLOPs per sample); throughput in
+     samples (``samples_per_sec_*``, text adds ``tokens_per_sec_*``); ``model_tflops_per_gpu``
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bench import SCHEMA_VERSION
+from bench.errors import BenchError
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(description="what the model trains on: image, ...")
+    unit: str = Field(description="one sample: image, sequence")
+    symbol: str = Field(description="throughput's unit in tables: img/s, seq/s")
+    model: str
+    parameters: int | None = Field(description="trainable parameters at the run's class count")
+    gradient_bytes: int | None = Field(description="fp32 gradient one data-parallel step allreduces")
+    train_flops_per_sample: float | None = Field(
+        description="matmul and convolution FLOPs of forward + backward per sample (bench.models)")
+    tokens_per_sample: int | None = Field(None, description="text workloads: tokens in one sample")
+
+
+class RankInfo(_Open):
+    rank: int
+    local_rank: int
+    host: str
+    device: str
+
+
+class Environment(_Open):
+    ranks: list[RankInfo] = Field(description="every rank's host and device")
+
+
+class Timing(_Open):
+    unit: Literal["s"]
+    init_s: float
+    first_step_s: float
+    train_s: float
+    timed_windows_s: float
+    per_rank: list[dict[str, Any]]
+    definitions: dict[str, str]
+
+
+class Samples(_Open):
+    unit: Literal["s"]
+    steps_per_window: int
+    samples_per_window_per_rank: int
+    replicas_per_rank: int
+    window_s: list[list[float]] = Field(description="raw: every measuring rank's timed window durations")
+    warmup_step_s: list[list[float]]
+
+
+class Summary(_Open):
+    unit: Literal["samples/s"]
+    samples_per_sec_total: float
+    samples_per_sec_per_gpu: float
+    samples_per_sec_rank0_x_world: float
+    samples_per_sec_wall_train: float | None
+    samples_per_sec_wall_total: float
+    tokens_per_sec_total: float | None = None
+    tokens_per_sec_per_gpu: float | None = None
+    model_tflops_per_gpu: float | None = None
+    ci95: list[float] | None
+    median: float
+
+
+class Telemetry(_Open):
+    available: bool
+    energy_per_sample_j: float | None = None
+    samples_per_sec_per_watt: float | None = None
+
+
+class Sync(_Open):
+    param_checksums: list[str]
+    ranks_in_sync: bool
+    params_changed: bool
+
+
+class Result(BaseModel):
+    """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
+
+    model_config = ConfigDict(extra="forbid", title="hvdbench result")
+    schema_version: Literal[2]
+    run_id: str
+    status: Literal["ok"]
+    created_utc: str
+    hvdbench_version: str
+    mode: str
+    config: dict[str, Any] = Field(description="the resolved run configuration (bench.config.RunConfig)")
+    launcher: str
+    world_size: int
+    processes: int
+    replicas_per_process: int
+    workload: Workload
+    environment: Environment
+    timing: Timing
+    samples: Samples
+    summary: Summary
+    telemetry: Telemetry
+    sync: Sync
+
+
+def json_schema() -> dict[str, Any]:
+    return Result.model_json_schema()
+
+
+def validate(data: Any, where: str = "result") -> None:
+    """One clear error when ``data`` is not a result of this schema version."""
+    if not isinstance(data, dict):
+        raise BenchError(f"{where} is not a JSON object")
+    if "schema_version" not in data:
+        raise BenchError(f"{where} is not an hvdbench result (it has no schema_version)")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise BenchError(f"{where} has schema_version {data['schema_version']}; this hvdbench reads 1 and "
+                         f"{SCHEMA_VERSION} (a newer version wrote it?)")
+    try:
+        Result.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(p) for p in first["loc"])
+        raise BenchError(f"{where} does not match the result schema: {at}: {first['msg']} "
+                         f"({exc.error_count()} problem(s))") from None
+
+
+_V1_SUMMARY = {"images_per_sec_total": "samples_per_sec_total", "images_per_sec_per_gpu": "samples_per_sec_per_gpu",
+               "images_per_sec_rank0_x_world": "samples_per_sec_rank0_x_world",
+               "images_per_sec_wall_train": "samples_per_sec_wall_train",
+               "images_per_sec_wall_total": "samples_per_sec_wall_total",
+               "windows_total_images_per_sec": "windows_total_samples_per_sec"}
+_V1_TELEMETRY = {"energy_per_image_j": "energy_per_sample_j", "images_per_sec_per_watt": "samples_per_sec_per_watt"}
+_V1_HOOK_FIELDS = ("verify_dir", "data_shards", "fault")  # bench verify's requests, now bench.hooks
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 result as schema 2 (same figures, new names, the image workload made explicit)."""
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        return data
+    from bench.models import MODELS
+
+    out = dict(data, schema_version=2)
+    out["summary"] = {_V1_SUMMARY.get(k, k): v for k, v in data.get("summary", {}).items()}
+    out["summary"]["unit"] = "samples/s"
+    out["telemetry"] = {_V1_TELEMETRY.get(k, k): v for k, v in (data.get("telemetry") or {}).items()}
+    samples = dict(data.get("samples", {}))
+    if "images_per_window_per_rank" in samples:
+        samples["samples_per_window_per_rank"] = samples.pop("images_per_window_per_rank")
+    out["samples"] = samples
+    config = {k: v for k, v in data.get("config", {}).items() if k not in _V1_HOOK_FIELDS}
+    out["config"] = config
+    spec = MODELS.get(config.get("model", ""))
+    classes = config.get("num_classes", 1000)
+    out["workload"] = {"kind": "image", "unit": "image", "symbol": "img/s", "model": config.get("model", "?"),
+                       "parameters": spec.parameters(classes) if spec else None,
+                       "gradient_bytes": spec.gradient_bytes(classes) if spec else None,
+                       "train_flops_per_sample": None, "tokens_per_sample": None}
+    return out

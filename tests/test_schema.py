@@ -1,0 +1,92 @@
+"""The typed result: `bench schema`, validation on write and read, schema-1 results still read, the metric registry."""
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import bench
+
+from bench.errors import BenchError
+from bench.metrics import METRICS, find
+from bench.results import CSV_FIELDS, csv_row, load_result, write_result
+from bench.schema import json_schema, upgrade, validate
+
+FIXTURES = Path(__file__).parent / "fixtures"
+V1 = sorted((FIXTURES / "sweep-a").glob("*.json"))[0]
+
+
+def upgraded() -> dict:
+    return upgrade(json.loads(V1.read_text()))
+
+
+def test_bench_schema_prints_the_json_schema():
+    out = bench("schema")
+    assert out.returncode == 0, out.stderr
+    schema = json.loads(out.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["title"] == "hvdbench result"
+    assert {"workload", "summary", "samples", "sync", "schema_version"} <= set(schema["required"])
+    assert schema == json_schema()
+
+
+def test_a_schema_1_result_reads_as_schema_2_with_the_same_figures():
+    old = json.loads(V1.read_text())
+    assert old["schema_version"] == 1
+    new = load_result(V1)
+    assert new["schema_version"] == 2
+    assert new["summary"]["samples_per_sec_total"] == old["summary"]["images_per_sec_total"]
+    assert new["summary"]["samples_per_sec_per_gpu"] == old["summary"]["images_per_sec_per_gpu"]
+    assert new["samples"]["window_s"] == old["samples"]["window_s"]
+    assert new["workload"]["unit"] == "image" and new["workload"]["model"] == "resnet50"
+    assert new["workload"]["parameters"] == 23_528_522  # ResNet-50 at 10 classes
+    jsonschema.validate(new, json_schema())
+
+
+def test_schema_1_and_2_results_report_together(tmp_path):
+    folder = tmp_path / "mixed"
+    shutil.copytree(FIXTURES / "sweep-a", folder)
+    newest = sorted(folder.glob("*.json"))[-1]
+    newest.write_text(json.dumps(upgrade(json.loads(newest.read_text()))))  # one result in schema 2
+    out = bench("report", str(folder))
+    assert out.returncode == 0, out.stderr
+    assert "img/s total" in (folder / "report.md").read_text()
+
+
+def test_a_result_that_breaks_the_schema_is_refused_in_one_line(tmp_path):
+    data = upgraded()
+    del data["summary"]["samples_per_sec_total"]
+    with pytest.raises(BenchError, match="summary.samples_per_sec_total: Field required"):
+        validate(data)
+    with pytest.raises(BenchError, match="does not match the result schema"):
+        write_result(tmp_path, data)
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_csv_columns_and_table_come_from_the_metric_registry():
+    assert set(METRICS) <= set(CSV_FIELDS)
+    row = csv_row(upgraded())
+    assert list(row) == CSV_FIELDS
+    assert row["samples_per_sec_total"] == upgraded()["summary"]["samples_per_sec_total"]
+    assert row["sample_unit"] == "image"
+    assert find("images_per_sec_total") is METRICS["samples_per_sec_total"]  # schema-1 names still work
+    with pytest.raises(BenchError, match="unknown metric"):
+        find("speed")
+
+
+def test_compare_takes_schema_1_metric_names(tmp_path):
+    out = bench("compare", str(FIXTURES / "sweep-a"), str(FIXTURES / "sweep-b"), "--metric", "images_per_sec_total",
+                "--max-regression", "1000")
+    assert out.returncode == 0, out.stderr
+
+
+def test_training_flops_are_counted_not_guessed():
+    """VGG-16 at 224x224: 15.5 G multiply-adds forward (Simonyan and Zisserman), so 31 GFLOP forward and about
+    3x that for forward plus backward; the counted figure must land there."""
+    from types import SimpleNamespace
+
+    from bench.models import model
+
+    flops = model("vgg16").train_flops_per_sample(SimpleNamespace(image_size=224, num_classes=1000))
+    assert 90e9 < flops < 95e9
