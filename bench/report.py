@@ -26,9 +26,13 @@ from typing import Any
 
 from bench import schema
 from bench.errors import BenchError
-from bench.metrics import sample_symbol
+from bench.metrics import METRICS, sample_symbol
 from bench.modes import MODES
 from bench.sweep import CONFIGS_DIR
+
+# The registry's metrics each row of report.csv carries (bench.metrics), beside the derived speedups.
+REPORTED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec_wall_total", "tokens_per_sec_total",
+            "model_tflops_per_gpu", "init_s", "first_step_s")
 
 
 @dataclass(frozen=True)
@@ -133,10 +137,9 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
             r = by_n[n]
             t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
             row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
-                   "image_size": key.image_size, "n": n, "unit": sample_symbol(r), "samples_per_sec_total": t,
-                   "samples_per_sec_per_gpu": r["summary"]["samples_per_sec_per_gpu"], "ci95": r["summary"].get("ci95"),
-                   "samples_per_sec_wall_total": w, "init_s": r["timing"]["init_s"], "run_id": r["run_id"],
-                   "speedup": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
+                   "image_size": key.image_size, "n": n, "unit": sample_symbol(r),
+                   **{name: METRICS[name].value(r) for name in REPORTED}, "ci95": r["summary"].get("ci95"),
+                   "run_id": r["run_id"], "speedup": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
             if base is not None:
                 t1 = base["summary"]["samples_per_sec_total"]
                 row["speedup"] = t / t1
