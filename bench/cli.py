@@ -50,8 +50,11 @@ def train(
                                                    "8 on CPU).")] = DEFAULT["batch_size"],
     image_size: Annotated[int | None, typer.Option(help="Square image side (default: the model's own (224; 299 "
                                                    "for inception3) on GPU, 64 on CPU).")] = DEFAULT["image_size"],
-    num_classes: Annotated[int, typer.Option(help="Classifier outputs (10 = CIFAR-10 shape).")]
-    = DEFAULT["num_classes"],
+    seq_len: Annotated[int | None, typer.Option(help="Text models: tokens per sequence (default: the model's own "
+                                                "on GPU, 32 on CPU).")] = DEFAULT["seq_len"],
+    num_classes: Annotated[int | None, typer.Option(help="Classifier outputs (10 = CIFAR-10 shape), or a text model's "
+                                                    "vocabulary (default: the model's: 1000 classes, 37000 tokens "
+                                                    "for transformer-base).")] = DEFAULT["num_classes"],
     precision: Annotated[Precision, typer.Option(help="fp32 (TF32 on GPU) or autocast mixed precision.")]
     = DEFAULT["precision"],
     channels_last: Annotated[bool, typer.Option("--channels-last", help="NHWC memory format (PyTorch; "
@@ -88,7 +91,7 @@ def train(
     from bench.run import run
 
     run(RunConfig(mode=ctx.info_name, model=model, batch_size=batch_size, image_size=image_size,
-                  num_classes=num_classes, precision=precision, channels_last=channels_last,
+                  seq_len=seq_len, num_classes=num_classes, precision=precision, channels_last=channels_last,
                   warmup_steps=warmup_steps, steps_per_window=steps_per_window, windows=windows, duration=duration,
                   np=np, device=device, seed=seed, output=output, fp16_allreduce=fp16_allreduce,
                   rendezvous_timeout=rendezvous_timeout, telemetry=telemetry, telemetry_interval=telemetry_interval,
@@ -222,11 +225,13 @@ def verify_command(
     framework: Annotated[str, typer.Option(help="torch, tf or both (both adds PyTorch vs TensorFlow).")] = "both",
     modes: Annotated[str, typer.Option(help="Comma-separated subset, e.g. torch-ddp,tf-native:ps "
                                        "(default: every distributed mode of the framework).")] = "",
-    model: Annotated[str, typer.Option(help="vgg16 or vgg19 (no batch normalisation).")] = "vgg16",
+    model: Annotated[str, typer.Option(help="A model without batch normalisation: vgg16, vgg19, transformer-small, "
+                                       "transformer-base.")] = "vgg16",
     steps: Annotated[int, typer.Option(help="Training steps per run.")] = 3,
     np: Annotated[int, typer.Option("--np", help="Ranks of the distributed runs.")] = 2,
     batch_size: Annotated[int, typer.Option(help="Images per rank per step.")] = 2,
-    image_size: Annotated[int, typer.Option(help="Square image side.")] = 32,
+    image_size: Annotated[int | None, typer.Option(help="Square image side (image models; default 32).")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence (text models; default 8).")] = None,
     num_classes: Annotated[int, typer.Option(help="Classifier outputs.")] = 10,
     device: Annotated[Device, typer.Option(help="Where the runs train.")] = Device.auto,
     seed: Annotated[int, typer.Option(help="Seed for weights and data.")] = 42,
@@ -247,7 +252,8 @@ def verify_command(
     from bench.verify import EXPECTED_DIFFERENCES, VerifyConfig, reasons, render, run_verify
 
     vc = VerifyConfig(framework=framework, modes=tuple(parse_list(modes)), model=model, steps=steps, np=np,
-                      batch_size=batch_size, image_size=image_size, num_classes=num_classes, device=device, seed=seed,
+                      batch_size=batch_size, image_size=image_size, seq_len=seq_len, num_classes=num_classes,
+                      device=device, seed=seed,
                       fp16_allreduce=fp16_allreduce, tolerance=tolerance, fault=fault, cross=cross, output=output,
                       keep_params=keep_params)
     report, path = run_verify(vc)
@@ -294,7 +300,8 @@ def allreduce_command(
 @app.command("predict")
 def predict_command(
     model: Annotated[str | None, typer.Option(help="Model whose gradient is allreduced (default vgg16).")] = None,
-    num_classes: Annotated[int, typer.Option(help="Classifier outputs (changes the gradient size).")] = 1000,
+    num_classes: Annotated[int | None, typer.Option(help="Classifier outputs or vocabulary (changes the gradient "
+                                                    "size; default: the model's own).")] = None,
     step_time: Annotated[float | None, typer.Option(help="Measured 1-GPU step time, seconds.")] = None,
     images_per_sec: Annotated[float | None, typer.Option(help="Or the measured 1-GPU images/s.")] = None,
     batch_size: Annotated[int, typer.Option(help="Images per GPU per step.")] = 64,
@@ -345,14 +352,16 @@ def predict_command(
 
 @app.command("models")
 def models_command() -> None:
-    """List the models: workload kind, parameters (at 1000 classes), input sizes."""
+    """List the models: workload kind, parameters (at their default classes or vocabulary), input sizes."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("model", "kind", "parameters", "default image", "min image", "description")
+    table = Table("model", "kind", "parameters", "default input", "min image", "description")
     for spec in MODELS.values():
-        table.add_row(spec.name, spec.workload.kind, f"{spec.params_1000:,}", str(spec.default_image_size),
-                      str(spec.min_image_size), spec.description)
+        inputs = (f"seq {spec.default_seq_len}, vocab {spec.default_classes:,}" if spec.default_seq_len
+                  else f"{spec.default_image_size}x{spec.default_image_size}")
+        table.add_row(spec.name, spec.workload.kind, f"{spec.parameters(spec.default_classes):,}", inputs,
+                      str(spec.min_image_size or "–"), spec.description)
     Console().print(table)
 
 

@@ -30,6 +30,7 @@ class Profile:
     name: str
     batch_size: int
     image_size: int | None  # None: the model's own default (224, 299 for Inception V3)
+    seq_len: int | None  # text models; None: the model's own default
     warmup_steps: int
     steps_per_window: int
     windows: int
@@ -37,10 +38,11 @@ class Profile:
 
 # GPU defaults follow the Horovod paper and its synthetic benchmark script:
 # batch 64 per GPU, 224x224, 10 warmup steps, 10 windows ("iterations") of 10 steps.
-GPU_PROFILE = Profile("gpu-paper", batch_size=64, image_size=None, warmup_steps=10, steps_per_window=10,
-                      windows=10)
+GPU_PROFILE = Profile("gpu-paper", batch_size=64, image_size=None, seq_len=None, warmup_steps=10,
+                      steps_per_window=10, windows=10)
 # CPU defaults: a short, honest run that fits about two minutes on a 2-core machine.
-CPU_PROFILE = Profile("cpu-quick", batch_size=8, image_size=64, warmup_steps=2, steps_per_window=4, windows=5)
+CPU_PROFILE = Profile("cpu-quick", batch_size=8, image_size=64, seq_len=32, warmup_steps=2, steps_per_window=4,
+                      windows=5)
 
 # Config fields that only some modes take (their ModeSpec.options lists them).
 MODE_OPTIONS = ("strategy", "num_ps")
@@ -56,8 +58,9 @@ class RunConfig:
     mode: str
     model: str = "vgg16"
     batch_size: int | None = None
-    image_size: int | None = None
-    num_classes: int = 1000
+    image_size: int | None = None  # image models
+    seq_len: int | None = None  # text models: tokens per sequence
+    num_classes: int | None = None  # classifier outputs, or a text model's vocabulary; default: the model's
     precision: Precision = Precision.fp32
     channels_last: bool = False
     warmup_steps: int | None = None
@@ -86,7 +89,7 @@ class RunConfig:
         from bench.modes import mode, variant
 
         spec = mode(self.mode)
-        model(self.model)
+        model_spec = model(self.model)
         try:
             object.__setattr__(self, "precision", Precision(self.precision))
             object.__setattr__(self, "device", Device(self.device))
@@ -97,7 +100,8 @@ class RunConfig:
                 raise BenchError(f"--{name.replace('_', '-')} does not apply to {self.mode}")
         if self.strategy is not None:
             variant(f"{self.mode}:{self.strategy}")
-        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps"):
+        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps",
+                     "seq_len"):
             value = getattr(self, name)
             minimum = 0 if name == "warmup_steps" else 1
             if value is not None and (not isinstance(value, int) or value < minimum):
@@ -110,11 +114,8 @@ class RunConfig:
             raise BenchError(f"--rendezvous-timeout must be > 0 seconds (got {self.rendezvous_timeout})")
         if self.stall_timeout is not None and not self.stall_timeout > 0:
             raise BenchError(f"--stall-timeout must be > 0 seconds (got {self.stall_timeout})")
-        if self.image_size is not None:
-            spec = model(self.model)
-            if self.image_size < spec.min_image_size:
-                raise BenchError(f"--image-size for {self.model} must be >= {spec.min_image_size} "
-                                 f"(got {self.image_size})")
+        if not self.is_resolved:
+            model_spec.workload.check(model_spec, self)
 
     @property
     def is_resolved(self) -> bool:
@@ -127,14 +128,13 @@ class RunConfig:
 
         spec = model(self.model)
         profile = GPU_PROFILE if device == "cuda" else CPU_PROFILE
-        image_size = self.image_size or profile.image_size or spec.default_image_size
-        image_size = max(image_size, spec.min_image_size)
         return dataclasses.replace(
             self,
             device=Device(device),
             np=np,
             batch_size=self.batch_size or profile.batch_size,
-            image_size=image_size,
+            num_classes=self.num_classes or spec.default_classes,
+            **spec.workload.resolve(spec, self, profile),
             warmup_steps=profile.warmup_steps if self.warmup_steps is None else self.warmup_steps,
             steps_per_window=self.steps_per_window or profile.steps_per_window,
             windows=self.windows or profile.windows,

@@ -69,8 +69,11 @@ class Inputs:
         return math.ceil(self.gradient_bytes / self.fusion_bytes) if self.fusion_bytes else 1
 
 
-def gradient_bytes(model: str, num_classes: int = 1000, fp16_allreduce: bool = False) -> int:
-    return model_spec(model).gradient_bytes(num_classes, 2 if fp16_allreduce else BYTES_PER_ELEMENT)
+def gradient_bytes(model: str, num_classes: int | None = None, fp16_allreduce: bool = False) -> int:
+    """Bytes one step allreduces: every parameter's gradient at ``num_classes`` (default: the model's own classes or
+    vocabulary)."""
+    spec = model_spec(model)
+    return spec.gradient_bytes(num_classes or spec.default_classes, 2 if fp16_allreduce else BYTES_PER_ELEMENT)
 
 
 def comm_time(inp: Inputs, n: int) -> float:

@@ -27,6 +27,7 @@ from typing import Any
 from bench import schema
 from bench.errors import BenchError
 from bench.metrics import METRICS, sample_symbol
+from bench.models import describe_inputs
 from bench.modes import MODES
 from bench.sweep import CONFIGS_DIR
 
@@ -42,14 +43,14 @@ class Key:
     model: str
     precision: str
     batch_size: int
-    image_size: int
+    inputs: str  # the workload's input shape in words: 224x224, seq 128
 
     @property
     def setting(self) -> tuple:
-        return self.model, self.precision, self.batch_size, self.image_size
+        return self.model, self.precision, self.batch_size, self.inputs
 
     def setting_text(self) -> str:
-        return f"{self.model} {self.image_size}x{self.image_size}, batch {self.batch_size}/device, {self.precision}"
+        return f"{self.model} {self.inputs}, batch {self.batch_size}/device, {self.precision}"
 
 
 def label_of(result: dict[str, Any]) -> str:
@@ -59,7 +60,8 @@ def label_of(result: dict[str, Any]) -> str:
 
 def key_of(result: dict[str, Any]) -> Key:
     c = result["config"]
-    return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], c["image_size"])
+    return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], describe_inputs(c))
+
 
 
 OTHER_KINDS = ("verify", "allreduce")
@@ -137,7 +139,7 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
             r = by_n[n]
             t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
             row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
-                   "image_size": key.image_size, "n": n, "unit": sample_symbol(r),
+                   "inputs": key.inputs, "n": n, "unit": sample_symbol(r),
                    **{name: METRICS[name].value(r) for name in REPORTED}, "ci95": r["summary"].get("ci95"),
                    "run_id": r["run_id"], "speedup": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
             if base is not None:
@@ -186,7 +188,7 @@ def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample"
     series: dict[tuple, list] = defaultdict(list)
     for r in rows:
         if r["speedup"] is not None:
-            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["image_size"])].append(r)
+            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["inputs"])].append(r)
     if series:
         max_n = max(r["n"] for rs in series.values() for r in rs)
         for metric, name, ylabel in (("speedup", "speedup.png", "speedup vs 1 rank (step throughput)"),
@@ -195,7 +197,7 @@ def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample"
             for (label, model, precision, batch, size), rs in sorted(series.items()):
                 rs = sorted(rs, key=lambda r: r["n"])
                 ax.plot([r["n"] for r in rs], [r[metric] for r in rs], marker="o",
-                        label=f"{label} ({model} {size}px b{batch} {precision})")
+                        label=f"{label} ({model} {size} b{batch} {precision})")
             ideal = list(range(1, max_n + 1))
             ax.plot(ideal, ideal if metric == "speedup" else [1.0] * len(ideal), "k--", lw=1, label="ideal")
             ax.set_xlabel("GPUs / ranks (n)")
@@ -275,7 +277,7 @@ def write_report(paths: list[Path], out: Path) -> Path:
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ci = r["ci95"]
-        md.append(f"| {r['label']} | {r['model']} {r['image_size']}px b{r['batch_size']} {r['precision']} | {r['n']} "
+        md.append(f"| {r['label']} | {r['model']} {r['inputs']} b{r['batch_size']} {r['precision']} | {r['n']} "
                   f"| {r['samples_per_sec_total']:.2f} | {r['samples_per_sec_per_gpu']:.2f} | "
                   f"{f'{ci[0]:.2f}–{ci[1]:.2f}' if ci else '–'} | {_fmt(r['speedup'])} | "
                   f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "

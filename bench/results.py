@@ -23,8 +23,8 @@ CSV_NAME = "results.csv"
 # One row per run: what identifies it, every registered metric, then the run's checks.
 CSV_FIELDS = [
     "schema_version", "run_id", "created_utc", "status", "mode", "model", "precision", "batch_size",
-    "image_size", "world_size", "device", "launcher", "sample_unit", *METRICS, "ci95_low", "ci95_high", "median",
-    "ranks_in_sync", "hosts",
+    "image_size", "seq_len", "world_size", "device", "launcher", "sample_unit", *METRICS, "ci95_low", "ci95_high",
+    "median", "ranks_in_sync", "hosts",
 ]
 TELEMETRY_FIELDS = ["t", "host", "gpu", *telemetry.FIELDS]
 REQUIRED_KEYS = ["schema_version", "run_id", "status", "mode", "config", "environment", "world_size",
@@ -284,7 +284,8 @@ def csv_row(result: dict[str, Any]) -> dict[str, Any]:
         "schema_version": result["schema_version"], "run_id": result["run_id"],
         "created_utc": result["created_utc"], "status": result["status"], "mode": result["mode"],
         "model": cfg["model"], "precision": cfg["precision"], "batch_size": cfg["batch_size"],
-        "image_size": cfg["image_size"], "world_size": result["world_size"], "device": cfg["device"],
+        "image_size": cfg["image_size"], "seq_len": cfg.get("seq_len"), "world_size": result["world_size"],
+        "device": cfg["device"],
         "launcher": result["launcher"], "sample_unit": result["workload"]["unit"],
         **{key: metric.value(result) for key, metric in METRICS.items()},
         "ci95_low": ci[0], "ci95_high": ci[1], "median": s["median"],
@@ -306,11 +307,10 @@ def render_table(result: dict[str, Any]):
     """The terminal table: every registered metric the run has, then the run's checks."""
     from rich.table import Table
 
-    from bench.models import MODELS
+    from bench.models import describe_inputs
 
     cfg, s = result["config"], result["summary"]
-    spec = MODELS.get(cfg["model"])
-    shape = spec.workload.describe(_Cfg(cfg)) if spec else f"{cfg['image_size']}x{cfg['image_size']}"
+    shape = describe_inputs(cfg)
     symbol = sample_symbol(result)
     title = (f"{result['mode']}  {cfg['model']} {shape}  "
              f"batch {cfg['batch_size']}/device  {cfg['precision']}  {result['world_size']} x {cfg['device']}")
@@ -346,9 +346,3 @@ def render_table(result: dict[str, Any]):
 def _num(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
-
-class _Cfg:
-    """A result's config dict read as attributes (what a workload's describe() reads)."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.__dict__.update(data)

@@ -179,9 +179,12 @@ class WindowLog:
     def __init__(self, cfg: RunConfig, trainer: Trainer) -> None:
         import sys
 
+        from bench.models import model
+
         self.file = sys.stderr
+        self.symbol = model(cfg.model).workload.symbol
         processes = getattr(trainer, "measuring_processes", trainer.world_size)  # tf-native ps: the coordinator
-        self.images = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * processes
+        self.samples = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * processes
         self.total = None if cfg.duration is not None else cfg.windows
         print(f"{cfg.mode}: ranks started, {trainer.replicas_per_process * processes} replica(s); {cfg.model}, "
               f"batch {cfg.batch_size}/device, first step done", file=self.file, flush=True)
@@ -189,5 +192,5 @@ class WindowLog:
     def window(self, window_s: list[float]) -> None:
         n = len(window_s)
         of = f"/{self.total}" if self.total else ""
-        print(f"window {n}{of}: {self.images / window_s[-1]:.2f} img/s (rank 0's clock x world), running "
-              f"{self.images * n / sum(window_s):.2f} img/s", file=self.file, flush=True)
+        print(f"window {n}{of}: {self.samples / window_s[-1]:.2f} {self.symbol} (rank 0's clock x world), running "
+              f"{self.samples * n / sum(window_s):.2f} {self.symbol}", file=self.file, flush=True)

@@ -69,7 +69,8 @@ class VerifyConfig:
     steps: int = 3
     np: int = 2
     batch_size: int = 2
-    image_size: int = 32
+    image_size: int | None = None  # image models (default 32)
+    seq_len: int | None = None  # text models (default 8)
     num_classes: int = 10
     device: Device = Device.auto
     seed: int = 42
@@ -98,9 +99,12 @@ class VerifyConfig:
                 raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if self.np < 2:
             raise BenchError(f"--np must be >= 2: one rank has nothing to average (got {self.np})")
-        smallest = MODELS[self.model].min_image_size
-        if self.image_size < smallest:
-            raise BenchError(f"--image-size for {self.model} must be >= {smallest} (got {self.image_size})")
+        spec = MODELS[self.model]
+        spec.workload.check(spec, self)
+        if spec.workload.kind == "image" and self.image_size is None:
+            object.__setattr__(self, "image_size", 32)
+        if spec.workload.kind == "text" and self.seq_len is None:
+            object.__setattr__(self, "seq_len", 8)
         if self.tolerance is not None and not self.tolerance > 0:
             raise BenchError(f"--tolerance must be > 0 (got {self.tolerance})")
         if self.fault is not None and self.fault not in FAULTS:
@@ -142,6 +146,7 @@ def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards:
     work.mkdir(parents=True)
     spec = v.mode
     cfg = RunConfig(mode=spec.name, model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
+                    seq_len=vc.seq_len,
                     num_classes=vc.num_classes, warmup_steps=0, steps_per_window=vc.steps - 1, windows=1,
                     np=np_, device=vc.device, seed=vc.seed, output=str(work / "result"),
                     fp16_allreduce=vc.fp16_allreduce and spec.gradient_compression, telemetry=False,

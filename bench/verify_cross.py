@@ -27,11 +27,15 @@ from bench.errors import BenchError
 CROSS_TOLERANCE = 1e-3  # relative loss difference per step, PyTorch vs TensorFlow
 
 
-def torch_to_tf(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """PyTorch parameter arrays (definition order) -> the TensorFlow twin's trainable variables."""
+def torch_to_tf(arrays: list[np.ndarray], names: list[str] | None = None) -> list[np.ndarray]:
+    """PyTorch parameter arrays (definition order) -> the TensorFlow twin's trainable variables. Embedding
+    tables (names ending in embedding.weight) have one layout in both: (vocabulary, width)."""
     out = []
     previous_ndim = None
-    for a in arrays:
+    for i, a in enumerate(arrays):
+        if names is not None and names[i].endswith("embedding.weight"):
+            out.append(a)
+            continue
         if a.ndim == 4:
             out.append(a.transpose(2, 3, 1, 0))
         elif a.ndim == 2:
@@ -66,7 +70,7 @@ def cross_framework(vc) -> dict[str, Any]:
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     cfg = RunConfig(mode=single_of("torch").name, model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
-                    num_classes=vc.num_classes, seed=vc.seed)
+                    seq_len=vc.seq_len, num_classes=vc.num_classes, seed=vc.seed).resolve("cpu", 1)
     spec = model_spec(vc.model)
     parts = [spec.workload.torch_batch(cfg, i) for i in range(vc.np)]
     data, target = torch.cat([d for d, _ in parts]), torch.cat([t for _, t in parts])
@@ -77,6 +81,7 @@ def cross_framework(vc) -> dict[str, Any]:
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     model.train()
+    names = [n for n, _ in model.named_parameters()]
     initial = [p.detach().numpy().copy() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     torch_losses = []
@@ -88,12 +93,12 @@ def cross_framework(vc) -> dict[str, Any]:
         torch_losses.append(float(loss.detach()))
     torch_final = [p.detach().numpy().copy() for p in model.parameters()]
 
-    initial_tf = torch_to_tf(initial)
+    initial_tf = torch_to_tf(initial, names)
     tf_losses, tf_final = _train_tf(vc, initial_tf, spec.workload.tf_layout(data.numpy()), target.numpy())
     t, f = np.array(torch_losses, np.float64), np.array(tf_losses, np.float64)
     abs_diff = np.abs(t - f)
     rel = float(np.max(abs_diff / np.abs(t)))
-    weights = differences(initial_tf, torch_to_tf(torch_final), tf_final)
+    weights = differences(initial_tf, torch_to_tf(torch_final, names), tf_final)
     ok = rel <= CROSS_TOLERANCE
     return {
         "status": "PASS" if ok else "FAIL",
@@ -119,7 +124,7 @@ def _train_tf(vc, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> tu
     tf.config.experimental.enable_tensor_float_32_execution(False)
     with tf.device("/cpu:0"):  # a correctness check: both frameworks on the CPU
         model = build(vc.model, vc.num_classes, vc.image_size)
-        for layer in model.layers:
+        for layer in model.submodules:
             if isinstance(layer, keras.layers.Dropout):
                 layer.rate = 0.0
         variables = model.trainable_variables

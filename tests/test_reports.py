@@ -50,7 +50,7 @@ def test_report_figures_follow_the_formulas(tmp_path):
 
     path = write_report([A], tmp_path)
     text = path.read_text()
-    assert "| torch-ddp | resnet50 32px b2 fp32 | 2 |" in text and "## Horovod vs native" in text
+    assert "| torch-ddp | resnet50 32x32 b2 fp32 | 2 |" in text and "## Horovod vs native" in text
     assert f"{rows[('torch-ddp', 2)]['speedup']:.2f}" in text
     for png in ("speedup.png", "efficiency.png"):
         assert (tmp_path / png).stat().st_size > 5000

@@ -88,5 +88,5 @@ def test_training_flops_are_counted_not_guessed():
 
     from bench.models import model
 
-    flops = model("vgg16").train_flops_per_sample(SimpleNamespace(image_size=224, num_classes=1000))
+    flops = model("vgg16").train_flops_per_sample(SimpleNamespace(image_size=224, seq_len=None, num_classes=1000))
     assert 90e9 < flops < 95e9

@@ -23,7 +23,7 @@ def test_torch_ddp_self_spawned(out):
     assert result["environment"]["image"] is None
     # Not a terminal: rank 0 logs its start and each window in plain lines.
     assert "torch-ddp: ranks started, 2 replica(s)" in r.stderr
-    assert r.stderr.count("img/s (rank 0's clock x world), running") == 2
+    assert r.stderr.count("img/s (rank 0's clock x world), running") == 2  # the workload's unit
 
 
 def test_torch_ddp_under_torchrun(out):

@@ -63,8 +63,10 @@ def parse_bytes(text: str) -> int:
 
 
 def gradient_bytes(model: str) -> int:
-    """The fp32 gradient of ``model`` at 1000 classes: what one data-parallel step allreduces."""
-    return MODELS[model].gradient_bytes(1000, BYTES_PER_ELEMENT)
+    """The fp32 gradient of ``model`` at its own class count (1000 for the CNNs) or vocabulary: what one
+    data-parallel step allreduces."""
+    spec = MODELS[model]
+    return spec.gradient_bytes(spec.default_classes, BYTES_PER_ELEMENT)
 
 
 def bus_factor(n: int) -> float:

@@ -16,25 +16,30 @@ import importlib
 from dataclasses import dataclass
 
 from bench.errors import BenchError
-from bench.models.workloads import IMAGES, Workload
+from bench.models.workloads import IMAGES, SEQUENCES, Workload
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
     description: str
-    default_image_size: int
-    min_image_size: int
+    default_image_size: int | None  # image models only
+    min_image_size: int | None
     params_1000: int  # parameter count at 1000 classes (torchvision's figure for the same architecture)
     head_inputs: tuple[int, ...]  # inputs of each classifier layer whose width is the class count
     torch: str  # "module:function"; function(num_classes) -> torch.nn.Module
     tf: str  # "module:function"; function(num_classes, image_size) -> keras.Model
     workload: Workload = IMAGES
     batch_norm: bool = False  # per-rank batch statistics: bench verify cannot compare it with one process
+    default_classes: int = 1000  # class count, or the vocabulary of a text model
+    default_seq_len: int | None = None  # text models only
+    per_class: int | None = None  # parameters per class when not a biased head (a tied embedding: d_model)
 
     def parameters(self, num_classes: int = 1000) -> int:
-        """Trainable parameters at ``num_classes`` (each head: inputs x classes weights + classes biases)."""
-        return self.params_1000 + sum(i + 1 for i in self.head_inputs) * (num_classes - 1000)
+        """Trainable parameters at ``num_classes`` (each head: inputs x classes weights + classes biases; a tied
+        embedding: d_model per vocabulary entry)."""
+        per_class = self.per_class if self.per_class is not None else sum(i + 1 for i in self.head_inputs)
+        return self.params_1000 + per_class * (num_classes - 1000)
 
     def gradient_bytes(self, num_classes: int = 1000, bytes_per_element: int = 4) -> int:
         """What one data-parallel step allreduces: every parameter's gradient (fp32: 4 bytes, fp16: 2)."""
@@ -49,7 +54,7 @@ class ModelSpec:
     def train_flops_per_sample(self, cfg) -> float | None:
         """Matmul and convolution FLOPs of one training step (forward + backward) per sample; None without
         PyTorch."""
-        return _train_flops(self.name, cfg.image_size, cfg.num_classes)
+        return _train_flops(self.name, cfg.image_size, cfg.seq_len, cfg.num_classes)
 
 
 def _function(path: str):
@@ -58,7 +63,7 @@ def _function(path: str):
 
 
 @functools.lru_cache(maxsize=32)
-def _train_flops(name: str, image_size: int, num_classes: int) -> float | None:
+def _train_flops(name: str, image_size: int | None, seq_len: int | None, num_classes: int) -> float | None:
     try:
         import torch
         from torch.utils.flop_counter import FlopCounterMode
@@ -70,7 +75,7 @@ def _train_flops(name: str, image_size: int, num_classes: int) -> float | None:
 
     spec = model(name)
     batch = 2  # batch norm in training needs more than one value per channel
-    cfg = SimpleNamespace(batch_size=batch, image_size=image_size, num_classes=num_classes, seed=0)
+    cfg = SimpleNamespace(batch_size=batch, image_size=image_size, seq_len=seq_len, num_classes=num_classes, seed=0)
     with torch.device("meta"):
         net = spec.build_torch(num_classes)
         data, target = (t.to("meta") for t in spec.workload.torch_batch(cfg, 0))
@@ -78,6 +83,17 @@ def _train_flops(name: str, image_size: int, num_classes: int) -> float | None:
     with FlopCounterMode(display=False) as counter:
         loss_fn(net(data), target).backward()
     return counter.get_total_flops() / batch
+
+
+def describe_inputs(config: dict) -> str:
+    """A run's input shape, from its config record, in its workload's words: '64x64', 'seq 32' (a model this
+    installation does not know: its image size)."""
+    from types import SimpleNamespace
+
+    spec = MODELS.get(config["model"])
+    if spec is None:
+        return f"{config.get('image_size')}x{config.get('image_size')}"
+    return spec.workload.describe(SimpleNamespace(**{"seq_len": None, **config}))
 
 
 MODELS: dict[str, ModelSpec] = {}
@@ -107,5 +123,15 @@ for _spec in (
     ModelSpec("inception3", "Inception V3 with aux classifier (torchvision layout; the aux head needs >= 299)",
               299, 299, 27_161_264, (2048, 768),
               "bench.models.torch_models:inception3", "bench.models.tf_models:inception3", batch_norm=True),
+    # Vaswani et al. 2017, base: 6 + 6 layers, d_model 512, 8 heads, d_ff 2048, a shared 37000-token BPE
+    # vocabulary tied to the output. 63,082,496 parameters counted here (the paper's Table 3 says 65 M).
+    ModelSpec("transformer-base", "Transformer-base (Vaswani et al. 2017), encoder-decoder, tied embeddings",
+              None, None, 44_650_496, (), "bench.models.torch_models:transformer_base",
+              "bench.models.tf_models:transformer_base", workload=SEQUENCES, default_classes=37000,
+              default_seq_len=128, per_class=512),
+    ModelSpec("transformer-small", "the Transformer-base architecture at CPU-test size (2 + 2 layers, d_model 64)",
+              None, None, 231_424, (), "bench.models.torch_models:transformer_small",
+              "bench.models.tf_models:transformer_small", workload=SEQUENCES, default_classes=1000,
+              default_seq_len=32, per_class=64),
 ):
     register(_spec)

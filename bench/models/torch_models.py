@@ -6,6 +6,8 @@ adaptive average pooling before its classifier, so VGG and the ResNets accept an
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -299,12 +301,112 @@ def build(name: str, num_classes: int = 1000) -> nn.Module:
 
 
 def loss_fn(output, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy; for Inception V3 in training, main + 0.4 * auxiliary (the paper's weighting)."""
+    """Cross-entropy; for Inception V3 in training, main + 0.4 * auxiliary (the paper's weighting); per token
+    for the Transformer."""
     if isinstance(output, tuple):
         main, aux = output
         return F.cross_entropy(main, target) + 0.4 * F.cross_entropy(aux, target)
+    if output.dim() == 3:  # per-token logits (B, L, vocab): the mean over every target token
+        return F.cross_entropy(output.flatten(0, 1), target.flatten())
     return F.cross_entropy(output, target)
 
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# -- Transformer (Vaswani et al. 2017, "Attention Is All You Need") --------------------------------------
+class PositionalEncoding(nn.Module):
+    """The paper's sinusoids, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...); no parameters."""
+
+    def __init__(self, d_model: int, max_len: int = 4096) -> None:
+        super().__init__()
+        position = torch.arange(max_len, dtype=torch.float32)[:, None]
+        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div)
+        pe[:, 1::2] = torch.cos(position * div)
+        self.register_buffer("pe", pe, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.pe[: x.shape[1]]
+
+
+class Attention(nn.Module):
+    """Multi-head attention with separate q, k, v and output projections (each weight + bias)."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.attn_drop = nn.Dropout(dropout)  # on the attention weights (a module, so bench verify can zero it)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: bool) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.heads
+
+        def split(y: torch.Tensor) -> torch.Tensor:
+            return y.view(b, -1, h, d // h).transpose(1, 2)
+
+        out = F.scaled_dot_product_attention(split(self.q(x)), split(self.k(memory)), split(self.v(memory)),
+                                             dropout_p=self.attn_drop.p if self.training else 0.0,
+                                             is_causal=causal)
+        return self.o(out.transpose(1, 2).reshape(b, t, d))
+
+
+class TransformerLayer(nn.Module):
+    """Post-LN as in the paper: x = LN(x + Dropout(Sublayer(x))) for self-attention, (decoder) encoder
+    attention, and the ReLU feed-forward."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, decoder: bool) -> None:
+        super().__init__()
+        self.self_attn = Attention(d_model, heads, dropout)
+        self.cross_attn = Attention(d_model, heads, dropout) if decoder else None
+        self.ff1, self.ff2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3 if decoder else 2))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norms[0](x + self.drop(self.self_attn(x, x, causal=memory is not None)))
+        if self.cross_attn is not None:
+            x = self.norms[1](x + self.drop(self.cross_attn(x, memory, causal=False)))
+        return self.norms[-1](x + self.drop(self.ff2(self.drop(F.relu(self.ff1(x))))))
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; source, target and output share one embedding matrix (the paper's
+    weight tying), scaled by sqrt(d_model) on input. Input: token ids (B, 2, L), source then target input."""
+
+    def __init__(self, vocab: int, d_model: int, heads: int, d_ff: int, layers: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab, d_model)
+        nn.init.normal_(self.embedding.weight, 0, d_model ** -0.5)
+        self.position = PositionalEncoding(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.ModuleList(TransformerLayer(d_model, heads, d_ff, dropout, False) for _ in range(layers))
+        self.decoder = nn.ModuleList(TransformerLayer(d_model, heads, d_ff, dropout, True) for _ in range(layers))
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.position(self.embedding(tokens) * self.d_model ** 0.5))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        source, target = tokens[:, 0], tokens[:, 1]
+        memory = self.embed(source)
+        for layer in self.encoder:
+            memory = layer(memory)
+        x = self.embed(target)
+        for layer in self.decoder:
+            x = layer(x, memory)
+        return x @ self.embedding.weight.T  # logits over the vocabulary, (B, L, vocab)
+
+
+def transformer_base(num_classes: int) -> nn.Module:
+    """Transformer-base: 6 + 6 layers, d_model 512, 8 heads, d_ff 2048, dropout 0.1 (``num_classes`` is the
+    vocabulary)."""
+    return Transformer(num_classes, 512, 8, 2048, 6)
+
+
+def transformer_small(num_classes: int) -> nn.Module:
+    """The same architecture, small enough for CPU tests: 2 + 2 layers, d_model 64, 4 heads, d_ff 128."""
+    return Transformer(num_classes, 64, 4, 128, 2)

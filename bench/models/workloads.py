@@ -27,6 +27,14 @@ class Workload:
         """(inputs, targets) of data shard ``index``, generated on TensorFlow's current device."""
         raise NotImplementedError
 
+    def resolve(self, spec, cfg, profile) -> dict[str, Any]:
+        """The input fields of a resolved config (the others None): defaults from the profile and the model."""
+        raise NotImplementedError
+
+    def check(self, spec, cfg) -> None:
+        """One clear error for an input field this workload has no use for, or out of range."""
+        raise NotImplementedError
+
     def tokens_per_sample(self, cfg) -> int | None:
         """Tokens in one sample for text workloads (tokens/s is reported beside samples/s); None otherwise."""
         return None
@@ -42,6 +50,18 @@ class Workload:
 
 class ImageClassification(Workload):
     """Square RGB images of ``cfg.image_size`` (NCHW for PyTorch, NHWC for TensorFlow), labels in [0, classes)."""
+
+    def resolve(self, spec, cfg, profile):
+        size = cfg.image_size or profile.image_size or spec.default_image_size
+        return {"image_size": max(size, spec.min_image_size), "seq_len": None}
+
+    def check(self, spec, cfg):
+        from bench.errors import BenchError
+
+        if cfg.seq_len is not None:
+            raise BenchError(f"--seq-len applies to text models; {spec.name} trains on images")
+        if cfg.image_size is not None and cfg.image_size < spec.min_image_size:
+            raise BenchError(f"--image-size for {spec.name} must be >= {spec.min_image_size} (got {cfg.image_size})")
 
     def torch_batch(self, cfg, index: int):
         import torch
@@ -66,3 +86,42 @@ class ImageClassification(Workload):
 
 
 IMAGES = ImageClassification("image", "image", "images", "img/s")
+
+
+class TokenSequences(Workload):
+    """Sequence-to-sequence token batches, (B, 2, L) ids: the source sequence, then the target sequence the
+    decoder reads (teacher forcing); the targets are the next tokens, (B, L). Uniform random ids in
+    [0, vocabulary): synthetic, like the images. One sample is one sequence pair; its tokens are the L
+    target tokens the loss is taken over (how translation throughput is usually counted)."""
+
+    def resolve(self, spec, cfg, profile):
+        return {"image_size": None, "seq_len": cfg.seq_len or profile.seq_len or spec.default_seq_len}
+
+    def check(self, spec, cfg):
+        from bench.errors import BenchError
+
+        if cfg.image_size is not None:
+            raise BenchError(f"--image-size applies to image models; {spec.name} trains on token sequences "
+                             "(--seq-len)")
+
+    def torch_batch(self, cfg, index: int):
+        import torch
+
+        g = torch.Generator().manual_seed(cfg.seed + 1000 + index)
+        tokens = torch.randint(0, cfg.num_classes, (cfg.batch_size, 3, cfg.seq_len), generator=g)
+        return tokens[:, :2].contiguous(), tokens[:, 2].contiguous()
+
+    def tf_batch(self, tf, cfg, index: int):
+        seed = tf.constant([cfg.seed, 1000 + index], tf.int64)
+        tokens = tf.random.stateless_uniform([cfg.batch_size, 3, cfg.seq_len], seed=seed, minval=0,
+                                             maxval=cfg.num_classes, dtype=tf.int32)
+        return tokens[:, :2], tokens[:, 2]
+
+    def tokens_per_sample(self, cfg) -> int | None:
+        return cfg.seq_len
+
+    def describe(self, cfg) -> str:
+        return f"seq {cfg.seq_len}"
+
+
+SEQUENCES = TokenSequences("text", "sequence", "sequences", "seq/s")

@@ -78,7 +78,7 @@ class TFTrainer:
         keras.utils.set_random_seed(self.cfg.seed)  # identical initial weights on every rank
         self.model = model_spec(self.cfg.model).build_tf(self.cfg.num_classes, self.cfg.image_size)
         if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
-            for layer in self.model.layers:
+            for layer in self.model.submodules:  # nested layers too (the Transformer's)
                 if isinstance(layer, keras.layers.Dropout):
                     layer.rate = 0.0
         opt = keras.optimizers.SGD(learning_rate=self.cfg.learning_rate, momentum=self.cfg.momentum)
