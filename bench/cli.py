@@ -73,6 +73,13 @@ def train(
     output: Annotated[str, typer.Option(help="Directory for result JSON files and results.csv.")] = DEFAULT["output"],
     fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Compress gradients to fp16 for the "
                                                  "allreduce.")] = DEFAULT["fp16_allreduce"],
+    sparse_embeddings: Annotated[bool, typer.Option("--sparse-embeddings", help="Text models: an untied output "
+                                                    "projection and a sparse embedding gradient (the rows looked "
+                                                    "up: allgathered, or pushed to the parameter server).")]
+    = DEFAULT["sparse_embeddings"],
+    sparse_as_dense: Annotated[bool, typer.Option("--sparse-as-dense", help="With --sparse-embeddings: reduce the "
+                                                  "embedding gradient as a dense tensor (Horovod's option).")]
+    = DEFAULT["sparse_as_dense"],
     rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")]
     = DEFAULT["rendezvous_timeout"],
     telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU telemetry through NVML "
@@ -94,7 +101,7 @@ def train(
                   seq_len=seq_len, num_classes=num_classes, precision=precision, channels_last=channels_last,
                   warmup_steps=warmup_steps, steps_per_window=steps_per_window, windows=windows, duration=duration,
                   np=np, device=device, seed=seed, output=output, fp16_allreduce=fp16_allreduce,
-                  rendezvous_timeout=rendezvous_timeout, telemetry=telemetry, telemetry_interval=telemetry_interval,
+                  sparse_embeddings=sparse_embeddings, sparse_as_dense=sparse_as_dense, rendezvous_timeout=rendezvous_timeout, telemetry=telemetry, telemetry_interval=telemetry_interval,
                   stall_timeout=stall_timeout, strategy=strategy, num_ps=num_ps))
 
 
@@ -138,6 +145,9 @@ def sweep_command(
     windows: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
     device: Annotated[Device, typer.Option(help="Passed to every run.")] = Device.auto,
     num_classes: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Passed to every run (text models).")] = None,
+    sparse_embeddings: Annotated[bool, typer.Option("--sparse-embeddings", help="Passed to every run.")] = False,
+    sparse_as_dense: Annotated[bool, typer.Option("--sparse-as-dense", help="Passed to every run.")] = False,
     output: Annotated[str, typer.Option(help="The sweep folder (results, manifest.json, logs).")] = "results/sweep",
     redo: Annotated[bool, typer.Option("--redo", help="Run finished cells again instead of skipping them.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Run the matrix the folder's manifest records again: "
@@ -158,8 +168,10 @@ def sweep_command(
         raise BenchError("--modes is required (or --resume to rerun a sweep folder's own matrix)")
     common = {name: value for name, value in (("image_size", image_size), ("warmup_steps", warmup_steps),
                                               ("steps_per_window", steps_per_window), ("windows", windows),
-                                              ("num_classes", num_classes)) if value is not None}
-    common["device"] = device.value
+                                              ("num_classes", num_classes), ("seq_len", seq_len))
+              if value is not None}
+    common.update(device=device.value, **{name: True for name, on in (("sparse_embeddings", sparse_embeddings),
+                                                                      ("sparse_as_dense", sparse_as_dense)) if on})
     sweep = SweepConfig(modes=parse_list(modes), nps=parse_list(np, int), models=parse_list(models),
                         precisions=parse_list(precisions), batch_sizes=parse_list(batch_sizes, int) or [None],
                         common=common)
@@ -237,6 +249,10 @@ def verify_command(
     seed: Annotated[int, typer.Option(help="Seed for weights and data.")] = 42,
     fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Compress gradients to fp16 (modes "
                                                  "that can); the tolerance widens.")] = False,
+    sparse_embeddings: Annotated[bool, typer.Option("--sparse-embeddings", help="Text models: an untied output "
+                                                    "projection and a sparse embedding gradient.")] = False,
+    sparse_as_dense: Annotated[bool, typer.Option("--sparse-as-dense", help="With --sparse-embeddings: reduce "
+                                                  "it as a dense tensor.")] = False,
     tolerance: Annotated[float | None, typer.Option(help="Max difference as a fraction of the reference's own "
                                                     "update (default 1e-3; 1e-2 with --fp16-allreduce).")] = None,
     fault: Annotated[str | None, typer.Option(help="Inject a bug to prove the check fails: skip-allreduce.")] = None,
@@ -254,7 +270,8 @@ def verify_command(
     vc = VerifyConfig(framework=framework, modes=tuple(parse_list(modes)), model=model, steps=steps, np=np,
                       batch_size=batch_size, image_size=image_size, seq_len=seq_len, num_classes=num_classes,
                       device=device, seed=seed,
-                      fp16_allreduce=fp16_allreduce, tolerance=tolerance, fault=fault, cross=cross, output=output,
+                      fp16_allreduce=fp16_allreduce, sparse_embeddings=sparse_embeddings,
+                      sparse_as_dense=sparse_as_dense, tolerance=tolerance, fault=fault, cross=cross, output=output,
                       keep_params=keep_params)
     report, path = run_verify(vc)
     console = Console()

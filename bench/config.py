@@ -72,6 +72,10 @@ class RunConfig:
     seed: int = 42
     output: str = "results"
     fp16_allreduce: bool = False
+    # Text models: an untied output projection and a sparse embedding gradient (only the rows looked up);
+    # sparse_as_dense reduces that gradient as a dense one (Horovod's option; the native modes densify it).
+    sparse_embeddings: bool = False
+    sparse_as_dense: bool = False
     rendezvous_timeout: float = 120.0
     strategy: str | None = None  # modes with strategies (tf-native); default: the mode's first
     num_ps: int | None = None  # tf-native --strategy ps only (default 1)
@@ -114,8 +118,18 @@ class RunConfig:
             raise BenchError(f"--rendezvous-timeout must be > 0 seconds (got {self.rendezvous_timeout})")
         if self.stall_timeout is not None and not self.stall_timeout > 0:
             raise BenchError(f"--stall-timeout must be > 0 seconds (got {self.stall_timeout})")
+        if self.sparse_embeddings and not model_spec.sparse_embeddings:
+            raise BenchError(f"--sparse-embeddings applies to models with a token embedding (transformer-*); "
+                             f"{self.model} has none")
+        if self.sparse_as_dense and not self.sparse_embeddings:
+            raise BenchError("--sparse-as-dense needs --sparse-embeddings (without it the gradient is dense already)")
         if not self.is_resolved:
             model_spec.workload.check(model_spec, self)
+
+    @property
+    def embedding(self) -> str:
+        """The text model's embedding as its builders take it: 'tied' (the paper) or 'sparse' (untied)."""
+        return "sparse" if self.sparse_embeddings else "tied"
 
     @property
     def is_resolved(self) -> bool:

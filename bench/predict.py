@@ -10,12 +10,17 @@ The model (synchronous data parallelism, one ring allreduce of the whole gradien
 
     t_comm(N) = m * 2 (N - 1) * a  +  2 (N - 1) / N * G / B       (ring allreduce: 2 (N-1) steps, and
                                                                    2 (N-1)/N * G bytes through each link)
+              + (N - 1) * a  +  (N - 1) * S / B                   (sparse gradients, S bytes per rank:
+                                                                   a ring allgather, N-1 steps, each
+                                                                   link carries the other ranks' S)
     t_step(N) = t1 + (1 - overlap) * t_comm(N)                     (overlap: fraction of the allreduce
                                                                    hidden under the backward pass)
     X(N)      = N * b / t_step(N)          images/s, all GPUs
     E(N)      = t1 / t_step(N)             scaling efficiency, X(N) / (N * X(1))
 
-With ``--gpus-per-node`` and ``--intra-busbw``, N within one node uses the node's own bandwidth.
+G is the dense part: with sparse embedding gradients (--sparse-embeddings) the embedding leaves it and
+travels as S = rows x (4 d_model + index bytes) per rank (bench.traffic); the allgather is priced at the
+allreduce's per-link rate B. With ``--gpus-per-node`` and ``--intra-busbw``, N within one node uses the node's own bandwidth.
 The model knows nothing of stragglers, contention between a rank's compute and its communication
 (CPU ranks share cores), or hierarchical and tree algorithms; its error against measurements says
 how much those matter.
@@ -47,12 +52,14 @@ class Inputs:
     fusion_bytes: int = HOROVOD_FUSION_BYTES  # 0: the gradient goes as one message
     gpus_per_node: int | None = None
     intra_busbw_GBps: float | None = None
+    sparse_bytes: int = 0  # S: a rank's sparse gradient (rows and indices), allgathered
 
     def __post_init__(self) -> None:
         checks = [
             (self.step_time_s > 0, f"the 1-GPU step time must be > 0 s (got {self.step_time_s})"),
             (self.batch_size >= 1, f"the batch size must be >= 1 (got {self.batch_size})"),
             (self.gradient_bytes > 0, f"the gradient size must be > 0 bytes (got {self.gradient_bytes})"),
+            (self.sparse_bytes >= 0, f"the sparse gradient size must be >= 0 bytes (got {self.sparse_bytes})"),
             (self.busbw_GBps > 0, f"--busbw must be > 0 GB/s (got {self.busbw_GBps})"),
             (self.latency_s >= 0, f"--latency-us must be >= 0 (got {self.latency_s * 1e6:g})"),
             (0 <= self.overlap <= 1, f"--overlap must be within [0, 1] (got {self.overlap})"),
@@ -85,7 +92,9 @@ def comm_time(inp: Inputs, n: int) -> float:
     bw = inp.busbw_GBps
     if inp.gpus_per_node and inp.intra_busbw_GBps and n <= inp.gpus_per_node:
         bw = inp.intra_busbw_GBps
-    return inp.messages * 2 * (n - 1) * inp.latency_s + 2 * (n - 1) / n * inp.gradient_bytes / (bw * 1e9)
+    allreduce = inp.messages * 2 * (n - 1) * inp.latency_s + 2 * (n - 1) / n * inp.gradient_bytes / (bw * 1e9)
+    allgather = (n - 1) * inp.latency_s + (n - 1) * inp.sparse_bytes / (bw * 1e9) if inp.sparse_bytes else 0.0
+    return allreduce + allgather
 
 
 def predict(inp: Inputs, n: int) -> dict[str, float | int]:
@@ -105,13 +114,18 @@ def fit_overlap(inp: Inputs, n: int, efficiency: float) -> float:
 
 # -- inputs from bench's own measurements -------------------------------------------------------------
 def from_result(result: dict[str, Any]) -> dict[str, Any]:
-    """t1, b and G from a one-GPU bench result (the per-window mean throughput's step time)."""
+    """t1, b, G and S from a one-GPU bench result (the per-window mean throughput's step time; the gradient's
+    dense and sparse bytes as the result computed them, bench.traffic)."""
     if result["world_size"] != 1:
         raise BenchError(f"--result needs a 1-GPU (world size 1) result, got world size {result['world_size']}")
     cfg = result["config"]
     per_gpu = result["summary"]["samples_per_sec_per_gpu"]
-    return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"],
-            "gradient_bytes": gradient_bytes(cfg["model"], cfg["num_classes"], cfg.get("fp16_allreduce", False))}
+    computed = (result.get("traffic") or {}).get("computed")
+    if computed is not None:
+        sizes = {"gradient_bytes": computed["dense_bytes"], "sparse_bytes": computed["sparse_bytes_per_rank"]}
+    else:  # results from before bench.traffic: every gradient dense
+        sizes = {"gradient_bytes": gradient_bytes(cfg["model"], cfg["num_classes"], cfg.get("fp16_allreduce", False))}
+    return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"], **sizes}
 
 
 def from_allreduce(result: dict[str, Any], nbytes: int) -> dict[str, float]:
@@ -140,6 +154,14 @@ def pick_allreduce(label: str, allreduces: list[dict[str, Any]]) -> dict[str, An
     return next((a for a in allreduces if a["config"]["backend"] == backend), None)
 
 
+def _collective(label: str) -> bool:
+    """Whether the model applies: gradients exchanged by collectives (not a parameter server, not one process)."""
+    try:
+        return variant(label).exchange == "collective"
+    except BenchError:  # a plugin's mode: assume collectives
+        return True
+
+
 def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]], overlap: float,
                 fusion_bytes: int) -> list[dict[str, Any]]:
     """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency."""
@@ -149,7 +171,7 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
     rows = []
     for key, by_n in sorted(chosen.items(), key=lambda kv: str(kv[0])):
         allreduce = pick_allreduce(key.label, allreduces)
-        if 1 not in by_n or allreduce is None:
+        if 1 not in by_n or allreduce is None or not _collective(key.label):
             continue
         base = from_result(by_n[1])
         net = from_allreduce(allreduce, base["gradient_bytes"])
@@ -164,6 +186,7 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
             rows.append({"mode": key.label, "model": by_n[1]["config"]["model"], "gpus": n,
                          "backend": allreduce["config"]["backend"],
                          "t1_s": inp.step_time_s, "gradient_bytes": inp.gradient_bytes,
+                         "sparse_bytes": inp.sparse_bytes, "setting": key.setting_text(),
                          "busbw_GBps": inp.busbw_GBps, "latency_s": inp.latency_s,
                          "predicted_efficiency": p["efficiency"], "measured_efficiency": measured,
                          "error_points": 100 * (p["efficiency"] - measured)})
@@ -249,6 +272,7 @@ def render_prediction(inp: Inputs, gpus: list[int], symbol: str = "img/s"):
     table = Table("GPUs", "allreduce (ms)", "step (ms)", f"{symbol} total", f"{symbol} per GPU", "efficiency",
                   title=f"bench predict: t1 {inp.step_time_s * 1e3:.1f} ms, batch {inp.batch_size}, "
                         f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), "
+                        + (f"S {inp.sparse_bytes / 1e6:.2f} MB allgathered, " if inp.sparse_bytes else "") +
                         f"busbw {inp.busbw_GBps:.3g} GB/s, latency {inp.latency_s * 1e6:.3g} us, "
                         f"overlap {inp.overlap:g}")
     for n in gpus:
@@ -275,10 +299,11 @@ def render_published(rows: list[dict[str, Any]]) -> tuple[Any, str]:
 def render_sweep(rows: list[dict[str, Any]], folder: str, overlap: float):
     from rich.table import Table
 
-    table = Table("mode", "model", "n", "allreduce", "t1 (s)", "busbw (GB/s)", "latency (us)", "measured",
-                  "predicted", "error (points)", title=f"bench predict vs {folder} (overlap {overlap:g})")
+    table = Table("mode", "setting", "n", "allreduce", "G / S (MB)", "t1 (s)", "busbw (GB/s)", "latency (us)",
+                  "measured", "predicted", "error (points)", title=f"bench predict vs {folder} (overlap {overlap:g})")
     for r in rows:
-        table.add_row(r["mode"], r["model"], str(r["gpus"]), r["backend"], f"{r['t1_s']:.3f}",
+        table.add_row(r["mode"], r["setting"], str(r["gpus"]), r["backend"],
+                      f"{r['gradient_bytes'] / 1e6:.2f} / {r['sparse_bytes'] / 1e6:.2f}", f"{r['t1_s']:.3f}",
                       f"{r['busbw_GBps']:.3f}", f"{r['latency_s'] * 1e6:.1f}", f"{r['measured_efficiency']:.1%}",
                       f"{r['predicted_efficiency']:.1%}", f"{r['error_points']:+.1f}")
     return table

@@ -174,6 +174,21 @@ def horovod_vs_native(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]
     return sorted(rows, key=lambda r: (r["setting"], r["horovod"], r["native"], r["n"]))
 
 
+def traffic_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every multi-process result's bytes per step, computed and measured (results that record them)."""
+    rows = []
+    for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r["world_size"])):
+        t = r.get("traffic")
+        if not t or t["computed"]["bytes_per_step"] == 0:
+            continue
+        computed = t["computed"]["bytes_per_step"]
+        measured = (t.get("measured") or {}).get("bytes_per_step")
+        rows.append({"label": label_of(r), "setting": key_of(r).setting_text(), "n": r["world_size"],
+                     "exchange": t["computed"]["exchange"], "tokens_per_sec": r["summary"].get("tokens_per_sec_total"),
+                     "computed": computed, "measured": measured, "ratio": measured / computed if measured else None})
+    return rows
+
+
 def _fmt(x, spec=".2f", none="–"):
     return none if x is None else format(x, spec)
 
@@ -293,6 +308,17 @@ def write_report(paths: list[Path], out: Path) -> Path:
                       f"{v['faster']} by {v['by_pct']:.1f}% | {beyond} |")
     else:
         md.append("No Horovod/native pair in the same setting.")
+    moved = traffic_rows(results)
+    if moved:
+        md += ["", "## Bytes moved per step (seed 004: parameter server vs allreduce)", "",
+               "Computed from the shapes (bench.traffic: ring allreduce 2(n-1) D, allgather n(n-1) S, parameter "
+               "server n (pull + push)) and measured by the hosts' interface counters over the timed windows.", "",
+               "| mode | setting | n | exchange | tokens/s total | computed MB/step | measured MB/step "
+               "| measured / computed |", "|---|---|---|---|---|---|---|---|"]
+        for r in moved:
+            md.append(f"| {r['label']} | {r['setting']} | {r['n']} | {r['exchange']} | {_fmt(r['tokens_per_sec'], '.0f')} "
+                      f"| {r['computed'] / 1e6:.2f} | {_fmt(r['measured'] and r['measured'] / 1e6)} "
+                      f"| {_fmt(r['ratio'], '.3f')} |")
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
     if tele:
         md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",

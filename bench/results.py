@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__, schema, telemetry
+from bench import SCHEMA_VERSION, __version__, schema, telemetry, traffic
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launch import LaunchInfo
@@ -133,6 +133,13 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         },
         "summary": summary,
         "telemetry": tele,
+        "traffic": {
+            "computed": traffic.computed(cfg),
+            "measured": traffic.measured(ranks, cfg.steps_per_window * len(window_s[0])),
+            "definition": "bytes one step moves between processes, all of them together: computed from the "
+                          "shapes, and measured by the hosts' interface counters over the timed windows "
+                          "(bench.traffic)",
+        },
         "sync": {
             "param_checksums": checksums,
             "ranks_in_sync": len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
@@ -153,7 +160,8 @@ def workload_record(cfg: RunConfig) -> dict[str, Any]:
     spec = model(cfg.model)
     w = spec.workload
     return {"kind": w.kind, "unit": w.unit, "symbol": w.symbol, "model": spec.name,
-            "parameters": spec.parameters(cfg.num_classes), "gradient_bytes": spec.gradient_bytes(cfg.num_classes),
+            "parameters": spec.parameters(cfg.num_classes, cfg.sparse_embeddings),
+            "gradient_bytes": spec.gradient_bytes(cfg.num_classes, untied=cfg.sparse_embeddings),
             "train_flops_per_sample": spec.train_flops_per_sample(cfg), "tokens_per_sample": w.tokens_per_sample(cfg)}
 
 

@@ -21,6 +21,7 @@ import socket
 import time
 from typing import Any, Protocol
 
+from bench import traffic
 from bench.config import RunConfig
 from bench.launch import LaunchInfo
 from bench.watchdog import Watchdog
@@ -113,10 +114,14 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
 
     window_s: list[float] = []
     timed = 0.0
+    net_before = None
     while True:
         trainer.sync()
-        if sampler is not None and not window_s:
-            sampler.mark("start")
+        if not window_s:
+            if launch.local_rank == 0:  # one reading per host (bench.traffic)
+                net_before = traffic.tx_bytes()
+            if sampler is not None:
+                sampler.mark("start")
         t0 = time.perf_counter()
         for i in range(cfg.steps_per_window):
             dog.at("window", len(window_s) + 1, i)
@@ -136,6 +141,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         elif max(trainer.allgather(timed)) >= cfg.duration:
             break
     t_end = time.time()
+    net_sent = traffic.sent_between(net_before, traffic.tx_bytes()) if net_before is not None else None
     if snapshot is not None:
         snapshot(trainer, "final")
     telemetry = None
@@ -163,6 +169,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         "replicas": trainer.replicas_per_process,
         "sync_report": trainer.sync_report(),
         "telemetry": telemetry,
+        "net_sent": net_sent,
     }
     dog.at("gather")
     gathered = trainer.allgather(record)

@@ -88,6 +88,12 @@ class Telemetry(_Open):
     samples_per_sec_per_watt: float | None = None
 
 
+class Traffic(_Open):
+    computed: dict[str, Any] = Field(description="bytes per step by path, from the model's shapes (bench.traffic)")
+    measured: dict[str, Any] | None = Field(description="bytes per timed step the hosts' interfaces sent; null "
+                                            "where the counters could not be read")
+
+
 class Sync(_Open):
     param_checksums: list[str]
     ranks_in_sync: bool
@@ -115,6 +121,7 @@ class Result(BaseModel):
     samples: Samples
     summary: Summary
     telemetry: Telemetry
+    traffic: Traffic | None = None  # added within schema 2: results written before it have none
     sync: Sync
 
 

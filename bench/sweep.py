@@ -36,7 +36,8 @@ CONFIGS_DIR = "configs"  # each cell's run configuration, as JSON
 # How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
 CELL_GRACE_S = 20.0
 # Run options a sweep passes to every cell (the matrix's own axes are mode, np, model, precision, batch).
-COMMON_FIELDS = ("image_size", "warmup_steps", "steps_per_window", "windows", "device", "num_classes")
+COMMON_FIELDS = ("image_size", "seq_len", "warmup_steps", "steps_per_window", "windows", "device", "num_classes",
+                 "sparse_embeddings", "sparse_as_dense")
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,8 @@ class VerifyConfig:
     device: Device = Device.auto
     seed: int = 42
     fp16_allreduce: bool = False
+    sparse_embeddings: bool = False  # text models: untied, sparse embedding gradient
+    sparse_as_dense: bool = False
     tolerance: float | None = None
     fault: str | None = None
     cross: bool = True  # the PyTorch vs TensorFlow loss trajectory (framework both)
@@ -101,6 +103,10 @@ class VerifyConfig:
             raise BenchError(f"--np must be >= 2: one rank has nothing to average (got {self.np})")
         spec = MODELS[self.model]
         spec.workload.check(spec, self)
+        if self.sparse_embeddings and not spec.sparse_embeddings:
+            raise BenchError(f"--sparse-embeddings applies to models with a token embedding; {self.model} has none")
+        if self.sparse_as_dense and not self.sparse_embeddings:
+            raise BenchError("--sparse-as-dense needs --sparse-embeddings")
         if spec.workload.kind == "image" and self.image_size is None:
             object.__setattr__(self, "image_size", 32)
         if spec.workload.kind == "text" and self.seq_len is None:
@@ -150,7 +156,7 @@ def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards:
                     num_classes=vc.num_classes, warmup_steps=0, steps_per_window=vc.steps - 1, windows=1,
                     np=np_, device=vc.device, seed=vc.seed, output=str(work / "result"),
                     fp16_allreduce=vc.fp16_allreduce and spec.gradient_compression, telemetry=False,
-                    strategy=v.strategy)
+                    strategy=v.strategy, sparse_embeddings=vc.sparse_embeddings, sparse_as_dense=vc.sparse_as_dense)
     hooks = Hooks(snapshot_dir=str(work), deterministic=True, data_shards=shards,
                   fault=vc.fault if spec.distributed else None)
     run(cfg, hooks)

@@ -76,7 +76,8 @@ def cross_framework(vc) -> dict[str, Any]:
     data, target = torch.cat([d for d, _ in parts]), torch.cat([t for _, t in parts])
 
     torch.manual_seed(vc.seed)
-    model = spec.build_torch(vc.num_classes)
+    embedding = "sparse" if vc.sparse_embeddings else "tied"
+    model = spec.build_torch(vc.num_classes, embedding)
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
@@ -94,7 +95,7 @@ def cross_framework(vc) -> dict[str, Any]:
     torch_final = [p.detach().numpy().copy() for p in model.parameters()]
 
     initial_tf = torch_to_tf(initial, names)
-    tf_losses, tf_final = _train_tf(vc, initial_tf, spec.workload.tf_layout(data.numpy()), target.numpy())
+    tf_losses, tf_final = _train_tf(vc, initial_tf, spec.workload.tf_layout(data.numpy()), target.numpy(), embedding)
     t, f = np.array(torch_losses, np.float64), np.array(tf_losses, np.float64)
     abs_diff = np.abs(t - f)
     rel = float(np.max(abs_diff / np.abs(t)))
@@ -115,15 +116,17 @@ def cross_framework(vc) -> dict[str, Any]:
     }
 
 
-def _train_tf(vc, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> tuple[list[float], list[np.ndarray]]:
-    from bench.models.tf_models import build, per_example_loss
+def _train_tf(vc, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray,
+              embedding: str = "tied") -> tuple[list[float], list[np.ndarray]]:
+    from bench.models import model as model_spec
+    from bench.models.tf_models import per_example_loss
     from bench.tfutil import import_tf
 
     tf, keras = import_tf()
     tf.config.experimental.enable_op_determinism()
     tf.config.experimental.enable_tensor_float_32_execution(False)
     with tf.device("/cpu:0"):  # a correctness check: both frameworks on the CPU
-        model = build(vc.model, vc.num_classes, vc.image_size)
+        model = model_spec(vc.model).build_tf(vc.num_classes, vc.image_size, embedding)
         for layer in model.submodules:
             if isinstance(layer, keras.layers.Dropout):
                 layer.rate = 0.0

@@ -34,22 +34,31 @@ class ModelSpec:
     default_classes: int = 1000  # class count, or the vocabulary of a text model
     default_seq_len: int | None = None  # text models only
     per_class: int | None = None  # parameters per class when not a biased head (a tied embedding: d_model)
+    sparse_embeddings: bool = False  # builders take embedding='tied'|'untied'|'sparse' (--sparse-embeddings)
 
-    def parameters(self, num_classes: int = 1000) -> int:
+    def parameters(self, num_classes: int = 1000, untied: bool = False) -> int:
         """Trainable parameters at ``num_classes`` (each head: inputs x classes weights + classes biases; a tied
-        embedding: d_model per vocabulary entry)."""
+        embedding: d_model per vocabulary entry; ``untied``: plus the output projection, d_model x vocabulary)."""
         per_class = self.per_class if self.per_class is not None else sum(i + 1 for i in self.head_inputs)
-        return self.params_1000 + per_class * (num_classes - 1000)
+        extra = per_class * num_classes if untied else 0
+        return self.params_1000 + per_class * (num_classes - 1000) + extra
 
-    def gradient_bytes(self, num_classes: int = 1000, bytes_per_element: int = 4) -> int:
+    def gradient_bytes(self, num_classes: int = 1000, bytes_per_element: int = 4, untied: bool = False) -> int:
         """What one data-parallel step allreduces: every parameter's gradient (fp32: 4 bytes, fp16: 2)."""
-        return self.parameters(num_classes) * bytes_per_element
+        return self.parameters(num_classes, untied) * bytes_per_element
 
-    def build_torch(self, num_classes: int):
-        return _function(self.torch)(num_classes)
+    def build_torch(self, num_classes: int, embedding: str = "tied"):
+        return _function(self.torch)(num_classes, **self._embedding(embedding))
 
-    def build_tf(self, num_classes: int, image_size: int):
-        return _function(self.tf)(num_classes, image_size)
+    def build_tf(self, num_classes: int, image_size: int, embedding: str = "tied"):
+        return _function(self.tf)(num_classes, image_size, **self._embedding(embedding))
+
+    def _embedding(self, embedding: str) -> dict:
+        if embedding == "tied":
+            return {}
+        if not self.sparse_embeddings:
+            raise BenchError(f"--sparse-embeddings applies to models with a token embedding; {self.name} has none")
+        return {"embedding": embedding}
 
     def train_flops_per_sample(self, cfg) -> float | None:
         """Matmul and convolution FLOPs of one training step (forward + backward) per sample; None without
@@ -128,10 +137,10 @@ for _spec in (
     ModelSpec("transformer-base", "Transformer-base (Vaswani et al. 2017), encoder-decoder, tied embeddings",
               None, None, 44_650_496, (), "bench.models.torch_models:transformer_base",
               "bench.models.tf_models:transformer_base", workload=SEQUENCES, default_classes=37000,
-              default_seq_len=128, per_class=512),
+              default_seq_len=128, per_class=512, sparse_embeddings=True),
     ModelSpec("transformer-small", "the Transformer-base architecture at CPU-test size (2 + 2 layers, d_model 64)",
               None, None, 231_424, (), "bench.models.torch_models:transformer_small",
               "bench.models.tf_models:transformer_small", workload=SEQUENCES, default_classes=1000,
-              default_seq_len=32, per_class=64),
+              default_seq_len=32, per_class=64, sparse_embeddings=True),
 ):
     register(_spec)

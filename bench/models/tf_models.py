@@ -280,9 +280,14 @@ class _TransformerLayer(layers.Layer):
 
 class Transformer(keras.Model):
     """Encoder-decoder Transformer, one embedding for source, target and output (tied). Input: token ids
-    (B, 2, L), source then target input; output: logits (B, L, vocab)."""
+    (B, 2, L), source then target input; output: logits (B, L, vocab).
 
-    def __init__(self, vocab: int, d_model: int, heads: int, d_ff: int, n_layers: int, dropout: float = 0.1):
+    ``embedding`` 'untied' or 'sparse': a separate output projection (d_model x vocab, no bias). The lookup's
+    gradient is then an ``IndexedSlices`` (only the rows looked up) either way; whether it stays sparse is the
+    training step's choice (bench.modes.tf_common)."""
+
+    def __init__(self, vocab: int, d_model: int, heads: int, d_ff: int, n_layers: int, dropout: float = 0.1,
+                 embedding: str = "tied"):
         super().__init__()
         self.d_model = d_model
         self.embedding = layers.Embedding(vocab, d_model,
@@ -290,6 +295,8 @@ class Transformer(keras.Model):
         self.drop = layers.Dropout(dropout)
         self.encoder = [_TransformerLayer(d_model, heads, d_ff, dropout, False) for _ in range(n_layers)]
         self.decoder = [_TransformerLayer(d_model, heads, d_ff, dropout, True) for _ in range(n_layers)]
+        self.output_projection = None if embedding == "tied" else layers.Dense(
+            vocab, use_bias=False, kernel_initializer=keras.initializers.RandomNormal(0, d_model ** -0.5))
 
     def _embed(self, tokens, training):
         x = self.embedding(tokens) * math.sqrt(self.d_model)
@@ -302,19 +309,21 @@ class Transformer(keras.Model):
         x = self._embed(tokens[:, 1], training)
         for layer in self.decoder:
             x = layer(x, memory, training=training)
+        if self.output_projection is not None:
+            return self.output_projection(x)
         return tf.matmul(x, self.embedding.embeddings, transpose_b=True)
 
 
-def _built_transformer(vocab: int, seq_len: int, *dims) -> keras.Model:
-    model = Transformer(vocab, *dims)
-    model(tf.zeros([1, 2, seq_len], tf.int32))  # create the variables
+def _built_transformer(vocab: int, embedding: str, *dims) -> keras.Model:
+    model = Transformer(vocab, *dims, embedding=embedding)
+    model(tf.zeros([1, 2, 8], tf.int32))  # create the variables (they do not depend on the sequence length)
     return model
 
 
-def transformer_base(num_classes: int, image_size: int | None = None):
-    """``num_classes`` is the vocabulary; the variables do not depend on the sequence length."""
-    return _built_transformer(num_classes, 8, 512, 8, 2048, 6)
+def transformer_base(num_classes: int, image_size: int | None = None, embedding: str = "tied"):
+    """``num_classes`` is the vocabulary."""
+    return _built_transformer(num_classes, embedding, 512, 8, 2048, 6)
 
 
-def transformer_small(num_classes: int, image_size: int | None = None):
-    return _built_transformer(num_classes, 8, 64, 4, 128, 2)
+def transformer_small(num_classes: int, image_size: int | None = None, embedding: str = "tied"):
+    return _built_transformer(num_classes, embedding, 64, 4, 128, 2)

@@ -375,17 +375,26 @@ class TransformerLayer(nn.Module):
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer; source, target and output share one embedding matrix (the paper's
-    weight tying), scaled by sqrt(d_model) on input. Input: token ids (B, 2, L), source then target input."""
+    weight tying), scaled by sqrt(d_model) on input. Input: token ids (B, 2, L), source then target input.
 
-    def __init__(self, vocab: int, d_model: int, heads: int, d_ff: int, layers: int, dropout: float = 0.1) -> None:
+    ``embedding``: 'tied' (the paper), 'untied' (a separate output projection, vocab x d_model, no bias) or
+    'sparse' (untied, and the embedding's gradient is a sparse tensor holding only the rows looked up).
+    Tied, the output projection's gradient makes the whole matrix's gradient dense."""
+
+    def __init__(self, vocab: int, d_model: int, heads: int, d_ff: int, layers: int, dropout: float = 0.1,
+                 embedding: str = "tied") -> None:
         super().__init__()
         self.d_model = d_model
-        self.embedding = nn.Embedding(vocab, d_model)
+        self.embedding = nn.Embedding(vocab, d_model, sparse=embedding == "sparse")
         nn.init.normal_(self.embedding.weight, 0, d_model ** -0.5)
         self.position = PositionalEncoding(d_model)
         self.drop = nn.Dropout(dropout)
         self.encoder = nn.ModuleList(TransformerLayer(d_model, heads, d_ff, dropout, False) for _ in range(layers))
         self.decoder = nn.ModuleList(TransformerLayer(d_model, heads, d_ff, dropout, True) for _ in range(layers))
+        self.output = None
+        if embedding != "tied":
+            self.output = nn.Linear(d_model, vocab, bias=False)
+            nn.init.normal_(self.output.weight, 0, d_model ** -0.5)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.drop(self.position(self.embedding(tokens) * self.d_model ** 0.5))
@@ -398,15 +407,17 @@ class Transformer(nn.Module):
         x = self.embed(target)
         for layer in self.decoder:
             x = layer(x, memory)
+        if self.output is not None:
+            return self.output(x)
         return x @ self.embedding.weight.T  # logits over the vocabulary, (B, L, vocab)
 
 
-def transformer_base(num_classes: int) -> nn.Module:
+def transformer_base(num_classes: int, embedding: str = "tied") -> nn.Module:
     """Transformer-base: 6 + 6 layers, d_model 512, 8 heads, d_ff 2048, dropout 0.1 (``num_classes`` is the
     vocabulary)."""
-    return Transformer(num_classes, 512, 8, 2048, 6)
+    return Transformer(num_classes, 512, 8, 2048, 6, embedding=embedding)
 
 
-def transformer_small(num_classes: int) -> nn.Module:
+def transformer_small(num_classes: int, embedding: str = "tied") -> nn.Module:
     """The same architecture, small enough for CPU tests: 2 + 2 layers, d_model 64, 4 heads, d_ff 128."""
-    return Transformer(num_classes, 64, 4, 128, 2)
+    return Transformer(num_classes, 64, 4, 128, 2, embedding=embedding)

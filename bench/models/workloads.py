@@ -121,7 +121,10 @@ class TokenSequences(Workload):
         return cfg.seq_len
 
     def describe(self, cfg) -> str:
-        return f"seq {cfg.seq_len}"
+        embedding = ""
+        if getattr(cfg, "sparse_embeddings", False):
+            embedding = ", sparse-as-dense" if getattr(cfg, "sparse_as_dense", False) else ", sparse"
+        return f"seq {cfg.seq_len}, vocab {cfg.num_classes}{embedding}"
 
 
 SEQUENCES = TokenSequences("text", "sequence", "sequences", "seq/s")

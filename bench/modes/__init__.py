@@ -41,6 +41,9 @@ class ModeSpec:
     strategies: tuple[str, ...] = ()  # the first is the default
     verify_np: Mapping[str | None, int | None] = field(default_factory=dict)  # strategy -> ranks (None: the mode's)
     options: tuple[str, ...] = ()  # config fields only this mode takes
+    # strategy -> how gradients cross processes: "collective" (allreduce/allgather, the default for a
+    # distributed mode), "ps" (pushed to parameter servers) or "local" (one process drives every device)
+    exchange: Mapping[str | None, str] = field(default_factory=dict)
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -75,6 +78,11 @@ class Variant:
     def allreduce(self) -> str | None:
         """The bench allreduce backend whose busbw prices this variant's gradient exchange (None: no allreduce)."""
         return self.mode.allreduce.get(self.strategy)
+
+    @property
+    def exchange(self) -> str:
+        """How gradients cross processes (bench.traffic): "collective", "ps" or "local" (no process boundary)."""
+        return self.mode.exchange.get(self.strategy, "collective" if self.mode.distributed else "local")
 
     @property
     def verify_np(self) -> str | int | None:
@@ -143,7 +151,8 @@ for _spec in (
              strategies=("multiworker", "mirrored", "ps"),
              # mirrored drives every local device from one process; ps is asynchronous, so only one
              # worker has a synchronous reference.
-             verify_np={"mirrored": None, "ps": 1}, options=("strategy", "num_ps")),
+             verify_np={"mirrored": None, "ps": 1}, options=("strategy", "num_ps"),
+             exchange={"mirrored": "local", "ps": "ps"}),
     ModeSpec("torch-single", "torch", "bench.modes.torch_single",
              "PyTorch on one device, no distribution library: the single-GPU baseline",
              library="none", reference="torch-single"),

@@ -55,6 +55,9 @@ class TFTrainer:
     """Base for the TensorFlow modes. Subclasses create the strategy (if any) and the compiled step."""
 
     replicas_per_process = 1
+    # --sparse-as-dense: the library densifies the embedding's IndexedSlices itself (Horovod's tape);
+    # otherwise the step converts them to a dense tensor before the strategy reduces or the optimizer applies.
+    densifies_sparse = False
 
     def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks | None = None, gpus: str = "one") -> None:
         """``gpus``: 'one' (the local rank's GPU), 'all' (MirroredStrategy) or 'none' (a PS coordinator)."""
@@ -76,7 +79,7 @@ class TFTrainer:
     # -- building blocks (call inside a strategy scope where there is one) -----------------
     def build_model(self):
         keras.utils.set_random_seed(self.cfg.seed)  # identical initial weights on every rank
-        self.model = model_spec(self.cfg.model).build_tf(self.cfg.num_classes, self.cfg.image_size)
+        self.model = model_spec(self.cfg.model).build_tf(self.cfg.num_classes, self.cfg.image_size, self.cfg.embedding)
         if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
             for layer in self.model.submodules:  # nested layers too (the Transformer's)
                 if isinstance(layer, keras.layers.Dropout):
@@ -108,6 +111,8 @@ class TFTrainer:
         if wrap_tape is not None:
             tape = wrap_tape(tape)
         grads = tape.gradient(scaled, variables)
+        if self.cfg.sparse_as_dense and not self.densifies_sparse:
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if self.fp16:
             grads = self.optimizer.get_unscaled_gradients(grads)
         if self.hooks.fault == "skip-allreduce":

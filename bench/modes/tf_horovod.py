@@ -25,6 +25,8 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
 
 
 class HorovodTFTrainer(TFTrainer):
+    densifies_sparse = True  # DistributedGradientTape(sparse_as_dense=True); else IndexedSlices are allgathered
+
     def setup(self) -> None:
         hvd = self.hvd = horovod.import_hvd("tensorflow", self.cfg.mode)
         horovod.init(hvd, self.rank, self.world_size)
@@ -35,7 +37,8 @@ class HorovodTFTrainer(TFTrainer):
         def wrap(tape):
             if self.hooks.fault == "skip-allreduce":  # bench verify's negative control
                 return tape
-            return hvd.DistributedGradientTape(tape, compression=compression)
+            return hvd.DistributedGradientTape(tape, compression=compression,
+                                               sparse_as_dense=self.cfg.sparse_as_dense)
 
         @tf.function
         def train_step():

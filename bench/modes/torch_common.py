@@ -43,6 +43,10 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
 class TorchTrainer:
     """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""
 
+    # --sparse-as-dense: the library densifies the sparse gradient itself (Horovod); otherwise the model's
+    # embedding makes a dense gradient to begin with (the same untied model, the same arithmetic).
+    densifies_sparse = False
+
     def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks | None = None) -> None:
         self.cfg = cfg
         self.launch = launch
@@ -67,7 +71,10 @@ class TorchTrainer:
     def build_model(self) -> torch.nn.Module:
         cfg = self.cfg
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        model = model_spec(cfg.model).build_torch(cfg.num_classes).to(self.device)
+        embedding = cfg.embedding
+        if cfg.sparse_as_dense and not self.densifies_sparse:
+            embedding = "untied"
+        model = model_spec(cfg.model).build_torch(cfg.num_classes, embedding).to(self.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         if self.hooks.deterministic:  # bench verify: no random masks that differ between runs

@@ -7,15 +7,24 @@ from typing import Any
 
 import torch
 
-from bench.config import Precision, RunConfig
+from bench.config import Device, Precision, RunConfig
 from bench.dist import torchdist
+from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.launch import LaunchInfo, spawn_local
 from bench.modes.torch_common import TorchTrainer, resolve
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
-    return resolve(cfg, launch)
+    cfg = resolve(cfg, launch)
+    if cfg.sparse_embeddings and not cfg.sparse_as_dense:
+        if cfg.device == Device.cuda:
+            raise BenchError("torch-ddp --sparse-embeddings on GPU: NCCL has no sparse allreduce (only Gloo "
+                             "does); add --sparse-as-dense, or use torch-horovod, which allgathers it")
+        if cfg.fp16_allreduce:
+            raise BenchError("torch-ddp: --fp16-allreduce (DDP's fp16 compression hook) cannot take sparse "
+                             "gradients; drop one of --fp16-allreduce, --sparse-embeddings")
+    return cfg
 
 
 def spawn(cfg: RunConfig) -> None:

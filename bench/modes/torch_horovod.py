@@ -27,6 +27,8 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrain
 
 
 class HorovodTrainer(TorchTrainer):
+    densifies_sparse = True  # DistributedOptimizer(sparse_as_dense=True); else sparse gradients are allgathered
+
     def setup(self) -> None:
         hvd = self.hvd = horovod.import_hvd("torch", self.cfg.mode)
         horovod.init(hvd, self.rank, self.world_size)
@@ -37,7 +39,8 @@ class HorovodTrainer(TorchTrainer):
             self.optimizer = optimizer
         else:
             self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters(),
-                                                      compression=compression, op=hvd.Average)
+                                                      compression=compression, op=hvd.Average,
+                                                      sparse_as_dense=self.cfg.sparse_as_dense)
         # Identical start on every rank: weights and optimizer state from rank 0.
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
