@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce verify predict-published image images image-test docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
+.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -24,6 +24,7 @@ help:
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
 	@echo "make bench-overhead torch-ddp, tf-horovod and tf-native vs their bare loops (DDP, Horovod TF, tf.distribute)"
 	@echo "make bench-reference tf-horovod and torch-horovod vs Horovod's own synthetic benchmarks, alternated (ARGS=...)"
+	@echo "make sparse-study   seed 004: Transformer tokens/s and bytes per step, dense vs sparse, PS vs allreduce"
 	@echo "make bench-allreduce allreduce time/algbw/busbw through every backend, up to the VGG-16 gradient"
 	@echo "make verify         every distributed mode against one process on the global batch (PASS/FAIL)"
 	@echo "make predict-published  the scaling model against Horovod's published efficiencies"
@@ -104,6 +105,9 @@ bench-overhead: venv
 
 bench-reference: venv
 	$(PY) benchmarks/reference.py $(ARGS)
+
+sparse-study: venv
+	benchmarks/sparse_study.sh $(or $(OUT),results/sparse-study) $(ARGS)
 
 bench-allreduce: venv
 	for b in torch horovod-torch horovod-tf tf; do $(VENV)/bin/bench allreduce --backend $$b $(ARGS) || exit 1; done

@@ -290,6 +290,8 @@ def verify_command(
 @app.command("allreduce")
 def allreduce_command(
     backend: Annotated[str, typer.Option(help="torch, horovod-torch, horovod-tf or tf.")] = "torch",
+    op: Annotated[str, typer.Option(help="allreduce (dense gradients) or allgather (sparse gradients: the "
+                                    "size is each rank's contribution).")] = "allreduce",
     np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around "
                                            "(default: every GPU, else 2).")] = None,
     min_bytes: Annotated[str, typer.Option(help="Smallest message (4K, 1M, ...).")] = "4K",
@@ -304,11 +306,11 @@ def allreduce_command(
     output: Annotated[str, typer.Option(help="Directory for the result JSON.")] = "results",
     rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")] = 120.0,
 ) -> None:
-    """Allreduce microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions)."""
+    """Allreduce (or allgather) microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions)."""
     from bench.allreduce import AllreduceConfig, parse_bytes, run
     from bench.sweep import parse_list
 
-    run(AllreduceConfig(backend=backend, np=np, min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes),
+    run(AllreduceConfig(backend=backend, op=op, np=np, min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes),
                         factor=factor, models=tuple(parse_list(models)), warmup=warmup, samples=samples,
                         target_sample_s=target_sample_s, device=device, output=output,
                         rendezvous_timeout=rendezvous_timeout))
@@ -327,7 +329,8 @@ def predict_command(
     busbw: Annotated[float | None, typer.Option(help="Bus bandwidth, GB/s (nccl-tests busbw).")] = None,
     latency_us: Annotated[float | None, typer.Option(help="Latency per ring step, microseconds.")] = None,
     allreduce: Annotated[list[str] | None, typer.Option(help="Take busbw and latency from a bench allreduce "
-                                                         "result (with --sweep: one per backend, repeatable).")] = None,
+                                                         "result, and for sparse gradients from an --op allgather "
+                                                         "one (with --sweep: per backend; repeatable).")] = None,
     overlap: Annotated[float | None, typer.Option(help="Fraction of the allreduce hidden under backward, 0..1 "
                                                   "(default 0.5).")] = None,
     fusion_mib: Annotated[float, typer.Option(help="Fusion buffer, MiB (Horovod: 64; 0 = one message).")] = 64.0,
@@ -361,8 +364,8 @@ def predict_command(
         return
     base = p.one_gpu_inputs(result, step_time, images_per_sec, batch_size, model or "vgg16", num_classes,
                             fp16_allreduce)
-    bw, lat = p.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"])
-    inp = p.Inputs(**base, busbw_GBps=bw, latency_s=lat, overlap=overlap_used, fusion_bytes=fusion,
+    net = p.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"], base.get("sparse_bytes", 0))
+    inp = p.Inputs(**base, **net, overlap=overlap_used, fusion_bytes=fusion,
                    gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
     console.print(p.render_prediction(inp, p.parse_gpus(gpus), p.throughput_symbol(result, model or "vgg16")))
 

@@ -10,7 +10,7 @@ The model (synchronous data parallelism, one ring allreduce of the whole gradien
 
     t_comm(N) = m * 2 (N - 1) * a  +  2 (N - 1) / N * G / B       (ring allreduce: 2 (N-1) steps, and
                                                                    2 (N-1)/N * G bytes through each link)
-              + (N - 1) * a  +  (N - 1) * S / B                   (sparse gradients, S bytes per rank:
+              + (N - 1) * a' +  (N - 1) * S / B'                  (sparse gradients, S bytes per rank:
                                                                    a ring allgather, N-1 steps, each
                                                                    link carries the other ranks' S)
     t_step(N) = t1 + (1 - overlap) * t_comm(N)                     (overlap: fraction of the allreduce
@@ -19,8 +19,9 @@ The model (synchronous data parallelism, one ring allreduce of the whole gradien
     E(N)      = t1 / t_step(N)             scaling efficiency, X(N) / (N * X(1))
 
 G is the dense part: with sparse embedding gradients (--sparse-embeddings) the embedding leaves it and
-travels as S = rows x (4 d_model + index bytes) per rank (bench.traffic); the allgather is priced at the
-allreduce's per-link rate B. With ``--gpus-per-node`` and ``--intra-busbw``, N within one node uses the node's own bandwidth.
+travels as S = rows x (4 d_model + index bytes) per rank (bench.traffic). B' and a' come from a
+``bench allreduce --op allgather`` measurement (busbw = (N - 1) S / t; a' = its smallest size's time /
+(N - 1)); without one, the allreduce's B and a price the allgather too. With ``--gpus-per-node`` and ``--intra-busbw``, N within one node uses the node's own bandwidth.
 The model knows nothing of stragglers, contention between a rank's compute and its communication
 (CPU ranks share cores), or hierarchical and tree algorithms; its error against measurements says
 how much those matter.
@@ -53,6 +54,8 @@ class Inputs:
     gpus_per_node: int | None = None
     intra_busbw_GBps: float | None = None
     sparse_bytes: int = 0  # S: a rank's sparse gradient (rows and indices), allgathered
+    allgather_busbw_GBps: float | None = None  # B' (None: B)
+    allgather_latency_s: float | None = None  # a' (None: a)
 
     def __post_init__(self) -> None:
         checks = [
@@ -93,7 +96,11 @@ def comm_time(inp: Inputs, n: int) -> float:
     if inp.gpus_per_node and inp.intra_busbw_GBps and n <= inp.gpus_per_node:
         bw = inp.intra_busbw_GBps
     allreduce = inp.messages * 2 * (n - 1) * inp.latency_s + 2 * (n - 1) / n * inp.gradient_bytes / (bw * 1e9)
-    allgather = (n - 1) * inp.latency_s + (n - 1) * inp.sparse_bytes / (bw * 1e9) if inp.sparse_bytes else 0.0
+    allgather = 0.0
+    if inp.sparse_bytes:
+        bw_ag = inp.allgather_busbw_GBps or bw
+        latency_ag = inp.latency_s if inp.allgather_latency_s is None else inp.allgather_latency_s
+        allgather = (n - 1) * latency_ag + (n - 1) * inp.sparse_bytes / (bw_ag * 1e9)
     return allreduce + allgather
 
 
@@ -128,23 +135,38 @@ def from_result(result: dict[str, Any]) -> dict[str, Any]:
     return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"], **sizes}
 
 
+def op_of(result: dict[str, Any]) -> str:
+    """allreduce or allgather: what a bench allreduce result measured."""
+    return result.get("config", {}).get("op", "allreduce")
+
+
 def from_allreduce(result: dict[str, Any], nbytes: int) -> dict[str, float]:
     """busbw at the measured size nearest ``nbytes`` (log scale) and the ring-step latency from the
-    smallest size: a = t_smallest / (2 (n - 1))."""
+    smallest size: a = t_smallest / (2 (n - 1)) for an allreduce, t_smallest / (n - 1) for an allgather."""
     n = result["world_size"]
     if n < 2:
         raise BenchError("--allreduce needs a result from 2 or more ranks (busbw is 0 on one)")
     rows = result["rows"]
     nearest = min(rows, key=lambda r: abs(math.log(r["bytes"] / nbytes)))
     smallest = min(rows, key=lambda r: r["bytes"])
-    return {"busbw_GBps": nearest["busbw_GBps"], "latency_s": smallest["time_s"] / (2 * (n - 1)),
+    steps = 2 * (n - 1) if op_of(result) == "allreduce" else n - 1
+    return {"busbw_GBps": nearest["busbw_GBps"], "latency_s": smallest["time_s"] / steps,
             "busbw_at_bytes": nearest["bytes"], "latency_from_bytes": smallest["bytes"]}
 
 
+def allgather_inputs(measurement: dict[str, Any] | None, sparse_bytes: int) -> dict[str, float]:
+    """B' and a' from an allgather measurement, for a run with sparse gradients (else nothing)."""
+    if measurement is None or not sparse_bytes:
+        return {}
+    net = from_allreduce(measurement, sparse_bytes)
+    return {"allgather_busbw_GBps": net["busbw_GBps"], "allgather_latency_s": net["latency_s"]}
+
+
 # -- checks against measurements ----------------------------------------------------------------------
-def pick_allreduce(label: str, allreduces: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The measurement of the backend that carries this mode's gradients (its ModeSpec says which); with a
-    single measurement, that one for every mode."""
+def pick_allreduce(label: str, allreduces: list[dict[str, Any]], op: str = "allreduce") -> dict[str, Any] | None:
+    """The ``op`` measurement of the backend that carries this mode's gradients (its ModeSpec says which); with
+    a single measurement of that op, that one for every mode."""
+    allreduces = [a for a in allreduces if op_of(a) == op]
     if len(allreduces) == 1:
         return allreduces[0]
     try:
@@ -175,8 +197,9 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
             continue
         base = from_result(by_n[1])
         net = from_allreduce(allreduce, base["gradient_bytes"])
+        gather = allgather_inputs(pick_allreduce(key.label, allreduces, "allgather"), base.get("sparse_bytes", 0))
         inp = Inputs(**base, busbw_GBps=net["busbw_GBps"], latency_s=net["latency_s"], overlap=overlap,
-                     fusion_bytes=fusion_bytes)
+                     fusion_bytes=fusion_bytes, **gather)
         per_gpu_1 = by_n[1]["summary"]["samples_per_sec_per_gpu"]
         for n, result in sorted(by_n.items()):
             if n == 1:
@@ -250,19 +273,24 @@ def throughput_symbol(result_path: str | None, model: str) -> str:
 
 
 def network_inputs(busbw: float | None, latency_us: float | None, allreduce_paths: list[str],
-                   nbytes: int) -> tuple[float, float]:
-    """(B in GB/s, a in s): the flags win over a bench allreduce result (measured near ``nbytes``)."""
-    net: dict[str, float] = {}
-    if allreduce_paths:
-        from bench.allreduce import load as load_allreduce
+                   nbytes: int, sparse_bytes: int = 0) -> dict[str, float]:
+    """B and a (and B', a' for sparse gradients): the flags win over bench allreduce results (one allreduce
+    measurement, read near ``nbytes``; optionally one allgather measurement, read near ``sparse_bytes``)."""
+    from bench.allreduce import load as load_allreduce
 
-        if len(allreduce_paths) > 1:
-            raise BenchError("give one --allreduce result (several only with --sweep)")
-        net = from_allreduce(load_allreduce(allreduce_paths[0]), nbytes)
+    measured = [load_allreduce(path) for path in allreduce_paths]
+    by_op: dict[str, dict[str, Any]] = {}
+    for m in measured:
+        if op_of(m) in by_op:
+            raise BenchError(f"give one --allreduce result per operation ({op_of(m)} twice; several only with "
+                             "--sweep)")
+        by_op[op_of(m)] = m
+    net = from_allreduce(by_op["allreduce"], nbytes) if "allreduce" in by_op else {}
     bw = busbw if busbw is not None else net.get("busbw_GBps")
     if bw is None:
         raise BenchError("give the network: --busbw (GB/s) or --allreduce (a bench allreduce result)")
-    return bw, latency_us * 1e-6 if latency_us is not None else net.get("latency_s", 0.0)
+    return {"busbw_GBps": bw, "latency_s": latency_us * 1e-6 if latency_us is not None else net.get("latency_s", 0.0),
+            **allgather_inputs(by_op.get("allgather"), sparse_bytes)}
 
 
 # -- tables -------------------------------------------------------------------------------------------

@@ -27,6 +27,34 @@ def test_bandwidth_definitions():
     assert busbw == pytest.approx(4.0 * 2 * 3 / 4)
 
 
+def test_allgather_definitions_and_check():
+    import numpy as np
+
+    from bench.allreduce.common import Comm
+
+    assert bus_factor(4, "allgather") == pytest.approx(0.75)
+    algbw, busbw = bandwidths(1_000_000, 0.01, 4, "allgather")  # 1 MB from each of 4 ranks in 10 ms
+    assert algbw == pytest.approx(0.4) and busbw == pytest.approx(0.3)  # (n - 1) S / t
+
+    class Fake(Comm):
+        def __init__(self, out, op):
+            self.cfg, self.world_size, self.out = AllreduceConfig(op=op), 3, out
+
+        def result(self):
+            return self.out
+
+        def sync(self):
+            pass
+
+    good = np.repeat(np.arange(1, 4, dtype=np.float32), 5)
+    assert Fake(good, "allgather").check(lambda: None, 5)
+    assert not Fake(good[::-1].copy(), "allgather").check(lambda: None, 5)  # blocks out of rank order
+    assert not Fake(good[:10], "allgather").check(lambda: None, 5)
+    assert Fake(np.full(5, 6.0, np.float32), "allreduce").check(lambda: None, 5)  # 1 + 2 + 3
+    with pytest.raises(BenchError, match="unknown --op"):
+        AllreduceConfig(op="broadcast")
+
+
 def test_sizes_reach_the_vgg16_gradient():
     cfg = AllreduceConfig().resolve(2)
     assert gradient_bytes("vgg16") == 138_357_544 * 4
@@ -96,3 +124,24 @@ def test_horovod_under_mpirun_uses_the_mpi_controller(out):
     result = _result(out)
     assert result["launcher"] == "mpirun" and result["environment"]["transport"] == "horovod mpi"
     assert result["all_correct"] and [row["bytes"] for row in result["rows"]] == [4096, 16384, 65536]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [
+    "torch",
+    pytest.param("horovod-torch", marks=pytest.mark.horovod),
+    pytest.param("horovod-tf", marks=pytest.mark.horovod),
+    "tf",
+])
+def test_allgather_two_ranks_each_backend(backend, out):
+    r = bench("allreduce", "--backend", backend, "--op", "allgather", "--np", "2", "--min-bytes", "4K",
+              "--max-bytes", "64K", "--models", "", "--samples", "2", "--target-sample-s", "0.02", "--output", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    files = sorted(out.glob("*-allgather-*.json"))
+    assert len(files) == 1, files
+    result = json.loads(files[0].read_text())
+    assert result["config"]["op"] == "allgather" and result["all_correct"]
+    assert [row["bytes"] for row in result["rows"]] == [4096, 16384, 65536]
+    for row in result["rows"]:
+        assert row["algbw_GBps"] == pytest.approx(2 * row["bytes"] / row["time_s"] / 1e9)  # n S / t
+        assert row["busbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)  # (n - 1) S / t

@@ -21,6 +21,13 @@ Definitions (nccl-tests, doc/PERFORMANCE.md)::
 
 busbw is comparable across rank counts and with the hardware's link bandwidth; ``bench predict``
 takes it as its bandwidth input. Raw per-rank sample times are kept in the result.
+
+``--op allgather`` measures the collective that carries sparse gradients instead: every rank contributes
+S bytes (the size in the table) holding rank + 1, and every rank must receive block r = r + 1 for all r.
+With nccl-tests' allgather definitions (their size is the gathered n S)::
+
+    algbw   = n S / t
+    busbw   = algbw * (n - 1) / n  =  (n - 1) S / t      every link carries the other ranks' S
 """
 
 from __future__ import annotations
@@ -69,19 +76,24 @@ def gradient_bytes(model: str) -> int:
     return spec.gradient_bytes(spec.default_classes, BYTES_PER_ELEMENT)
 
 
-def bus_factor(n: int) -> float:
-    return 2 * (n - 1) / n
+OPS = ("allreduce", "allgather")
 
 
-def bandwidths(nbytes: int, seconds: float, n: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (1e9 bytes) for ``nbytes`` allreduced across ``n`` ranks in ``seconds``."""
-    algbw = nbytes / seconds / 1e9
-    return algbw, algbw * bus_factor(n)
+def bus_factor(n: int, op: str = "allreduce") -> float:
+    return 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
+
+
+def bandwidths(nbytes: int, seconds: float, n: int, op: str = "allreduce") -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes) for ``nbytes`` allreduced (or contributed by each rank to an
+    allgather) across ``n`` ranks in ``seconds``."""
+    algbw = (nbytes if op == "allreduce" else n * nbytes) / seconds / 1e9
+    return algbw, algbw * bus_factor(n, op)
 
 
 @dataclass(frozen=True)
 class AllreduceConfig:
     backend: str = "torch"
+    op: str = "allreduce"  # or "allgather" (OPS)
     np: int | None = None
     min_bytes: int = 4096
     max_bytes: int = 256 * 1024**2
@@ -99,6 +111,8 @@ class AllreduceConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise BenchError(f"unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
+        if self.op not in OPS:
+            raise BenchError(f"unknown --op '{self.op}' (choose from: {', '.join(OPS)})")
         object.__setattr__(self, "device", Device(self.device))
         for m in self.models:
             if m not in MODELS:
@@ -202,7 +216,7 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
         comm.release()
         per_sample = [max(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
         t = statistics.median(per_sample)
-        algbw, busbw = bandwidths(nbytes, t, comm.world_size)
+        algbw, busbw = bandwidths(nbytes, t, comm.world_size, cfg.op)
         rows.append({
             "bytes": nbytes, "count": count, "dtype": "float32", "iters": iters,
             "time_s": t, "time_mean_s": statistics.fmean(per_sample), "time_min_s": min(per_sample),
@@ -219,7 +233,7 @@ def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environ
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "allreduce",
-        "run_id": f"{stamp}-allreduce-{cfg.backend}-{secrets.token_hex(4)}",
+        "run_id": f"{stamp}-{cfg.op}-{cfg.backend}-{secrets.token_hex(4)}",
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "hvdbench_version": __version__,
         "config": {**asdict(cfg), "device": cfg.device.value},
@@ -228,13 +242,24 @@ def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environ
         "environment": environment,
         "rows": rows,
         "all_correct": all(r["correct"] for r in rows),
-        "definitions": {
-            "time_s": "per allreduce: median over samples of the slowest rank's sample time / iters",
-            "algbw_GBps": "bytes / time_s / 1e9",
-            "busbw_GBps": "algbw * 2 (n - 1) / n (nccl-tests)",
-            "correct": "rank r contributes r + 1; every element of the SUM equals n (n + 1) / 2",
-        },
+        "definitions": DEFINITIONS[cfg.op],
     }
+
+
+DEFINITIONS = {
+    "allreduce": {
+        "time_s": "per allreduce: median over samples of the slowest rank's sample time / iters",
+        "algbw_GBps": "bytes / time_s / 1e9",
+        "busbw_GBps": "algbw * 2 (n - 1) / n (nccl-tests)",
+        "correct": "rank r contributes r + 1; every element of the SUM equals n (n + 1) / 2",
+    },
+    "allgather": {
+        "time_s": "per allgather: median over samples of the slowest rank's sample time / iters",
+        "algbw_GBps": "n x bytes (the gathered size) / time_s / 1e9",
+        "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
+        "correct": "rank r contributes bytes holding r + 1; block r of every rank's result holds r + 1",
+    },
+}
 
 
 def write(out_dir: Path, result: dict[str, Any]) -> Path:
@@ -247,7 +272,7 @@ def write(out_dir: Path, result: dict[str, Any]) -> Path:
     print(f"result: {path}")
     if not result["all_correct"]:
         bad = [r["bytes"] for r in result["rows"] if not r["correct"]]
-        raise BenchError(f"allreduce returned wrong sums at {len(bad)} size(s) ({bad[:3]} bytes ...); see {path}")
+        raise BenchError(f"{result['config'].get('op', 'allreduce')} returned wrong results at {len(bad)} size(s) ({bad[:3]} bytes ...); see {path}")
     return path
 
 
@@ -263,8 +288,8 @@ def render(result: dict[str, Any]):
 
     env = result["environment"]
     table = Table("size", "bytes", "model gradient", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
-                  "correct", title=f"allreduce {result['config']['backend']} ({env.get('transport', '?')}), "
-                                   f"n={result['world_size']}, float32 SUM")
+                  "correct", title=f"{result['config'].get('op', 'allreduce')} {result['config']['backend']} "
+                                   f"({env.get('transport', '?')}), n={result['world_size']}, float32")
     for r in result["rows"]:
         table.add_row(human_bytes(r["bytes"]), str(r["bytes"]), r["model"] or "", str(r["iters"]),
                       f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",

@@ -15,19 +15,27 @@ class Comm:
     def setup(self) -> None: ...
 
     def prepare(self, count: int):
-        """Allocate ``count`` float32 elements holding rank + 1; return the operation (a callable)."""
+        """Allocate ``count`` float32 elements holding rank + 1; return the operation (a callable): the config's
+        ``op``, an in-place SUM allreduce or an allgather."""
         raise NotImplementedError
 
-    def result_equals(self, value: float) -> bool:
-        """Whether every element of the last operation's result equals ``value``."""
+    def result(self):
+        """The last operation's result as a numpy array (count elements; n x count for an allgather)."""
         raise NotImplementedError
 
     def check(self, op, count: int) -> bool:
-        """One SUM of rank + 1 over n ranks must give n (n + 1) / 2 everywhere (exact in float32)."""
+        """One SUM of rank + 1 over n ranks must give n (n + 1) / 2 everywhere (exact in float32); one
+        allgather must give block r = r + 1."""
+        import numpy as np
+
         op()
         self.sync()
         n = self.world_size
-        return self.result_equals(n * (n + 1) / 2)
+        out = np.asarray(self.result())
+        if self.cfg.op == "allgather":
+            expected = np.repeat(np.arange(1, n + 1, dtype=np.float32), count)
+            return out.shape == expected.shape and bool((out == expected).all())
+        return bool((out == n * (n + 1) / 2).all())
 
     def zero(self) -> None:
         raise NotImplementedError

@@ -1,4 +1,5 @@
-"""allreduce through Horovod from PyTorch: ``hvd.allreduce_`` (op=Sum) in place on a torch tensor."""
+"""allreduce through Horovod from PyTorch: ``hvd.allreduce_`` (op=Sum) in place on a torch tensor;
+allgather: ``hvd.allgather``."""
 
 from __future__ import annotations
 
@@ -21,4 +22,8 @@ class HorovodTorchComm(HorovodComm, TorchBuffer):
 
     def prepare(self, count: int):
         self.fill(count)
+        if self.cfg.op == "allgather":
+            def gather():
+                self.out = self.hvd.allgather(self.buf, name="bench.allgather")
+            return gather
         return lambda: self.hvd.allreduce_(self.buf, op=self.hvd.Sum, name="bench.allreduce")

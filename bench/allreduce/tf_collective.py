@@ -54,15 +54,18 @@ class TFComm(Comm):
         @tf.function
         def reduce():
             def replica_fn():
-                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(self.buf))
+                ctx = tf.distribute.get_replica_context()
+                if self.cfg.op == "allgather":
+                    return ctx.all_gather(tf.identity(self.buf), axis=0)
+                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(self.buf))
             return strategy.run(replica_fn)
 
         def op():
             self.out = reduce()
         return op
 
-    def result_equals(self, value: float) -> bool:
-        return bool(self.tf.reduce_all(self.tf.equal(self._local(self.out), value)).numpy())
+    def result(self):
+        return self._local(self.out).numpy()
 
     def _local(self, value):
         return self.strategy.experimental_local_results(value)[0]

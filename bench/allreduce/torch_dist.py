@@ -1,4 +1,5 @@
-"""allreduce through torch.distributed: ``dist.all_reduce`` in place (NCCL on GPU, Gloo on CPU)."""
+"""allreduce through torch.distributed: ``dist.all_reduce`` in place (NCCL on GPU, Gloo on CPU); allgather:
+``dist.all_gather`` into views of one output buffer."""
 
 from __future__ import annotations
 
@@ -36,9 +37,13 @@ class TorchBuffer(Comm):
 
     def fill(self, count: int) -> None:
         self.buf = torch.full((count,), float(self.rank + 1), dtype=torch.float32, device=self.device)
+        self.out = None
+        if self.cfg.op == "allgather":
+            self.out = torch.empty(self.world_size * count, dtype=torch.float32, device=self.device)
 
-    def result_equals(self, value: float) -> bool:
-        return bool((self.buf == value).all())
+    def result(self):
+        out = self.out if self.cfg.op == "allgather" else self.buf
+        return out.detach().cpu().numpy()
 
     def zero(self) -> None:
         self.buf.zero_()
@@ -48,7 +53,7 @@ class TorchBuffer(Comm):
             torch.cuda.synchronize(self.device)
 
     def release(self) -> None:
-        self.buf = None
+        self.buf = self.out = None
 
 
 class TorchComm(TorchBuffer):
@@ -57,6 +62,8 @@ class TorchComm(TorchBuffer):
 
     def prepare(self, count: int):
         self.fill(count)
+        if self.cfg.op == "allgather":
+            return lambda: dist.all_gather(list(self.out.chunk(self.world_size)), self.buf)
         return lambda: dist.all_reduce(self.buf)
 
     def barrier(self) -> None:

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Seed 004's question on this machine: parameter server vs allreduce (and Horovod vs native) for a
+# Transformer with a small and a large vocabulary, its embedding gradient dense (tied, the paper's model),
+# sparse, or sparse reduced as dense. One bench sweep per (vocabulary, embedding), then one report over
+# all of them, whose "Bytes moved per step" section checks the computed traffic against the hosts'
+# interface counters, and bench predict (allreduce + allgather) against the collective modes.
+#
+#   benchmarks/sparse_study.sh [OUT] [extra bench sweep options]     (make sparse-study OUT=... ARGS=...)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-results/sparse-study}
+shift || true
+BENCH=${BENCH:-.venv/bin/bench}
+MODEL=${MODEL:-transformer-small}
+MODES=${MODES:-torch-ddp,torch-horovod,tf-horovod,tf-native:multiworker,tf-native:ps}
+VOCABS=${VOCABS:-1000 37000}
+COMMON=(--models "$MODEL" --modes "$MODES" --np 1,2 --warmup-steps 2 --steps-per-window 4 --windows 4 "$@")
+
+for vocab in $VOCABS; do
+  for embedding in dense sparse sparse-as-dense; do
+    case $embedding in
+      dense) flags=() ;;
+      sparse) flags=(--sparse-embeddings) ;;
+      sparse-as-dense) flags=(--sparse-embeddings --sparse-as-dense) ;;
+    esac
+    "$BENCH" sweep "${COMMON[@]}" --num-classes "$vocab" "${flags[@]}" --output "$OUT/vocab$vocab-$embedding"
+  done
+done
+# The network inputs of bench predict: each backend's allreduce near the dense gradients (0.9 to 40 MB
+# here) and allgather near the sparse ones (S = 2 x 8 x 32 rows x (256 + index) bytes, about 135 KB).
+for backend in torch horovod-torch horovod-tf tf; do
+  "$BENCH" allreduce --backend "$backend" --min-bytes 512K --max-bytes 32M --factor 4 --models "" \
+    --output "$OUT/network"
+  "$BENCH" allreduce --backend "$backend" --op allgather --min-bytes 32K --max-bytes 512K --factor 4 --models "" \
+    --output "$OUT/network"
+done
+folders=("$OUT"/vocab*)
+"$BENCH" report "${folders[@]}" --out "$OUT/report"
+network=()
+for f in "$OUT"/network/*.json; do network+=(--allreduce "$f"); done
+for folder in "${folders[@]}"; do
+  "$BENCH" predict --sweep "$folder" --overlap 0 "${network[@]}"
+done | tee "$OUT/report/predict.txt"
+echo "report: $OUT/report/report.md"

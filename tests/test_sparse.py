@@ -1,0 +1,215 @@
+"""Sparse embedding gradients (--sparse-embeddings, --sparse-as-dense), the bytes a step moves (bench.traffic)
+and bench predict's allgather term."""
+
+import dataclasses
+
+import pytest
+from conftest import bench, only_result
+
+from bench.config import RunConfig
+from bench.errors import BenchError
+
+SMALL = ["--model", "transformer-small", "--batch-size", "2", "--seq-len", "8", "--warmup-steps", "1",
+         "--steps-per-window", "3", "--windows", "2"]
+
+
+def test_untied_models_are_equal_in_both_frameworks_and_add_the_output_projection():
+    from bench.models import MODELS
+    from bench.models.tf_models import count_trainable
+    from bench.models.tf_models import transformer_small as tf_small
+    from bench.models.torch_models import count_parameters, transformer_small
+
+    spec = MODELS["transformer-small"]
+    for vocab in (1000, 5000):
+        untied = spec.parameters(vocab, untied=True)
+        assert untied == spec.parameters(vocab) + 64 * vocab  # the output projection: d_model x vocabulary
+        for embedding in ("untied", "sparse"):
+            assert count_parameters(transformer_small(vocab, embedding)) == untied
+            assert count_trainable(tf_small(vocab, embedding=embedding)) == untied
+
+
+def test_torch_embedding_gradient_is_sparse_and_holds_every_lookup():
+    import torch
+
+    from bench.models.torch_models import loss_fn, transformer_small
+
+    tokens = torch.randint(0, 1000, (2, 3, 8))
+    grads = {}
+    for embedding in ("tied", "untied", "sparse"):
+        torch.manual_seed(0)
+        model = transformer_small(1000, embedding)
+        loss_fn(model(tokens[:, :2]), tokens[:, 2]).backward()
+        grads[embedding] = model.embedding.weight.grad
+    assert not grads["tied"].is_sparse and not grads["untied"].is_sparse
+    sparse = grads["sparse"]
+    assert sparse.is_sparse and sparse._nnz() == 2 * 2 * 8  # source + target lookups, repeats not merged
+    assert sparse._indices().dtype == torch.int64  # bench.traffic's INDEX_BYTES["torch"]
+    torch.testing.assert_close(sparse.to_dense(), grads["untied"])  # the same model, the same gradient
+
+
+def test_tf_embedding_gradient_is_indexed_slices_with_int32_indices():
+    from bench.models.tf_models import per_example_loss, transformer_small
+    from bench.tfutil import import_tf
+
+    tf, _ = import_tf()
+    model = transformer_small(1000, embedding="sparse")
+    tokens = tf.random.uniform([2, 3, 8], 0, 1000, tf.int32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(per_example_loss(model(tokens[:, :2], training=True), tokens[:, 2]))
+    grad = tape.gradient(loss, model.embedding.embeddings)
+    assert isinstance(grad, tf.IndexedSlices)
+    assert grad.indices.dtype == tf.int32 and grad.values.shape == (2 * 2 * 8, 64)  # INDEX_BYTES["tensorflow"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["torch-ddp", "--model", "vgg16", "--sparse-embeddings"], "--sparse-embeddings applies to models with a token"),
+    (["tf-horovod", "--model", "transformer-small", "--sparse-as-dense"], "--sparse-as-dense needs --sparse-embed"),
+    (["verify", "--model", "vgg16", "--sparse-embeddings"], "--sparse-embeddings applies to models with a token"),
+])
+def test_sparse_options_refused_where_they_mean_nothing(args, message, tmp_path):
+    out = bench(*args, "--output", str(tmp_path))
+    assert out.returncode == 1
+    assert message in out.stderr.strip().splitlines()[-1]
+    assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize("device, fp16, message", [
+    ("cuda", False, "NCCL has no sparse allreduce"),
+    ("cpu", True, "cannot take sparse gradients"),
+])
+def test_torch_ddp_refuses_what_its_backends_cannot_reduce(device, fp16, message):
+    from bench.launch import LaunchInfo
+    from bench.modes import torch_ddp
+
+    cfg = RunConfig(mode="torch-ddp", model="transformer-small", sparse_embeddings=True,
+                    fp16_allreduce=fp16).resolve(device, 2)
+    with pytest.raises(BenchError, match=message):
+        torch_ddp.preflight(cfg, LaunchInfo("none"))
+    torch_ddp.preflight(dataclasses.replace(cfg, sparse_as_dense=True), LaunchInfo("none"))  # densified: fine
+
+
+def _resolved(mode, vocab=37000, np=2, strategy=None, **options):
+    return dataclasses.replace(RunConfig(mode=mode, model="transformer-small", num_classes=vocab, batch_size=8,
+                                         seq_len=32, **options).resolve("cpu", np), strategy=strategy or None)
+
+
+def test_computed_bytes_follow_the_formulas():
+    from bench import traffic
+    from bench.models import MODELS
+
+    spec = MODELS["transformer-small"]
+    p_tied, p_untied = spec.parameters(37000), spec.parameters(37000, untied=True)
+    embedding, rows = 64 * 37000, 2 * 8 * 32
+    # tied, ring allreduce of every parameter: 2 (n - 1) x 4P
+    tied = traffic.computed(_resolved("torch-ddp"))
+    assert tied["bytes_per_step"] == 2 * 4 * p_tied and tied["allgather_bytes"] == 0
+    # sparse: the embedding leaves the allreduce and its rows (+ int64 indices) are allgathered: n (n - 1) S
+    sparse = traffic.computed(_resolved("torch-horovod", sparse_embeddings=True))
+    s = rows * (4 * 64 + 8)
+    assert sparse["dense_bytes"] == 4 * (p_untied - embedding) and sparse["sparse_bytes_per_rank"] == s
+    assert sparse["bytes_per_step"] == 2 * sparse["dense_bytes"] + 2 * s
+    assert traffic.computed(_resolved("tf-horovod", sparse_embeddings=True))["sparse_bytes_per_rank"] == rows * 260
+    assert traffic.computed(_resolved("torch-ddp", sparse_embeddings=True, sparse_as_dense=True))[
+        "bytes_per_step"] == 2 * 4 * p_untied
+    assert traffic.computed(_resolved("torch-ddp", np=4))["bytes_per_step"] == 2 * 3 * 4 * p_tied
+    # parameter server: each worker pulls the dense variables and its rows, pushes its gradient
+    ps = traffic.computed(_resolved("tf-native", strategy="ps", sparse_embeddings=True))
+    assert ps["pull_bytes_per_worker"] == 4 * (p_untied - embedding + rows * 64)
+    assert ps["push_bytes_per_worker"] == 4 * (p_untied - embedding) + rows * 260
+    assert ps["bytes_per_step"] == 2 * (ps["pull_bytes_per_worker"] + ps["push_bytes_per_worker"])
+    assert traffic.computed(_resolved("torch-single", np=1))["bytes_per_step"] == 0
+
+
+def test_interface_counters_are_read_and_differenced(tmp_path):
+    from bench import traffic
+
+    head = "Inter-|   Receive      |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
+    dev = tmp_path / "dev"
+    dev.write_text(head + "    lo: 100 1 0 0 0 0 0 0 5000 2 0 0 0 0 0 0\n  eth0: 7 1 0 0 0 0 0 0 40 1 0 0 0 0 0 0\n")
+    before = traffic.tx_bytes(dev)
+    assert before == {"lo": 5000, "eth0": 40}
+    dev.write_text(head + "    lo: 100 1 0 0 0 0 0 0 9000 2 0 0 0 0 0 0\n  eth0: 7 1 0 0 0 0 0 0 40 1 0 0 0 0 0 0\n")
+    sent = traffic.sent_between(before, traffic.tx_bytes(dev))
+    assert sent == {"lo": 4000, "eth0": 0}
+    assert traffic.tx_bytes(tmp_path / "missing") is None
+    ranks = [{"net_sent": sent}, {"net_sent": None}, {"net_sent": {"lo": 1000}}]  # two hosts measured
+    assert traffic.measured(ranks, 10) == {"bytes_per_step": 500.0, "hosts": 2, "steps": 10,
+                                           "sent_by_interface": {"lo": 5000, "eth0": 0}}
+
+
+def test_predict_adds_an_allgather_for_sparse_bytes():
+    from bench.predict import Inputs, comm_time
+
+    dense = Inputs(step_time_s=0.1, batch_size=8, gradient_bytes=10**9, busbw_GBps=1.0, latency_s=1e-3,
+                   fusion_bytes=0)
+    sparse = dataclasses.replace(dense, sparse_bytes=2 * 10**8)
+    for n in (2, 4):
+        assert comm_time(sparse, n) - comm_time(dense, n) == pytest.approx((n - 1) * 1e-3 + (n - 1) * 0.2)
+    assert comm_time(sparse, 1) == 0
+
+
+def test_predict_takes_the_allgather_measurement_for_the_sparse_bytes(tmp_path):
+    import json
+
+    from bench.predict import from_result, network_inputs, pick_allreduce
+
+    def measurement(op, backend, busbw):
+        return {"kind": "allreduce", "world_size": 2, "config": {"op": op, "backend": backend},
+                "rows": [{"bytes": 4096, "time_s": 1e-3, "busbw_GBps": 0.01},
+                         {"bytes": 10**6, "time_s": 1e-2, "busbw_GBps": busbw}]}
+
+    paths = []
+    for op, busbw in (("allreduce", 1.0), ("allgather", 0.5)):
+        paths.append(tmp_path / f"{op}.json")
+        paths[-1].write_text(json.dumps(measurement(op, "torch", busbw)))
+    net = network_inputs(None, None, [str(p) for p in paths], 10**6, sparse_bytes=10**6)
+    assert net == {"busbw_GBps": 1.0, "latency_s": pytest.approx(1e-3 / 2), "allgather_busbw_GBps": 0.5,
+                   "allgather_latency_s": pytest.approx(1e-3)}  # a ring allgather: n - 1 steps
+    assert "allgather_busbw_GBps" not in network_inputs(None, None, [str(paths[0])], 10**6, sparse_bytes=10**6)
+    with pytest.raises(BenchError, match="one --allreduce result per operation"):
+        network_inputs(None, None, [str(paths[0]), str(paths[0])], 10**6)
+    ar, ag = measurement("allreduce", "torch", 1.0), measurement("allgather", "torch", 0.5)
+    assert pick_allreduce("torch-ddp", [ag, ar]) is ar and pick_allreduce("torch-ddp", [ag, ar], "allgather") is ag
+    result = {"world_size": 1, "config": {"batch_size": 8, "model": "transformer-small", "num_classes": 37000},
+              "summary": {"samples_per_sec_per_gpu": 80.0},
+              "traffic": {"computed": {"dense_bytes": 1000, "sparse_bytes_per_rank": 200}}}
+    assert from_result(result) == {"step_time_s": 0.1, "batch_size": 8, "gradient_bytes": 1000, "sparse_bytes": 200}
+
+
+def test_inputs_name_the_vocabulary_and_the_embedding():
+    from bench.models import describe_inputs
+
+    config = {"model": "transformer-small", "seq_len": 32, "num_classes": 37000}
+    assert describe_inputs(config) == "seq 32, vocab 37000"
+    assert describe_inputs({**config, "sparse_embeddings": True}) == "seq 32, vocab 37000, sparse"
+    assert describe_inputs({**config, "sparse_embeddings": True, "sparse_as_dense": True}) == \
+        "seq 32, vocab 37000, sparse-as-dense"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, extra", [("torch-horovod", []), ("tf-native", ["--strategy", "ps"])])
+def test_measured_bytes_agree_with_the_computed(mode, extra, tmp_path):
+    out = bench(mode, *extra, *SMALL, "--num-classes", "5000", "--sparse-embeddings", "--np", "2",
+                "--output", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    result = only_result(tmp_path)
+    computed, measured = result["traffic"]["computed"], result["traffic"]["measured"]
+    assert computed["sparse_bytes_per_rank"] > 0
+    # headers, size exchanges and gRPC framing add a little; a wrong formula is off by 2x or more
+    assert 0.98 < measured["bytes_per_step"] / computed["bytes_per_step"] < 1.15
+    assert result["workload"]["parameters"] == result["workload"]["gradient_bytes"] // 4
+    assert result["sync"]["ranks_in_sync"]
+
+
+@pytest.mark.slow
+def test_verify_passes_with_sparse_gradients_and_catches_a_skipped_exchange(tmp_path):
+    common = ["verify", "--model", "transformer-small", "--sparse-embeddings", "--output", str(tmp_path)]
+    out = bench(*common, "--framework", "torch", timeout=400)
+    assert out.returncode == 0, out.stdout + out.stderr
+    import json
+
+    report = json.loads(next(tmp_path.glob("*verify*.json")).read_text())
+    assert [m["status"] for m in report["modes"]] == ["PASS", "PASS"]
+    out = bench(*common, "--modes", "torch-horovod", "--fault", "skip-allreduce", "--output",
+                str(tmp_path / "fault"))
+    assert out.returncode == 1
