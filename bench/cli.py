@@ -101,7 +101,8 @@ def train(
                   seq_len=seq_len, num_classes=num_classes, precision=precision, channels_last=channels_last,
                   warmup_steps=warmup_steps, steps_per_window=steps_per_window, windows=windows, duration=duration,
                   np=np, device=device, seed=seed, output=output, fp16_allreduce=fp16_allreduce,
-                  sparse_embeddings=sparse_embeddings, sparse_as_dense=sparse_as_dense, rendezvous_timeout=rendezvous_timeout, telemetry=telemetry, telemetry_interval=telemetry_interval,
+                  sparse_embeddings=sparse_embeddings, sparse_as_dense=sparse_as_dense,
+                  rendezvous_timeout=rendezvous_timeout, telemetry=telemetry, telemetry_interval=telemetry_interval,
                   stall_timeout=stall_timeout, strategy=strategy, num_ps=num_ps))
 
 
@@ -310,7 +311,8 @@ def allreduce_command(
     from bench.allreduce import AllreduceConfig, parse_bytes, run
     from bench.sweep import parse_list
 
-    run(AllreduceConfig(backend=backend, op=op, np=np, min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes),
+    run(AllreduceConfig(backend=backend, op=op, np=np, min_bytes=parse_bytes(min_bytes),
+                        max_bytes=parse_bytes(max_bytes),
                         factor=factor, models=tuple(parse_list(models)), warmup=warmup, samples=samples,
                         target_sample_s=target_sample_s, device=device, output=output,
                         rendezvous_timeout=rendezvous_timeout))

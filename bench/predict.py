@@ -21,7 +21,9 @@ The model (synchronous data parallelism, one ring allreduce of the whole gradien
 G is the dense part: with sparse embedding gradients (--sparse-embeddings) the embedding leaves it and
 travels as S = rows x (4 d_model + index bytes) per rank (bench.traffic). B' and a' come from a
 ``bench allreduce --op allgather`` measurement (busbw = (N - 1) S / t; a' = its smallest size's time /
-(N - 1)); without one, the allreduce's B and a price the allgather too. With ``--gpus-per-node`` and ``--intra-busbw``, N within one node uses the node's own bandwidth.
+(N - 1)); without one, the allreduce's B and a price the allgather too. With ``--gpus-per-node`` and
+``--intra-busbw``, N within one node uses the node's own bandwidth.
+
 The model knows nothing of stragglers, contention between a rank's compute and its communication
 (CPU ranks share cores), or hierarchical and tree algorithms; its error against measurements says
 how much those matter.

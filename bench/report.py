@@ -316,7 +316,8 @@ def write_report(paths: list[Path], out: Path) -> Path:
                "| mode | setting | n | exchange | tokens/s total | computed MB/step | measured MB/step "
                "| measured / computed |", "|---|---|---|---|---|---|---|---|"]
         for r in moved:
-            md.append(f"| {r['label']} | {r['setting']} | {r['n']} | {r['exchange']} | {_fmt(r['tokens_per_sec'], '.0f')} "
+            md.append(f"| {r['label']} | {r['setting']} | {r['n']} | {r['exchange']} "
+                      f"| {_fmt(r['tokens_per_sec'], '.0f')} "
                       f"| {r['computed'] / 1e6:.2f} | {_fmt(r['measured'] and r['measured'] / 1e6)} "
                       f"| {_fmt(r['ratio'], '.3f')} |")
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]

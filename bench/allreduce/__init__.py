@@ -272,7 +272,8 @@ def write(out_dir: Path, result: dict[str, Any]) -> Path:
     print(f"result: {path}")
     if not result["all_correct"]:
         bad = [r["bytes"] for r in result["rows"] if not r["correct"]]
-        raise BenchError(f"{result['config'].get('op', 'allreduce')} returned wrong results at {len(bad)} size(s) ({bad[:3]} bytes ...); see {path}")
+        raise BenchError(f"{result['config'].get('op', 'allreduce')} returned wrong results at {len(bad)} size(s) "
+                         f"({bad[:3]} bytes ...); see {path}")
     return path
 
 
