@@ -14,6 +14,10 @@ BENCH=${BENCH:-.venv/bin/bench}
 MODEL=${MODEL:-transformer-small}
 MODES=${MODES:-torch-ddp,torch-horovod,tf-horovod,tf-native:multiworker,tf-native:ps}
 VOCABS=${VOCABS:-1000 37000}
+# One core per rank at n = 1 and n = 2, so a rank computes as fast alone as beside another (as a GPU
+# would) and n = 2 against n = 1 shows what the exchange costs; OMP_NUM_THREADS=0 leaves the frameworks' own.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+[ "$OMP_NUM_THREADS" = 0 ] && unset OMP_NUM_THREADS
 COMMON=(--models "$MODEL" --modes "$MODES" --np 1,2 --warmup-steps 2 --steps-per-window 4 --windows 4 "$@")
 
 for vocab in $VOCABS; do
@@ -39,6 +43,6 @@ folders=("$OUT"/vocab*)
 network=()
 for f in "$OUT"/network/*.json; do network+=(--allreduce "$f"); done
 for folder in "${folders[@]}"; do
-  "$BENCH" predict --sweep "$folder" --overlap 0 "${network[@]}"
+  COLUMNS=250 "$BENCH" predict --sweep "$folder" --overlap 0 "${network[@]}"
 done | tee "$OUT/report/predict.txt"
 echo "report: $OUT/report/report.md"

@@ -317,19 +317,31 @@ def count_parameters(model: nn.Module) -> int:
 
 # -- Transformer (Vaswani et al. 2017, "Attention Is All You Need") --------------------------------------
 class PositionalEncoding(nn.Module):
-    """The paper's sinusoids, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...); no parameters."""
+    """The paper's sinusoids, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...); no parameters.
 
-    def __init__(self, d_model: int, max_len: int = 4096) -> None:
+    The table is a cached constant, not a module buffer: DistributedDataParallel broadcasts every buffer
+    from rank 0 before each forward pass, which for a 4096-position table would add d_model x 16 KiB
+    (1 MiB for transformer-small, 8 MiB for transformer-base) to every step's traffic for nothing."""
+
+    def __init__(self, d_model: int) -> None:
         super().__init__()
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]
-        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model)
-        pe[:, 0::2] = torch.sin(position * div)
-        pe[:, 1::2] = torch.cos(position * div)
-        self.register_buffer("pe", pe, persistent=False)
+        self.d_model = d_model
+        self._table: torch.Tensor | None = None
+
+    def table(self, length: int, like: torch.Tensor) -> torch.Tensor:
+        cached = self._table
+        if cached is None or cached.shape[0] < length or cached.device != like.device:
+            position = torch.arange(length, dtype=torch.float32, device=like.device)[:, None]
+            div = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32, device=like.device)
+                            * (-math.log(10000.0) / self.d_model))
+            cached = torch.zeros(length, self.d_model, device=like.device)
+            cached[:, 0::2] = torch.sin(position * div)
+            cached[:, 1::2] = torch.cos(position * div)
+            self._table = cached
+        return cached[:length]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.pe[: x.shape[1]]
+        return x + self.table(x.shape[1], x)
 
 
 class Attention(nn.Module):
