@@ -82,6 +82,10 @@ def test_cli_bad_size_is_one_line(tmp_path):
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "cannot read 'huge'" in r.stderr
 
 
+EACH_BACKEND = ["torch", pytest.param("horovod-torch", marks=pytest.mark.horovod),
+                pytest.param("horovod-tf", marks=pytest.mark.horovod), "tf"]
+
+
 def _result(out):
     files = sorted(out.glob("*-allreduce-*.json"))
     assert len(files) == 1, files
@@ -89,12 +93,7 @@ def _result(out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [
-    "torch",
-    pytest.param("horovod-torch", marks=pytest.mark.horovod),
-    pytest.param("horovod-tf", marks=pytest.mark.horovod),
-    "tf",
-])
+@pytest.mark.parametrize("backend", EACH_BACKEND)
 def test_two_ranks_each_backend(backend, out):
     r = bench("allreduce", "--backend", backend, "--np", "2", "--min-bytes", "4K", "--max-bytes", "1M",
               "--models", "resnet50", "--samples", "3", "--target-sample-s", "0.05", "--output", str(out))
@@ -127,12 +126,7 @@ def test_horovod_under_mpirun_uses_the_mpi_controller(out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [
-    "torch",
-    pytest.param("horovod-torch", marks=pytest.mark.horovod),
-    pytest.param("horovod-tf", marks=pytest.mark.horovod),
-    "tf",
-])
+@pytest.mark.parametrize("backend", EACH_BACKEND)
 def test_allgather_two_ranks_each_backend(backend, out):
     r = bench("allreduce", "--backend", backend, "--op", "allgather", "--np", "2", "--min-bytes", "4K",
               "--max-bytes", "64K", "--models", "", "--samples", "2", "--target-sample-s", "0.02", "--output", str(out))
