@@ -299,7 +299,7 @@ def network_inputs(busbw: float | None, latency_us: float | None, allreduce_path
 def render_prediction(inp: Inputs, gpus: list[int], symbol: str = "img/s"):
     from rich.table import Table
 
-    table = Table("GPUs", "allreduce (ms)", "step (ms)", f"{symbol} total", f"{symbol} per GPU", "efficiency",
+    table = Table("GPUs", "exchange (ms)", "step (ms)", f"{symbol} total", f"{symbol} per GPU", "efficiency",
                   title=f"bench predict: t1 {inp.step_time_s * 1e3:.1f} ms, batch {inp.batch_size}, "
                         f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), "
                         + (f"S {inp.sparse_bytes / 1e6:.2f} MB allgathered, " if inp.sparse_bytes else "") +
