@@ -79,7 +79,8 @@ def computed(cfg) -> dict[str, Any]:
         record["bytes_per_step"] = record["allreduce_bytes"] + record["allgather_bytes"]
     elif v.exchange == "ps":
         # Untied, the forward pass gathers its rows on the server (sparse or not); the push is the gradient.
-        pull = (params - embedding + rows * spec.per_class) * FLOAT_BYTES
+        looked_up = rows * spec.per_class if cfg.sparse_embeddings else 0
+        pull = (params - embedding + looked_up) * FLOAT_BYTES
         push = dense + sparse_rank
         record.update(pull_bytes_per_worker=pull, push_bytes_per_worker=push, bytes_per_step=n * (pull + push))
     else:  # one process (single-device modes, mirrored): nothing crosses a process boundary

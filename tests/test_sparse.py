@@ -120,6 +120,21 @@ def test_computed_bytes_follow_the_formulas():
     assert traffic.computed(_resolved("torch-single", np=1))["bytes_per_step"] == 0
 
 
+@pytest.mark.parametrize("mode, strategy, gradients", [("torch-ddp", None, 2), ("tf-native", "ps", 4),
+                                                       ("tf-native", "mirrored", 0), ("tf-single", None, 0)])
+def test_computed_bytes_of_an_image_model(mode, strategy, gradients):
+    from bench import traffic
+    from bench.models import MODELS
+
+    cfg = dataclasses.replace(RunConfig(mode=mode, model="vgg16", num_classes=10).resolve("cpu", 2),
+                              strategy=strategy)
+    record = traffic.computed(cfg)
+    gradient = 4 * MODELS["vgg16"].parameters(10)
+    assert record["dense_bytes"] == gradient and record["sparse_bytes_per_rank"] == 0
+    # 2 ranks: ring allreduce 2 (n - 1) D = 2 D; parameter server n (pull D + push D) = 4 D; one process: 0
+    assert record["bytes_per_step"] == gradients * gradient
+
+
 def test_interface_counters_are_read_and_differenced(tmp_path):
     from bench import traffic
 
