@@ -11,10 +11,11 @@ Computed, per step, summed over every process that sends (n ranks, W = n workers
 P: the parameters; D: 4 bytes per parameter reduced densely (2 with --fp16-allreduce, which Horovod and DDP
 apply to dense gradients only). With --sparse-embeddings and without --sparse-as-dense the embedding (V x d:
 vocabulary x d_model) leaves the dense part and travels as rows: S = r x (4d + i), r = 2 x batch x seq_len
-lookups per rank and step (the source and the target read the same embedding; repeated ids are not merged), i
-= the index size (PyTorch: int64, 8 bytes; TensorFlow's IndexedSlices: int32, 4). Allgather-based reductions
-(Horovod's sparse path, Gloo's sparse allreduce under DDP, tf.distribute's collective for IndexedSlices)
-gather every rank's rows and indices; each rank then sums them.
+lookups per rank and step (the source and the target read the same embedding; repeated ids counted each time,
+an upper bound where a library merges them), i = the index size (PyTorch: int64, 8 bytes; TensorFlow's
+IndexedSlices: int32, 4). Allgather-based reductions (Horovod's sparse path, Gloo's sparse allreduce under
+DDP, tf.distribute's collective for IndexedSlices) gather every rank's rows and indices; each rank then sums
+them.
 
 Measured: every network interface's transmit counter of the host (/proc/net/dev; loopback included,
 which is how ranks on one host talk) between the start and the end of the timed windows, divided by the
