@@ -37,9 +37,7 @@ class TorchBuffer(Comm):
 
     def fill(self, count: int) -> None:
         self.buf = torch.full((count,), float(self.rank + 1), dtype=torch.float32, device=self.device)
-        self.out = None
-        if self.cfg.op == "allgather":
-            self.out = torch.empty(self.world_size * count, dtype=torch.float32, device=self.device)
+        self.out = None  # an allgather's result
 
     def result(self):
         out = self.out if self.cfg.op == "allgather" else self.buf
@@ -62,7 +60,8 @@ class TorchComm(TorchBuffer):
 
     def prepare(self, count: int):
         self.fill(count)
-        if self.cfg.op == "allgather":
+        if self.cfg.op == "allgather":  # into views of one preallocated output (Horovod allocates its own)
+            self.out = torch.empty(self.world_size * count, dtype=torch.float32, device=self.device)
             return lambda: dist.all_gather(list(self.out.chunk(self.world_size)), self.buf)
         return lambda: dist.all_reduce(self.buf)
 
