@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from typer.exceptions import TyperException
 
-from bench import __version__, plugins
+from bench import __version__, envs, plugins
 from bench.config import Device, Precision, RunConfig
 from bench.errors import BenchError, Stopped
 from bench.models import MODELS
@@ -95,6 +95,7 @@ def train(
                                                "(default: 1).")] = DEFAULT["num_ps"],
 ) -> None:
     """Train with the mode this command is named after (bench MODE --help)."""
+    envs.enter(MODES[ctx.info_name].framework)
     from bench.run import run
 
     run(RunConfig(mode=ctx.info_name, model=model, batch_size=batch_size, image_size=image_size,
@@ -111,16 +112,22 @@ for _spec in MODES.values():  # one command per mode, all the same function; ctx
 
 
 @app.command("run")
-def run_command(config: Annotated[str, typer.Argument(help="A run configuration as JSON: a file, or - for "
-                                                      "standard input (what bench sweep gives each cell).")]) -> None:
+def run_command(config: Annotated[str, typer.Argument(help="A run configuration as JSON: a file, - for standard "
+                                                      "input, or the JSON text itself (bench sweep gives each "
+                                                      "cell a file).")]) -> None:
     """Run the benchmark a JSON run configuration describes (RunConfig's fields; bench sweep writes one per cell)."""
     from bench.run import run
 
     try:
-        text = sys.stdin.read() if config == "-" else Path(config).read_text()
+        if config.lstrip().startswith("{"):
+            text = config
+        else:
+            text = sys.stdin.read() if config == "-" else Path(config).read_text()
     except OSError as exc:
         raise BenchError(f"cannot read {config}: {exc.strerror or exc}") from None
-    run(RunConfig.from_json(text))
+    cfg = RunConfig.from_json(text)
+    envs.enter(MODES[cfg.mode].framework, ["run", text])
+    run(cfg)
 
 
 @app.command("schema")
@@ -266,7 +273,14 @@ def verify_command(
     from rich.console import Console
 
     from bench.sweep import parse_list
-    from bench.verify import EXPECTED_DIFFERENCES, VerifyConfig, reasons, render, run_verify
+    from bench.verify import EXPECTED_DIFFERENCES, FRAMEWORK_NAMES, VerifyConfig, reasons, render, run_verify
+
+    if framework in FRAMEWORK_NAMES:
+        envs.enter(FRAMEWORK_NAMES[framework])
+    elif framework == "both" and envs.split():
+        raise BenchError("PyTorch and TensorFlow live in separate environments here (the CUDA image): run "
+                         "bench verify --framework torch and --framework tf; the PyTorch-vs-TensorFlow check needs "
+                         "both in one environment (the CPU image or the local venv)")
 
     vc = VerifyConfig(framework=framework, modes=tuple(parse_list(modes)), model=model, steps=steps, np=np,
                       batch_size=batch_size, image_size=image_size, seq_len=seq_len, num_classes=num_classes,
@@ -308,8 +322,11 @@ def allreduce_command(
     rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")] = 120.0,
 ) -> None:
     """Allreduce (or allgather) microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions)."""
-    from bench.allreduce import AllreduceConfig, parse_bytes, run
+    from bench.allreduce import FRAMEWORK_OF, AllreduceConfig, parse_bytes, run
     from bench.sweep import parse_list
+
+    if backend in FRAMEWORK_OF:
+        envs.enter(FRAMEWORK_OF[backend])
 
     run(AllreduceConfig(backend=backend, op=op, np=np, min_bytes=parse_bytes(min_bytes),
                         max_bytes=parse_bytes(max_bytes),
@@ -388,18 +405,27 @@ def models_command() -> None:
 
 
 @app.command("env")
-def env_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Print the environment every result records (versions, GPUs, MPI, container)."""
+def env_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+                check: Annotated[bool, typer.Option("--check", help="Also fail (exit 1) when a framework's process "
+                                                    "loads two NCCLs or CUDA runtimes, or one from outside its "
+                                                    "environment.")] = False) -> None:
+    """Print the environment every result records (versions, GPUs, MPI, container, loaded libraries)."""
     from bench import env
 
     record = env.full()
     if as_json:
         typer.echo(json.dumps(record, indent=2))
-        return
-    from rich.console import Console
-    from rich.pretty import Pretty
+    else:
+        from rich.console import Console
+        from rich.pretty import Pretty
 
-    Console().print(Pretty(record))
+        Console().print(Pretty(record))
+    if check:
+        problems = env.library_problems(record)
+        if problems:
+            raise BenchError("libraries: " + "; ".join(problems))
+        print("libraries: each framework's process loads at most one NCCL and one CUDA runtime, its own",
+              file=sys.stderr)
 
 
 def _rank_prefix() -> str:

@@ -7,6 +7,7 @@ Framework parts are collected only for frameworks already imported by the mode (
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import shutil
@@ -183,6 +184,7 @@ def base() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
+        "environment": sys.prefix,  # which Python environment ran it (the CUDA image has one per framework)
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "numa_nodes": numa_nodes(),
@@ -239,11 +241,61 @@ def horovod_info(framework: str = "torch") -> dict[str, Any]:
             "gloo_built": bool(hvd.gloo_built()), "nccl_built": bool(hvd.nccl_built())}
 
 
-def full() -> dict[str, Any]:
-    """Everything importable here (``bench env``); importing the frameworks loads their libraries."""
+INFO = {"torch": torch_info, "tensorflow": tf_info}
+HOROVOD_MODULE = {"torch": "torch", "tensorflow": "tensorflow"}
+
+
+def framework_record(framework: str) -> dict[str, Any]:
+    """One framework as this process sees it after importing it and Horovod's module for it: its
+    interpreter and environment, versions, Horovod's build, and the libraries the two loaded."""
     import importlib.util
 
+    part: dict[str, Any] = {"python": sys.executable, "prefix": os.path.realpath(sys.prefix),
+                            framework: INFO[framework]()}
+    if importlib.util.find_spec("horovod"):
+        try:
+            part["horovod"] = horovod_info(HOROVOD_MODULE[framework])
+        except ImportError as exc:
+            part["horovod"] = {"error": str(exc)}
+    part["loaded_libraries"] = loaded_libraries()
+    return part
+
+
+PROBE = "import json, sys; from bench.env import framework_record; json.dump(framework_record(sys.argv[1]), sys.stdout)"
+
+
+def framework_elsewhere(framework: str, python: str) -> dict[str, Any]:
+    """:func:`framework_record` from the interpreter of the environment that holds ``framework``."""
+    try:
+        out = subprocess.run([python, "-c", PROBE, framework], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"python": python, "error": str(exc)}
+    if out.returncode != 0:
+        lines = out.stderr.strip().splitlines()
+        return {"python": python, "error": lines[-1] if lines else f"exit {out.returncode}"}
+    return json.loads(out.stdout)
+
+
+def full() -> dict[str, Any]:
+    """Everything importable here (``bench env``); importing the frameworks loads their libraries. Where the
+    frameworks live in separate environments (bench.envs), each is probed by its own interpreter, and
+    ``environments`` holds one record per framework, loaded libraries included."""
+    import importlib.util
+
+    from bench import envs
+    from bench.modes import FRAMEWORKS
+
     record = base()
+    if envs.split():
+        record["environments"] = {}
+        for framework in FRAMEWORKS:
+            python = envs.interpreter(framework)
+            part = framework_elsewhere(framework, python) if python else framework_record(framework)
+            record["environments"][framework] = part
+            if framework in part:
+                record[framework] = part[framework]
+        record["topology"] = topology()
+        return record
     if importlib.util.find_spec("torch"):
         record["torch"] = torch_info()
     if importlib.util.find_spec("tensorflow"):
@@ -256,3 +308,27 @@ def full() -> dict[str, Any]:
     record["topology"] = topology()
     record["loaded_libraries"] = loaded_libraries()  # after the imports above
     return record
+
+
+def library_problems(record: dict[str, Any]) -> list[str]:
+    """What ``bench env --check`` fails on: a process holding two NCCLs or two CUDA runtimes, or one loaded
+    from outside that process's own environment (another framework's wheels, a system copy); in the CUDA
+    image also a process holding none (the framework's own was not found)."""
+    parts = record.get("environments") or {
+        "this process": {"prefix": os.path.realpath(sys.prefix), "loaded_libraries": record.get("loaded_libraries")}}
+    cuda_image = (record.get("image") or {}).get("flavor") == "cuda"
+    problems = []
+    for name, part in parts.items():
+        if "error" in part:
+            problems.append(f"{name}: {part['error']}")
+            continue
+        libs = part.get("loaded_libraries") or {}
+        for lib in ("nccl", "cudart"):
+            paths = libs.get(lib, [])
+            if len(paths) > 1:
+                problems.append(f"{name}: {len(paths)} {lib} libraries in one process: {', '.join(paths)}")
+            elif not paths and cuda_image:
+                problems.append(f"{name}: no {lib} loaded (the framework's own was expected)")
+            problems += [f"{name}: {lib} from outside its environment {part['prefix']}: {p}" for p in paths
+                         if not p.startswith(part["prefix"].rstrip("/") + "/")]
+    return problems

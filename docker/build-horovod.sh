@@ -13,7 +13,10 @@
 #   HOROVOD_PATCH          auto|yes|no: apply docker/horovod/$HOROVOD_VERSION.patch
 #                          (auto: when that file exists)          (default auto)
 #   HOROVOD_GPU            auto|nccl|none: NCCL GPU operations     (default auto: nccl when nvcc is
-#                          on PATH and torch was built with CUDA)
+#                          found and torch or tensorflow is a CUDA build)
+#   HOROVOD_CUDA_HOME      the CUDA toolkit whose bin/nvcc compiles Horovod's kernels (default: nvcc on PATH)
+#   HOROVOD_BUILD_CUDA_CC_LIST  compute capabilities to build kernels for, e.g. 80,90 (default: every one
+#                          nvcc knows, which costs minutes)
 #   HVDBENCH_WHEEL_CACHE   where built wheels are kept             (default ~/.cache/hvdbench/wheels)
 #   HVDBENCH_WHEEL_SEED    a read-only folder of such cache entries, looked at when the cache has
 #                          no wheel for the key (the image build gets the venv's wheels this way)
@@ -27,10 +30,13 @@ set -euo pipefail
 PY=${1:?usage: build-horovod.sh PYTHON}
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 HOROVOD_PATCH=${HOROVOD_PATCH:-auto}
-HOROVOD_GPU=${HOROVOD_GPU:-auto}
+# Read, then dropped from the environment: Horovod's own setup reads HOROVOD_GPU as CUDA or ROCM.
+GPU_OPS=${HOROVOD_GPU:-auto}
+unset HOROVOD_GPU
 CACHE=${HVDBENCH_WHEEL_CACHE:-$HOME/.cache/hvdbench/wheels}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PATCH_FILE="$HERE/horovod/$HOROVOD_VERSION.patch"
+GPU_PATCH_FILE="$HERE/horovod/$HOROVOD_VERSION-gpu.patch"   # also applied to GPU builds (HOROVOD_GPU=nccl)
 
 log() { echo "build-horovod: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -38,7 +44,7 @@ die() { log "error: $*"; exit 1; }
 "$PY" -c 'import sys' 2>/dev/null || die "python '$PY' does not run"
 
 # What is in the target environment decides which Horovod extensions are built.
-read -r HAS_TORCH TORCH_VER TORCH_CUDA HAS_TF TF_VER PYTAG < <("$PY" - <<'EOF'
+read -r HAS_TORCH TORCH_VER FRAMEWORK_CUDA HAS_TF TF_VER PYTAG < <("$PY" - <<'EOF'
 import importlib.metadata as md, sys
 def ver(name):
     try:
@@ -51,6 +57,11 @@ cuda = "0"
 if torch:
     import torch as t
     cuda = "1" if t.version.cuda else "0"
+elif tf:
+    import os
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as t
+    cuda = "1" if t.sysconfig.get_build_info().get("is_cuda_build") else "0"
 print(int(bool(torch)), torch or "-", cuda, int(bool(tf)), tf or "-",
       f"cp{sys.version_info.major}{sys.version_info.minor}")
 EOF
@@ -64,10 +75,12 @@ case $HOROVOD_PATCH in
   *) die "HOROVOD_PATCH must be auto, yes or no (got '$HOROVOD_PATCH')" ;;
 esac
 
-case $HOROVOD_GPU in
-  auto) if [[ $TORCH_CUDA == 1 ]] && command -v nvcc >/dev/null; then HOROVOD_GPU=nccl; else HOROVOD_GPU=none; fi ;;
+NVCC=nvcc
+[[ -n ${HOROVOD_CUDA_HOME:-} ]] && NVCC=$HOROVOD_CUDA_HOME/bin/nvcc
+case $GPU_OPS in
+  auto) if [[ $FRAMEWORK_CUDA == 1 ]] && command -v "$NVCC" >/dev/null; then GPU_OPS=nccl; else GPU_OPS=none; fi ;;
   nccl|none) ;;
-  *) die "HOROVOD_GPU must be auto, nccl or none (got '$HOROVOD_GPU')" ;;
+  *) die "HOROVOD_GPU must be auto, nccl or none (got '$GPU_OPS')" ;;
 esac
 
 HAS_MPI=0
@@ -75,7 +88,24 @@ command -v mpicxx >/dev/null && HAS_MPI=1
 
 patch_sum=none
 [[ $HOROVOD_PATCH == yes ]] && patch_sum=$(sha256sum "$PATCH_FILE" | cut -c1-12)
-KEY="horovod-$HOROVOD_VERSION-$PYTAG-torch$TORCH_VER-tf$TF_VER-mpi$HAS_MPI-gpu$HOROVOD_GPU-patch$patch_sum"
+GPU_KEY=$GPU_OPS
+if [[ $GPU_OPS == nccl ]]; then
+  command -v "$NVCC" >/dev/null || die "HOROVOD_GPU=nccl but no nvcc ($NVCC)"
+  # The NCCL the framework loads: the nvidia-nccl wheel of the target environment (a namespace package,
+  # so its __path__, not __file__), else the system's. The wheel's directory is baked into the binary's
+  # RUNPATH, so it is part of the key, as are nvcc's release and the architectures.
+  NCCL_DIR=$("$PY" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  [[ -n $NCCL_DIR && -d $NCCL_DIR/include ]] || NCCL_DIR=
+  NVCC_RELEASE=$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+  GPU_KEY="nccl-cuda$NVCC_RELEASE-cc${HOROVOD_BUILD_CUDA_CC_LIST:-all}-$(echo "${NCCL_DIR:-system}" | sha256sum | cut -c1-8)"
+  if [[ $HOROVOD_PATCH == yes && -f $GPU_PATCH_FILE ]]; then
+    GPU_KEY="$GPU_KEY-gpupatch$(sha256sum "$GPU_PATCH_FILE" | cut -c1-12)"
+  else
+    GPU_PATCH_FILE=
+  fi
+  GPU_KEY=${GPU_KEY//,/_}
+fi
+KEY="horovod-$HOROVOD_VERSION-$PYTAG-torch$TORCH_VER-tf$TF_VER-mpi$HAS_MPI-gpu$GPU_KEY-patch$patch_sum"
 KEY=${KEY//+/_}
 WHEEL_DIR="$CACHE/$KEY"
 
@@ -99,7 +129,7 @@ if compgen -G "$WHEEL_DIR/horovod-*.whl" >/dev/null; then
   exit 0
 fi
 
-log "building $KEY (torch=$TORCH_VER tf=$TF_VER mpi=$HAS_MPI gpu=$HOROVOD_GPU patch=$HOROVOD_PATCH)"
+log "building $KEY (torch=$TORCH_VER tf=$TF_VER mpi=$HAS_MPI gpu=$GPU_OPS patch=$HOROVOD_PATCH)"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -113,6 +143,9 @@ SRC="$WORK/horovod-$HOROVOD_VERSION"
 if [[ $HOROVOD_PATCH == yes ]]; then
   patch -d "$SRC" -p1 --forward --quiet < "$PATCH_FILE" || die "patch $PATCH_FILE does not apply"
 fi
+if [[ $GPU_OPS == nccl && -n ${GPU_PATCH_FILE:-} ]]; then
+  patch -d "$SRC" -p1 --forward --quiet < "$GPU_PATCH_FILE" || die "patch $GPU_PATCH_FILE does not apply"
+fi
 
 # Build requirements Horovod's setup.py imports, installed into the target environment.
 "$PY" -m pip install -q setuptools wheel packaging
@@ -123,20 +156,25 @@ export MAKEFLAGS=${MAKEFLAGS:--j$(nproc)}
 if [[ $HAS_TORCH == 1 ]]; then export HOROVOD_WITH_PYTORCH=1; else export HOROVOD_WITHOUT_PYTORCH=1; fi
 if [[ $HAS_TF == 1 ]]; then export HOROVOD_WITH_TENSORFLOW=1; else export HOROVOD_WITHOUT_TENSORFLOW=1; fi
 if [[ $HAS_MPI == 1 ]]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
-if [[ $HOROVOD_GPU == nccl ]]; then
+if [[ $GPU_OPS == nccl ]]; then
   export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED
-  # Build against the NCCL that PyTorch loads (the nvidia-nccl wheel) when it is there, so the
+  # Build against the NCCL the framework loads (the nvidia-nccl wheel) when it is there, so the
   # process never holds two NCCL versions; otherwise against the system NCCL (HOROVOD_NCCL_HOME).
-  NCCL_DIR=$("$PY" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
-  if [[ -n $NCCL_DIR && -d $NCCL_DIR/include ]]; then
+  if [[ -n $NCCL_DIR ]]; then
     export HOROVOD_NCCL_INCLUDE=$NCCL_DIR/include HOROVOD_NCCL_LIB=$NCCL_DIR/lib
     [[ -e $NCCL_DIR/lib/libnccl.so ]] || ln -sf "$(ls "$NCCL_DIR"/lib/libnccl.so.* | head -n1)" "$NCCL_DIR/lib/libnccl.so"
     log "NCCL from $NCCL_DIR"
   fi
+  if [[ -n ${HOROVOD_CUDA_HOME:-} ]]; then
+    # Horovod's FindPytorch asks torch.utils.cpp_extension for CUDA_HOME (env, else nvcc on PATH).
+    export CUDA_HOME=$HOROVOD_CUDA_HOME PATH=$HOROVOD_CUDA_HOME/bin:$PATH
+  fi
+  log "CUDA kernels by $NVCC (release $NVCC_RELEASE) for compute capabilities ${HOROVOD_BUILD_CUDA_CC_LIST:-all}"
 fi
 
 mkdir -p "$WHEEL_DIR.tmp"
 "$PY" -m pip wheel --no-deps --no-build-isolation -w "$WHEEL_DIR.tmp" "$SRC" >"$WORK/build.log" 2>&1 || {
+  grep -A 12 "CMake Error" "$WORK/build.log" | head -n 80 >&2 || true   # a configure failure's reason
   tail -n 60 "$WORK/build.log" >&2
   rm -rf "$WHEEL_DIR.tmp"
   die "Horovod build failed (last lines above)"

@@ -119,6 +119,15 @@ def make_base(tag: str = LOCAL_BASE, suite: str = "bookworm", mirror: str = "htt
 
 
 # -- wheels for offline builds ------------------------------------------------------------------------
+def stage_sdist(stack: str, python: str = sys.executable) -> None:
+    """Horovod's sdist in docker/wheelhouse, so that no build downloads it again."""
+    version = read_stack(stack)["HOROVOD_VERSION"]
+    WHEELHOUSE.mkdir(exist_ok=True)
+    if not (WHEELHOUSE / f"horovod-{version}.tar.gz").is_file():
+        subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d",
+                        str(WHEELHOUSE), f"horovod=={version}"], check=True)
+
+
 def stage_wheels(stack: str, python: str = sys.executable) -> None:
     """Put into docker/wheelhouse what this machine already has: the torch wheel pip resolves here
     (a local CPU wheel where pip's config points at one), Horovod's sdist, and the Horovod wheels the
@@ -127,8 +136,7 @@ def stage_wheels(stack: str, python: str = sys.executable) -> None:
     WHEELHOUSE.mkdir(exist_ok=True)
     subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "-d", str(WHEELHOUSE),
                     f"torch=={values['TORCH_VERSION']}"], check=True)
-    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d",
-                    str(WHEELHOUSE), f"horovod=={values['HOROVOD_VERSION']}"], check=True)
+    stage_sdist(stack, python)
     cache = Path(os.environ.get("HVDBENCH_WHEEL_CACHE", Path.home() / ".cache/hvdbench/wheels"))
     if cache.is_dir():
         shutil.copytree(cache, WHEELHOUSE / "horovod", dirs_exist_ok=True)
@@ -146,7 +154,10 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
           ca_bundle: str | None = None) -> list[str]:
     args = build_args(stack, flavor, base)
     args.update(extra_args or {})
-    cmd = [docker_cli(), "build", "--network", "host", "-f", str(DOCKER_DIR / "Dockerfile")]
+    dockerfile = DOCKER_DIR / args.pop("DOCKERFILE", "Dockerfile")
+    if flavor == "cuda":
+        stage_sdist(stack)
+    cmd = [docker_cli(), "build", "--network", "host", "-f", str(dockerfile)]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     ca = ca_bundle if ca_bundle is not None else os.environ.get("HVDBENCH_CA_BUNDLE", DEFAULT_CA)

