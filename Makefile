@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
+.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -32,6 +32,7 @@ help:
 	@echo "make image          build hvdbench:\$$STACK-\$$FLAVOR (default current-cuda, also tagged hvdbench:latest)"
 	@echo "make images         build every stack x flavour"
 	@echo "make image-test     start a Docker engine, build the CPU image here, run the image tests"
+	@echo "make image-cuda-test build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests"
 	@echo "make singularity    regenerate singularity/*.def from docker/ (spython)"
 	@echo "make apptainer-up   make apptainer (and singularity) runnable here; prints the directory for PATH"
 	@echo "make sif            build hvdbench-\$$STACK-\$$FLAVOR.sif from the local Docker image (apptainer)"
@@ -49,12 +50,12 @@ bench: venv
 	$(VENV)/bin/bench $(MODE) $(ARGS)
 
 test: venv
-	scripts/run-tests.sh $(PY) -m "not image and not apptainer" $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not image and not image_cuda and not apptainer" $(PYTEST_ARGS)
 	$(MAKE) image-test
 	$(MAKE) apptainer-test
 
 test-fast: venv
-	scripts/run-tests.sh $(PY) -m "not slow and not image and not apptainer" $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not slow and not image and not image_cuda and not apptainer" $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py singularity/sif.py
@@ -75,6 +76,12 @@ image-test: venv docker-up
 	$(PY) docker/images.py base
 	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
 	scripts/run-tests.sh $(PY) -m image $(PYTEST_ARGS)
+
+# The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed).
+image-cuda-test: venv docker-up
+	$(PY) docker/images.py base
+	$(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm
+	scripts/run-tests.sh $(PY) -m image_cuda $(PYTEST_ARGS)
 
 singularity: venv
 	$(PY) singularity/generate.py

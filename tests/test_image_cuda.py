@@ -1,0 +1,114 @@
+"""The CUDA image, built here without a GPU: `make image-cuda-test` builds it first (docker/Dockerfile.cuda).
+
+Its build already ran the self-test (Horovod's build check per environment, bench env --check, a 2-process CPU
+run of every mode); these tests check what a user meets: the message without a GPU, the two environments,
+the libraries each framework's process loads, the labels, and no build tools or secrets in the shipped image.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SMALL, assert_valid_run, only_result
+
+pytestmark = [pytest.mark.image_cuda, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docker"))
+import images  # noqa: E402
+
+from bench.envs import MIN_DRIVER  # noqa: E402
+
+IMAGE = os.environ.get("HVDBENCH_TEST_CUDA_IMAGE", "hvdbench:current-cuda")
+CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
+
+
+@pytest.fixture(scope="module")
+def dk():
+    import docker
+
+    client = images.client()
+    try:
+        client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{IMAGE} is not built: run 'make image-cuda-test'")
+    return client
+
+
+def run(dk, args, results: Path | None = None, entrypoint=None, timeout: int = 600):
+    volumes = {str(results): {"bind": "/work/results", "mode": "rw"}} if results else {}
+    container = dk.containers.run(IMAGE, args, volumes=volumes, entrypoint=entrypoint, detach=True, shm_size="1g")
+    try:
+        code = container.wait(timeout=timeout)["StatusCode"]
+        return code, container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+
+
+def test_without_a_gpu_it_says_how_to_run(dk, tmp_path):
+    """`docker run hvdbench tf-horovod` with no --gpus: one line that names --gpus all, the driver and --device
+    cpu; exit 1 and no result."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for mode in ("torch-ddp", "tf-horovod"):
+        code, logs = run(dk, [mode, "--output", "/work/results"], results)
+        errors = [line for line in logs.splitlines() if line.startswith("error:")]
+        assert code == 1 and len(errors) == 1, logs
+        for words in ("no GPU is visible", "--gpus all", MIN_DRIVER, "--device cpu"):
+            assert words in errors[0], (words, errors[0])
+        assert "Traceback" not in logs
+    assert not list(results.iterdir())
+
+
+def test_each_framework_in_its_environment_with_its_own_libraries(dk):
+    code, logs = run(dk, ["env", "--json", "--check"])
+    assert code == 0, logs[-3000:]
+    record = json.loads(logs[logs.index("{"):logs.rindex("}") + 1])
+    parts = record["environments"]
+    assert parts["torch"]["prefix"] == "/opt/hvdbench/torch" and parts["tensorflow"]["prefix"] == "/opt/hvdbench/tf"
+    for name, part in parts.items():
+        libs = part["loaded_libraries"]
+        assert len(libs["nccl"]) == 1 and libs["nccl"][0].startswith(part["prefix"] + "/"), (name, libs)
+        assert len(libs["cudart"]) == 1 and libs["cudart"][0].startswith(part["prefix"] + "/"), (name, libs)
+        assert part["horovod"]["nccl_built"] and part["horovod"]["mpi_built"] and part["horovod"]["gloo_built"]
+    assert parts["torch"]["loaded_libraries"]["cudart"][0].endswith("libcudart.so.13")  # CUDA 13 for PyTorch
+    assert parts["tensorflow"]["loaded_libraries"]["cudart"][0].endswith("libcudart.so.12")  # CUDA 12 for TF
+    assert record["torch"]["cuda"].startswith("13.") and record["tensorflow"]["cuda"].startswith("12.")
+
+
+@pytest.mark.parametrize("mode", ["torch-horovod", "tf-native"])
+def test_a_cpu_run_is_labelled_cpu(dk, tmp_path, mode):
+    results = tmp_path / "results"
+    results.mkdir()
+    code, logs = run(dk, [mode, *SMALL, "--device", "cpu", "--np", "2", "--output", "/work/results"], results)
+    assert code == 0, logs[-3000:]
+    result = only_result(results)
+    assert_valid_run(result, mode, 2, "self")
+    assert result["config"]["device"] == "cpu"
+    assert result["environment"]["image"]["flavor"] == "cuda"
+    framework_env = "/opt/hvdbench/tf" if mode.startswith("tf") else "/opt/hvdbench/torch"
+    assert result["environment"]["environment"] == framework_env
+
+
+def test_no_compiler_or_nvcc_in_the_shipped_image(dk):
+    code, logs = run(dk, ["-c", "command -v g++ gcc cc nvcc cmake mpicxx; ls /opt/cuda 2>&1; "
+                          "ls /opt/hvdbench/tf/lib/python3.11/site-packages/tensorflow/include 2>&1; true"],
+                     entrypoint=["/bin/bash"])
+    assert code == 0
+    assert logs.count("No such file or directory") == 2 and "/usr/bin/" not in logs, logs
+
+
+def test_labels_name_the_versions(dk):
+    labels = dk.images.get(IMAGE).labels
+    stack = images.build_args("current", "cuda")
+    assert labels["io.hvdbench.flavor"] == "cuda" and labels["io.hvdbench.torch"] == stack["TORCH_VERSION"]
+    assert labels["io.hvdbench.driver-min"] == MIN_DRIVER
+    assert stack["HOROVOD_BUILD_CUDA_CC_LIST"] in labels["io.hvdbench.horovod-cuda"]
+
+
+def test_no_secret_in_any_layer(dk):
+    if not Path(CA).is_file():
+        pytest.skip(f"no CA bundle at {CA}")
+    assert images.check_secrets(IMAGE, CA) == []
