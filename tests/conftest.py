@@ -56,6 +56,33 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
     assert result["timing"]["init_s"] > result["timing"]["first_step_s"] > 0
 
 
+def built_image(image: str, make_target: str):
+    """The Docker SDK client, once ``image`` is there (the image tests' module fixture)."""
+    import docker
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docker"))
+    import images
+
+    client = images.client()
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{image} is not built: run 'make {make_target}'")
+    return client
+
+
+def run_container(dk, image: str, args: list[str], results: Path | None = None, timeout: int = 600,
+                  **options) -> tuple[int, str]:
+    """(exit code, logs) of ``docker run IMAGE ARGS``; ``results`` is mounted at /work/results."""
+    volumes = {str(results): {"bind": "/work/results", "mode": "rw"}} if results else {}
+    container = dk.containers.run(image, args, volumes=volumes, detach=True, shm_size="1g", **options)
+    try:
+        code = container.wait(timeout=timeout)["StatusCode"]
+        return code, container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+
+
 def has_cuda() -> bool:
     """An NVIDIA GPU is visible (nvidia-smi lists one); no framework is imported to find out."""
     import shutil

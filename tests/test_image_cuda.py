@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, assert_valid_run, only_result
+from conftest import SMALL, assert_valid_run, built_image, only_result, run_container
 
 pytestmark = [pytest.mark.image_cuda, pytest.mark.slow]
 
@@ -27,24 +27,11 @@ CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
 
 @pytest.fixture(scope="module")
 def dk():
-    import docker
-
-    client = images.client()
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{IMAGE} is not built: run 'make image-cuda-test'")
-    return client
+    return built_image(IMAGE, "image-cuda-test")
 
 
-def run(dk, args, results: Path | None = None, entrypoint=None, timeout: int = 600):
-    volumes = {str(results): {"bind": "/work/results", "mode": "rw"}} if results else {}
-    container = dk.containers.run(IMAGE, args, volumes=volumes, entrypoint=entrypoint, detach=True, shm_size="1g")
-    try:
-        code = container.wait(timeout=timeout)["StatusCode"]
-        return code, container.logs().decode(errors="replace")
-    finally:
-        container.remove(force=True)
+def run(dk, args, results: Path | None = None, timeout: int = 600, **options):
+    return run_container(dk, IMAGE, args, results, timeout, **options)
 
 
 def test_without_a_gpu_it_says_how_to_run(dk, tmp_path):
