@@ -150,10 +150,38 @@ def docker_cli() -> str:
     return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 
 
+# Stack bases that the debootstrapped LOCAL_BASE stands in for when no registry answers: the same Debian release.
+LOCAL_BASE_FOR = ("debian:bookworm-slim", "debian:bookworm", "debian:12-slim", "debian:12")
+
+
+def resolve_base(image: str, c=None) -> str:
+    """The base to build from: ``image`` if the engine has it or can pull it; else, for a Debian bookworm
+    base, the local debootstrapped one (made if missing), so that `make image` works where no image
+    registry is reachable. Any other base that cannot be had is an error naming it."""
+    c = c or client()
+    try:
+        c.images.get(image)
+        return image
+    except Exception:  # docker.errors.ImageNotFound
+        pass
+    try:
+        c.images.pull(image)
+        return image
+    except Exception as exc:  # docker.errors.APIError: no registry, unknown image
+        reason = str(exc).splitlines()[0][:200]
+    if image not in LOCAL_BASE_FOR:
+        raise ImageError(f"cannot pull the base image {image} ({reason}); pull or load it, or pass --base")
+    print(f"images: cannot pull {image} ({reason}); using {LOCAL_BASE} (debootstrapped Debian bookworm) instead",
+          flush=True)
+    return make_base(LOCAL_BASE)
+
+
 def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str, str] | None = None,
           ca_bundle: str | None = None) -> list[str]:
     args = build_args(stack, flavor, base)
     args.update(extra_args or {})
+    if base is None:
+        args["BASE_IMAGE"] = resolve_base(args["BASE_IMAGE"])
     dockerfile = DOCKER_DIR / args.pop("DOCKERFILE", "Dockerfile")
     if flavor == "cuda":
         stage_sdist(stack)

@@ -115,3 +115,50 @@ def test_workflow_matrix_covers_every_stack_and_flavour():
     wf = yaml.safe_load((ROOT / ".github" / "workflows" / "images.yml").read_text())
     matrix = wf["jobs"]["build"]["strategy"]["matrix"]
     assert sorted(matrix["stack"]) == images.stacks() and sorted(matrix["flavor"]) == list(images.FLAVORS)
+
+
+class _Images:
+    """The engine's image API as resolve_base sees it: what it has, and whether a registry answers."""
+
+    def __init__(self, have=(), registry=False):
+        self.have, self.registry, self.pulled = set(have), registry, []
+
+    def get(self, name):
+        import docker
+
+        if name not in self.have:
+            raise docker.errors.ImageNotFound(f"No such image: {name}")
+
+    def pull(self, name):
+        import docker
+
+        if not self.registry:
+            raise docker.errors.APIError('Get "https://registry-1.docker.io/v2/": dial tcp: no such host')
+        self.pulled.append(name)
+
+
+class _Client:
+    def __init__(self, **kw):
+        self.images = _Images(**kw)
+
+
+def test_resolve_base_takes_the_stacks_base_when_the_engine_has_or_can_pull_it(monkeypatch):
+    monkeypatch.setattr(images, "make_base", lambda tag=images.LOCAL_BASE: pytest.fail("no fallback expected"))
+    assert images.resolve_base("debian:bookworm-slim", _Client(have={"debian:bookworm-slim"})) == "debian:bookworm-slim"
+    c = _Client(registry=True)
+    assert images.resolve_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", c) == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+    assert c.images.pulled == ["nvidia/cuda:12.4.1-devel-ubuntu22.04"]
+
+
+def test_resolve_base_without_a_registry_falls_back_to_the_debootstrapped_bookworm(monkeypatch, capsys):
+    made = []
+    monkeypatch.setattr(images, "make_base", lambda tag=images.LOCAL_BASE: made.append(tag) or tag)
+    assert images.resolve_base("debian:bookworm-slim", _Client()) == images.LOCAL_BASE
+    assert made == [images.LOCAL_BASE]
+    assert "cannot pull debian:bookworm-slim" in capsys.readouterr().out
+
+
+def test_resolve_base_without_a_registry_refuses_a_base_it_cannot_stand_in_for(monkeypatch):
+    monkeypatch.setattr(images, "make_base", lambda tag=images.LOCAL_BASE: pytest.fail("no fallback expected"))
+    with pytest.raises(images.ImageError, match=r"cannot pull the base image nvidia/cuda:12.4.1-devel-ubuntu22.04"):
+        images.resolve_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", _Client())
