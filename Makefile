@@ -19,7 +19,7 @@ APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
 REGISTRY ?= ghcr.io/hvdbench
 help:
 	@echo "make bench          set up (first time) and run a benchmark that fits this machine (MODE=$(MODE) ARGS=...)"
-	@echo "make test           set up (first time) and run the whole test suite"
+	@echo "make test           set up (first time) and run the whole test suite (both images, Apptainer, Slurm)"
 	@echo "make test-fast      unit and CLI tests only"
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
 	@echo "make bench-overhead torch-ddp, tf-horovod and tf-native vs their bare loops (DDP, Horovod TF, tf.distribute)"
@@ -52,6 +52,7 @@ bench: venv
 test: venv
 	scripts/run-tests.sh $(PY) -m "not image and not image_cuda and not apptainer" $(PYTEST_ARGS)
 	$(MAKE) image-test
+	$(MAKE) image-cuda-test
 	$(MAKE) apptainer-test
 
 test-fast: venv
@@ -59,7 +60,7 @@ test-fast: venv
 
 lint: venv
 	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py singularity/sif.py
-	$(VENV)/bin/hadolint docker/Dockerfile
+	$(VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda
 	bash -n scripts/*.sh docker/*.sh .ci/run
 
 docker-up:

@@ -421,6 +421,8 @@ def env_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
 
         Console().print(Pretty(record))
     if check:
+        for line in env.library_lines(record):
+            print(f"libraries: {line}", file=sys.stderr)
         problems = env.library_problems(record)
         if problems:
             raise BenchError("libraries: " + "; ".join(problems))

@@ -310,6 +310,14 @@ def full() -> dict[str, Any]:
     return record
 
 
+def library_lines(record: dict[str, Any]) -> list[str]:
+    """The NCCL, CUDA runtime and MPI files each framework's process mapped, one ``name lib path`` line each
+    (what ``bench env --check`` prints, and the CUDA image's self-test leaves in the build log)."""
+    parts = record.get("environments") or {"this process": {"loaded_libraries": record.get("loaded_libraries")}}
+    return [f"{name} {lib} {path}" for name, part in parts.items()
+            for lib, paths in sorted((part.get("loaded_libraries") or {}).items()) for path in paths]
+
+
 def library_problems(record: dict[str, Any]) -> list[str]:
     """What ``bench env --check`` fails on: a process holding two NCCLs or two CUDA runtimes, or one loaded
     from outside that process's own environment (another framework's wheels, a system copy); in the CUDA

@@ -119,13 +119,14 @@ def make_base(tag: str = LOCAL_BASE, suite: str = "bookworm", mirror: str = "htt
 
 
 # -- wheels for offline builds ------------------------------------------------------------------------
-def stage_sdist(stack: str, python: str = sys.executable) -> None:
-    """Horovod's sdist in docker/wheelhouse, so that no build downloads it again."""
+def stage_sdist(stack: str, python: str = sys.executable, directory: Path = WHEELHOUSE) -> None:
+    """Horovod's sdist in ``directory`` (docker/wheelhouse, or its sdist/ for the CUDA image), so that no
+    build downloads it again."""
     version = read_stack(stack)["HOROVOD_VERSION"]
-    WHEELHOUSE.mkdir(exist_ok=True)
-    if not (WHEELHOUSE / f"horovod-{version}.tar.gz").is_file():
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / f"horovod-{version}.tar.gz").is_file():
         subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d",
-                        str(WHEELHOUSE), f"horovod=={version}"], check=True)
+                        str(directory), f"horovod=={version}"], check=True)
 
 
 def stage_wheels(stack: str, python: str = sys.executable) -> None:
@@ -168,7 +169,7 @@ def resolve_base(image: str, c=None) -> str:
         c.images.pull(image)
         return image
     except Exception as exc:  # docker.errors.APIError: no registry, unknown image
-        reason = str(exc).splitlines()[0][:200]
+        reason = (getattr(exc, "explanation", None) or str(exc)).splitlines()[0][:160]
     if image not in LOCAL_BASE_FOR:
         raise ImageError(f"cannot pull the base image {image} ({reason}); pull or load it, or pass --base")
     print(f"images: cannot pull {image} ({reason}); using {LOCAL_BASE} (debootstrapped Debian bookworm) instead",
@@ -184,7 +185,7 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
         args["BASE_IMAGE"] = resolve_base(args["BASE_IMAGE"])
     dockerfile = DOCKER_DIR / args.pop("DOCKERFILE", "Dockerfile")
     if flavor == "cuda":
-        stage_sdist(stack)
+        stage_sdist(stack, directory=WHEELHOUSE / "sdist")
     cmd = [docker_cli(), "build", "--network", "host", "-f", str(dockerfile)]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]

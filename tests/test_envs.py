@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import envs
-from bench.env import library_problems
+from bench.env import library_lines, library_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = [sys.executable, "-m", "bench"]
@@ -60,6 +60,9 @@ def test_env_probes_each_framework_in_its_own_environment(other_env):
     assert record["tensorflow"]["version"] and record["torch"]["version"]
     assert parts["tensorflow"]["horovod"]["gloo_built"]  # Horovod's TensorFlow module, from that environment
     assert "each framework's process loads at most one NCCL" in r.stderr
+    listed = {line.split()[1] for line in r.stderr.splitlines()
+              if line.startswith("libraries: ") and len(line.split()) == 4}
+    assert listed == {"torch", "tensorflow"}, r.stderr[-2000:]  # one "libraries: ENV LIB PATH" line per file
 
 
 @pytest.mark.slow
@@ -115,3 +118,5 @@ def test_library_problems():
     assert any("no cudart loaded" in p for p in library_problems({"image": {"flavor": "cuda"},
                                                                   "environments": {"torch": none}}))
     assert library_problems({"environments": {"tensorflow": {"python": "x", "error": "boom"}}}) == ["tensorflow: boom"]
+    assert library_lines(record) == [f"torch cudart {prefix}/nvidia/cu13/lib/libcudart.so.13",
+                                     f"torch nccl {prefix}/nvidia/nccl/lib/libnccl.so.2"]
