@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
+.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -33,6 +33,9 @@ help:
 	@echo "make images         build every stack x flavour"
 	@echo "make image-test     start a Docker engine, build the CPU image here, run the image tests"
 	@echo "make image-cuda-test build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests"
+	@echo "make cluster-up     a Slurm cluster of containers here: controller head, nodes node1 and node2"
+	@echo "make cluster-exec   run CMD='srun -N2 -n2 bench torch-ddp ...' on its controller, in results/cluster"
+	@echo "make cluster-down   stop and remove it"
 	@echo "make singularity    regenerate singularity/*.def from docker/ (spython)"
 	@echo "make apptainer-up   make apptainer (and singularity) runnable here; prints the directory for PATH"
 	@echo "make sif            build hvdbench-\$$STACK-\$$FLAVOR.sif from the local Docker image (apptainer)"
@@ -50,17 +53,18 @@ bench: venv
 	$(VENV)/bin/bench $(MODE) $(ARGS)
 
 test: venv
-	scripts/run-tests.sh $(PY) -m "not image and not image_cuda and not apptainer" $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not image and not image_cuda and not apptainer and not cluster" $(PYTEST_ARGS)
 	$(MAKE) image-test
+	$(MAKE) cluster-test
 	$(MAKE) image-cuda-test
 	$(MAKE) apptainer-test
 
 test-fast: venv
-	scripts/run-tests.sh $(PY) -m "not slow and not image and not image_cuda and not apptainer" $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "not slow and not image and not image_cuda and not apptainer and not cluster" $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py singularity/sif.py
-	$(VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda
+	$(VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda docker/cluster/Dockerfile
 	bash -n scripts/*.sh docker/*.sh .ci/run
 
 docker-up:
@@ -83,6 +87,21 @@ image-cuda-test: venv docker-up
 	$(PY) docker/images.py base
 	$(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm
 	scripts/run-tests.sh $(PY) -m image_cuda $(PYTEST_ARGS)
+
+# The cluster's nodes are the CPU image (built here as image-test builds it) plus Slurm and munge.
+cluster-up: venv docker-up
+	$(PY) docker/images.py base
+	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
+	$(PY) docker/cluster.py up
+
+cluster-test: cluster-up
+	scripts/run-tests.sh $(PY) -m cluster $(PYTEST_ARGS)
+
+cluster-down: venv
+	$(PY) docker/cluster.py down
+
+cluster-exec: venv
+	$(PY) docker/cluster.py exec -- "$$CMD"
 
 singularity: venv
 	$(PY) singularity/generate.py

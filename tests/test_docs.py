@@ -37,8 +37,8 @@ NOT_RUN_HERE = {
     "docker pull": "no image registry is reachable from this machine",
     "apptainer exec --nv": "no GPU here; `apptainer exec` runs in tests/test_apptainer.py",
     "apptainer run --nv": "no GPU here; `apptainer exec` runs in tests/test_apptainer.py",
-    "srun -N2": "one Slurm node here; `srun -n2` runs every mode (test_srun_every_mode)",
-    "srun --mpi=pmix -N2": "one Slurm node here; `srun --mpi=pmix -n2` runs the Horovod modes",
+    "srun -N2": "GPUs per node: none here; `srun -N2 -n2` across two container nodes runs in tests/test_cluster.py",
+    "srun --mpi=pmix -N2": "GPUs per node: none here; `srun -N2 --mpi=pmix` runs in tests/test_cluster.py",
 }
 COMMAND_WORDS = {"bench", "make", "python", "docker", "srun", "sbatch", "salloc", "apptainer", "singularity",
                  "torchrun", "horovodrun", "mpirun", "pip"}

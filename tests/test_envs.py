@@ -120,3 +120,12 @@ def test_library_problems():
     assert library_problems({"environments": {"tensorflow": {"python": "x", "error": "boom"}}}) == ["tensorflow: boom"]
     assert library_lines(record) == [f"torch cudart {prefix}/nvidia/cu13/lib/libcudart.so.13",
                                      f"torch nccl {prefix}/nvidia/nccl/lib/libnccl.so.2"]
+
+
+def test_the_docs_give_the_gpu_flag_and_the_driver_the_cuda_image_needs():
+    """What a user reads before `docker run --gpus all hvdbench ...`: the flag and the driver CUDA 13 needs,
+    the same driver the image's label and its no-GPU message name."""
+    for doc in ("README.md", "docs/images.md"):
+        text = " ".join((ROOT / doc).read_text().split())
+        assert "--gpus all" in text and f"{envs.MIN_DRIVER} or newer" in text, doc
+    assert f'io.hvdbench.driver-min="{envs.MIN_DRIVER}"' in (ROOT / "docker" / "Dockerfile.cuda").read_text()

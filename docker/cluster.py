@@ -1,0 +1,113 @@
+"""The containerised Slurm cluster (docker/cluster/): a controller and two compute nodes on one host.
+
+    python docker/cluster.py up            # build the node image from hvdbench:current-cpu, start, wait for idle nodes
+    python docker/cluster.py exec -- CMD   # run CMD (a shell line) on the controller, in /shared
+    python docker/cluster.py down          # stop and remove the containers, network and munge key
+
+The host's results/cluster is /shared in every container (HVDBENCH_CLUSTER_SHARED changes it). Compose
+runs through the docker-compose CLI (project "hvdbench-cluster"); the image builds with BuildKit like the
+others (docker/images.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import images  # noqa: E402
+
+ROOT = images.ROOT
+CLUSTER = ROOT / "docker" / "cluster"
+COMPOSE = CLUSTER / "compose.yaml"
+PROJECT = "hvdbench-cluster"
+IMAGE = "hvdbench-cluster:current-cpu"
+NODES = ("node1", "node2")
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("HVDBENCH_CLUSTER_SHARED", ROOT / "results" / "cluster")).resolve()
+
+
+def compose(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HVDBENCH_CLUSTER_SHARED=str(shared_dir()), HVDBENCH_CLUSTER_IMAGE=IMAGE)
+    return subprocess.run(["docker-compose", "-p", PROJECT, "-f", str(COMPOSE), *args], check=check, env=env, **kw)
+
+
+def build(base: str = "hvdbench:current-cpu") -> str:
+    cmd = [images.docker_cli(), "build", "--network", "host", "-f", str(CLUSTER / "Dockerfile"),
+           "--build-arg", f"HVDBENCH_IMAGE={base}", "-t", IMAGE, str(ROOT)]
+    print("cluster:", " ".join(cmd), flush=True)
+    if subprocess.run(cmd, env=dict(os.environ, DOCKER_BUILDKIT="1")).returncode != 0:
+        raise images.ImageError(f"docker build of {IMAGE} failed")
+    return IMAGE
+
+
+def idle_nodes() -> list[str]:
+    done = compose("exec", "-T", "head", "sinfo", "-h", "-N", "-o", "%N %t", check=False,
+                   capture_output=True, text=True)
+    return sorted(line.split()[0] for line in done.stdout.splitlines() if line.split()[1:] == ["idle"])
+
+
+def up(timeout: float = 120) -> float:
+    """Start the cluster (reusing running containers) and wait until every compute node is idle; the
+    seconds that took."""
+    start = time.monotonic()
+    shared_dir().mkdir(parents=True, exist_ok=True)
+    compose("up", "-d")
+    while time.monotonic() - start < timeout:
+        if idle_nodes() == sorted(NODES):
+            took = time.monotonic() - start
+            print(f"cluster: up, {' '.join(NODES)} idle after {took:.1f} s; shared directory {shared_dir()}")
+            return took
+        time.sleep(1)
+    logs = compose("logs", "--tail", "20", check=False, capture_output=True, text=True).stdout
+    raise images.ImageError(f"the nodes were not idle after {timeout:.0f} s:\n{logs}")
+
+
+def down() -> None:
+    compose("down", "-v", "--remove-orphans")
+
+
+def run_on(command: str, node: str = "head", **kw) -> subprocess.CompletedProcess:
+    """A shell command line on a node (default the controller), in /shared, with the image's environment."""
+    return compose("exec", "-T", "-w", "/shared", node, "bash", "-c", command, check=False, **kw)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the node image")
+    b.add_argument("--base", default="hvdbench:current-cpu")
+    u = sub.add_parser("up", help="build the node image, start the cluster, wait until the nodes are idle")
+    u.add_argument("--base", default="hvdbench:current-cpu")
+    u.add_argument("--timeout", type=float, default=120)
+    sub.add_parser("down", help="stop and remove the cluster")
+    e = sub.add_parser("exec", help="run a shell command line on a node (default the controller) in /shared")
+    e.add_argument("--node", default="head", choices=("head", *NODES))
+    e.add_argument("cmd", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    try:
+        if a.command == "build":
+            build(a.base)
+        elif a.command == "up":
+            build(a.base)
+            up(a.timeout)
+        elif a.command == "down":
+            down()
+        else:
+            words = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+            if not words:
+                raise images.ImageError("exec needs a command, e.g. exec -- 'srun -N2 -n2 hostname'")
+            sys.exit(run_on(" ".join(words), a.node).returncode)
+    except (images.ImageError, subprocess.CalledProcessError) as exc:
+        print(f"cluster: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
