@@ -33,9 +33,16 @@ def shared_dir() -> Path:
     return Path(os.environ.get("HVDBENCH_CLUSTER_SHARED", ROOT / "results" / "cluster")).resolve()
 
 
+def compose_cmd() -> list[str]:
+    return ["docker-compose", "-p", PROJECT, "-f", str(COMPOSE)]
+
+
+def compose_env() -> dict[str, str]:
+    return dict(os.environ, HVDBENCH_CLUSTER_SHARED=str(shared_dir()), HVDBENCH_CLUSTER_IMAGE=IMAGE)
+
+
 def compose(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HVDBENCH_CLUSTER_SHARED=str(shared_dir()), HVDBENCH_CLUSTER_IMAGE=IMAGE)
-    return subprocess.run(["docker-compose", "-p", PROJECT, "-f", str(COMPOSE), *args], check=check, env=env, **kw)
+    return subprocess.run([*compose_cmd(), *args], check=check, env=compose_env(), **kw)
 
 
 def build(base: str = "hvdbench:current-cpu") -> str:

@@ -1,6 +1,7 @@
 """bench allreduce: sizes, the nccl-tests formulas, bad input, and real 2-rank runs through every backend."""
 
 import json
+import socket
 import sys
 
 import pytest
@@ -110,6 +111,9 @@ def test_two_ranks_each_backend(backend, out):
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])  # 2 (n - 1) / n = 1 at n = 2
     assert result["rows"][-1]["model"] == "resnet50"
     assert backend.split("-")[0] in result["environment"]["transport"] or backend == "tf"
+    ranks = result["environment"]["ranks"]  # every rank's host and device, in rank order
+    assert [x["rank"] for x in ranks] == [0, 1] and {x["host"] for x in ranks} == {socket.gethostname()}
+    assert all(x["device"].startswith(("cpu", "/cpu", "/job")) for x in ranks), ranks
     assert "result:" in r.stdout and "busbw" in r.stdout
 
 

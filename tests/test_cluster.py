@@ -9,17 +9,20 @@ one rank per node, and its result must show both hosts.
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, assert_valid_run
+from conftest import SMALL, assert_valid_run, bench
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docker"))
 import cluster  # noqa: E402
+
+TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def shared():
 
 
 def on_head(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return cluster.run_on(command, capture_output=True, text=True, timeout=timeout)
+    return cluster.run_on(command, capture_output=True, text=True, errors="replace", timeout=timeout)
 
 
 def results_of(shared: Path, name: str) -> dict:
@@ -53,3 +56,101 @@ def test_srun_one_rank_per_node(shared, mode, mpi):
     ranks = result["environment"]["ranks"]
     assert sorted(rank["host"] for rank in ranks) == ["node1", "node2"], json.dumps(ranks)
     assert [rank["local_rank"] for rank in ranks] == [0, 0]
+
+
+@pytest.mark.parametrize("mode, mpi", [("tf-horovod", "--mpi=pmix"), ("tf-native", "")])
+def test_srun_tensorflow_one_rank_per_node(shared, mode, mpi):
+    name = f"{mode}-{uuid.uuid4().hex[:8]}"
+    r = on_head(f"srun -N2 -n2 --ntasks-per-node=1 {mpi} bench {mode} {' '.join(TF_SMALL)} --output {name}")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    result = results_of(shared, name)
+    assert_valid_run(result, mode, 2, "srun")
+    assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]
+
+
+@pytest.mark.parametrize("script, mode", [("ddp.sbatch", "torch-ddp"), ("horovod.sbatch", "tf-horovod")])
+def test_sbatch_scripts_across_two_nodes(shared, script, mode):
+    """The batch scripts as users submit them (singularity/slurm, mounted at /opt/hvdbench/slurm), with the
+    bench installed in the node image (HVDBENCH_RUNTIME=none)."""
+    name = f"sbatch-{mode}-{uuid.uuid4().hex[:8]}"
+    args = " ".join(TF_SMALL if mode.startswith("tf") else SMALL)
+    r = on_head(f"mkdir {name} && cd {name} && HVDBENCH_RUNTIME=none HVDBENCH_RESULTS=/shared/{name}/results "
+                f"BENCH_ARGS='{args}' sbatch --wait --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 "
+                f"/opt/hvdbench/slurm/{script}")
+    logs = "\n".join(p.read_text() for p in (shared / name).glob("hvdbench-*.out"))
+    assert r.returncode == 0, (r.stdout + r.stderr + logs)[-3000:]
+    result = results_of(shared, f"{name}/results")
+    assert_valid_run(result, mode, 2, "srun")
+    assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]
+
+
+def test_a_node_lost_mid_run_ends_the_job_and_names_the_node(shared):
+    """node2's container is killed while both ranks train: srun exits non-zero within 60 s, its error names
+    node2, and no result is written. The node is started again afterwards."""
+    name = f"lost-{uuid.uuid4().hex[:8]}"
+    job = subprocess.Popen(
+        [*cluster.compose_cmd(), "exec", "-T", "-w", "/shared", "head", "bash", "-c",
+         f"srun -N2 -n2 --ntasks-per-node=1 bench torch-ddp {' '.join(SMALL[:-4])} --steps-per-window 5 "
+         f"--windows 1000 --output {name}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=cluster.compose_env())
+    try:
+        deadline = time.monotonic() + 120
+        while cluster.run_on("pgrep -f 'bench torch-ddp'", "node2", capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline and job.poll() is None, "the run did not start on node2"
+            time.sleep(1)
+        time.sleep(5)  # both ranks past start-up, training
+        killed = time.monotonic()
+        cluster.compose("kill", "node2")
+        output, _ = job.communicate(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        if job.poll() is None:
+            job.kill()
+        cluster.up()  # node2 back, idle
+    errors = [line for line in output.splitlines() if line.startswith("srun: error:")]
+    print(f"node lost: srun exited {job.returncode} after {took:.1f} s; {errors}")
+    assert job.returncode != 0 and took < 60, (took, output[-3000:])
+    assert any("node2" in line for line in errors), output[-3000:]  # srun's own error names the lost node
+    assert not list((shared / name).glob("*.json"))
+
+
+def test_allreduce_across_two_nodes(shared):
+    name = f"allreduce-{uuid.uuid4().hex[:8]}"
+    r = on_head(f"srun -N2 -n2 --ntasks-per-node=1 bench allreduce --backend torch --max-bytes 1M --models '' "
+                f"--samples 3 --target-sample-s 0.05 --output {name}")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    (path,) = (shared / name).glob("*.json")
+    result = json.loads(path.read_text())
+    assert result["world_size"] == 2 and result["all_correct"] and result["launcher"] == "srun"
+    assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]
+
+
+def test_sweep_inside_a_two_node_allocation_and_its_report(shared):
+    """salloc -N2: bench sweep runs one srun step per cell (np 1 on one node, np 2 across both); bench report
+    reads the folder where it lands on the host (the image has no plotting library)."""
+    name = f"sweep-{uuid.uuid4().hex[:8]}"
+    r = on_head(f"salloc -N2 --ntasks-per-node=1 bench sweep --modes torch-ddp --np 1,2 --models resnet50 "
+                f"--image-size 32 --batch-sizes 2 --num-classes 10 --warmup-steps 0 --steps-per-window 1 "
+                f"--windows 2 --output {name}")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    r = bench("report", str(shared / name))
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = [json.loads(p.read_text()) for p in (shared / name).glob("2*.json")]
+    assert sorted(x["world_size"] for x in results) == [1, 2]
+    two = next(x for x in results if x["world_size"] == 2)
+    assert sorted(rank["host"] for rank in two["environment"]["ranks"]) == ["node1", "node2"]
+    assert (shared / name / "report.md").is_file()
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
+def test_across_containers_without_slurm(shared, launcher):
+    """mpirun -H (Horovod over MPI) and horovodrun --gloo -H from the controller start one rank on each node
+    over SSH."""
+    name = f"{launcher}-{uuid.uuid4().hex[:8]}"
+    start = {"mpirun": "mpirun -H node1,node2 -np 2 --bind-to none",
+             "horovodrun": "horovodrun --gloo -np 2 -H node1:1,node2:1"}[launcher]
+    r = on_head(f"{start} bench torch-horovod {' '.join(SMALL)} --output {name}")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    result = results_of(shared, name)
+    assert_valid_run(result, "torch-horovod", 2, launcher)
+    assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]

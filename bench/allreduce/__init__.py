@@ -38,6 +38,7 @@ import math
 import os
 import re
 import secrets
+import socket
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field, replace
@@ -180,7 +181,10 @@ def run(cfg: AllreduceConfig) -> Path | None:
     comm.setup()
     try:
         rows = measure(comm, cfg)
-        environment = comm.environment() if info.rank == 0 else None  # only rank 0 writes it
+        mine = comm.environment()
+        ranks = comm.allgather({"rank": info.rank, "local_rank": info.local_rank, "host": socket.gethostname(),
+                                "device": str(mine.get("device"))})
+        environment = {**mine, "ranks": ranks} if info.rank == 0 else None  # only rank 0 writes it
     finally:
         comm.teardown()
     if info.rank != 0:
@@ -291,7 +295,8 @@ def render(result: dict[str, Any]):
     env = result["environment"]
     table = Table("size", "bytes", "model gradient", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                   "correct", title=f"{result['config'].get('op', 'allreduce')} {result['config']['backend']} "
-                                   f"({env.get('transport', '?')}), n={result['world_size']}, float32")
+                                   f"({env.get('transport', '?')}), n={result['world_size']}, float32, "
+                                   f"hosts {' '.join(sorted({r['host'] for r in env.get('ranks', [])})) or '?'}")
     for r in result["rows"]:
         table.add_row(human_bytes(r["bytes"]), str(r["bytes"]), r["model"] or "", str(r["iters"]),
                       f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
