@@ -147,3 +147,21 @@ def test_across_containers_without_slurm(shared, launcher):
     result = results_of(shared, name)
     assert_valid_run(result, "torch-horovod", 2, launcher)
     assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]
+
+
+def test_links_are_capped_and_released(shared):
+    """benchmarks/shaped_links.py's filter: tbf at the asked rate on both nodes' links, and gone after."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import shaped_links
+
+    try:
+        shaped_links.shape("3gbit")
+        for node in cluster.NODES:
+            shown = cluster.run_on("tc qdisc show dev eth0", node, capture_output=True, text=True).stdout
+            assert "tbf" in shown and "rate 3Gbit" in shown, (node, shown)
+    finally:
+        shaped_links.shape("none")
+    for node in cluster.NODES:
+        assert "tbf" not in cluster.run_on("tc qdisc show dev eth0", node, capture_output=True, text=True).stdout
+    with pytest.raises(SystemExit, match="rate '3 gigabits' is not like 1gbit"):
+        shaped_links.bits_per_s("3 gigabits")

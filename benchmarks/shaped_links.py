@@ -1,0 +1,90 @@
+"""Allreduce across the cluster's two nodes with each node's link capped by a token-bucket filter.
+
+    make cluster-up
+    python benchmarks/shaped_links.py --rates 1gbit,3gbit,10gbit,none
+
+For each cap, `tc qdisc replace dev eth0 root tbf rate R burst B latency 50ms` on node1 and node2 (egress;
+burst B = 10 ms at the rate, 64 KiB at least; netem is not available on every kernel, tbf is), then
+`srun -N2 -n2 bench allreduce` (one rank per node) and the table: busbw at the largest size against the
+cap. At n = 2 a ring allreduce sends S bytes out of each node in time t, so busbw = S / t is the
+link's rate and should approach the cap where the cap, not the CPU, is the limit. The filters are
+removed afterwards, whatever happens. Raw results stay in results/cluster/shaped-<stamp>/<rate>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docker"))
+import cluster  # noqa: E402
+
+UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def bits_per_s(rate: str) -> float | None:
+    if rate == "none":
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", rate)
+    if not m:
+        raise SystemExit(f"shaped_links: error: rate '{rate}' is not like 1gbit, 500mbit or none")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+def shape(rate: str) -> None:
+    bps = bits_per_s(rate)
+    for node in cluster.NODES:
+        if bps is None:
+            cmd = "tc qdisc del dev eth0 root 2>/dev/null || true"
+        else:
+            burst = max(int(bps / 8 / 100), 65536)
+            cmd = f"tc qdisc replace dev eth0 root tbf rate {rate} burst {burst} latency 50ms"
+        done = cluster.run_on(cmd, node, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"shaped_links: error: {node}: {cmd}: {done.stderr.strip()}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="1gbit,3gbit,10gbit,none")
+    p.add_argument("--backend", default="torch")
+    p.add_argument("--min-bytes", default="4M")
+    p.add_argument("--max-bytes", default="64M")
+    a = p.parse_args()
+    rates = a.rates.split(",")
+    for rate in rates:
+        bits_per_s(rate)
+    folder = f"shaped-{time.strftime('%Y%m%dT%H%M%S')}"
+    rows = []
+    try:
+        for rate in rates:
+            shape(rate)
+            out = f"{folder}/{rate}"
+            done = cluster.run_on(
+                f"srun -N2 -n2 --ntasks-per-node=1 bench allreduce --backend {a.backend} --min-bytes {a.min_bytes} "
+                f"--max-bytes {a.max_bytes} --models '' --samples 5 --output {out}",
+                capture_output=True, text=True, errors="replace")
+            if done.returncode != 0:
+                raise SystemExit(f"shaped_links: error: allreduce at {rate}: {done.stderr.strip()[-500:]}")
+            (path,) = (cluster.shared_dir() / out).glob("*.json")
+            result = json.loads(path.read_text())
+            rows.append((rate, result["rows"][-1], result))
+    finally:
+        shape("none")
+    print(f"| cap | size | busbw (GB/s) | cap (GB/s) | busbw / cap | hosts |   ({a.backend}, n=2, one rank per node)")
+    print("|---|---|---|---|---|---|")
+    for rate, row, result in rows:
+        cap = bits_per_s(rate)
+        hosts = " ".join(sorted({r["host"] for r in result["environment"]["ranks"]}))
+        ratio = f"{row['busbw_GBps'] / (cap / 8e9):.2f}" if cap else ""
+        cap_text = f"{cap / 8e9:.3f}" if cap else "none"
+        print(f"| {rate} | {row['bytes'] >> 20} MiB | {row['busbw_GBps']:.3f} | {cap_text} | {ratio} | {hosts} |")
+    print(f"raw results: {cluster.shared_dir() / folder}")
+
+
+if __name__ == "__main__":
+    main()
