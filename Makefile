@@ -65,7 +65,7 @@ test-fast: venv
 lint: venv
 	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py singularity/sif.py
 	$(VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda docker/cluster/Dockerfile
-	bash -n scripts/*.sh docker/*.sh .ci/run
+	bash -n scripts/*.sh docker/*.sh docker/cluster/*.sh .ci/run
 
 docker-up:
 	scripts/docker-up.sh

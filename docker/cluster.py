@@ -2,7 +2,7 @@
 
     python docker/cluster.py up            # build the node image from hvdbench:current-cpu, start, wait for idle nodes
     python docker/cluster.py exec -- CMD   # run CMD (a shell line) on the controller, in /shared
-    python docker/cluster.py down          # stop and remove the containers, network and munge key
+    python docker/cluster.py down          # stop and remove the containers, network and keys volume
 
 The host's results/cluster is /shared in every container (HVDBENCH_CLUSTER_SHARED changes it). Compose
 runs through the docker-compose CLI (project "hvdbench-cluster"); the image builds with BuildKit like the
@@ -113,6 +113,9 @@ def main() -> None:
             sys.exit(run_on(" ".join(words), a.node).returncode)
     except (images.ImageError, subprocess.CalledProcessError) as exc:
         print(f"cluster: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except FileNotFoundError as exc:  # no docker-compose or docker CLI
+        print(f"cluster: error: {exc.filename} is not installed; run scripts/docker-up.sh", file=sys.stderr)
         sys.exit(1)
 
 
