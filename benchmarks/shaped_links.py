@@ -9,13 +9,21 @@ burst B = 10 ms at the rate, 64 KiB at least; netem is not available on every ke
 cap. At n = 2 a ring allreduce sends S bytes out of each node in time t, so busbw = S / t is the
 link's rate and should approach the cap where the cap, not the CPU, is the limit. The filters are
 removed afterwards, whatever happens. Raw results stay in results/cluster/shaped-<stamp>/<rate>/.
+
+With --predict, each capped rate also gets a torch-ddp sweep inside `salloc -N2` (np 1 on one node, np 2
+across both; VGG-16 and ResNet-50, one thread per rank so a rank keeps its speed as a GPU would) and an
+allreduce measurement that includes both models' gradient sizes, and `bench predict --sweep --allreduce`
+(run here, on the shared folder) prints measured against predicted efficiency: the predictor checked on
+a network boundary of known bandwidth.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,6 +62,7 @@ def main() -> None:
     p.add_argument("--backend", default="torch")
     p.add_argument("--min-bytes", default="4M")
     p.add_argument("--max-bytes", default="64M")
+    p.add_argument("--predict", action="store_true", help="also sweep torch-ddp at np 1 and 2 and check bench predict")
     a = p.parse_args()
     rates = a.rates.split(",")
     for rate in rates:
@@ -73,6 +82,8 @@ def main() -> None:
             (path,) = (cluster.shared_dir() / out).glob("*.json")
             result = json.loads(path.read_text())
             rows.append((rate, result["rows"][-1], result))
+            if a.predict and bits_per_s(rate):
+                predict(folder, rate)
     finally:
         shape("none")
     print(f"| cap | size | busbw (GB/s) | cap (GB/s) | busbw / cap | hosts |   ({a.backend}, n=2, one rank per node)")
@@ -84,6 +95,25 @@ def main() -> None:
         cap_text = f"{cap / 8e9:.3f}" if cap else "none"
         print(f"| {rate} | {row['bytes'] >> 20} MiB | {row['busbw_GBps']:.3f} | {cap_text} | {ratio} | {hosts} |")
     print(f"raw results: {cluster.shared_dir() / folder}")
+
+
+def predict(folder: str, rate: str) -> None:
+    out = f"{folder}/{rate}-predict"
+    done = cluster.run_on(
+        f"srun -N2 -n2 --ntasks-per-node=1 bench allreduce --backend torch --min-bytes 4K --max-bytes 64M "
+        f"--models resnet50,vgg16 --samples 3 --output {out}/allreduce && "
+        f"OMP_NUM_THREADS=1 salloc -N2 --ntasks-per-node=1 bench sweep --modes torch-ddp --np 1,2 "
+        f"--models resnet50,vgg16 --image-size 64 --batch-sizes 4 --device cpu --warmup-steps 1 "
+        f"--steps-per-window 2 --windows 2 --output {out}/sweep",
+        capture_output=True, text=True, errors="replace")
+    if done.returncode != 0:
+        raise SystemExit(f"shaped_links: error: the sweep at {rate}: {(done.stdout + done.stderr)[-800:]}")
+    shared = cluster.shared_dir() / out
+    (ar,) = (shared / "allreduce").glob("*.json")
+    print(f"\n{rate}: bench predict --sweep {shared / 'sweep'} --allreduce {ar}", flush=True)
+    bench = Path(sys.executable).parent / "bench"
+    subprocess.run([str(bench), "predict", "--sweep", str(shared / "sweep"), "--allreduce", str(ar)], check=True,
+                   env={**os.environ, "COLUMNS": "200"})
 
 
 if __name__ == "__main__":
