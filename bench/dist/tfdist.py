@@ -86,15 +86,42 @@ def cluster_resolver(launch: LaunchInfo, world_size: int):
         parse_tf_config(os.environ["TF_CONFIG"])  # a clear error before TF's own
         return tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if launch.launcher == "srun":
-        # TF's own resolver: hosts from the step's node list (scontrol), one port per local task.
-        # bench pins GPUs itself (local rank -> device; auto_set_gpu=False), so the resolver's GPU
-        # bookkeeping is unused; it cannot express zero GPUs per task, so it is told one per task.
-        per_node = max(1, launch.local_world_size)
-        return tf.distribute.cluster_resolver.SlurmClusterResolver(
-            jobs={"worker": world_size}, port_base=launch.master_port or 8888,
-            gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False)
+        return slurm_resolver(launch, {"worker": world_size})
     raise BenchError("tf.distribute's multi-worker collectives need TF_CONFIG (bench writes it when it spawns "
                      "the ranks) or srun")
+
+
+def slurm_resolver(launch: LaunchInfo, jobs: dict[str, int]):
+    """TensorFlow's own SlurmClusterResolver over this srun step: hosts from the step's node list (scontrol),
+    one port per task on a node from the step's base port; the tasks take the jobs in sorted order of
+    their names (chief, ps, worker), SLURM_PROCID by SLURM_PROCID.
+
+    It places tasks on hosts in node-list order, as Slurm's default block distribution does; under another
+    distribution its addresses would name the wrong hosts, so that is refused. bench pins GPUs itself (local
+    rank -> device; auto_set_gpu=False), so the resolver's GPU bookkeeping is unused; it cannot express zero
+    GPUs per task, so it is told one per task and as many per node as the step has tasks.
+    """
+    tf = import_tf()[0]
+    distribution = os.environ.get("SLURM_DISTRIBUTION", "block")
+    if not distribution.startswith("block"):
+        raise BenchError(f"tf.distribute under srun needs Slurm's block task distribution (got "
+                         f"--distribution={distribution}): TensorFlow's SlurmClusterResolver places tasks in "
+                         "node-list order")
+    return tf.distribute.cluster_resolver.SlurmClusterResolver(
+        jobs=jobs, port_base=launch.master_port or 8888, gpus_per_node=max(1, launch.world_size),
+        gpus_per_task=1, auto_set_gpu=False)
+
+
+def ps_tf_config(launch: LaunchInfo, num_ps: int) -> str:
+    """TF_CONFIG for --strategy ps under srun: task 0 the chief (the coordinator), the next ``num_ps`` the
+    parameter servers, the rest the workers."""
+    workers = launch.world_size - 1 - num_ps
+    if workers < 1:
+        raise BenchError(f"--strategy ps under srun runs a chief, {num_ps} parameter server(s) and at least one "
+                         f"worker, one task each: srun -n {num_ps + 2} or more (got {launch.world_size})")
+    resolver = slurm_resolver(launch, {"chief": 1, "ps": num_ps, "worker": workers})
+    cluster = resolver.cluster_spec().as_dict()
+    return task_config(cluster, resolver.task_type, resolver.task_id)
 
 
 def multiworker(launch: LaunchInfo, gpu: bool, timeout_s: float):

@@ -29,9 +29,11 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
         raise BenchError("--fp16-allreduce: tf.distribute has no gradient compression; use tf-horovod")
     if cfg.num_ps is not None and (cfg.strategy or "multiworker") != "ps":
         raise BenchError("--num-ps applies to --strategy ps only")
+    strategy = cfg.strategy or "multiworker"
+    if strategy == "ps" and launch.launcher == "srun" and "TF_CONFIG" not in os.environ:
+        os.environ["TF_CONFIG"] = tfdist.ps_tf_config(launch, cfg.num_ps or 1)  # roles from SLURM_PROCID
     if cfg.is_resolved:
         return cfg
-    strategy = cfg.strategy or "multiworker"
     if strategy == "multiworker":
         return resolve(cfg, launch)
     device, gpus = pick_device(cfg)
@@ -50,12 +52,17 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
         np_ = cfg.np or (gpus if device == "cuda" else 2)
         if device == "cuda" and np_ > gpus:
             raise BenchError(f"--np {np_} workers > {gpus} visible GPU(s)")
+        num_ps = cfg.num_ps or 1
     else:
         cluster, _, _ = parse_tf_config(_tf_config())
-        np_ = len(cluster.get("worker", []))
+        np_, num_ps = len(cluster.get("worker", [])), len(cluster.get("ps", []))
+        if not (np_ and num_ps and cluster.get("chief")):
+            raise BenchError("--strategy ps needs TF_CONFIG with 'chief', 'ps' and 'worker' jobs")
         if cfg.np is not None and cfg.np != np_:
             raise BenchError(f"--np {cfg.np} does not match the {np_} workers in TF_CONFIG")
-    return dataclasses.replace(cfg.resolve(device, np_), num_ps=cfg.num_ps or 1)
+        if cfg.num_ps is not None and cfg.num_ps != num_ps:
+            raise BenchError(f"--num-ps {cfg.num_ps} does not match the {num_ps} parameter servers in TF_CONFIG")
+    return dataclasses.replace(cfg.resolve(device, np_), num_ps=num_ps)
 
 
 def _tf_config() -> str:
@@ -103,8 +110,36 @@ def serve(cfg: RunConfig, launch: LaunchInfo) -> bool:
                                   cfg.device.value == "cuda" else [], "GPU")
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=task_type, task_index=index,
                                   protocol="grpc", start=True)
-    server.join()  # until the spawner (or the user) stops this process
+    serve_while_chief(server, cluster["chief"][0], cfg.rendezvous_timeout)
     return True
+
+
+def serve_while_chief(server, chief: str, timeout_s: float, poll_s: float = 1.0, misses: int = 3) -> None:
+    """Serve until the chief has come and gone: its gRPC port, open while it coordinates, is polled.
+
+    A TensorFlow server has no way to be told to stop, and under srun or a user's own launcher nobody kills
+    it (bench's spawner does): without this the step would never end once the chief has written its result.
+    ``misses`` failed connections in a row after it was seen mean it is gone; never seen within ``timeout_s``
+    (--rendezvous-timeout) is an error naming it.
+    """
+    import socket
+    import time
+
+    host, _, port = chief.rpartition(":")
+    started, seen, missed = time.monotonic(), False, 0
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=poll_s * 2).close()
+            seen, missed = True, 0
+        except OSError:
+            missed += 1
+            if seen and missed >= misses:
+                break
+            if not seen and time.monotonic() - started > timeout_s:
+                raise BenchError(f"the chief at {chief} did not start within {timeout_s:g} s "
+                                 "(--rendezvous-timeout)") from None
+        time.sleep(poll_s)
+    del server  # the chief has written its result; this process ends with it
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
@@ -174,7 +209,7 @@ class ParameterServerTrainer(TFTrainer):
         super().__init__(cfg, launch, hooks, gpus="none")
 
     def setup(self) -> None:
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        self.resolver = resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         workers = resolver.cluster_spec().num_tasks("worker")
         self.replicas_per_process = workers
         self.measuring_processes = 1  # the coordinator measures for every worker; ps and workers only serve
@@ -237,5 +272,16 @@ class ParameterServerTrainer(TFTrainer):
     def environment(self) -> dict[str, Any]:
         record = super().environment()
         record["distribution"] = {"library": "tf.distribute", "strategy": "ParameterServerStrategy",
-                                  "workers": self.replicas_per_process, "num_ps": self.cfg.num_ps}
+                                  "workers": self.replicas_per_process, "num_ps": self.cfg.num_ps,
+                                  "tasks": self.tasks()}
         return record
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """Every task of the cluster (the chief, each ps and worker): its address and the devices the chief sees
+        it offer. Only the chief measures, so this is where the other tasks' hosts are recorded."""
+        devices = [d.name for d in tf.config.list_logical_devices()]
+        spec = self.resolver.cluster_spec().as_dict()
+        return [{"job": job, "index": i, "host": address.rpartition(":")[0], "address": address,
+                 "devices": sorted(d.rsplit("/device:", 1)[1] for d in devices
+                                   if d.startswith(f"/job:{job}/replica:0/task:{i}/device:"))}
+                for job in sorted(spec) for i, address in enumerate(spec[job])]
