@@ -95,6 +95,19 @@ def parse_tf_config(text: str) -> tuple[dict[str, list[str]], str, int]:
     return cluster, task_type, task_index
 
 
+def inside_allocation() -> bool:
+    """In a Slurm allocation (salloc's shell, an sbatch script) but not in one of its job steps: runs that
+    start their own ranks start them with srun, on the allocation's nodes."""
+    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
+
+
+def srun_command(v, np_: int, argv: list[str], num_ps: int | None = None) -> list[str]:
+    """One job step running ``argv`` as the processes of variant ``v`` (a bench.modes.Variant) at ``np_`` ranks:
+    MPI modes join through PMIx, and the step ends as soon as one task fails."""
+    mpi = ["--mpi=pmix"] if v.mode.needs_mpi else []
+    return ["srun", *mpi, "--kill-on-bad-exit=1", "-n", str(v.processes(np_, num_ps or 1)), *argv]
+
+
 def first_slurm_host(nodelist: str) -> str:
     """First hostname of a Slurm node list such as 'node[03-05,7],gpu1' -> 'node03' ('n[1-2]-ib' -> 'n1-ib')."""
     m = re.match(r"([^,\[]+)(?:\[([^\]]+)\]([^,\[]*))?", nodelist.strip())

@@ -29,6 +29,7 @@ from typing import Any
 from bench import SCHEMA_VERSION
 from bench.config import RunConfig
 from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
+from bench.launch import inside_allocation, srun_command
 from bench.modes import variant
 
 MANIFEST = "manifest.json"
@@ -111,10 +112,6 @@ def parse_list(text: str, kind=str) -> list:
         raise BenchError(f"cannot read '{text}' as a comma-separated list of {kind.__name__}") from None
 
 
-def inside_allocation() -> bool:
-    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
-
-
 def write_cell_config(cell: Cell, common: dict[str, Any], folder: Path) -> Path:
     """The cell's run configuration as JSON, in ``folder/configs`` (rewritten for each attempt)."""
     path = folder / CONFIGS_DIR / f"{cell.id}.json"
@@ -126,13 +123,10 @@ def write_cell_config(cell: Cell, common: dict[str, Any], folder: Path) -> Path:
     return path
 
 
-def command(cell: Cell, config_path: Path) -> list[str]:
+def command(cell: Cell, config_path: Path, num_ps: int | None = None) -> list[str]:
     """One cell's command: self-spawned here, or one srun step per cell inside a Slurm allocation."""
     bench = [sys.executable, "-m", "bench", "run", str(config_path)]
-    if inside_allocation():
-        mpi = ["--mpi=pmix"] if variant(cell.label).mode.needs_mpi else []
-        return ["srun", *mpi, "--kill-on-bad-exit=1", "-n", str(cell.np), *bench]
-    return bench
+    return srun_command(variant(cell.label), cell.np, bench, num_ps) if inside_allocation() else bench
 
 
 class Manifest:
@@ -159,7 +153,7 @@ class Manifest:
         os.replace(tmp, self.path)
 
 
-def _last_error(log: Path) -> str:
+def last_error(log: Path) -> str:
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
     return (errors or lines or ["no output"])[-1][:300]
@@ -254,7 +248,8 @@ def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, c
     entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None)
     manifest.save()
     try:
-        code = run_cell(command(cell, write_cell_config(cell, sweep.common, folder)), log, cell_timeout)
+        code = run_cell(command(cell, write_cell_config(cell, sweep.common, folder), sweep.common.get("num_ps")),
+                        log, cell_timeout)
     except Stopped as exc:
         entry.update(status="interrupted", seconds=round(time.time() - start, 2), error=str(exc))
         manifest.save()
@@ -267,7 +262,7 @@ def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, c
     elif code == 0 and len(new) == 1:
         entry.update(status="ok", result=new[0].name)
     else:
-        entry.update(status="failed", exit_code=code, error=_last_error(log))
+        entry.update(status="failed", exit_code=code, error=last_error(log))
     if entry["status"] != "ok":
         console.print(f"sweep: {cell.id} {entry['status']}: {entry['error']}", highlight=False)
     manifest.save()

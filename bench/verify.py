@@ -52,6 +52,7 @@ from bench import SCHEMA_VERSION, __version__
 from bench.config import Device
 from bench.errors import BenchError
 from bench.hooks import FAULTS, Hooks
+from bench.launch import inside_allocation
 from bench.models import MODELS
 from bench.modes import Variant, variant, variants
 from bench.snapshots import differences, identical, load_parameters
@@ -159,12 +160,37 @@ def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards:
                     strategy=v.strategy, sparse_embeddings=vc.sparse_embeddings, sparse_as_dense=vc.sparse_as_dense)
     hooks = Hooks(snapshot_dir=str(work), deterministic=True, data_shards=shards,
                   fault=vc.fault if spec.distributed else None)
-    run(cfg, hooks)
+    if inside_allocation():
+        _srun_mode(v, cfg, hooks, work)
+    else:
+        run(cfg, hooks)
     results = sorted((work / "result").glob("*.json"))
     if len(results) != 1:
         raise BenchError(f"{v.label} wrote {len(results)} results in {work / 'result'}")
     return {"result": load_result(results[0]), "initial": load_parameters(work / "initial.npz")[1],
             "final": load_parameters(work / "final.npz")[1]}
+
+
+def _srun_mode(v: Variant, cfg, hooks: Hooks, work: Path) -> None:
+    """Inside a Slurm allocation: the run as one job step on the allocation's nodes (the reference too, so
+    that it trains on the same kind of node). The parameter snapshots go to ``work``, which must be on a
+    directory every node shares, as --output is."""
+    from bench.errors import restore_handlers, stop_on_signals
+    from bench.launch import srun_command
+    from bench.sweep import last_error, run_cell
+
+    config = work / "config.json"
+    config.write_text(cfg.to_json() + "\n")
+    log = work / "srun.log"
+    old = stop_on_signals()
+    try:
+        with hooks.exported():
+            code = run_cell(srun_command(v, cfg.np or 1, [sys.executable, "-m", "bench", "run", str(config)]),
+                            log, None)
+    finally:
+        restore_handlers(old)
+    if code != 0:
+        raise BenchError(f"srun exited {code}: {last_error(log)} (log {log})")
 
 
 def _np_for(vc: VerifyConfig, v: Variant) -> int | None:
@@ -194,7 +220,7 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
         result = got["result"]
         shards = result["world_size"]
         row.update(world_size=shards, ranks_in_sync=result["sync"]["ranks_in_sync"],
-                   params_changed=result["sync"]["params_changed"])
+                   params_changed=result["sync"]["params_changed"], hosts=hosts_of(result))
         if shards not in references:
             reference = variant(v.mode.reference)
             log(f"verify: reference {reference.label} on {shards} shard(s) ...")
@@ -214,14 +240,21 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
     return rows
 
 
+def hosts_of(result: dict[str, Any]) -> list[str]:
+    """The hosts a run's processes ran on: every measuring rank's, and every task of a parameter-server cluster."""
+    environment = result["environment"]
+    tasks = (environment.get("distribution") or {}).get("tasks") or []
+    return sorted({r["host"] for r in environment["ranks"]} | {t["host"] for t in tasks})
+
+
 def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
     """Run every check; write ``verify-<id>.json`` into vc.output; return (report, path)."""
     from bench.launch import detect
     from bench.results import check_output_dir, write_json_new
 
     if detect().launcher != "none":
-        raise BenchError("bench verify starts its own ranks for every mode; run it without a launcher "
-                         "(not under srun, mpirun, torchrun or horovodrun)")
+        raise BenchError("bench verify starts its own ranks for every mode (in a Slurm allocation, through "
+                         "srun); run it without a launcher (not under srun, mpirun, torchrun or horovodrun)")
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = check_output_dir(vc.output)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -3,7 +3,7 @@ import re
 import pytest
 
 from bench.errors import BenchError
-from bench.launch import LaunchInfo, check_gpus_per_node, detect, first_slurm_host
+from bench.launch import LaunchInfo, check_gpus_per_node, detect, first_slurm_host, inside_allocation, srun_command
 
 
 def test_no_launcher():
@@ -40,6 +40,32 @@ def test_horovodrun_mpirun_srun():
 
 def test_sbatch_script_without_step_is_not_a_rank():
     assert detect({"SLURM_JOB_ID": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}).launcher == "none"
+
+
+@pytest.mark.parametrize("label, np_, num_ps, expected", [
+    ("torch-ddp", 4, None, ["-n", "4"]),
+    ("tf-horovod", 2, None, ["--mpi=pmix", "-n", "2"]),
+    ("tf-native:ps", 2, None, ["-n", "4"]),  # the chief, one ps, two workers
+    ("tf-native:ps", 2, 2, ["-n", "5"]),
+    ("tf-native:mirrored", 1, None, ["-n", "1"]),
+    ("torch-single", 1, None, ["-n", "1"]),
+])
+def test_srun_starts_each_variants_processes(label, np_, num_ps, expected):
+    from bench.modes import variant
+
+    argv = ["python", "-m", "bench", "run", "cell.json"]
+    cmd = srun_command(variant(label), np_, argv, num_ps)
+    assert cmd == ["srun", *expected[:-2], "--kill-on-bad-exit=1", *expected[-2:], *argv]
+
+
+def test_inside_an_allocation_is_not_inside_a_step(monkeypatch):
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert not inside_allocation()
+    monkeypatch.setenv("SLURM_JOB_ID", "12")  # salloc's shell, an sbatch script
+    assert inside_allocation()
+    monkeypatch.setenv("SLURM_STEP_ID", "0")  # one of srun's tasks
+    assert not inside_allocation()
 
 
 @pytest.mark.parametrize("env, message", [

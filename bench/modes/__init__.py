@@ -84,6 +84,11 @@ class Variant:
         """How gradients cross processes (bench.traffic): "collective", "ps" or "local" (no process boundary)."""
         return self.mode.exchange.get(self.strategy, "collective" if self.mode.distributed else "local")
 
+    def processes(self, np_: int, num_ps: int = 1) -> int:
+        """Processes a launcher starts for ``np_`` ranks: ps adds its chief (the coordinator) and parameter
+        servers to the ``np_`` workers; one process drives every local device (mirrored, single-device)."""
+        return {"ps": np_ + 1 + num_ps, "local": 1}.get(self.exchange, np_)
+
     @property
     def verify_np(self) -> str | int | None:
         """Ranks bench verify runs it with: "asked" (verify's --np), a fixed count, or None (the mode decides)."""
