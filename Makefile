@@ -63,7 +63,7 @@ test-fast: venv
 	scripts/run-tests.sh $(PY) -m "not slow and not image and not image_cuda and not apptainer and not cluster" $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py singularity/generate.py singularity/sif.py
+	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py docker/cluster.py singularity/generate.py singularity/sif.py
 	$(VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda docker/cluster/Dockerfile
 	bash -n scripts/*.sh docker/*.sh docker/cluster/*.sh .ci/run
 
@@ -95,7 +95,7 @@ cluster-up: venv docker-up
 	$(PY) docker/cluster.py up
 
 cluster-test: cluster-up
-	scripts/run-tests.sh $(PY) -m cluster $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PY) -m "cluster and not apptainer" $(PYTEST_ARGS)
 
 cluster-down: venv
 	$(PY) docker/cluster.py down

@@ -12,9 +12,11 @@ others (docker/images.py).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,25 +26,45 @@ import images  # noqa: E402
 ROOT = images.ROOT
 CLUSTER = ROOT / "docker" / "cluster"
 COMPOSE = CLUSTER / "compose.yaml"
+APPTAINER = CLUSTER / "apptainer.yaml"  # Apptainer inside the nodes (up --apptainer)
 PROJECT = "hvdbench-cluster"
 IMAGE = "hvdbench-cluster:current-cpu"
 NODES = ("node1", "node2")
+APPTAINER_DIR = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer"))
+APPTAINER_PATH = f"{APPTAINER_DIR}/bin"  # the wrapper apptainer and singularity, for PATH inside the nodes
 
 
 def shared_dir() -> Path:
     return Path(os.environ.get("HVDBENCH_CLUSTER_SHARED", ROOT / "results" / "cluster")).resolve()
 
 
-def compose_cmd() -> list[str]:
-    return ["docker-compose", "-p", PROJECT, "-f", str(COMPOSE)]
+def apptainer_caps() -> Path:
+    """A compose file that gives every node the capabilities Apptainer's set-up grants root (its
+    capability.json, made by scripts/apptainer-up.sh from the host's bounding set): the starter asks for
+    exactly those and aborts on one it cannot get."""
+    granted = APPTAINER_DIR / "sid" / "etc" / "apptainer" / "capability.json"
+    try:
+        caps = json.loads(granted.read_text())["users"]["root"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise images.ImageError(f"cannot read {granted} ({exc}): run `make apptainer-up` first") from None
+    names = ", ".join(c.removeprefix("CAP_") for c in caps)
+    path = Path(tempfile.gettempdir()) / f"{PROJECT}-apptainer-caps.yaml"
+    path.write_text(f"# from {granted}\nservices:\n" + "".join(f"  {n}:\n    cap_add: [{names}]\n"
+                                                               for n in ("head", *NODES)))
+    return path
+
+
+def compose_cmd(apptainer: bool = False) -> list[str]:
+    files = [COMPOSE, APPTAINER, apptainer_caps()] if apptainer else [COMPOSE]
+    return ["docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", str(f)))]
 
 
 def compose_env() -> dict[str, str]:
     return dict(os.environ, HVDBENCH_CLUSTER_SHARED=str(shared_dir()), HVDBENCH_CLUSTER_IMAGE=IMAGE)
 
 
-def compose(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([*compose_cmd(), *args], check=check, env=compose_env(), **kw)
+def compose(*args: str, check: bool = True, apptainer: bool = False, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*compose_cmd(apptainer), *args], check=check, env=compose_env(), **kw)
 
 
 def build(base: str = "hvdbench:current-cpu") -> str:
@@ -60,12 +82,13 @@ def idle_nodes() -> list[str]:
     return sorted(line.split()[0] for line in done.stdout.splitlines() if line.split()[1:] == ["idle"])
 
 
-def up(timeout: float = 120) -> float:
-    """Start the cluster (reusing running containers) and wait until every compute node is idle; the
+def up(timeout: float = 120, apptainer: bool = False) -> float:
+    """Start the cluster (reusing running containers made the same way; with ``apptainer``, privileged nodes
+    that can run the host's Apptainer and see its SIFs) and wait until every compute node is idle; the
     seconds that took."""
     start = time.monotonic()
     shared_dir().mkdir(parents=True, exist_ok=True)
-    compose("up", "-d")
+    compose("up", "-d", apptainer=apptainer)
     while time.monotonic() - start < timeout:
         if idle_nodes() == sorted(NODES):
             took = time.monotonic() - start
@@ -93,6 +116,7 @@ def main() -> None:
     u = sub.add_parser("up", help="build the node image, start the cluster, wait until the nodes are idle")
     u.add_argument("--base", default="hvdbench:current-cpu")
     u.add_argument("--timeout", type=float, default=120)
+    u.add_argument("--apptainer", action="store_true", help="privileged nodes with the host's Apptainer and SIFs")
     sub.add_parser("down", help="stop and remove the cluster")
     e = sub.add_parser("exec", help="run a shell command line on a node (default the controller) in /shared")
     e.add_argument("--node", default="head", choices=("head", *NODES))
@@ -103,7 +127,7 @@ def main() -> None:
             build(a.base)
         elif a.command == "up":
             build(a.base)
-            up(a.timeout)
+            up(a.timeout, a.apptainer)
         elif a.command == "down":
             down()
         else:

@@ -252,3 +252,41 @@ def test_sif_tool_says_what_is_missing_in_one_line(env, tmp_path):
     r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "runtime"], env=no_runtime)
     assert r.returncode == 1 and "neither apptainer nor singularity is installed" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def apptainer_cluster(sif):
+    """The container cluster (docker/cluster/) with Apptainer inside its nodes: privileged nodes that see the
+    host's Apptainer set-up and the SIF directory at the host's paths (docker/cluster/apptainer.yaml)."""
+    sys.path.insert(0, str(ROOT / "docker"))
+    import cluster
+
+    try:
+        cluster.build()
+        cluster.up(apptainer=True)
+    except Exception as exc:  # noqa: BLE001 - the cluster's own one-line reason
+        pytest.fail(f"the cluster with Apptainer did not come up ({exc})")
+    return cluster
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("script, mode", [("ddp.sbatch", "torch-ddp"), ("horovod.sbatch", "tf-horovod")])
+def test_sbatch_scripts_with_apptainer_across_the_cluster_nodes(apptainer_cluster, sif, script, mode):
+    """The batch scripts as users submit them on a cluster with Apptainer: every task an `apptainer exec` of
+    the SIF on its own node, one per node; tf-horovod's ranks join through the nodes' PMIx."""
+    cluster = apptainer_cluster
+    name = f"apptainer-{mode}-{os.urandom(4).hex()}"
+    args = " ".join(TF_SMALL if mode.startswith("tf") else SMALL)
+    r = cluster.run_on(f"mkdir {name} && cd {name} && PATH={cluster.APPTAINER_PATH}:$PATH "
+                       f"HVDBENCH_RUNTIME=apptainer HVDBENCH_SIF={sif} HVDBENCH_RESULTS=/shared/{name}/results "
+                       f"BENCH_ARGS='{args}' sbatch --wait --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 "
+                       f"/opt/hvdbench/slurm/{script}", capture_output=True, text=True, errors="replace", timeout=900)
+    folder = cluster.shared_dir() / name
+    logs = "\n".join(p.read_text() for p in folder.glob("hvdbench-*.out"))
+    assert r.returncode == 0, (r.stdout + r.stderr + logs)[-3000:]
+    assert "runtime apptainer" in logs
+    result = only_result(folder / "results")
+    assert_valid_run(result, mode, 2, "srun")
+    assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]
+    assert result["environment"]["container"] == "apptainer/singularity"  # bench from the SIF, not the node's
+    assert result["environment"]["image"]["stack"] == "current"
