@@ -61,6 +61,38 @@ def test_srun_one_rank_per_node(shared, mode, mpi):
     assert [rank["local_rank"] for rank in ranks] == [0, 0]
 
 
+def test_tf_native_parameter_servers_across_two_nodes(shared):
+    """srun -N2 -n4 --ntasks-per-node=2: roles from SLURM_PROCID put the chief and the ps on node1 and both
+    workers on node2, so every update crosses the nodes; the servers end when the chief is done."""
+    name = f"ps-{uuid.uuid4().hex[:8]}"
+    r = on_head(f"srun -N2 -n4 --ntasks-per-node=2 bench tf-native --strategy ps {' '.join(TF_SMALL)} "
+                f"--output {name}")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    result = results_of(shared, name)
+    assert result["launcher"] == "srun" and result["world_size"] == 2 and result["processes"] == 1
+    tasks = result["environment"]["distribution"]["tasks"]
+    assert [(t["job"], t["host"]) for t in tasks] == [("chief", "node1"), ("ps", "node1"), ("worker", "node2"),
+                                                      ("worker", "node2")], tasks
+    assert all(t["devices"] == ["CPU:0"] for t in tasks)
+    (report,) = result["sync"]["reports"]
+    assert report["in_sync"] and report["variables_on_ps"] and all(c > 0 for c in report["updates_per_worker"])
+    assert result["sync"]["ranks_in_sync"] and result["sync"]["params_changed"]
+
+
+def test_verify_across_two_nodes(shared):
+    """bench verify inside `salloc -N2`: every run (the references too) is an srun step on the nodes; the
+    distributed ones put a rank on each node and must match the single-process reference."""
+    name = f"verify-{uuid.uuid4().hex[:8]}"
+    r = on_head(f"salloc -N2 --ntasks-per-node=1 bench verify --framework both --modes torch-ddp,tf-horovod "
+                f"--no-cross --output {name}", timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    (path,) = (shared / name).glob("*-verify-*.json")
+    report = json.loads(path.read_text())
+    assert report["passed"], json.dumps(report["modes"])
+    assert [(row["mode"], row["status"], row["world_size"], row["hosts"]) for row in report["modes"]] == [
+        ("torch-ddp", "PASS", 2, ["node1", "node2"]), ("tf-horovod", "PASS", 2, ["node1", "node2"])]
+
+
 @pytest.mark.parametrize("script, mode", [("ddp.sbatch", "torch-ddp"), ("horovod.sbatch", "tf-horovod")])
 def test_sbatch_scripts_across_two_nodes(shared, script, mode):
     """The batch scripts as users submit them (singularity/slurm, mounted at /opt/hvdbench/slurm), with the
