@@ -40,17 +40,21 @@ def shared_dir() -> Path:
 
 def apptainer_caps() -> Path:
     """A compose file that gives every node the capabilities Apptainer's set-up grants root (its
-    capability.json, made by scripts/apptainer-up.sh from the host's bounding set): the starter asks for
-    exactly those and aborts on one it cannot get."""
+    capability.json, made by scripts/apptainer-up.sh from the host's bounding set: the starter asks for
+    exactly those and aborts on one it cannot get) and the host's loop devices."""
     granted = APPTAINER_DIR / "sid" / "etc" / "apptainer" / "capability.json"
     try:
         caps = json.loads(granted.read_text())["users"]["root"]
     except (OSError, ValueError, KeyError) as exc:
         raise images.ImageError(f"cannot read {granted} ({exc}): run `make apptainer-up` first") from None
     names = ", ".join(c.removeprefix("CAP_") for c in caps)
+    # The host's loop devices, passed in: Apptainer opens /dev/loopN for the index the kernel offers and,
+    # in a fresh container, found no such file (without them, all 3 runs in 2 freshly made clusters failed).
+    loops = ", ".join(["/dev/loop-control", *sorted((str(d) for d in Path("/dev").glob("loop[0-9]*")),
+                                                    key=lambda d: int(d.removeprefix("/dev/loop")))])
     path = Path(tempfile.gettempdir()) / f"{PROJECT}-apptainer-caps.yaml"
-    path.write_text(f"# from {granted}\nservices:\n" + "".join(f"  {n}:\n    cap_add: [{names}]\n"
-                                                               for n in ("head", *NODES)))
+    path.write_text(f"# from {granted} and /dev\nservices:\n" + "".join(
+        f"  {n}:\n    cap_add: [{names}]\n    devices: [{loops}]\n" for n in ("head", *NODES)))
     return path
 
 
