@@ -87,9 +87,9 @@ def idle_nodes() -> list[str]:
 
 
 def up(timeout: float = 120, apptainer: bool = False) -> float:
-    """Start the cluster (reusing running containers made the same way; with ``apptainer``, privileged nodes
-    that can run the host's Apptainer and see its SIFs) and wait until every compute node is idle; the
-    seconds that took."""
+    """Start the cluster (reusing running containers made the same way; with ``apptainer``, nodes that run
+    the host's Apptainer on its SIFs: docker/cluster/apptainer.yaml) and wait until every compute node is
+    idle; the seconds that took."""
     start = time.monotonic()
     shared_dir().mkdir(parents=True, exist_ok=True)
     compose("up", "-d", apptainer=apptainer)
@@ -120,7 +120,8 @@ def main() -> None:
     u = sub.add_parser("up", help="build the node image, start the cluster, wait until the nodes are idle")
     u.add_argument("--base", default="hvdbench:current-cpu")
     u.add_argument("--timeout", type=float, default=120)
-    u.add_argument("--apptainer", action="store_true", help="privileged nodes with the host's Apptainer and SIFs")
+    u.add_argument("--apptainer", action="store_true",
+                   help="nodes that run the host's Apptainer on its SIFs (docker/cluster/apptainer.yaml)")
     sub.add_parser("down", help="stop and remove the cluster")
     e = sub.add_parser("exec", help="run a shell command line on a node (default the controller) in /shared")
     e.add_argument("--node", default="head", choices=("head", *NODES))
