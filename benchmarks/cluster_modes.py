@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
+
+from bench.modes import variant
+from bench.verify import hosts_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docker"))
 import cluster  # noqa: E402
@@ -37,7 +41,7 @@ PLACEMENTS = {  # (one node, two nodes) srun options at two ranks; ps adds its c
 
 def run(label: str, placement: str, args: str, out: str) -> dict:
     mode, _, strategy = label.partition(":")
-    mpi = "--mpi=pmix" if mode.endswith("horovod") else ""
+    mpi = "--mpi=pmix" if variant(label).mode.needs_mpi else ""
     flags = f"--strategy {strategy}" if strategy else ""
     done = cluster.run_on(f"OMP_NUM_THREADS=1 srun {placement} {mpi} --kill-on-bad-exit=1 bench {mode} {flags} "
                           f"{args} --output {out}", capture_output=True, text=True, errors="replace", timeout=900)
@@ -48,12 +52,6 @@ def run(label: str, placement: str, args: str, out: str) -> dict:
     return json.loads(files[0].read_text())
 
 
-def hosts(result: dict) -> str:
-    environment = result["environment"]
-    tasks = (environment.get("distribution") or {}).get("tasks") or []
-    return ",".join(sorted({r["host"] for r in environment["ranks"]} | {t["host"] for t in tasks}))
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(MODES))
@@ -62,20 +60,28 @@ def main() -> None:
     p.add_argument("--batch-size", default="8")
     p.add_argument("--windows", default="3")
     p.add_argument("--steps-per-window", default="3")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each placement; the table gives the median")
     a = p.parse_args()
     args = (f"--model {a.model} --image-size {a.image_size} --batch-size {a.batch_size} --warmup-steps 1 "
             f"--steps-per-window {a.steps_per_window} --windows {a.windows} --no-telemetry")
     folder = f"modes-{time.strftime('%Y%m%dT%H%M%S')}"
     rows = []
     for label in a.modes.split(","):
-        one, two = PLACEMENTS["ps" if label.endswith(":ps") else "ranks"]
-        r1 = run(label, one, args, f"{folder}/{label.replace(':', '-')}-one-node")
-        r2 = run(label, two, args, f"{folder}/{label.replace(':', '-')}-two-nodes")
-        x1, x2 = (r["summary"]["samples_per_sec_total"] for r in (r1, r2))
-        rows.append((label, x1, hosts(r1), x2, hosts(r2), x2 / x1))
-        print(f"{label}: one node {x1:.2f} img/s ({hosts(r1)}), two nodes {x2:.2f} img/s ({hosts(r2)})", flush=True)
+        placements = PLACEMENTS["ps" if label.endswith(":ps") else "ranks"]
+        rates: tuple[list[float], list[float]] = ([], [])
+        hosts: list[str] = []
+        for repeat in range(a.repeats):
+            for i, (placement, where) in enumerate(zip(placements, ("one-node", "two-nodes"), strict=True)):
+                result = run(label, placement, args, f"{folder}/{label.replace(':', '-')}-{where}-{repeat}")
+                rates[i].append(result["summary"]["samples_per_sec_total"])
+                if repeat == 0:
+                    hosts.append(",".join(hosts_of(result)))
+            print(f"{label} run {repeat + 1}: one node {rates[0][-1]:.2f} img/s ({hosts[0]}), two nodes "
+                  f"{rates[1][-1]:.2f} img/s ({hosts[1]})", flush=True)
+        x1, x2 = statistics.median(rates[0]), statistics.median(rates[1])
+        rows.append((label, x1, hosts[0], x2, hosts[1], x2 / x1))
     print(f"\n{a.model} {a.image_size}x{a.image_size}, batch {a.batch_size} per rank, 2 ranks, one thread per rank; "
-          f"results/cluster/{folder}\n")
+          f"median of {a.repeats} run(s); results/cluster/{folder}\n")
     print("| mode | one node (img/s) | hosts | two nodes (img/s) | hosts | two / one |")
     print("|---|---|---|---|---|---|")
     for label, x1, h1, x2, h2, ratio in rows:
