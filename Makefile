@@ -12,15 +12,19 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
+.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test test-times test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
 REGISTRY ?= ghcr.io/hvdbench
 help:
 	@echo "make bench          set up (first time) and run a benchmark that fits this machine (MODE=$(MODE) ARGS=...)"
-	@echo "make test           set up (first time) and run the whole test suite (both images, Apptainer, Slurm)"
-	@echo "make test-fast      unit and CLI tests only"
+	@echo "make test           set up (first time) and run every tier: unit, framework, multiproc, system"
+	@echo "make test-unit      the unit tier: in process, no framework, no subprocess (under a minute)"
+	@echo "make test-fast      the unit and framework tiers (a few minutes)"
+	@echo "make test-multiproc real multi-process runs under every launcher, endings and faults"
+	@echo "make test-system    Slurm, the CPU and CUDA images, the cluster of containers, the SIFs"
+	@echo "make test-times     each tier's wall time and the 20 slowest tests of the last make test"
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
 	@echo "make bench-overhead torch-ddp, tf-horovod and tf-native vs their bare loops (DDP, Horovod TF, tf.distribute)"
 	@echo "make bench-reference tf-horovod and torch-horovod vs Horovod's own synthetic benchmarks, alternated (ARGS=...)"
@@ -52,15 +56,41 @@ $(STAMP): pyproject.toml requirements/venv.txt scripts/setup.sh docker/build-hor
 bench: venv
 	$(VENV)/bin/bench $(MODE) $(ARGS)
 
+# The tiers (docs/development.md), cheapest first; tests/conftest.py gives every test exactly one.
+TEST_TIMES ?= results/test-times
+export HVDBENCH_TEST_TIMES := $(TEST_TIMES)
+RUN_TESTS = scripts/run-tests.sh $(PY)
 test: venv
-	scripts/run-tests.sh $(PY) -m "not image and not image_cuda and not apptainer and not cluster" $(PYTEST_ARGS)
-	$(MAKE) image-test
-	$(MAKE) cluster-test
-	$(MAKE) image-cuda-test
-	$(MAKE) apptainer-test
+	@rm -rf $(TEST_TIMES); rc=0; \
+	for tier in test-unit test-framework test-multiproc test-system; do \
+	  $(MAKE) --no-print-directory $$tier || { rc=1; break; }; done; \
+	$(PY) scripts/test-times.py $(TEST_TIMES); exit $$rc
 
-test-fast: venv
-	scripts/run-tests.sh $(PY) -m "not slow and not image and not image_cuda and not apptainer and not cluster" $(PYTEST_ARGS)
+test-unit: venv
+	$(RUN_TESTS) unit -m unit $(PYTEST_ARGS)
+
+test-framework: venv
+	$(RUN_TESTS) framework -m "framework and not multiproc and not system" $(PYTEST_ARGS)
+
+test-multiproc: venv
+	$(RUN_TESTS) multiproc -m "multiproc and not system" $(PYTEST_ARGS)
+
+# Slurm, then the images, the cluster of containers, the CUDA image and the SIFs: each rebuilds only what changed.
+test-system: venv
+	$(MAKE) --no-print-directory slurm-test
+	$(MAKE) --no-print-directory image-test
+	$(MAKE) --no-print-directory cluster-test
+	$(MAKE) --no-print-directory image-cuda-test
+	$(MAKE) --no-print-directory apptainer-test
+
+# The quick check before a commit: the unit and framework tiers.
+test-fast: test-unit test-framework
+
+test-times: venv
+	$(PY) scripts/test-times.py $(TEST_TIMES)
+
+slurm-test: venv slurm-up
+	$(RUN_TESTS) slurm -m "slurm and not apptainer and not cluster" $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py docker/cluster.py singularity/generate.py singularity/sif.py
@@ -80,13 +110,13 @@ images: venv docker-up
 image-test: venv docker-up
 	$(PY) docker/images.py base
 	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
-	scripts/run-tests.sh $(PY) -m image $(PYTEST_ARGS)
+	$(RUN_TESTS) image -m image $(PYTEST_ARGS)
 
 # The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed).
 image-cuda-test: venv docker-up
 	$(PY) docker/images.py base
 	$(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm
-	scripts/run-tests.sh $(PY) -m image_cuda $(PYTEST_ARGS)
+	$(RUN_TESTS) image_cuda -m image_cuda $(PYTEST_ARGS)
 
 # The cluster's nodes are the CPU image (built here as image-test builds it) plus Slurm and munge.
 cluster-up: venv docker-up
@@ -95,7 +125,7 @@ cluster-up: venv docker-up
 	$(PY) docker/cluster.py up
 
 cluster-test: cluster-up
-	scripts/run-tests.sh $(PY) -m "cluster and not apptainer" $(PYTEST_ARGS)
+	$(RUN_TESTS) cluster -m "cluster and not apptainer" $(PYTEST_ARGS)
 
 cluster-down: venv
 	$(PY) docker/cluster.py down
@@ -120,7 +150,7 @@ sif-pull: venv
 
 # After image-test (it needs the CPU image): the SIF from that image and from the definition file.
 apptainer-test: venv docker-up slurm-up
-	PATH=$(APPTAINER_PATH) scripts/run-tests.sh $(PY) -m apptainer $(PYTEST_ARGS)
+	PATH=$(APPTAINER_PATH) $(RUN_TESTS) apptainer -m apptainer $(PYTEST_ARGS)
 
 slurm-up:
 	scripts/slurm-up.sh

@@ -1,6 +1,6 @@
 """The containerised Slurm cluster (docker/cluster/): a controller and two compute nodes on one host.
 
-    python docker/cluster.py up            # build the node image from hvdbench:current-cpu, start, wait for idle nodes
+    python docker/cluster.py up            # build the node image (on hvdbench:current-cpu-frameworks), start, wait
     python docker/cluster.py exec -- CMD   # run CMD (a shell line) on the controller, in /shared
     python docker/cluster.py down          # stop and remove the containers, network and keys volume
 
@@ -71,9 +71,15 @@ def compose(*args: str, check: bool = True, apptainer: bool = False, **kw) -> su
     return subprocess.run([*compose_cmd(apptainer), *args], check=check, env=compose_env(), **kw)
 
 
-def build(base: str = "hvdbench:current-cpu") -> str:
+BASE = images.frameworks_tag("current", "cpu")
+
+
+def build(base: str = BASE) -> str:
+    """The node image, on the CPU image's frameworks stage (built by `images.py build --flavor cpu`)."""
+    version = images.build_args("current", "cpu")["HVDBENCH_VERSION"]
     cmd = [images.docker_cli(), "build", "--network", "host", "-f", str(CLUSTER / "Dockerfile"),
-           "--build-arg", f"HVDBENCH_IMAGE={base}", "-t", IMAGE, str(ROOT)]
+           "--build-arg", f"HVDBENCH_IMAGE={base}", "--build-arg", f"HVDBENCH_VERSION={version}", "-t", IMAGE,
+           str(ROOT)]
     print("cluster:", " ".join(cmd), flush=True)
     if subprocess.run(cmd, env=dict(os.environ, DOCKER_BUILDKIT="1")).returncode != 0:
         raise images.ImageError(f"docker build of {IMAGE} failed")
@@ -116,9 +122,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the node image")
-    b.add_argument("--base", default="hvdbench:current-cpu")
+    b.add_argument("--base", default=BASE)
     u = sub.add_parser("up", help="build the node image, start the cluster, wait until the nodes are idle")
-    u.add_argument("--base", default="hvdbench:current-cpu")
+    u.add_argument("--base", default=BASE)
     u.add_argument("--timeout", type=float, default=120)
     u.add_argument("--apptainer", action="store_true",
                    help="nodes that run the host's Apptainer on its SIFs (docker/cluster/apptainer.yaml)")

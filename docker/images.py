@@ -92,6 +92,12 @@ def tags(stack: str, flavor: str) -> list[str]:
     return out
 
 
+def frameworks_tag(stack: str, flavor: str) -> str:
+    """The image's "frameworks" stage (system, frameworks, Horovod; no bench): what the cluster's node image is
+    built on and what the test SIFs are keyed by, so that a change to bench/ alone rebuilds neither."""
+    return f"hvdbench:{stack}-{flavor}-frameworks"
+
+
 # -- base image ---------------------------------------------------------------------------------------
 def make_base(tag: str = LOCAL_BASE, suite: str = "bookworm", mirror: str = "http://deb.debian.org/debian") -> str:
     """A minimal Debian image made here (no registry needed): debootstrap, then docker import."""
@@ -192,13 +198,13 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
     ca = ca_bundle if ca_bundle is not None else os.environ.get("HVDBENCH_CA_BUNDLE", DEFAULT_CA)
     if ca and Path(ca).is_file():
         cmd += ["--secret", f"id=ca,src={ca}"]
-    for tag in tags(stack, flavor):
-        cmd += ["-t", tag]
-    cmd.append(str(ROOT))
-    print("images:", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, env=dict(os.environ, DOCKER_BUILDKIT="1"))
-    if done.returncode != 0:
-        raise ImageError(f"docker build of {tags(stack, flavor)[0]} failed (exit {done.returncode})")
+    # The frameworks stage first (its own tag), then the image on it: the second build finds the first's layers.
+    for target, names in (("frameworks", [frameworks_tag(stack, flavor)]), ("image", tags(stack, flavor))):
+        step = [*cmd, "--target", target, *(arg for name in names for arg in ("-t", name)), str(ROOT)]
+        print("images:", " ".join(step), flush=True)
+        done = subprocess.run(step, env=dict(os.environ, DOCKER_BUILDKIT="1"))
+        if done.returncode != 0:
+            raise ImageError(f"docker build of {names[0]} failed (exit {done.returncode})")
     return tags(stack, flavor)
 
 

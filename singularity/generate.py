@@ -18,6 +18,8 @@ What spython cannot convert is handled here, not dropped:
   %setup makes the (empty) mount point, which a bind needs in the image being built.
 * RUN --mount=type=bind (docker/wheelhouse): copied in with %files and removed at the end of %post.
 * RUN --mount=type=cache: dropped (a Singularity build has no cache between builds).
+* FROM frameworks AS image: the Dockerfile's second stage continues the first (one cached layer boundary
+  for Docker), so its FROM and the ARG and SHELL lines it restates are dropped and the stages run as one %post.
 * CMD ["--help"]: dropped, so %runscript passes the arguments to bench unchanged (no arguments still
   prints the help); ENTRYPOINT becomes %runscript. WORKDIR is not carried into %runscript: the SIF is
   read-only, so results go to the directory the user runs from.
@@ -80,7 +82,14 @@ SECTIONS = ["%setup", "%files", "%labels", "%post", "%environment", "%runscript"
 def preprocess(dockerfile: str, args: dict[str, str]) -> str:
     """The Dockerfile with this stack's values for its ARGs and no BuildKit-only syntax."""
     lines = []
+    restating = False  # the ARG lines a later stage restates: Singularity has one stage
     for line in dockerfile.splitlines():
+        if re.match(r"FROM \w+ AS \w+$", line):  # FROM frameworks AS image: the same build goes on
+            restating = True
+            continue
+        if restating and (line.startswith("ARG ") or line.startswith("SHELL ")):
+            continue
+        restating = False
         m = re.match(r"ARG (\w+)(=.*)?$", line)
         if m and m.group(1) in args:
             line = f"ARG {m.group(1)}={args[m.group(1)]}"

@@ -13,6 +13,11 @@ bundle is bound to /run/secrets/ca for pip (as the Docker build's secret: never 
 registry). A SIF is written to a temporary name and renamed, so a failed build leaves no partial file;
 a build whose inputs did not change since the last one (same image ID, or same definition, files and base)
 is skipped unless --force. The key of what it was built from is kept next to it (<sif>.key).
+
+--cache frameworks keys the build by its heavy part only: the image's frameworks stage
+(hvdbench:STACK-FLAVOR-frameworks), or the definition and the files it copies in less this package's own
+(bench/, pyproject.toml, README.md). The SIF's bench may then be older than the checkout's: the tests
+bind the checkout's bench over it (APPTAINER_BIND), so a change to bench/ alone rebuilds no SIF.
 """
 
 from __future__ import annotations
@@ -103,11 +108,15 @@ def _docker_save(image: str, folder: Path) -> Path:
     return archive
 
 
-def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = False) -> Path:
+def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = False, cache: str = "inputs") -> Path:
     """The SIF of the local Docker image hvdbench:<stack>-<flavor>."""
     image = images.tags(stack, flavor)[0]
     out = Path(out or default_output(stack, flavor)).resolve()
-    key = f"image {image} {image_id(image)}"
+    if cache == "frameworks":
+        heavy = images.frameworks_tag(stack, flavor)
+        key = f"frameworks {heavy} {image_id(heavy)}"
+    else:
+        key = f"image {image} {image_id(image)}"
     if not force and _up_to_date(out, key):
         print(f"sif: {out} is up to date ({key})")
         return out
@@ -126,10 +135,16 @@ def localize(text: str, archive: Path) -> str:
     return new
 
 
-def _files_digest(text: str, h) -> None:
-    """Hash the sources the %files section copies in (the build's other inputs)."""
+CACHES = ("inputs", "frameworks")
+PACKAGE_SOURCES = ("bench", "pyproject.toml", "README.md")  # what --cache frameworks leaves out of a key
+
+
+def _files_digest(text: str, h, skip: tuple[str, ...] = ()) -> None:
+    """Hash the sources the %files section copies in (the build's other inputs), less those in ``skip``."""
     files = text.split("%files\n", 1)[1].split("\n%", 1)[0].splitlines()
     for line in files:
+        if line.split()[0] in skip:
+            continue
         src = ROOT / line.split()[0]
         for p in sorted([src] if src.is_file() else (q for q in src.rglob("*") if q.is_file())):
             if "__pycache__" not in p.parts:
@@ -138,7 +153,7 @@ def _files_digest(text: str, h) -> None:
 
 
 def from_definition(stack: str, flavor: str, out: Path | None = None, base: str | None = None,
-                    offline_wheels: bool = False, force: bool = False) -> Path:
+                    offline_wheels: bool = False, force: bool = False, cache: str = "inputs") -> Path:
     """Build singularity/hvdbench-<stack>-<flavor>.def (optionally on a local Docker base image)."""
     definition = ROOT / "singularity" / f"hvdbench-{stack}-{flavor}.def"
     if not definition.is_file():
@@ -148,8 +163,8 @@ def from_definition(stack: str, flavor: str, out: Path | None = None, base: str 
     if offline_wheels:
         images.stage_wheels(stack)
     h = hashlib.sha256(text.encode())
-    _files_digest(text, h)
-    key = f"definition {definition.name} base {image_id(base) if base else 'registry'} {h.hexdigest()}"
+    _files_digest(text, h, PACKAGE_SOURCES if cache == "frameworks" else ())
+    key = f"definition {definition.name} {cache} base {image_id(base) if base else 'registry'} {h.hexdigest()}"
     if not force and _up_to_date(out, key):
         print(f"sif: {out} is up to date ({key[:80]}...)")
         return out
@@ -176,6 +191,8 @@ def main() -> None:
         s.add_argument("--flavor", default="cpu")
         s.add_argument("--output", type=Path, help="default: hvdbench-STACK-FLAVOR.sif in the repository root")
         s.add_argument("--force", action="store_true", help="rebuild even when the inputs did not change")
+        s.add_argument("--cache", choices=CACHES, default="inputs",
+                       help="what keys the skip: every input (default), or the frameworks part alone (tests)")
         if name == "def":
             s.add_argument("--base", help="a local Docker image as the base (e.g. hvdbench-base:bookworm)")
             s.add_argument("--offline-wheels", action="store_true",
@@ -185,9 +202,9 @@ def main() -> None:
     try:
         if a.command == "image":
             images.build_args(a.stack, a.flavor)  # validates the stack and flavour
-            from_image(a.stack, a.flavor, a.output, a.force)
+            from_image(a.stack, a.flavor, a.output, a.force, a.cache)
         elif a.command == "def":
-            from_definition(a.stack, a.flavor, a.output, a.base, a.offline_wheels, a.force)
+            from_definition(a.stack, a.flavor, a.output, a.base, a.offline_wheels, a.force, a.cache)
         else:
             print(runtime())
     except (SifError, images.ImageError, subprocess.CalledProcessError) as exc:

@@ -1,5 +1,6 @@
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,28 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
     assert result["timing"]["init_s"] > result["timing"]["first_step_s"] > 0
 
 
+# sbatch --wait polls the controller after 2, 8 and then every 32 s, so it returns up to half a minute after
+# the job ended; this line polls twice a second instead and exits with the job's exit code (128 + the signal
+# if one ended it). Used on the host and on the cluster's controller alike.
+SBATCH_WAIT = (
+    'id=$(sbatch --parsable "$@") || exit $?; id=${id%%;*}; '
+    "while scontrol -o show job $id | grep -Eq 'JobState=(PENDING|CONFIGURING|RUNNING|COMPLETING|SUSPENDED)'; "
+    "do sleep 0.5; done; "
+    "code=$(scontrol -o show job $id | sed -n 's/.* ExitCode=\\([0-9]*\\):\\([0-9]*\\).*/\\1 \\2/p'); "
+    'set -- $code; [ "${2:-0}" != 0 ] && exit $((128 + $2)); exit ${1:-1}')
+
+
+def sbatch_wait_line(args: str) -> str:
+    """A shell line that submits ``sbatch ARGS`` and waits for the job (see SBATCH_WAIT)."""
+    return f"bash -c {shlex.quote(SBATCH_WAIT)} sbatch-wait {args}"
+
+
+def sbatch_wait(args: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """``sbatch --wait ARGS`` that returns as soon as the job has ended (see SBATCH_WAIT)."""
+    return subprocess.run(["bash", "-c", SBATCH_WAIT, "sbatch-wait", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
 def built_image(image: str, make_target: str):
     """The Docker SDK client, once ``image`` is there (the image tests' module fixture)."""
     import docker
@@ -72,12 +95,16 @@ def built_image(image: str, make_target: str):
 
 
 def run_container(dk, image: str, args: list[str], results: Path | None = None, timeout: int = 600,
-                  **options) -> tuple[int, str]:
-    """(exit code, logs) of ``docker run IMAGE ARGS``; ``results`` is mounted at /work/results."""
+                  stdout_only: bool = False, **options) -> tuple[int, str]:
+    """(exit code, logs) of ``docker run IMAGE ARGS``; ``results`` is mounted at /work/results. ``stdout_only``:
+    the container's standard output alone, for structured output (JSON) that other writers' lines (the
+    frameworks' logging, on standard error) must not break into."""
     volumes = {str(results): {"bind": "/work/results", "mode": "rw"}} if results else {}
     container = dk.containers.run(image, args, volumes=volumes, detach=True, shm_size="1g", **options)
     try:
         code = container.wait(timeout=timeout)["StatusCode"]
+        if stdout_only:
+            return code, container.logs(stdout=True, stderr=False).decode(errors="replace")
         return code, container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
@@ -93,13 +120,88 @@ def has_cuda() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+# -- tiers (docs/development.md) -------------------------------------------------------------------------
+# Each test runs in exactly one tier, the costliest its marks name: system (the markers of what it needs),
+# multiproc, framework, else unit. The Makefile's TIER_* expressions select each tier without the costlier ones.
+SYSTEM = ("image", "image_cuda", "apptainer", "cluster", "slurm")
+TIERS = ("unit", "framework", "multiproc", "system")
+FRAMEWORKS = ("torch", "tensorflow", "horovod", "keras", "tf_keras")
+
+
+def tier_of(marks: set[str]) -> str:
+    if marks & set(SYSTEM) or "system" in marks:
+        return "system"
+    return next((t for t in ("multiproc", "framework") if t in marks), "unit")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        tier = tier_of(marks)
+        if tier not in marks:
+            item.add_marker(getattr(pytest.mark, tier))
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+class UnitTierViolation(AssertionError):
+    pass
+
+
+def _no_process(*args, **kwargs):
+    raise UnitTierViolation(f"a unit test starts no process ({args[0] if args else kwargs.get('args')!r}): "
+                            "mark it multiproc, or test the function in process")
+
+
+@pytest.fixture(autouse=True)
+def unit_tier_stays_in_process(request, monkeypatch):
+    """A unit test may start no process and import no framework: it fails here if it does."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    before = {name for name in sys.modules if name.split(".")[0] in FRAMEWORKS}
+    monkeypatch.setattr(subprocess, "Popen", _no_process)
+    monkeypatch.setattr(os, "system", _no_process)
+    yield
+    imported = sorted({name.split(".")[0] for name in sys.modules if name.split(".")[0] in FRAMEWORKS} -
+                      {name.split(".")[0] for name in before})
+    if imported:
+        raise UnitTierViolation(f"a unit test imports no framework (this one imported {', '.join(imported)}): "
+                                "mark it framework")
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """``bench ARGS`` in this process, with the run itself replaced: argument handling, validation and the
+    one-line error path of `bench.cli.main`, in milliseconds. A command whose validation lets it through to a
+    run fails the test. (Each one-line error path also has one real subprocess test.)"""
+    import bench.cli
+    import bench.launch
+    import bench.run
+
+    def reached(cfg):
+        raise AssertionError(f"validation let this through to a run: {cfg}")
+
+    monkeypatch.setattr(bench.run, "run", reached)
+    monkeypatch.setattr(bench.launch, "die_with_parent", lambda: None)  # no parent-death signal on pytest
+
+    def invoke(*args: str) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "argv", ["bench", *args])
+        capsys.readouterr()
+        try:
+            bench.cli.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(["bench", *args], code, captured.out, captured.err)
+
+    return invoke
 
 
 @pytest.fixture

@@ -78,8 +78,8 @@ def test_config_rejects_bad_input(kwargs, message):
         AllreduceConfig(**kwargs)
 
 
-def test_cli_bad_size_is_one_line(tmp_path):
-    r = bench("allreduce", "--max-bytes", "huge", "--output", str(tmp_path))
+def test_cli_bad_size_is_one_line(cli, tmp_path):
+    r = cli("allreduce", "--max-bytes", "huge", "--output", str(tmp_path))
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "cannot read 'huge'" in r.stderr
 
 
@@ -93,7 +93,7 @@ def _result(out):
     return json.loads(files[0].read_text())
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.parametrize("backend", EACH_BACKEND)
 def test_two_ranks_each_backend(backend, out):
     r = bench("allreduce", "--backend", backend, "--np", "2", "--min-bytes", "4K", "--max-bytes", "1M",
@@ -117,7 +117,7 @@ def test_two_ranks_each_backend(backend, out):
     assert "result:" in r.stdout and "busbw" in r.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.horovod
 def test_horovod_under_mpirun_uses_the_mpi_controller(out):
     r = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "bench",
@@ -129,7 +129,7 @@ def test_horovod_under_mpirun_uses_the_mpi_controller(out):
     assert result["all_correct"] and [row["bytes"] for row in result["rows"]] == [4096, 16384, 65536]
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.parametrize("backend", EACH_BACKEND)
 def test_allgather_two_ranks_each_backend(backend, out):
     r = bench("allreduce", "--backend", backend, "--op", "allgather", "--np", "2", "--min-bytes", "4K",

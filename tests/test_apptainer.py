@@ -1,9 +1,9 @@
 """The SIFs, for real: `make apptainer-test` sets up Apptainer (scripts/apptainer-up.sh), needs the CPU image
 from `make image-test`, and builds the SIF from that image (`make sif`) and from the generated definition file.
 
-Runs inside one container (self-spawned ranks), under `srun -n2 apptainer exec` (Slurm starts the tasks;
-for the Horovod modes the host's PMIx and the container's Open MPI join them), the batch scripts under
-`sbatch --wait`, a non-root user, and the bad inputs users meet.
+Runs inside one container (self-spawned ranks), the batch scripts under sbatch (their srun starts every task
+as an `apptainer exec`; for the Horovod modes the host's PMIx and the container's Open MPI join them), a
+non-root user, and the bad inputs users meet.
 """
 
 import json
@@ -19,10 +19,12 @@ from pathlib import Path
 
 import endings
 import pytest
-from conftest import SMALL, assert_valid_run, bench_env, only_result
+from conftest import SBATCH_WAIT, SMALL, assert_valid_run, bench_env, only_result, sbatch_wait_line
+
+from bench.modes import MODES
 
 # The first test to use a SIF fixture may build it (about 7 minutes each on 2 cores): a longer bound.
-pytestmark = [pytest.mark.apptainer, pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.apptainer, pytest.mark.multiproc, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "singularity" / "slurm"
@@ -38,7 +40,7 @@ def sh(cmd, env=None, timeout=900, **kw):
 
 
 @pytest.fixture(scope="module")
-def env():
+def host_env():
     up = sh([str(ROOT / "scripts" / "apptainer-up.sh")], timeout=1200)
     if up.returncode != 0:
         pytest.fail(f"apptainer-up failed: {up.stderr[-2000:]}")
@@ -50,13 +52,20 @@ def env():
     return e
 
 
+# The SIFs are keyed by their heavy part alone (sif.py --cache frameworks: the image's frameworks stage, or the
+# definition and its files less bench/), so a change to bench/ rebuilds neither; every test runs this
+# checkout's bench in them, bound over the one the SIF was built with (APPTAINER_BIND, in `env`).
+SIF_CACHE = ["--cache", "frameworks"]
+
+
 @pytest.fixture(scope="module")
-def sif(env):
-    """`make sif` of the CPU image (built by `make image-test`)."""
+def sif(host_env):
+    """The SIF of the CPU image (built by `make image-test`), as `make sif` builds it."""
     SIF_DIR.mkdir(parents=True, exist_ok=True)
     SIF_DIR.chmod(0o755)
     out = SIF_DIR / "hvdbench-current-cpu.sif"
-    r = sh(["make", "-s", "sif", "STACK=current", "FLAVOR=cpu", f"SIF={out}"], env=env, cwd=ROOT, timeout=1800)
+    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "image", "--stack", "current", "--flavor", "cpu",
+            *SIF_CACHE, "--output", str(out)], env=host_env, cwd=ROOT, timeout=1800)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     print(r.stdout.strip().splitlines()[-1])
     out.chmod(0o644)
@@ -64,15 +73,29 @@ def sif(env):
 
 
 @pytest.fixture(scope="module")
-def def_sif(env):
+def def_sif(host_env):
     """singularity/hvdbench-current-cpu.def built by apptainer, on the local debootstrapped base image."""
     out = SIF_DIR / "hvdbench-current-cpu-def.sif"
     r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "def", "--stack", "current", "--flavor", "cpu",
-            "--base", "hvdbench-base:bookworm", "--offline-wheels", "--output", str(out)], env=env, cwd=ROOT,
-           timeout=2400)
+            "--base", "hvdbench-base:bookworm", "--offline-wheels", *SIF_CACHE, "--output", str(out)], env=host_env,
+           cwd=ROOT, timeout=2400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(r.stdout.strip().splitlines()[-1])
     return out
+
+
+@pytest.fixture(scope="module")
+def package_path(host_env, sif):
+    """Where the SIFs have bench installed (the same in both: one Dockerfile)."""
+    r = sh(["apptainer", "exec", str(sif), "python", "-c", "import bench; print(bench.__path__[0])"], env=host_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def env(host_env, package_path):
+    """The host's environment with this checkout's bench bound over the SIFs' own in every apptainer command."""
+    return dict(host_env, APPTAINER_BIND=f"{ROOT / 'bench'}:{package_path}:ro")
 
 
 def apptainer(env, *args, timeout=600, **kw):
@@ -88,9 +111,21 @@ def test_the_image_sif_has_bench_and_the_image_labels(env, sif):
     assert labels["io.hvdbench.stack"] == "current" and labels["io.hvdbench.flavor"] == "cpu"
 
 
-def test_make_sif_is_skipped_when_the_image_did_not_change(env, sif):
-    r = sh(["make", "-s", "sif", "STACK=current", "FLAVOR=cpu", f"SIF={sif}"], env=env, cwd=ROOT)
+def test_the_sif_is_skipped_while_its_frameworks_did_not_change(host_env, sif):
+    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "image", "--stack", "current", "--flavor", "cpu",
+            *SIF_CACHE, "--output", str(sif)], env=host_env, cwd=ROOT)
     assert r.returncode == 0 and "is up to date" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_sif_runs_this_checkouts_bench(env, sif, package_path):
+    """The bind is in place (the SIF's mount table shows it) and the SIF's bench is this checkout's, to the byte."""
+    r = sh(["apptainer", "exec", str(sif), "cat", "/proc/self/mountinfo"], env=env)
+    assert r.returncode == 0 and f" {package_path} " in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    probe = ("import hashlib, inspect, bench.cli; "
+             "print(hashlib.sha256(inspect.getsource(bench.cli).encode()).hexdigest())")
+    inside = sh(["apptainer", "exec", str(sif), "python", "-c", probe], env=env).stdout.strip()
+    here = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip()
+    assert inside and inside == here, (inside, here)
 
 
 def test_the_definition_file_builds_and_its_test_help_and_labels_work(env, def_sif):
@@ -119,45 +154,48 @@ def test_exec_self_spawned_ranks_inside_one_container(env, sif, out):
     assert result["environment"]["image"]["stack"] == "current", result["environment"]["image"]
 
 
-@pytest.mark.parametrize("mode, mpi, args", [
-    ("torch-ddp", [], SMALL),
-    ("torch-horovod", ["--mpi=pmix"], SMALL),
-    ("tf-horovod", ["--mpi=pmix"], TF_SMALL),
-    ("tf-native", [], TF_SMALL),
-])
-def test_srun_apptainer_exec_every_mode(env, sif, out, mode, mpi, args):
-    r = sh(["srun", *mpi, "-n2", "apptainer", "exec", "--bind", str(out.parent), str(sif), "bench", mode, *args,
-            "--output", str(out)], env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = only_result(out)
-    assert_valid_run(result, mode, 2, "srun")
-    assert [rank["local_rank"] for rank in result["environment"]["ranks"]] == [0, 1]
-    assert result["environment"]["image"]["flavor"] == "cpu"
-    if mpi:
-        assert result["environment"]["distribution"]["controller"] == "mpi"
-
-
-@pytest.mark.parametrize("script, extra, mode", [
+# Every mode through its batch script with HVDBENCH_RUNTIME=apptainer: each task an `apptainer exec` of the SIF
+# that srun started (with --mpi=pmix for the Horovod modes: the host's PMIx and the SIF's Open MPI join the
+# ranks). One run per mode serves both the script and srun's side; the jobs are submitted together.
+SCRIPTED = [
     ("ddp.sbatch", {}, "torch-ddp"),
     ("horovod.sbatch", {}, "tf-horovod"),
     ("horovod.sbatch", {"MODE": "torch-horovod"}, "torch-horovod"),
     ("tf-native.sbatch", {}, "tf-native"),
-])
-def test_sbatch_scripts_with_apptainer(env, sif, tmp_path, script, extra, mode):
-    results = tmp_path / "results"
-    args = TF_SMALL if mode.startswith("tf") else SMALL
-    e = dict(env, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(sif), HVDBENCH_RESULTS=str(results),
-             BENCH_ARGS=" ".join(args), **extra)
-    start = time.monotonic()
-    r = sh(["sbatch", "--wait", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
-            str(SCRIPTS / script)], env=e, cwd=tmp_path)
-    elapsed = time.monotonic() - start
-    logs = "\n".join(p.read_text() for p in tmp_path.glob("hvdbench-*.out"))
-    assert r.returncode == 0, r.stderr + logs[-3000:]
+]
+
+
+@pytest.fixture(scope="module")
+def sbatch_jobs(env, sif, tmp_path_factory):
+    jobs = {}
+    for script, extra, mode in SCRIPTED:
+        folder = tmp_path_factory.mktemp(mode)
+        args = TF_SMALL if mode.startswith("tf") else SMALL
+        e = dict(env, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(sif), HVDBENCH_RESULTS=str(folder / "results"),
+                 BENCH_ARGS=" ".join(args), **extra)
+        proc = subprocess.Popen(["bash", "-c", SBATCH_WAIT, "sbatch-wait", "--nodes=1", "--ntasks-per-node=2",
+                                 "--cpus-per-task=1", str(SCRIPTS / script)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=e, cwd=folder)
+        jobs[mode] = (proc, folder, time.monotonic())
+    done = {}
+    for mode, (proc, folder, start) in jobs.items():
+        _, stderr = proc.communicate(timeout=1200)
+        logs = "\n".join(p.read_text() for p in folder.glob("hvdbench-*.out"))
+        done[mode] = (proc.returncode, stderr + logs, folder / "results", time.monotonic() - start)
+    return done
+
+
+@pytest.mark.parametrize("script, extra, mode", SCRIPTED)
+def test_sbatch_scripts_with_apptainer(sbatch_jobs, script, extra, mode):
+    code, logs, results, elapsed = sbatch_jobs[mode]
+    assert code == 0, logs[-3000:]
     assert "runtime apptainer" in logs
     result = only_result(results)
     assert_valid_run(result, mode, 2, "srun")
-    assert result["environment"]["image"]["stack"] == "current"
+    assert [rank["local_rank"] for rank in result["environment"]["ranks"]] == [0, 1]
+    assert result["environment"]["image"]["stack"] == "current" and result["environment"]["image"]["flavor"] == "cpu"
+    if MODES[mode].needs_mpi:
+        assert result["environment"]["distribution"]["controller"] == "mpi"
     print(f"sbatch {script} {mode} under apptainer: {elapsed:.1f} s from submission to result")
 
 
@@ -229,16 +267,16 @@ def test_batch_scripts_say_what_is_wrong_in_one_line(env, sif, tmp_path):
     assert r.returncode != 0 and r.stderr.strip() == "hvdbench: singularity is not on PATH", r.stderr
 
 
-def test_an_image_without_bench_is_named(env, tmp_path):
+def test_an_image_without_bench_is_named(host_env, tmp_path):
     """A SIF of another image (the plain Debian base) is refused with one line before any task starts."""
     base = SIF_DIR / "debian-base.sif"
     if not base.is_file():
         with_archive = tmp_path / "base.tar"
         subprocess.run([shutil.which("docker") or "docker", "save", "-o", str(with_archive),
                         "hvdbench-base:bookworm"], check=True)
-        r = apptainer(env, "build", str(base), f"docker-archive://{with_archive}", timeout=900)
+        r = apptainer(host_env, "build", str(base), f"docker-archive://{with_archive}", timeout=900)
         assert r.returncode == 0, r.stderr[-2000:]
-    r = source_common(env, tmp_path, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(base))
+    r = source_common(host_env, tmp_path, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(base))
     assert r.returncode != 0 and r.stderr.strip() == f"hvdbench: {base} is not an image with bench in it", r.stderr
 
 
@@ -271,16 +309,21 @@ def apptainer_cluster(sif):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("script, mode", [("ddp.sbatch", "torch-ddp"), ("horovod.sbatch", "tf-horovod")])
-def test_sbatch_scripts_with_apptainer_across_the_cluster_nodes(apptainer_cluster, sif, script, mode):
+def test_sbatch_scripts_with_apptainer_across_the_cluster_nodes(apptainer_cluster, sif, package_path, script,
+                                                                 mode):
     """The batch scripts as users submit them on a cluster with Apptainer: every task an `apptainer exec` of
     the SIF on its own node, one per node; tf-horovod's ranks join through the nodes' PMIx."""
     cluster = apptainer_cluster
     name = f"apptainer-{mode}-{os.urandom(4).hex()}"
     args = " ".join(TF_SMALL if mode.startswith("tf") else SMALL)
+    # The nodes' own bench (their image's last layer) is this checkout's: bound over the SIF's, as on the host.
     r = cluster.run_on(f"mkdir {name} && cd {name} && PATH={cluster.APPTAINER_PATH}:$PATH "
+                       f"APPTAINER_BIND={package_path}:{package_path}:ro "
                        f"HVDBENCH_RUNTIME=apptainer HVDBENCH_SIF={sif} HVDBENCH_RESULTS=/shared/{name}/results "
-                       f"BENCH_ARGS='{args}' sbatch --wait --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 "
-                       f"/opt/hvdbench/slurm/{script}", capture_output=True, text=True, errors="replace", timeout=900)
+                       f"BENCH_ARGS='{args}' "
+                       + sbatch_wait_line(f"--nodes=2 --ntasks-per-node=1 --cpus-per-task=1 "
+                                          f"/opt/hvdbench/slurm/{script}"),
+                       capture_output=True, text=True, errors="replace", timeout=900)
     folder = cluster.shared_dir() / name
     logs = "\n".join(p.read_text() for p in folder.glob("hvdbench-*.out"))
     assert r.returncode == 0, (r.stdout + r.stderr + logs)[-3000:]

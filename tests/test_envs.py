@@ -41,6 +41,7 @@ def test_interpreter_is_none_for_this_environment(monkeypatch, other_env):
     assert envs.interpreter("torch") is None
 
 
+@pytest.mark.multiproc
 def test_interpreter_that_does_not_run_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("HVDBENCH_PYTHON_TF", str(tmp_path / "bin" / "python"))
     r = subprocess.run([*BENCH, "tf-horovod", "--np", "2"], capture_output=True, text=True, timeout=120)
@@ -48,6 +49,7 @@ def test_interpreter_that_does_not_run_is_one_line(monkeypatch, tmp_path):
     assert "HVDBENCH_PYTHON_TF=" in r.stderr and "not an executable Python interpreter" in r.stderr
 
 
+@pytest.mark.multiproc
 def test_env_probes_each_framework_in_its_own_environment(other_env):
     r = subprocess.run([*BENCH, "env", "--json", "--check"], capture_output=True, text=True, timeout=300,
                        env=split_env(other_env))
@@ -65,7 +67,7 @@ def test_env_probes_each_framework_in_its_own_environment(other_env):
     assert listed == {"torch", "tensorflow"}, r.stderr[-2000:]  # one "libraries: ENV LIB PATH" line per file
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_mode_runs_in_its_frameworks_environment(other_env, tmp_path):
     """bench tf-single started from this environment re-executes in the TensorFlow one (os.execv): the result
     records the environment that ran it."""
@@ -78,18 +80,21 @@ def test_a_mode_runs_in_its_frameworks_environment(other_env, tmp_path):
     assert json.loads(result.read_text())["environment"]["environment"] == str(other_env)
 
 
+@pytest.mark.multiproc
 def test_run_config_given_inline_is_the_same_as_a_file(tmp_path):
     cfg = {"mode": "torch-single", "model": "nope"}
     r = subprocess.run([*BENCH, "run", json.dumps(cfg)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "nope" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
 
 
+@pytest.mark.multiproc
 def test_verify_across_frameworks_needs_one_environment(other_env):
     r = subprocess.run([*BENCH, "verify", "--framework", "both"], capture_output=True, text=True, timeout=120,
                        env=split_env(other_env))
     assert r.returncode == 1 and "--framework torch and --framework tf" in r.stderr, r.stderr
 
 
+@pytest.mark.multiproc
 def test_cuda_image_without_a_gpu_says_how_to_run(tmp_path):
     """In the CUDA image --device auto without a GPU is an error that says how to give the container its GPUs
     and how to run on the CPU instead; nothing is written."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import SMALL, bench, bench_env
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.multiproc
 
 
 def children_with_rank(parent: int) -> dict[int, int]:

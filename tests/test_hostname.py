@@ -78,6 +78,7 @@ def test_uses_gloo():
     assert not horovod_common.uses_gloo(Hvd(True), {})  # mpirun / srun --mpi=pmix: the MPI controller
 
 
+@pytest.mark.framework
 def test_installed_horovod_carries_the_fix():
     pytest.importorskip("horovod")
     assert horovod_common.patch_level() >= horovod_common.GLOO_HOSTNAME_FIX
@@ -95,7 +96,7 @@ def can_isolate() -> bool:
     return subprocess.run(isolated(["true"]), capture_output=True).returncode == 0
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.horovod
 @pytest.mark.skipif(not can_isolate(), reason="needs unshare --net --uts (root) and iproute2")
 @pytest.mark.parametrize("mode", ["torch-horovod", "tf-horovod"])

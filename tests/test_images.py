@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import SMALL, assert_valid_run, built_image, only_result, run_container
 
-pytestmark = [pytest.mark.image, pytest.mark.slow]
+pytestmark = [pytest.mark.image, pytest.mark.multiproc]
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docker"))

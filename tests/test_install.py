@@ -11,7 +11,7 @@ from conftest import SMALL, bench_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.multiproc
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ torch = pytest.importorskip("torch")
 from bench.models import MODELS  # noqa: E402
 from bench.models.torch_models import build, count_parameters, loss_fn  # noqa: E402
 
+pytestmark = pytest.mark.framework  # builds and trains the models in this process
+
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_parameter_counts_match_torchvision(name):

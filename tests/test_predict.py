@@ -111,6 +111,7 @@ def test_published_check_covers_every_figure():
     assert e["vgg16"] < e["resnet101"] < e["inception3"]
 
 
+@pytest.mark.multiproc
 def test_cli_prints_a_table_and_rejects_bad_input(tmp_path):
     r = bench("predict", "--model", "vgg16", "--images-per-sec", "154", "--busbw", "2.8", "--gpus", "1,128")
     assert r.returncode == 0, r.stderr
@@ -128,6 +129,7 @@ def test_cli_prints_a_table_and_rejects_bad_input(tmp_path):
     assert r.returncode == 1 and "not a bench allreduce result" in r.stderr
 
 
+@pytest.mark.multiproc
 def test_cli_sweep_check_on_the_fixture(tmp_path):
     ar = {"kind": "allreduce", "world_size": 2, "config": {"backend": "torch"},
           "rows": [{"bytes": 4096, "time_s": 1e-3, "busbw_GBps": 0.004},

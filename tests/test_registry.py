@@ -21,6 +21,7 @@ def toy(*args: str, timeout: float = 300):
     return bench(*args, timeout=timeout, **TOY)
 
 
+@pytest.mark.multiproc
 def test_the_commands_list_the_plugins_mode_and_model():
     listing = toy("--help")
     assert listing.returncode == 0 and "torch-toy" in listing.stdout
@@ -29,6 +30,7 @@ def test_the_commands_list_the_plugins_mode_and_model():
     assert "torch-toy" not in bench("--help").stdout  # nothing else registers it
 
 
+@pytest.mark.multiproc
 def test_a_plugin_that_is_missing_is_one_clear_line():
     out = bench("models", HVDBENCH_PLUGINS="no_such_plugin")
     assert out.returncode == 1
@@ -36,7 +38,7 @@ def test_a_plugin_that_is_missing_is_one_clear_line():
         "error: HVDBENCH_PLUGINS: cannot import plugin 'no_such_plugin' (No module named 'no_such_plugin')"]
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_the_new_mode_trains_the_new_model(tmp_path):
     out = toy("torch-toy", "--model", "toy-mlp", "--np", "2", "--output", str(tmp_path), *SMALL)
     assert out.returncode == 0, out.stderr
@@ -48,7 +50,7 @@ def test_the_new_mode_trains_the_new_model(tmp_path):
     assert result["workload"]["train_flops_per_sample"] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_sweep_and_report_see_them(tmp_path):
     folder = tmp_path / "sweep"
     out = toy("sweep", "--modes", "torch-toy,torch-single", "--np", "1,2", "--models", "toy-mlp",
@@ -67,7 +69,7 @@ def test_sweep_and_report_see_them(tmp_path):
     assert "–" not in toy_row.split("|")[9]  # speedup vs torch-single: the spec's reference was found
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_verify_checks_the_new_mode_on_the_new_model(tmp_path):
     out = toy("verify", "--framework", "torch", "--modes", "torch-toy", "--model", "toy-mlp", "--image-size", "8",
               "--output", str(tmp_path), timeout=600)
@@ -76,6 +78,7 @@ def test_verify_checks_the_new_mode_on_the_new_model(tmp_path):
     assert [(m["mode"], m["status"]) for m in report["modes"]] == [("torch-toy", "PASS")]
 
 
+@pytest.mark.multiproc
 def test_predict_prices_the_new_models_gradient():
     # 1,700,064 parameters at 100000 classes (3 x 16 + 16, then 17 per class): 6.8 MB of fp32 gradient.
     out = toy("predict", "--model", "toy-mlp", "--num-classes", "100000", "--step-time", "0.01", "--busbw", "1",

@@ -57,6 +57,7 @@ def test_report_figures_follow_the_formulas(tmp_path):
     assert len((tmp_path / "report.csv").read_text().splitlines()) == 1 + 5
 
 
+@pytest.mark.multiproc
 def test_compare_and_regression_gate(tmp_path):
     rows = compare(A, B)
     cells = {r["cell"] for r in rows}
@@ -96,6 +97,7 @@ def test_verify_and_allreduce_records_in_the_folder_are_not_training_results(tmp
         load_results([only])
 
 
+@pytest.mark.multiproc
 def test_report_bad_inputs(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -138,7 +140,7 @@ def sweep_processes(folder: Path) -> list[int]:
             and str(folder) in endings.environ(pid).get("HVDBENCH_CONFIG", "")]
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_real_sweep_stopped_then_resumed_then_reported(tmp_path):
     folder = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, "-m", "bench", *SWEEP, "--output", str(folder)], env=bench_env(),
@@ -175,7 +177,7 @@ def test_real_sweep_stopped_then_resumed_then_reported(tmp_path):
     assert (folder / "speedup.png").is_file() and "torch-horovod" in (folder / "report.md").read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_cell_timeout_stops_a_cell_and_the_sweep_goes_on(tmp_path):
     folder = tmp_path / "sweep"
     start = time.monotonic()
@@ -190,7 +192,7 @@ def test_cell_timeout_stops_a_cell_and_the_sweep_goes_on(tmp_path):
     assert not sweep_processes(folder) and not list(folder.glob("*.json"))[1:]
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_a_sweep_killed_outright_leaves_no_cell_running(tmp_path):
     folder = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, "-m", "bench", *SWEEP[:3], "--np", "2", *SWEEP[5:], "--windows",
@@ -216,12 +218,13 @@ def test_a_sweep_killed_outright_leaves_no_cell_running(tmp_path):
         proc.wait()
 
 
+@pytest.mark.multiproc
 def test_resume_needs_a_manifest(tmp_path):
     r = bench("sweep", "--resume", "--output", str(tmp_path / "none"))
     assert r.returncode == 1 and "nothing to resume" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
     folder = tmp_path / "sweep"
     r = bench("sweep", "--modes", "tf-native:mirrored,torch-single", "--np", "2,1", "--models", "resnet50",

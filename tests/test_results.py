@@ -17,6 +17,9 @@ from bench.results import (
     write_result,
 )
 
+# build_result counts the model's training FLOPs with PyTorch: every test here has torch in the process.
+pytestmark = pytest.mark.framework
+
 
 def gathered(checksums=("a", "a")):
     ranks = []

@@ -21,6 +21,7 @@ def upgraded() -> dict:
     return upgrade(json.loads(V1.read_text()))
 
 
+@pytest.mark.multiproc
 def test_bench_schema_prints_the_json_schema():
     out = bench("schema")
     assert out.returncode == 0, out.stderr
@@ -44,6 +45,7 @@ def test_a_schema_1_result_reads_as_schema_2_with_the_same_figures():
     jsonschema.validate(new, json_schema())
 
 
+@pytest.mark.multiproc
 def test_schema_1_and_2_results_report_together(tmp_path):
     folder = tmp_path / "mixed"
     shutil.copytree(FIXTURES / "sweep-a", folder)
@@ -75,12 +77,14 @@ def test_csv_columns_and_table_come_from_the_metric_registry():
         find("speed")
 
 
+@pytest.mark.multiproc
 def test_compare_takes_schema_1_metric_names(tmp_path):
     out = bench("compare", str(FIXTURES / "sweep-a"), str(FIXTURES / "sweep-b"), "--metric", "images_per_sec_total",
                 "--max-regression", "1000")
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.framework
 def test_training_flops_are_counted_not_guessed():
     """VGG-16 at 224x224: 15.5 G multiply-adds forward (Simonyan and Zisserman), so 31 GFLOP forward and about
     3x that for forward plus backward; the counted figure must land there."""

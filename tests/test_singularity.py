@@ -24,6 +24,7 @@ def test_every_stack_and_flavour_has_a_definition():
                                       "hvdbench-current-cpu.def"]
 
 
+@pytest.mark.multiproc
 def test_committed_definitions_are_what_the_generator_makes_today():
     r = subprocess.run([sys.executable, str(ROOT / "singularity" / "generate.py"), "--check"], capture_output=True,
                        text=True)

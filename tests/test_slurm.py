@@ -1,7 +1,7 @@
 """bench on a real one-node Slurm cluster (scripts/slurm-up.sh starts munge, slurmctld and slurmd).
 
-srun for every mode, and sbatch of every batch script under singularity/slurm with HVDBENCH_RUNTIME=none
-(no Apptainer here). Multi-node runs are not exercised: one slurmd per host (Debian's Slurm is built
+sbatch of every batch script under singularity/slurm with HVDBENCH_RUNTIME=none (no Apptainer here), whose
+srun starts every mode's ranks. Multi-node runs are not exercised: one slurmd per host (Debian's Slurm is built
 without --enable-multiple-slurmd).
 """
 
@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, assert_valid_run, bench_env, only_result
+from conftest import SBATCH_WAIT, SMALL, assert_valid_run, bench_env, only_result, sbatch_wait
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+from bench.modes import MODES
+
+pytestmark = [pytest.mark.slurm, pytest.mark.multiproc]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "singularity" / "slurm"
@@ -32,23 +34,6 @@ def srun(env, *args, timeout=300):
     return subprocess.run(["srun", *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
-@pytest.mark.parametrize("mode, mpi, args", [
-    ("torch-ddp", [], SMALL),
-    ("torch-horovod", ["--mpi=pmix"], SMALL),
-    ("tf-horovod", ["--mpi=pmix"], TF_SMALL),
-    ("tf-native", [], TF_SMALL),
-])
-def test_srun_every_mode(slurm_env, out, mode, mpi, args):
-    r = srun(slurm_env, *mpi, "-n2", "bench", mode, *args, "--output", str(out))
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = only_result(out)
-    assert_valid_run(result, mode, 2, "srun")
-    assert result["environment"]["slurm_job_id"]
-    assert [r["local_rank"] for r in result["environment"]["ranks"]] == [0, 1]  # not every rank local 0
-    if mpi:
-        assert result["environment"]["distribution"]["controller"] == "mpi"
-
-
 def test_srun_allocation_mismatch_is_clear(slurm_env, out):
     r = srun(slurm_env, "-n2", "bench", "torch-ddp", *SMALL, "--np", "4", "--output", str(out))
     assert r.returncode != 0
@@ -56,32 +41,54 @@ def test_srun_allocation_mismatch_is_clear(slurm_env, out):
     assert "Traceback" not in r.stderr and not out.exists()
 
 
-@pytest.mark.parametrize("script, extra_env, mode", [
+# Every mode through its batch script, whose srun (with --mpi=pmix for the Horovod modes) starts the ranks: one
+# run per mode serves both the script and srun's side (the ranks' Slurm environment, PMIx). The four jobs are
+# submitted together and waited for together (slurm.conf declares enough CPUs for all of them).
+SCRIPTED = [
     ("ddp.sbatch", {}, "torch-ddp"),
     ("horovod.sbatch", {}, "tf-horovod"),
     ("horovod.sbatch", {"MODE": "torch-horovod"}, "torch-horovod"),
     ("tf-native.sbatch", {}, "tf-native"),
-])
-def test_sbatch_scripts_without_container(slurm_env, tmp_path, script, extra_env, mode):
-    results = tmp_path / "results"
-    args = TF_SMALL if mode.startswith("tf") else SMALL
-    env = dict(slurm_env, HVDBENCH_RUNTIME="none", HVDBENCH_RESULTS=str(results), BENCH_ARGS=" ".join(args),
-               **extra_env)
-    start = time.monotonic()
-    r = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
-                        str(SCRIPTS / script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
-    elapsed = time.monotonic() - start
-    logs = "\n".join(p.read_text() for p in tmp_path.glob("hvdbench-*.out"))
-    assert r.returncode == 0, r.stderr + logs[-3000:]
+]
+
+
+@pytest.fixture(scope="module")
+def sbatch_jobs(slurm_env, tmp_path_factory):
+    jobs = {}
+    for script, extra_env, mode in SCRIPTED:
+        folder = tmp_path_factory.mktemp(mode)
+        args = TF_SMALL if mode.startswith("tf") else SMALL
+        env = dict(slurm_env, HVDBENCH_RUNTIME="none", HVDBENCH_RESULTS=str(folder / "results"),
+                   BENCH_ARGS=" ".join(args), **extra_env)
+        proc = subprocess.Popen(["bash", "-c", SBATCH_WAIT, "sbatch-wait", "--nodes=1", "--ntasks-per-node=2",
+                                 "--cpus-per-task=1", str(SCRIPTS / script)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=folder)
+        jobs[mode] = (proc, folder, time.monotonic())
+    done = {}
+    for mode, (proc, folder, start) in jobs.items():
+        stdout, stderr = proc.communicate(timeout=900)
+        logs = "\n".join(p.read_text() for p in folder.glob("hvdbench-*.out"))
+        done[mode] = (proc.returncode, stderr + logs, folder / "results", time.monotonic() - start)
+    return done
+
+
+@pytest.mark.parametrize("script, extra_env, mode", SCRIPTED)
+def test_sbatch_scripts_without_container(sbatch_jobs, script, extra_env, mode):
+    code, logs, results, elapsed = sbatch_jobs[mode]
+    assert code == 0, logs[-3000:]
     result = only_result(results)
     assert_valid_run(result, mode, 2, "srun")
+    assert result["environment"]["slurm_job_id"]
+    assert [r["local_rank"] for r in result["environment"]["ranks"]] == [0, 1]  # not every rank local 0
+    if MODES[mode].needs_mpi:  # srun --mpi=pmix: the ranks joined through PMIx
+        assert result["environment"]["distribution"]["controller"] == "mpi"
     print(f"sbatch {script} {mode}: {elapsed:.1f} s from submission to result")
 
 
 def test_sbatch_bad_runtime_says_so(slurm_env, tmp_path):
     env = dict(slurm_env, HVDBENCH_RUNTIME="docker", HVDBENCH_RESULTS=str(tmp_path / "results"))
-    r = subprocess.run(["sbatch", "--wait", "--nodes=1", "--ntasks-per-node=1", str(SCRIPTS / "ddp.sbatch")],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    r = sbatch_wait(["--nodes=1", "--ntasks-per-node=1", str(SCRIPTS / "ddp.sbatch")], timeout=120, env=env,
+                    cwd=tmp_path)
     assert r.returncode != 0
     (log,) = tmp_path.glob("hvdbench-*.out")
     assert "HVDBENCH_RUNTIME must be apptainer, singularity or none (got 'docker')" in log.read_text()

@@ -13,6 +13,7 @@ SMALL = ["--model", "transformer-small", "--batch-size", "2", "--seq-len", "8", 
          "--steps-per-window", "3", "--windows", "2"]
 
 
+@pytest.mark.framework
 def test_untied_models_are_equal_in_both_frameworks_and_add_the_output_projection():
     from bench.models import MODELS
     from bench.models.tf_models import count_trainable
@@ -28,6 +29,7 @@ def test_untied_models_are_equal_in_both_frameworks_and_add_the_output_projectio
             assert count_trainable(tf_small(vocab, embedding=embedding)) == untied
 
 
+@pytest.mark.framework
 def test_torch_embedding_gradient_is_sparse_and_holds_every_lookup():
     import torch
 
@@ -48,6 +50,7 @@ def test_torch_embedding_gradient_is_sparse_and_holds_every_lookup():
     torch.testing.assert_close(sparse.to_dense(), grads["untied"])  # the same model, the same gradient
 
 
+@pytest.mark.framework
 def test_tf_embedding_gradient_is_indexed_slices_with_int32_indices():
     from bench.models.tf_models import per_example_loss, transformer_small
     from bench.tfutil import import_tf
@@ -67,13 +70,14 @@ def test_tf_embedding_gradient_is_indexed_slices_with_int32_indices():
     (["tf-horovod", "--model", "transformer-small", "--sparse-as-dense"], "--sparse-as-dense needs --sparse-embed"),
     (["verify", "--model", "vgg16", "--sparse-embeddings"], "--sparse-embeddings applies to models with a token"),
 ])
-def test_sparse_options_refused_where_they_mean_nothing(args, message, tmp_path):
-    out = bench(*args, "--output", str(tmp_path))
+def test_sparse_options_refused_where_they_mean_nothing(cli, args, message, tmp_path):
+    out = cli(*args, "--output", str(tmp_path))
     assert out.returncode == 1
     assert message in out.stderr.strip().splitlines()[-1]
     assert not list(tmp_path.glob("*.json"))
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("device, fp16, message", [
     ("cuda", False, "NCCL has no sparse allreduce"),
     ("cpu", True, "cannot take sparse gradients"),
@@ -202,7 +206,7 @@ def test_inputs_name_the_vocabulary_and_the_embedding():
         "seq 32, vocab 37000, sparse-as-dense"
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.parametrize("mode, extra", [("torch-horovod", []), ("tf-native", ["--strategy", "ps"])])
 def test_measured_bytes_agree_with_the_computed(mode, extra, tmp_path):
     out = bench(mode, *extra, *SMALL, "--num-classes", "5000", "--sparse-embeddings", "--np", "2",
@@ -217,7 +221,7 @@ def test_measured_bytes_agree_with_the_computed(mode, extra, tmp_path):
     assert result["sync"]["ranks_in_sync"]
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_verify_passes_with_sparse_gradients_and_catches_a_skipped_exchange(tmp_path):
     common = ["verify", "--model", "transformer-small", "--sparse-embeddings", "--output", str(tmp_path)]
     out = bench(*common, "--framework", "torch", timeout=400)

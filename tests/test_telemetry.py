@@ -85,6 +85,7 @@ def test_combine_energy_per_image_and_per_watt():
     assert telemetry.combine(nodes, 2000, 1000.0)["energy_per_sample_j"] is None
 
 
+@pytest.mark.framework
 def test_result_carries_telemetry_or_its_absence():
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=2).resolve("cuda", 1)
     nvml = FakeNVML([FakeGPU(power_w=250.0)])
@@ -112,7 +113,7 @@ def test_real_nvml_without_a_driver_is_reported_not_raised():
     assert nvml is None and reason.startswith(("NVML did not initialise", "nvidia-ml-py"))
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 def test_cpu_run_says_telemetry_unavailable(out):
     r = bench("torch-ddp", "--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "0",
               "--steps-per-window", "1", "--windows", "2", "--np", "1", "--output", str(out))
@@ -123,8 +124,8 @@ def test_cpu_run_says_telemetry_unavailable(out):
     assert not list(out.glob("*-telemetry.csv"))
 
 
-def test_bad_interval_from_cli(out):
-    r = bench("torch-ddp", "--telemetry-interval", "0", "--output", str(out))
+def test_bad_interval_from_cli(cli, out):
+    r = cli("torch-ddp", "--telemetry-interval", "0", "--output", str(out))
     assert r.returncode == 1 and "--telemetry-interval must be > 0" in r.stderr
 
 

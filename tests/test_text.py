@@ -7,6 +7,7 @@ SMALL = ["--model", "transformer-small", "--batch-size", "2", "--seq-len", "8", 
          "--steps-per-window", "2", "--windows", "2"]
 
 
+@pytest.mark.framework
 def test_both_frameworks_build_the_same_transformer():
     from bench.models import MODELS
     from bench.models.tf_models import count_trainable
@@ -20,6 +21,7 @@ def test_both_frameworks_build_the_same_transformer():
     assert count_parameters(transformer_base(37000)) == MODELS["transformer-base"].parameters(37000) == 63_082_496
 
 
+@pytest.mark.multiproc
 def test_the_models_listing_names_the_text_models():
     out = bench("models", COLUMNS="200")
     assert out.returncode == 0
@@ -33,14 +35,14 @@ def test_the_models_listing_names_the_text_models():
     (["torch-ddp", "--model", "vgg16", "--seq-len", "64"], "--seq-len applies to text models"),
     (["torch-ddp", "--model", "transformer-small", "--seq-len", "0"], "--seq-len must be an integer >= 1"),
 ])
-def test_inputs_of_the_other_kind_are_one_line(args, message, tmp_path):
-    out = bench(*args, "--output", str(tmp_path))
+def test_inputs_of_the_other_kind_are_one_line(cli, args, message, tmp_path):
+    out = cli(*args, "--output", str(tmp_path))
     assert out.returncode == 1
     assert message in out.stderr.strip().splitlines()[-1]
     assert not list(tmp_path.glob("*.json"))
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.parametrize("mode", ["torch-ddp", "tf-horovod"])
 def test_a_transformer_run_counts_sequences_and_tokens(mode, tmp_path):
     out = bench(mode, *SMALL, "--np", "2", "--output", str(tmp_path))

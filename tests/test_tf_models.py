@@ -8,6 +8,8 @@ torch = pytest.importorskip("torch")
 from bench.models.torch_models import build as torch_build  # noqa: E402
 from bench.models.torch_models import count_parameters  # noqa: E402
 
+pytestmark = pytest.mark.framework  # builds and trains the models in this process
+
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_trainable_counts_equal_framework_to_framework(name):

@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import assert_valid_run, bench, only_result, run
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.multiproc
 
 # 64x64 keeps ResNet-50's BatchNorm statistics sane over a batch of 2, so parameters stay finite.
 TF_SMALL = ["--model", "resnet50", "--image-size", "64", "--batch-size", "2", "--num-classes", "10",

@@ -5,7 +5,7 @@ import sys
 import pytest
 from conftest import SMALL, assert_valid_run, bench, only_result, run
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.multiproc
 
 
 def test_torch_ddp_self_spawned(out):

@@ -68,13 +68,14 @@ def test_config_rejects_bad_input(kwargs, message):
         VerifyConfig(**kwargs)
 
 
-def test_cli_bad_input_is_one_line(tmp_path):
-    r = bench("verify", "--model", "resnet50", "--output", str(tmp_path))
+def test_cli_bad_input_is_one_line(cli, tmp_path):
+    r = cli("verify", "--model", "resnet50", "--output", str(tmp_path))
     assert r.returncode == 1
     assert r.stderr.strip().count("\n") == 0 and "batch normalisation" in r.stderr
     assert not list(tmp_path.glob("*.json"))
 
 
+@pytest.mark.multiproc
 def test_refuses_to_run_under_a_launcher(tmp_path):
     r = bench("verify", "--output", str(tmp_path), SLURM_STEP_ID="0", SLURM_PROCID="0", SLURM_NTASKS="1",
               SLURM_LOCALID="0")
@@ -87,7 +88,7 @@ def _report(out):
     return json.loads(files[0].read_text())
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.horovod
 def test_every_mode_passes_and_the_frameworks_agree(out):
     r = bench("verify", "--framework", "both", "--output", str(out), timeout=900)
@@ -107,7 +108,7 @@ def test_every_mode_passes_and_the_frameworks_agree(out):
     assert not list(out.glob(".*-params"))  # snapshots removed
 
 
-@pytest.mark.slow
+@pytest.mark.multiproc
 @pytest.mark.horovod
 def test_skipping_the_allreduce_fails(out):
     r = bench("verify", "--framework", "both", "--modes", "torch-ddp,tf-native:multiworker,tf-horovod",
