@@ -32,9 +32,11 @@ def test_signal_to_the_spawner_stops_every_rank(tmp_path, signum):
     assert_clean_stop(r, signum, 2)
 
 
-@pytest.mark.parametrize("label, processes", [("torch-horovod", 2), ("tf-horovod", 2), ("tf-native", 2),
-                                              ("tf-native:ps", 4), ("tf-single", 1)])
-def test_sigterm_stops_every_mode(tmp_path, label, processes):
+# One run per spawner: tf-horovod starts its ranks through the same Horovod spawner as torch-horovod
+# (bench.modes.*.spawn), torch-single through the same single-process spawner as tf-single.
+@pytest.mark.parametrize("label, processes", [("torch-horovod", 2), ("tf-native", 2), ("tf-native:ps", 4),
+                                              ("tf-single", 1)])
+def test_sigterm_stops_every_spawner(tmp_path, label, processes):
     r = endings.signal_self_spawned(endings.MODES[label][0], signal.SIGTERM, tmp_path)
     assert_clean_stop(r, signal.SIGTERM, processes)  # tf-native:ps: the chief, 2 workers, 1 ps
 

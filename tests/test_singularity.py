@@ -1,8 +1,9 @@
 """The Singularity/Apptainer recipes: generated from docker/ by spython, in sync, complete.
 
-Apptainer itself is not installable here, so no SIF is built in the tests (see docs/slurm.md).
+The SIFs themselves are built and run by tests/test_apptainer.py (the system tier).
 """
 
+import hashlib
 import re
 import subprocess
 import sys
@@ -60,3 +61,55 @@ def test_preprocess_strips_buildkit_syntax():
             "RUN --mount=type=secret,id=ca \\\n    --mount=type=cache,target=/c \\\n    echo hi\n")
     out = generate.preprocess(text, {"X": "2", "BASE_IMAGE": "debian:bookworm-slim"})
     assert out == "ARG X=2\nFROM debian:bookworm-slim\nARG X=2\nRUN echo hi\n"
+
+
+def test_the_frameworks_key_leaves_this_package_out(tmp_path, monkeypatch):
+    """sif.py --cache frameworks: a change to bench/ keeps the key, a change to any other input changes it;
+    the default key changes with either."""
+    import sif
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "bench" / "cli.py").write_text("one")
+    (tmp_path / "docker" / "build.sh").write_text("one")
+    text = "%files\nbench /opt/hvdbench/src/bench\ndocker/build.sh /opt/build.sh\n%post\ntrue\n"
+    monkeypatch.setattr(sif, "ROOT", tmp_path)
+
+    def key(skip=()):
+        h = hashlib.sha256()
+        sif._files_digest(text, h, skip)
+        return h.hexdigest()
+
+    every, heavy = key(), key(sif.PACKAGE_SOURCES)
+    (tmp_path / "bench" / "cli.py").write_text("two")
+    assert key() != every and key(sif.PACKAGE_SOURCES) == heavy
+    (tmp_path / "docker" / "build.sh").write_text("two")
+    assert key(sif.PACKAGE_SOURCES) != heavy
+
+
+def test_a_sif_is_skipped_only_while_its_key_holds(tmp_path, monkeypatch):
+    """The image SIF's key: the whole image's ID by default, the frameworks stage's with --cache frameworks."""
+    import sif
+
+    ids = {"hvdbench:current-cpu": "sha256:image-1", "hvdbench:current-cpu-frameworks": "sha256:heavy-1"}
+    monkeypatch.setattr(sif, "image_id", lambda image: ids[image])
+    built = []
+
+    def build(target, out, key, *rest):  # what sif._build leaves: the SIF and its key beside it
+        built.append(key)
+        out.write_text("sif")
+        out.with_name(out.name + ".key").write_text(key + "\n")
+        return out
+
+    monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
+    monkeypatch.setattr(sif, "_docker_save", lambda image, folder: folder / "image.tar")
+    monkeypatch.setattr(sif, "_build", build)
+    out = tmp_path / "x.sif"
+    for cache in ("inputs", "frameworks"):
+        built.clear()
+        sif.from_image("current", "cpu", out, cache=cache)
+        sif.from_image("current", "cpu", out, cache=cache)
+        assert len(built) == 1  # the second is up to date
+        ids["hvdbench:current-cpu"] = "sha256:image-2"  # bench changed: a new image, same frameworks stage
+        sif.from_image("current", "cpu", out, cache=cache)
+        assert len(built) == (2 if cache == "inputs" else 1)
