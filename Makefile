@@ -60,6 +60,8 @@ bench: venv
 TEST_TIMES ?= results/test-times
 export HVDBENCH_TEST_TIMES := $(TEST_TIMES)
 RUN_TESTS = scripts/run-tests.sh $(PY)
+# A system tier that passed on exactly the same inputs is not run again (scripts/tier-cache.py; HVDBENCH_RERUN=1).
+TIER_CACHE = $(PY) scripts/tier-cache.py
 test: venv
 	@rm -rf $(TEST_TIMES); rc=0; \
 	for tier in test-unit test-framework test-multiproc test-system; do \
@@ -75,7 +77,8 @@ test-framework: venv
 test-multiproc: venv
 	$(RUN_TESTS) multiproc -m "multiproc and not system" $(PYTEST_ARGS)
 
-# Slurm, then the images, the cluster of containers, the CUDA image and the SIFs: each rebuilds only what changed.
+# Slurm, then the images, the cluster of containers, the CUDA image and the SIFs: each rebuilds only what changed,
+# and each runs only when its inputs changed since it last passed here.
 test-system: venv
 	$(MAKE) --no-print-directory slurm-test
 	$(MAKE) --no-print-directory image-test
@@ -90,7 +93,8 @@ test-times: venv
 	$(PY) scripts/test-times.py $(TEST_TIMES)
 
 slurm-test: venv slurm-up
-	$(RUN_TESTS) slurm -m "slurm and not apptainer and not cluster" $(PYTEST_ARGS)
+	@$(TIER_CACHE) fresh slurm || { $(RUN_TESTS) slurm -m "slurm and not apptainer and not cluster" $(PYTEST_ARGS) \
+	  && $(TIER_CACHE) record slurm; }
 
 lint: venv
 	$(VENV)/bin/ruff check bench tests benchmarks docker/images.py docker/cluster.py singularity/generate.py singularity/sif.py
@@ -108,15 +112,14 @@ images: venv docker-up
 	  $(PY) docker/images.py build --stack $$s --flavor $$f || exit 1; done; done
 
 image-test: venv docker-up
-	$(PY) docker/images.py base
-	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
-	$(RUN_TESTS) image -m image $(PYTEST_ARGS)
+	@$(TIER_CACHE) fresh image || { $(PY) docker/images.py base && $(PY) docker/images.py build $(IMAGE_TEST_BUILD) \
+	  && $(RUN_TESTS) image -m image $(PYTEST_ARGS) && $(TIER_CACHE) record image; }
 
 # The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed).
 image-cuda-test: venv docker-up
-	$(PY) docker/images.py base
-	$(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm
-	$(RUN_TESTS) image_cuda -m image_cuda $(PYTEST_ARGS)
+	@$(TIER_CACHE) fresh image_cuda || { $(PY) docker/images.py base \
+	  && $(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm \
+	  && $(RUN_TESTS) image_cuda -m image_cuda $(PYTEST_ARGS) && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as image-test builds it) plus Slurm and munge.
 cluster-up: venv docker-up
@@ -124,8 +127,9 @@ cluster-up: venv docker-up
 	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
 	$(PY) docker/cluster.py up
 
-cluster-test: cluster-up
-	$(RUN_TESTS) cluster -m "cluster and not apptainer" $(PYTEST_ARGS)
+cluster-test: venv
+	@$(TIER_CACHE) fresh cluster || { $(MAKE) --no-print-directory cluster-up \
+	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(PYTEST_ARGS) && $(TIER_CACHE) record cluster; }
 
 cluster-down: venv
 	$(PY) docker/cluster.py down
@@ -150,7 +154,8 @@ sif-pull: venv
 
 # After image-test (it needs the CPU image): the SIF from that image and from the definition file.
 apptainer-test: venv docker-up slurm-up
-	PATH=$(APPTAINER_PATH) $(RUN_TESTS) apptainer -m apptainer $(PYTEST_ARGS)
+	@$(TIER_CACHE) fresh apptainer || { PATH=$(APPTAINER_PATH) $(RUN_TESTS) apptainer -m apptainer $(PYTEST_ARGS) \
+	  && $(TIER_CACHE) record apptainer; }
 
 slurm-up:
 	scripts/slurm-up.sh

@@ -19,7 +19,7 @@ ORDER = ["unit", "framework", "multiproc", "slurm", "image", "cluster", "image_c
 def tiers(folder: Path) -> list[dict]:
     rows = []
     for wall in folder.glob("*.wall"):
-        seconds, _, rc = wall.read_text().partition(" ")
+        seconds, rc, *cached = wall.read_text().split()
         cases = []
         junit = wall.with_suffix(".xml")
         if junit.is_file():
@@ -32,7 +32,7 @@ def tiers(folder: Path) -> list[dict]:
                            "failed" if case.find("failure") is not None or case.find("error") is not None else
                            "passed")
                 cases.append((float(case.get("time", 0)), f"{case.get('classname')}::{case.get('name')}", outcome))
-        rows.append({"tier": wall.stem, "seconds": int(seconds), "rc": int(rc or 0), "cases": cases})
+        rows.append({"tier": wall.stem, "seconds": int(seconds), "rc": int(rc), "cases": cases, "cached": bool(cached)})
     return sorted(rows, key=lambda r: ORDER.index(r["tier"]) if r["tier"] in ORDER else len(ORDER))
 
 
@@ -52,6 +52,9 @@ def main() -> None:
     print(f"{'tier':<12}{'wall':>9}{'passed':>8}{'failed':>8}{'skipped':>9}  exit")
     for r in rows:
         count = {k: sum(1 for c in r["cases"] if c[2] == k) for k in ("passed", "failed", "skipped")}
+        if r["cached"]:
+            print(f"{r['tier']:<12}{'-':>9}  passed before on the same inputs: not run (scripts/tier-cache.py)")
+            continue
         print(f"{r['tier']:<12}{minutes(r['seconds']):>9}{count['passed']:>8}{count['failed']:>8}"
               f"{count['skipped']:>9}  {r['rc']}")
     total = sum(r["seconds"] for r in rows)
@@ -60,6 +63,8 @@ def main() -> None:
     print(f"\nthe {len(cases)} slowest tests (s, tier, test):")
     for seconds, tier, name in cases:
         print(f"{seconds:8.1f}  {tier:<11} {name}")
+    totals = {k: sum(1 for r in rows for c in r["cases"] if c[2] == k) for k in ("passed", "failed", "skipped")}
+    print(f"\nall: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
 
 
 if __name__ == "__main__":

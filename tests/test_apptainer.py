@@ -86,8 +86,10 @@ def def_sif(host_env):
 
 @pytest.fixture(scope="module")
 def package_path(host_env, sif):
-    """Where the SIFs have bench installed (the same in both: one Dockerfile)."""
-    r = sh(["apptainer", "exec", str(sif), "python", "-c", "import bench; print(bench.__path__[0])"], env=host_env)
+    """Where the SIFs have bench installed (the same in both: one Dockerfile): in site-packages."""
+    # -I and cwd /: not this checkout's bench through the current directory, the SIF's installed one
+    r = sh(["apptainer", "exec", str(sif), "python", "-I", "-c", "import bench; print(bench.__path__[0])"],
+           env=host_env, cwd="/")
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.strip()
 
@@ -119,11 +121,12 @@ def test_the_sif_is_skipped_while_its_frameworks_did_not_change(host_env, sif):
 
 def test_the_sif_runs_this_checkouts_bench(env, sif, package_path):
     """The bind is in place (the SIF's mount table shows it) and the SIF's bench is this checkout's, to the byte."""
+    assert "site-packages" in package_path, package_path
     r = sh(["apptainer", "exec", str(sif), "cat", "/proc/self/mountinfo"], env=env)
     assert r.returncode == 0 and f" {package_path} " in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     probe = ("import hashlib, inspect, bench.cli; "
              "print(hashlib.sha256(inspect.getsource(bench.cli).encode()).hexdigest())")
-    inside = sh(["apptainer", "exec", str(sif), "python", "-c", probe], env=env).stdout.strip()
+    inside = sh(["apptainer", "exec", str(sif), "python", "-I", "-c", probe], env=env, cwd="/").stdout.strip()
     here = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip()
     assert inside and inside == here, (inside, here)
 

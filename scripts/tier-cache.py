@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""The system tier reruns only when its own inputs change.
+
+    python scripts/tier-cache.py fresh TIER     # exit 0 (and say so) when TIER passed on exactly these inputs
+    python scripts/tier-cache.py record TIER    # after TIER passed: remember its inputs' key
+    python scripts/tier-cache.py key TIER       # print the key and what it is made of
+
+A system tier's key is the SHA-256 of its inputs: the content of every tracked file under the paths in
+INPUTS (the code that ends up in the images and SIFs, the scripts that set the services up, the tier's own
+tests and the shared test helpers), and the versions of the tools on this machine that run them (Docker,
+Apptainer, Slurm). A pass is recorded in $HVDBENCH_TIER_CACHE (default /var/cache/hvdbench/tier-passes), one
+file per tier; a tier whose key has a recorded pass is skipped with one line that says when it passed.
+HVDBENCH_RERUN=1, or any PYTEST_ARGS, always runs it (and a run with PYTEST_ARGS records nothing).
+A change to bench/ changes every system tier's key: the images hold bench, so they all run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("HVDBENCH_TIER_CACHE", "/var/cache/hvdbench/tier-passes"))
+# What every system tier runs: the package, how it is installed, the shared test helpers and the make targets.
+COMMON = ["bench", "pyproject.toml", "README.md", "Makefile", "requirements", "scripts", "tests/conftest.py",
+          "tests/fixtures", "tests/plugins", "benchmarks/endings.py"]
+INPUTS = {
+    "slurm": ["tests/test_slurm.py", "singularity/slurm"],
+    "image": ["docker", "compose.yaml", "tests/test_images.py"],
+    "cluster": ["docker", "singularity/slurm", "tests/test_cluster.py", "benchmarks/shaped_links.py",
+                "benchmarks/cluster_modes.py"],
+    "image_cuda": ["docker", "tests/test_image_cuda.py"],
+    "apptainer": ["docker", "singularity", "tests/test_apptainer.py"],
+}
+TOOLS = {
+    "slurm": [["srun", "--version"]],
+    "image": [["docker", "version", "--format", "{{.Server.Version}}"]],
+    "cluster": [["docker", "version", "--format", "{{.Server.Version}}"], ["docker-compose", "version", "--short"]],
+    "image_cuda": [["docker", "version", "--format", "{{.Server.Version}}"]],
+    "apptainer": [["docker", "version", "--format", "{{.Server.Version}}"], ["srun", "--version"]],
+}
+
+
+def tracked(paths: list[str]) -> list[str]:
+    done = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"tier-cache: not a git checkout ({done.stderr.strip()})")
+    return sorted(name for name in done.stdout.split("\0") if name)
+
+
+def tool_versions(tier: str) -> list[str]:
+    found = []
+    for cmd in TOOLS[tier]:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            out = "absent"
+        found.append(f"{' '.join(cmd)}: {out}")
+    apptainer = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer")) / "bin/apptainer"
+    if tier == "apptainer" and apptainer.exists():
+        found.append("apptainer: " + subprocess.run([str(apptainer), "--version"], capture_output=True,
+                                                    text=True).stdout.strip())
+    return found
+
+
+def key(tier: str) -> tuple[str, list[str]]:
+    if tier not in INPUTS:
+        raise SystemExit(f"tier-cache: unknown tier '{tier}' (choose from: {', '.join(INPUTS)})")
+    h = hashlib.sha256()
+    files = tracked(COMMON + INPUTS[tier])
+    for name in files:
+        path = ROOT / name
+        h.update(name.encode() + b"\0")
+        h.update(path.read_bytes() if path.is_file() else b"(absent)")
+    tools = tool_versions(tier)
+    for line in tools:
+        h.update(line.encode() + b"\0")
+    return h.hexdigest(), [f"{len(files)} files under {', '.join(COMMON + INPUTS[tier])}", *tools]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=("fresh", "record", "key"))
+    p.add_argument("tier")
+    a = p.parse_args()
+    digest, parts = key(a.tier)
+    stamp = CACHE / a.tier
+    if a.command == "key":
+        print(digest)
+        print("\n".join(parts))
+    elif a.command == "fresh":
+        if os.environ.get("HVDBENCH_RERUN") == "1" or os.environ.get("PYTEST_ARGS", "").strip():
+            sys.exit(1)
+        try:
+            recorded, _, when = stamp.read_text().partition(" ")
+        except OSError:
+            sys.exit(1)
+        if recorded != digest:
+            sys.exit(1)
+        print(f"{a.tier}: passed at {when.strip()} on these same inputs (key {digest[:12]}); not run again "
+              f"(HVDBENCH_RERUN=1 runs it)")
+        times = Path(os.environ.get("HVDBENCH_TEST_TIMES", "results/test-times"))
+        times.mkdir(parents=True, exist_ok=True)
+        (times / f"{a.tier}.wall").write_text("0 0 cached\n")
+    else:
+        if os.environ.get("PYTEST_ARGS", "").strip():
+            return  # a partial run proves nothing about the tier
+        CACHE.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(f"{digest} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+
+
+if __name__ == "__main__":
+    main()

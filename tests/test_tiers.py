@@ -1,0 +1,110 @@
+"""The test tiers themselves: every test gets exactly one, the unit tier's guard, the system tier's pass cache
+(scripts/tier-cache.py) and the times summary (scripts/test-times.py)."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TIERS, UnitTierViolation, tier_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_test_runs_in_the_costliest_tier_its_marks_name():
+    assert tier_of(set()) == "unit"
+    assert tier_of({"framework"}) == "framework"
+    assert tier_of({"framework", "multiproc", "horovod"}) == "multiproc"
+    for system in ("image", "image_cuda", "apptainer", "cluster", "slurm"):
+        assert tier_of({system, "multiproc"}) == "system"
+    assert TIERS == ("unit", "framework", "multiproc", "system")
+
+
+def test_the_unit_guard_refuses_a_process():
+    with pytest.raises(UnitTierViolation, match="mark it multiproc"):
+        subprocess.run(["true"])  # the guard replaced Popen for this unit test
+
+
+def test_the_makefile_selects_each_tier_without_the_costlier_ones():
+    text = (ROOT / "Makefile").read_text()
+    assert '$(RUN_TESTS) unit -m unit' in text
+    assert '$(RUN_TESTS) framework -m "framework and not multiproc and not system"' in text
+    assert '$(RUN_TESTS) multiproc -m "multiproc and not system"' in text
+    for target in ("test-unit", "test-framework", "test-multiproc", "test-system"):
+        assert f"\n{target}:" in text and target in text.split("\ntest: ")[1].split("\n\n")[0]
+
+
+def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
+    cache = script("tier-cache")
+    files = {"bench/cli.py": "one", "docs/x.md": "doc", "docker/Dockerfile": "FROM x", "tests/test_images.py": "t"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(cache, "ROOT", tmp_path)
+    monkeypatch.setattr(cache, "tracked", lambda paths: sorted(n for n in files if any(
+        n == p or n.startswith(p + "/") for p in paths)))
+    monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 20.10"])
+    image, _ = cache.key("image")
+    (tmp_path / "docs/x.md").write_text("another doc")
+    assert cache.key("image")[0] == image  # the docs are no input of the images
+    (tmp_path / "bench/cli.py").write_text("two")
+    bench_changed = cache.key("image")[0]
+    assert bench_changed != image  # bench/ is in every image: every system tier runs again
+    monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 29.0"])
+    assert cache.key("image")[0] != bench_changed  # another Docker: run again
+
+
+def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
+    times = script("test-times")
+    (tmp_path / "unit.wall").write_text("12 0\n")
+    (tmp_path / "unit.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_a" name="test_x" time="3.5"/>'
+        '<testcase classname="tests.test_a" name="test_y" time="0.1"><skipped/></testcase>'
+        '</testsuite></testsuites>')
+    (tmp_path / "image.wall").write_text("0 0 cached\n")
+    monkeypatch.setattr(sys, "argv", ["test-times", str(tmp_path)])
+    times.main()
+    out = capsys.readouterr().out
+    assert "unit" in out and "0m12s" in out and "passed before on the same inputs" in out
+    assert "3.5  unit        tests.test_a::test_x" in out
+    assert out.strip().splitlines()[-1] == "all: 1 passed, 0 failed, 1 skipped"
+
+
+def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsys):
+    cache = script("tier-cache")
+    monkeypatch.setattr(cache, "CACHE", tmp_path / "passes")
+    monkeypatch.setenv("HVDBENCH_TEST_TIMES", str(tmp_path / "times"))
+    monkeypatch.delenv("HVDBENCH_RERUN", raising=False)
+    monkeypatch.delenv("PYTEST_ARGS", raising=False)
+    inputs = {"key": "a" * 64}
+    monkeypatch.setattr(cache, "key", lambda tier: (inputs["key"], []))
+
+    def call(*argv):
+        monkeypatch.setattr(sys, "argv", ["tier-cache", *argv])
+        try:
+            cache.main()
+            return 0
+        except SystemExit as exc:
+            return exc.code
+
+    assert call("fresh", "image") == 1  # never passed
+    assert call("record", "image") == 0
+    assert call("fresh", "image") == 0 and "passed at" in capsys.readouterr().out
+    assert (tmp_path / "times" / "image.wall").read_text().split() == ["0", "0", "cached"]
+    monkeypatch.setenv("HVDBENCH_RERUN", "1")
+    assert call("fresh", "image") == 1
+    monkeypatch.delenv("HVDBENCH_RERUN")
+    inputs["key"] = "b" * 64  # an input changed
+    assert call("fresh", "image") == 1
+    monkeypatch.setenv("PYTEST_ARGS", "-k one_test")
+    call("record", "image")  # a partial run records nothing
+    monkeypatch.delenv("PYTEST_ARGS")
+    assert call("fresh", "image") == 1
