@@ -390,17 +390,32 @@ def predict_command(
 
 
 @app.command("models")
-def models_command() -> None:
+def models_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON (one object per model).")]
+                   = False) -> None:
     """List the models: workload kind, parameters (at their default classes or vocabulary), input sizes."""
+    rows = [{"model": spec.name, "kind": spec.workload.kind, "unit": spec.workload.unit,
+             "parameters": spec.parameters(spec.default_classes), "default_classes": spec.default_classes,
+             "default_image_size": spec.default_image_size, "min_image_size": spec.min_image_size,
+             "default_seq_len": spec.default_seq_len, "batch_norm": spec.batch_norm,
+             "sparse_embeddings": spec.sparse_embeddings, "description": spec.description}
+            for spec in MODELS.values()]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("model", "kind", "parameters", "default input", "min image", "description")
-    for spec in MODELS.values():
-        inputs = (f"seq {spec.default_seq_len}, vocab {spec.default_classes:,}" if spec.default_seq_len
-                  else f"{spec.default_image_size}x{spec.default_image_size}")
-        table.add_row(spec.name, spec.workload.kind, f"{spec.parameters(spec.default_classes):,}", inputs,
-                      str(spec.min_image_size or "–"), spec.description)
+    table = Table()
+    # The name is what users type: never cut, however narrow the terminal or pipe (the description wraps).
+    table.add_column("model", no_wrap=True, min_width=max(len(r["model"]) for r in rows))
+    for column in ("kind", "parameters", "default input", "min image"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description", overflow="fold")
+    for r in rows:
+        inputs = (f"seq {r['default_seq_len']}, vocab {r['default_classes']:,}" if r["default_seq_len"]
+                  else f"{r['default_image_size']}x{r['default_image_size']}")
+        table.add_row(r["model"], r["kind"], f"{r['parameters']:,}", inputs, str(r["min_image_size"] or "–"),
+                      r["description"])
     Console().print(table)
 
 

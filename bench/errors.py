@@ -7,6 +7,11 @@ class BenchError(Exception):
     """A problem the user can fix (bad option, missing dependency, unwritable output, failed rank)."""
 
 
+class MissingDependency(BenchError):
+    """An optional library this command needs is not installed or not built for it (Horovod without the
+    framework's support): callers that can go on without it (bench verify: SKIP) catch this type."""
+
+
 class Stopped(BenchError):
     """The run was ended by a signal (Ctrl-C, SIGTERM from scancel or a time limit, SIGHUP from a closed
     terminal). The CLI exits with 128 + the signal number, as a shell reports a process the signal killed."""

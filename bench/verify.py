@@ -50,7 +50,8 @@ from typing import Any
 
 from bench import SCHEMA_VERSION, __version__
 from bench.config import Device
-from bench.errors import BenchError
+from bench.distributed import hvdist
+from bench.errors import BenchError, MissingDependency
 from bench.hooks import FAULTS, Hooks
 from bench.launch import inside_allocation
 from bench.models import MODELS
@@ -210,12 +211,14 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
             continue
         log(f"verify: {label} ...")
         try:
+            if v.mode.horovod:  # here, before any rank starts (under srun its error would come back as text)
+                hvdist.import_hvd(v.mode.framework, label)
             got = _run_mode(vc, v, work / label.replace(":", "-"), _np_for(vc, v), None)
+        except MissingDependency as exc:
+            row.update(status="SKIP", reason=str(exc))
+            continue
         except BenchError as exc:
-            if "needs Horovod" in str(exc):
-                row.update(status="SKIP", reason=str(exc))
-            else:
-                row.update(status="FAIL", reason=f"the run failed: {exc}")
+            row.update(status="FAIL", reason=f"the run failed: {exc}")
             continue
         result = got["result"]
         shards = result["world_size"]

@@ -41,6 +41,30 @@ def test_models_lists_counts():
     assert r.exit_code == 0 and "138,357,544" in r.output and "25,557,032" in r.output
 
 
+@pytest.mark.parametrize("columns", ["40", "60", "200"])
+def test_models_never_cuts_a_name_users_type(monkeypatch, columns):
+    """In a pipe or a narrow terminal every model name stays whole on one line (the description wraps)."""
+    from bench.models import MODELS
+
+    monkeypatch.setenv("COLUMNS", columns)
+    r = runner.invoke(app, ["models"])
+    assert r.exit_code == 0
+    names = {line.split("│")[1].strip() for line in r.output.splitlines() if line.count("│") > 2}
+    assert set(MODELS) <= names, (set(MODELS) - names, r.output)
+
+
+def test_models_json_for_scripts():
+    from bench.models import MODELS
+
+    r = runner.invoke(app, ["models", "--json"])
+    rows = json.loads(r.output)
+    assert [row["model"] for row in rows] == list(MODELS)
+    vgg = next(row for row in rows if row["model"] == "vgg16")
+    assert vgg["parameters"] == 138_357_544 and vgg["unit"] == "image" and vgg["kind"] == "image"
+    text = next(row for row in rows if row["model"] == "transformer-small")
+    assert text["unit"] == "sequence" and text["default_seq_len"] == 32 and text["sparse_embeddings"]
+
+
 @pytest.mark.multiproc
 def test_env_json():
     r = runner.invoke(app, ["env", "--json"])

@@ -1,7 +1,7 @@
 """A host whose own name does not resolve (docker run --network none, fresh containers, some clusters).
 
 Horovod 0.28.1 as released crashes there (SIGSEGV in Gloo's host-name lookup for its process-set context);
-hvdbench's patched build and the check in bench.dist.hvd make one node work over loopback and
+hvdbench's patched build and the check in bench.distributed.hvdist make one node work over loopback and
 give one clear line across nodes.
 """
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import SMALL, assert_valid_run, bench_env, only_result
 
-from bench.dist import hvd as horovod_common
+from bench.distributed import hvdist
 from bench.errors import BenchError
 from bench.launch import LaunchInfo
 
@@ -30,25 +30,25 @@ def resolvable(name: str) -> None:
 
 def test_resolvable_name_changes_nothing():
     environ: dict[str, str] = {}
-    horovod_common.check_host_name(TWO_NODES, environ, "node1", resolvable, level=0)
+    hvdist.check_host_name(TWO_NODES, environ, "node1", resolvable, level=0)
     assert environ == {}
 
 
 def test_one_node_falls_back_to_loopback():
     environ: dict[str, str] = {}
-    horovod_common.check_host_name(ONE_NODE, environ, "box", unresolvable, level=2)
+    hvdist.check_host_name(ONE_NODE, environ, "box", unresolvable, level=2)
     assert environ == {"HOROVOD_GLOO_IFACE": "lo"}
 
 
 def test_an_interface_the_user_chose_is_kept():
     environ = {"HOROVOD_GLOO_IFACE": "eth1"}
-    horovod_common.check_host_name(TWO_NODES, environ, "box", unresolvable, level=2)
+    hvdist.check_host_name(TWO_NODES, environ, "box", unresolvable, level=2)
     assert environ == {"HOROVOD_GLOO_IFACE": "eth1"}
 
 
 def test_across_nodes_names_the_host_and_the_fix():
     with pytest.raises(BenchError) as err:
-        horovod_common.check_host_name(TWO_NODES, {}, "node7", unresolvable, level=2)
+        hvdist.check_host_name(TWO_NODES, {}, "node7", unresolvable, level=2)
     text = str(err.value)
     assert "'node7' does not resolve" in text and "Temporary failure" in text
     assert "/etc/hosts" in text and "HOROVOD_GLOO_IFACE" in text
@@ -56,12 +56,12 @@ def test_across_nodes_names_the_host_and_the_fix():
 
 def test_stock_horovod_is_refused_even_on_one_node():
     with pytest.raises(BenchError, match="'box' does not resolve.*crashes in Gloo"):
-        horovod_common.check_host_name(ONE_NODE, {}, "box", unresolvable, level=0)
+        hvdist.check_host_name(ONE_NODE, {}, "box", unresolvable, level=0)
 
 
 def test_real_resolver():
-    assert horovod_common.resolve_error("localhost") is None
-    assert horovod_common.resolve_error("no-such-host.invalid") is not None
+    assert hvdist.resolve_error("localhost") is None
+    assert hvdist.resolve_error("no-such-host.invalid") is not None
 
 
 def test_uses_gloo():
@@ -72,16 +72,16 @@ def test_uses_gloo():
         def mpi_built(self) -> bool:
             return self.mpi
 
-    assert horovod_common.uses_gloo(Hvd(True), {"HOROVOD_CONTROLLER": "gloo"})
-    assert horovod_common.uses_gloo(Hvd(True), {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1"})
-    assert horovod_common.uses_gloo(Hvd(False), {})
-    assert not horovod_common.uses_gloo(Hvd(True), {})  # mpirun / srun --mpi=pmix: the MPI controller
+    assert hvdist.uses_gloo(Hvd(True), {"HOROVOD_CONTROLLER": "gloo"})
+    assert hvdist.uses_gloo(Hvd(True), {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1"})
+    assert hvdist.uses_gloo(Hvd(False), {})
+    assert not hvdist.uses_gloo(Hvd(True), {})  # mpirun / srun --mpi=pmix: the MPI controller
 
 
 @pytest.mark.framework
 def test_installed_horovod_carries_the_fix():
     pytest.importorskip("horovod")
-    assert horovod_common.patch_level() >= horovod_common.GLOO_HOSTNAME_FIX
+    assert hvdist.patch_level() >= hvdist.GLOO_HOSTNAME_FIX
 
 
 def isolated(cmd: list[str]) -> list[str]:

@@ -114,7 +114,7 @@ class FakeThreading:
 def tf_threads(monkeypatch, **environ: str) -> int:
     import types
 
-    from bench.dist.tfdist import set_cpu_threads
+    from bench.distributed.tfdist import set_cpu_threads
 
     for name in ("OMP_NUM_THREADS", "HVDBENCH_THREAD_SHARE"):
         monkeypatch.delenv(name, raising=False)

@@ -21,7 +21,7 @@ def test_tf_horovod_gloo_and_tf_native_multiworker_average_the_same_gradients(tm
     hvd = only_result(hvd_out)
     assert_valid_run(hvd, "tf-horovod", 2, "self")
     assert hvd["environment"]["distribution"]["controller"] == "gloo"
-    # The spawner's per-rank core share is for PyTorch; TF ranks keep TF's own pool (bench.dist.tfdist).
+    # The spawner's per-rank core share is for PyTorch; TF ranks keep TF's own pool (bench.distributed.tfdist).
     assert all("TensorFlow's default" in r["device"] for r in hvd["environment"]["ranks"])
     assert hvd["timing"]["first_step_s"] > 0 and hvd["summary"]["samples_per_sec_wall_total"] > 0
 
@@ -78,7 +78,7 @@ SLURM_STEP = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "S
 @pytest.mark.parametrize("procid, role", [(0, ("chief", 0)), (1, ("ps", 0)), (2, ("worker", 0)), (3, ("worker", 1))])
 def test_ps_roles_under_srun_come_from_the_task_ids(monkeypatch, procid, role):
     """srun -N2 -n4 --ntasks-per-node=2: node1 holds the chief and the ps, node2 the two workers."""
-    from bench.dist import tfdist
+    from bench.distributed import tfdist
     from bench.launch import detect, parse_tf_config
 
     for k, v in {**SLURM_STEP, "SLURM_PROCID": str(procid)}.items():
@@ -97,7 +97,7 @@ def test_ps_roles_under_srun_come_from_the_task_ids(monkeypatch, procid, role):
      "srun -n 3 or more (got 2)"),
 ])
 def test_ps_under_srun_refuses_what_it_cannot_place(monkeypatch, env, message):
-    from bench.dist import tfdist
+    from bench.distributed import tfdist
     from bench.errors import BenchError
     from bench.launch import detect
 

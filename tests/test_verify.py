@@ -121,3 +121,22 @@ def test_skipping_the_allreduce_fails(out):
         assert m["status"] == "FAIL"
         assert m["of_update"] > 0.05  # off by the order of the update, not by rounding
         assert not m["ranks_in_sync"]
+
+
+def test_a_missing_horovod_is_a_skip_by_its_type_not_its_words(monkeypatch, tmp_path):
+    """verify tells SKIP from FAIL by the exception's type (MissingDependency), whatever its message says."""
+    from bench import verify
+    from bench.errors import MissingDependency
+
+    def missing(framework, mode):
+        raise MissingDependency("no such library here")
+
+    def failing(*args):
+        raise BenchError("rank 1 died")
+
+    monkeypatch.setattr(verify.hvdist, "import_hvd", missing)
+    monkeypatch.setattr(verify, "_run_mode", failing)
+    rows = verify.verify_framework(VerifyConfig(framework="torch"), "torch", tmp_path, lambda text: None)
+    status = {row["mode"]: (row["status"], row["reason"]) for row in rows}
+    assert status["torch-horovod"] == ("SKIP", "no such library here")
+    assert status["torch-ddp"] == ("FAIL", "the run failed: rank 1 died")

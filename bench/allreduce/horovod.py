@@ -11,14 +11,14 @@ from typing import Any
 
 from bench import env
 from bench.allreduce.common import Comm
-from bench.dist import hvd as horovod
+from bench.distributed import hvdist
 
 FRAMEWORK = {"horovod-torch": "torch", "horovod-tf": "tensorflow"}
 
 
 def spawn(cfg) -> None:
-    horovod.import_hvd(FRAMEWORK[cfg.backend], f"allreduce --backend {cfg.backend}")
-    horovod.spawn("allreduce", cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+    hvdist.import_hvd(FRAMEWORK[cfg.backend], f"allreduce --backend {cfg.backend}")
+    hvdist.spawn("allreduce", cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
 class HorovodComm(Comm):
@@ -28,14 +28,14 @@ class HorovodComm(Comm):
     on_gpu = False
 
     def setup(self) -> None:
-        self.hvd = horovod.import_hvd(self.framework, f"allreduce --backend {self.cfg.backend}")
-        horovod.init(self.hvd, self.rank, self.world_size)
+        self.hvd = hvdist.import_hvd(self.framework, f"allreduce --backend {self.cfg.backend}")
+        hvdist.init(self.hvd, self.rank, self.world_size)
 
     def allgather(self, obj: Any) -> list[Any]:
         return self.hvd.allgather_object(obj)
 
     def environment(self) -> dict[str, Any]:
-        info = horovod.environment(self.hvd, self.framework, self.on_gpu)
+        info = hvdist.environment(self.hvd, self.framework, self.on_gpu)
         controller = info["distribution"]["controller"]
         return {**env.base(), **info, "library": "horovod", "device": "cuda" if self.on_gpu else "cpu",
                 "transport": f"horovod {'nccl' if self.on_gpu and info['distribution']['nccl'] else controller}"}

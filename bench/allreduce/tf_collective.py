@@ -11,7 +11,7 @@ from typing import Any
 
 from bench import env
 from bench.allreduce.common import Comm
-from bench.dist import tfdist
+from bench.distributed import tfdist
 from bench.launch import LaunchInfo
 from bench.launch import spawn as spawn_processes
 from bench.tfutil import import_tf
@@ -22,7 +22,7 @@ def default_np(cfg) -> int:
 
 
 def pin_device(cfg, launch: LaunchInfo):
-    """(tf, device name): the local rank's GPU, or the CPU (bench.dist.tfdist.pin)."""
+    """(tf, device name): the local rank's GPU, or the CPU (bench.distributed.tfdist.pin)."""
     chosen = tfdist.pin(tfdist.use_gpu(cfg.device), launch)
     return import_tf()[0], "/gpu:0" if chosen else "/cpu:0"
 

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from bench import env
 from bench.allreduce.common import Comm
-from bench.dist import torchdist
+from bench.distributed import torchdist
 from bench.launch import LaunchInfo, spawn_local
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from bench import env
 from bench.config import Device, Precision, RunConfig
-from bench.dist import tfdist
+from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices

@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from bench.config import RunConfig
-from bench.dist import hvd as horovod
+from bench.distributed import hvdist
 from bench.hooks import Hooks
 from bench.launch import LaunchInfo
 from bench.modes.tf_common import TFTrainer, optimizer_variables, resolve, tf
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
-    horovod.import_hvd("tensorflow", cfg.mode)
+    hvdist.import_hvd("tensorflow", cfg.mode)
     return resolve(cfg, launch)
 
 
 def spawn(cfg: RunConfig) -> None:
-    horovod.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+    hvdist.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
@@ -28,8 +28,8 @@ class HorovodTFTrainer(TFTrainer):
     densifies_sparse = True  # DistributedGradientTape(sparse_as_dense=True); else IndexedSlices are allgathered
 
     def setup(self) -> None:
-        hvd = self.hvd = horovod.import_hvd("tensorflow", self.cfg.mode)
-        horovod.init(hvd, self.rank, self.world_size)
+        hvd = self.hvd = hvdist.import_hvd("tensorflow", self.cfg.mode)
+        hvdist.init(hvd, self.rank, self.world_size)
         self.build_model()
         x, y = self.make_data(self.rank)
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
@@ -60,7 +60,7 @@ class HorovodTFTrainer(TFTrainer):
         return self.hvd.allgather_object(obj)
 
     def environment(self) -> dict[str, Any]:
-        return {**super().environment(), **horovod.environment(
+        return {**super().environment(), **hvdist.environment(
             self.hvd, "tensorflow", bool(tf.config.get_visible_devices("GPU")))}
 
     def teardown(self) -> None:

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from bench.config import RunConfig
-from bench.dist import tfdist
+from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.launch import LaunchInfo, free_port, parse_tf_config

@@ -11,7 +11,7 @@ import torch
 
 from bench import env
 from bench.config import Device, Precision, RunConfig
-from bench.dist import torchdist
+from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from bench.config import Device, Precision, RunConfig
-from bench.dist import torchdist
+from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.launch import LaunchInfo, spawn_local

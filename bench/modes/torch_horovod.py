@@ -7,19 +7,19 @@ from typing import Any
 import torch
 
 from bench.config import Precision, RunConfig
-from bench.dist import hvd as horovod
+from bench.distributed import hvdist
 from bench.hooks import Hooks
 from bench.launch import LaunchInfo
 from bench.modes.torch_common import TorchTrainer, resolve
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
-    horovod.import_hvd("torch", cfg.mode)
+    hvdist.import_hvd("torch", cfg.mode)
     return resolve(cfg, launch)
 
 
 def spawn(cfg: RunConfig) -> None:
-    horovod.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+    hvdist.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrainer:
@@ -30,8 +30,8 @@ class HorovodTrainer(TorchTrainer):
     densifies_sparse = True  # DistributedOptimizer(sparse_as_dense=True); else sparse gradients are allgathered
 
     def setup(self) -> None:
-        hvd = self.hvd = horovod.import_hvd("torch", self.cfg.mode)
-        horovod.init(hvd, self.rank, self.world_size)
+        hvd = self.hvd = hvdist.import_hvd("torch", self.cfg.mode)
+        hvdist.init(hvd, self.rank, self.world_size)
         self.model = self.build_model()
         optimizer = self.build_optimizer(self.model.parameters())
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
@@ -68,7 +68,7 @@ class HorovodTrainer(TorchTrainer):
 
     def environment(self) -> dict[str, Any]:
         return {**super().environment(),
-                **horovod.environment(self.hvd, "torch", self.device.type == "cuda")}
+                **hvdist.environment(self.hvd, "torch", self.device.type == "cuda")}
 
     def teardown(self) -> None:
         self.hvd.shutdown()

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from bench import envs
 from bench.config import Device
-from bench.dist import cpu_thread_share
+from bench.distributed import cpu_thread_share
 from bench.errors import BenchError
 from bench.launch import LaunchInfo
 

@@ -3,11 +3,11 @@
 ==================  ==========================================================================
 module              what it owns
 ==================  ==========================================================================
-bench.dist.torchdist torch.distributed: device pinning and the CPU thread share, the TCPStore
+bench.distributed.torchdist torch.distributed: device pinning and the CPU thread share, the TCPStore
                     rendezvous, the process group (NCCL on GPU, Gloo on CPU), allgather, shutdown
-bench.dist.hvd      Horovod, either framework: import, host-name check, ``hvd.init``, spawn with the
+bench.distributed.hvdist      Horovod, either framework: import, host-name check, ``hvd.init``, spawn with the
                     Gloo controller, the environment record
-bench.dist.tfdist   tf.distribute: device pinning and TF's CPU pool, TF_CONFIG for spawned workers,
+bench.distributed.tfdist   tf.distribute: device pinning and TF's CPU pool, TF_CONFIG for spawned workers,
                     the cluster resolver (TF_CONFIG or Slurm), the bounded MultiWorkerMirroredStrategy
                     rendezvous, allgather through the strategy
 ==================  ==========================================================================
@@ -18,7 +18,7 @@ collective on the same calls, so a rendezvous or pinning fix lands in both. Noth
 CPU thread share: N ranks on one node each using every core oversubscribe it and measure contention,
 not training. The spawner gives each rank ``cores // ranks`` threads (OMP_NUM_THREADS, marked with
 HVDBENCH_THREAD_SHARE), as torchrun does; PyTorch ranks use that share. TensorFlow ranks keep TF's own
-pool unless the user set OMP_NUM_THREADS (see bench.dist.tfdist.set_cpu_threads for why).
+pool unless the user set OMP_NUM_THREADS (see bench.distributed.tfdist.set_cpu_threads for why).
 """
 
 from __future__ import annotations

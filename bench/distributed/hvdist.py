@@ -9,7 +9,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from bench import env
-from bench.errors import BenchError
+from bench.errors import BenchError, MissingDependency
 from bench.launch import LaunchInfo, detect, spawn_horovod_gloo
 
 NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
@@ -20,7 +20,7 @@ def import_hvd(framework: str, mode: str):
     try:
         return importlib.import_module(f"horovod.{framework}")
     except ImportError as exc:
-        raise BenchError(f"{mode} needs Horovod built with {NAMES[framework]} support ({exc}); "
+        raise MissingDependency(f"{mode} needs Horovod built with {NAMES[framework]} support ({exc}); "
                          "run 'make venv' or use the hvdbench image") from None
 
 

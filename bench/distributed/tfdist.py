@@ -57,7 +57,7 @@ def set_cpu_threads(tf) -> None:
     Measured here (2 cores, VGG-16 224x224, tf-horovod at 2 ranks): with one thread per rank bench ran
     behind that script at batch 4 (0.756 vs 0.794 img/s per rank); with the default pool at 0.779 vs 0.770;
     at batch 2 the two pools measured alike within this machine's noise. PyTorch's OpenMP threads spin
-    instead, and one share per rank is far faster there (bench.dist.torchdist.pin; docs/measuring.md,
+    instead, and one share per rank is far faster there (bench.distributed.torchdist.pin; docs/measuring.md,
     "Against Horovod's own scripts").
     """
     value = os.environ.get("OMP_NUM_THREADS")
