@@ -490,7 +490,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except BenchError as exc:
         print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print(f"{_rank_prefix()}error: stopped by SIGINT", file=sys.stderr)
         sys.exit(130)

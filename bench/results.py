@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import SCHEMA_VERSION, __version__, files, schema, telemetry, traffic
 from bench.config import RunConfig
-from bench.errors import BenchError
+from bench.errors import BenchError, ResultNotWhole
 from bench.launch import LaunchInfo
 from bench.metrics import METRICS, sample_symbol
 from bench.stats import summarize, throughput_summary
@@ -186,7 +186,7 @@ def telemetry_samples(gathered: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for r in gathered["ranks"] if r.get("telemetry") for s in r["telemetry"]["samples"]]
 
 
-class CsvNotUpdated(BenchError):
+class CsvNotUpdated(ResultNotWhole):
     """The run's record was written but its results.csv row was not: the CSV is exactly as it was."""
 
 
@@ -226,7 +226,7 @@ def write_json_new(final: Path, data: Any) -> Path:
             where = "printed above on standard error: no fallback folder could take it either"
         else:
             where = f"saved to {saved} instead"
-        raise BenchError(f"could not write {final} ({files.disk_reason(exc)}); the result is {where}") from None
+        raise ResultNotWhole(f"could not write {final} ({files.disk_reason(exc)}); the result is {where}") from None
     return final
 
 
