@@ -192,11 +192,16 @@ def _sweep_exit(summary: dict[str, int], output: str) -> None:
         raise BenchError(f"{bad} cell(s) failed or timed out; their logs are in {output}/logs")
 
 
+STRICT_HELP = ("Refuse any JSON file in the folders that is not a readable result (by default each is skipped "
+               "with one warning line and listed in the report).")
+
+
 @app.command("report")
 def report_command(
     paths: Annotated[list[str], typer.Argument(help="Sweep folders or result files.")],
     out: Annotated[str | None, typer.Option(help="Where report.md, report.csv and the plots go "
                                             "(default: the first folder).")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Write report.md, report.csv and plots from results (never re-runs anything)."""
     from pathlib import Path
@@ -205,7 +210,7 @@ def report_command(
 
     first = Path(paths[0])
     target = Path(out) if out else (first if first.is_dir() else first.parent)
-    typer.echo(f"report: {write_report([Path(p) for p in paths], target)}")
+    typer.echo(f"report: {write_report([Path(p) for p in paths], target, strict)}")
 
 
 @app.command("compare")
@@ -215,6 +220,7 @@ def compare_command(
     metric: Annotated[str, typer.Option(help="Metric that --max-regression checks.")] = "samples_per_sec_total",
     max_regression: Annotated[float | None, typer.Option(help="Exit 1 when METRIC regressed by more than this "
                                                          "many percent in any cell.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Compare two results or sweeps metric by metric: relative change and significance (CI overlap)."""
     from pathlib import Path
@@ -226,7 +232,7 @@ def compare_command(
     from bench.metrics import find
 
     metric = find(metric).key
-    rows = compare(Path(a), Path(b))
+    rows = compare(Path(a), Path(b), strict)
     table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{a} -> {b}")
     for r in rows:
         sig = {True: "yes", False: "no", None: "n/a"}[r["significant"]]
@@ -484,7 +490,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except BenchError as exc:
         print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print(f"{_rank_prefix()}error: stopped by SIGINT", file=sys.stderr)
         sys.exit(130)

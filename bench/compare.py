@@ -20,9 +20,10 @@ COMPARED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec
             "model_tflops_per_gpu", "init_s", "first_step_s", "energy_per_sample_j")
 
 
-def compare(a: Path, b: Path) -> list[dict[str, Any]]:
-    chosen_a, _ = table_cells(load_results([a]))
-    chosen_b, _ = table_cells(load_results([b]))
+def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:
+    """Cell by cell, metric by metric; files that are not results are skipped with a warning unless ``strict``."""
+    chosen_a, _ = table_cells(load_results([a], None if strict else []))
+    chosen_b, _ = table_cells(load_results([b], None if strict else []))
     rows = []
     for key in sorted(set(chosen_a) & set(chosen_b), key=lambda k: (k.setting, k.label)):
         for n in sorted(set(chosen_a[key]) & set(chosen_b[key])):

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench import watchdog
-from bench.errors import STOP_SIGNALS, BenchError, Stopped, restore_handlers, stop_on_signals
+from bench.errors import STOP_SIGNALS, BenchError, ResultNotWhole, Stopped, restore_handlers, stop_on_signals
 
 CHILD_CONFIG_ENV = "HVDBENCH_CONFIG"
 LAUNCH_TIME_ENV = "HVDBENCH_LAUNCH_TIME"
@@ -352,6 +352,9 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
         raise BenchError(f"{watchdog.diagnose(reports, len(procs) - len(servers))}; stopped every rank, "
                          "no result written")
     stop_processes(procs, grace_s)
+    if code == ResultNotWhole.exit_code:  # it measured; its own line says what it wrote where
+        raise BenchError(f"rank {rank} could not write the whole result (its error above says what was written "
+                         "where); stopped the other ranks")
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     raise BenchError(f"rank {rank} {how} first; stopped the other ranks, no result written")
 

@@ -18,13 +18,15 @@ most recent ``created_utc`` is used and the others are listed as repeats.
 from __future__ import annotations
 
 import csv
+import io
 import json
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import schema
+from bench import files, schema
 from bench.errors import BenchError
 from bench.metrics import METRICS, sample_symbol
 from bench.models import describe_inputs
@@ -67,8 +69,13 @@ def key_of(result: dict[str, Any]) -> Key:
 OTHER_KINDS = ("verify", "allreduce")
 
 
-def load_results(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every result under the given files or folders; one clear error for anything that is not one."""
+def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
+    """Every result under the given files or folders.
+
+    A file that is not one (unreadable, truncated or foreign JSON, another schema version, not valid against
+    the schema) is one clear error; or, when ``skipped`` is a list, it is appended there as (path, reason),
+    warned about in one line on standard error, and the others are read on (bench report and compare
+    without --strict: one bad file in a shared folder must not stop a report)."""
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
@@ -83,17 +90,15 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     results = []
     for f in files:
         try:
-            data = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BenchError(f"{f} is not readable JSON ({exc})") from None
-        if isinstance(data, dict) and data.get("kind") in OTHER_KINDS:
-            continue  # bench verify / bench allreduce records sharing the folder: not training runs
-        if not isinstance(data, dict) or "schema_version" not in data or "run_id" not in data:
-            raise BenchError(f"{f} is not an hvdbench result")
-        data = schema.upgrade(data)
-        schema.validate(data, str(f))
-        data["_path"] = str(f)
-        results.append(data)
+            data = _read_result(f)
+        except BenchError as exc:
+            if skipped is None:
+                raise
+            skipped.append((f, str(exc)))
+            print(f"warning: skipped {exc}", file=sys.stderr)
+            continue
+        if data is not None:
+            results.append(data)
     if not results:
         raise BenchError(f"no hvdbench training results in {', '.join(map(str, paths))}")
     versions = sorted({r["schema_version"] for r in results})
@@ -104,6 +109,23 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     if not ok:
         raise BenchError("no result with status 'ok'")
     return ok
+
+
+def _read_result(f: Path) -> dict[str, Any] | None:
+    """One training result (None for a verify or allreduce record sharing the folder), or a BenchError that
+    names the file."""
+    try:
+        data = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BenchError(f"{f} is not readable JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("kind") in OTHER_KINDS:
+        return None  # bench verify / bench allreduce records sharing the folder: not training runs
+    if not isinstance(data, dict) or "schema_version" not in data or "run_id" not in data:
+        raise BenchError(f"{f} is not an hvdbench result")
+    data = schema.upgrade(data)
+    schema.validate(data, str(f))
+    data["_path"] = str(f)
+    return data
 
 
 def table_cells(results: list[dict[str, Any]]) -> tuple[dict[Key, dict[int, dict]], dict]:
@@ -269,8 +291,9 @@ def environment_text(results: list[dict]) -> list[str]:
     return lines
 
 
-def write_report(paths: list[Path], out: Path) -> Path:
-    results = load_results(paths)
+def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
+    skipped: list[tuple[Path, str]] | None = None if strict else []
+    results = load_results(paths, skipped)
     out.mkdir(parents=True, exist_ok=True)
     chosen, repeats = table_cells(results)
     rows = scaling_rows(chosen)
@@ -335,12 +358,17 @@ def write_report(paths: list[Path], out: Path) -> Path:
     if n_repeats:
         md += ["", f"{n_repeats} older repeat(s) of a cell were not used (the newest result per cell is)."]
     md += ["", "## Environment", ""] + environment_text(results) + [""]
+    if skipped:
+        md += ["## Files not read", "", f"{len(skipped)} file(s) in the folder(s) are not results this report "
+               "could read (bench report --strict refuses them instead):", ""]
+        md += [f"- {reason}" for _, reason in skipped] + [""]
     path = out / "report.md"
-    path.write_text("\n".join(md))
-    with open(out / "report.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "ci95"] + ["ci95_low", "ci95_high"])
-        writer.writeheader()
-        for r in rows:
-            ci = r["ci95"] or [None, None]
-            writer.writerow({**{k: v for k, v in r.items() if k != "ci95"}, "ci95_low": ci[0], "ci95_high": ci[1]})
+    files.replace(path, "\n".join(md))
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=[k for k in rows[0] if k != "ci95"] + ["ci95_low", "ci95_high"])
+    writer.writeheader()
+    for r in rows:
+        ci = r["ci95"] or [None, None]
+        writer.writerow({**{k: v for k, v in r.items() if k != "ci95"}, "ci95_low": ci[0], "ci95_high": ci[1]})
+    files.replace(out / "report.csv", table.getvalue())
     return path

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import io
 import json
 import os
 import secrets
+import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__, schema, telemetry, traffic
+from bench import SCHEMA_VERSION, __version__, files, schema, telemetry, traffic
 from bench.config import RunConfig
-from bench.errors import BenchError
+from bench.errors import BenchError, ResultNotWhole
 from bench.launch import LaunchInfo
 from bench.metrics import METRICS, sample_symbol
 from bench.stats import summarize, throughput_summary
@@ -42,10 +44,10 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{secrets.token_hex(4)}"
-        publish(probe, "probe\n")  # the writer's own way: temporary file, then link or exclusive create
+        files.write_new(probe, "probe\n")  # the writer's own way: temporary file, then link or exclusive create
         probe.unlink()
     except OSError as exc:
-        raise BenchError(f"output directory '{out}' is not writable: {exc.strerror or exc}") from None
+        raise BenchError(f"output directory '{out}' is not writable: {files.disk_reason(exc)}") from None
     csv_path = out / CSV_NAME
     if csv_path.exists() and csv_path.stat().st_size > 0:
         with open(csv_path, newline="") as f:
@@ -184,71 +186,48 @@ def telemetry_samples(gathered: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for r in gathered["ranks"] if r.get("telemetry") for s in r["telemetry"]["samples"]]
 
 
+class CsvNotUpdated(ResultNotWhole):
+    """The run's record was written but its results.csv row was not: the CSV is exactly as it was."""
+
+
 def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, Any]] | None = None) -> Path:
-    """Atomically write ``<run_id>.json`` (refusing to overwrite), the telemetry time series beside it
-    (``<run_id>-telemetry.csv``) when there is one, and append the results.csv row."""
+    """Write the run as a unit: ``<run_id>.json`` (whole, never overwriting; the record), the telemetry time
+    series beside it (``<run_id>-telemetry.csv``) when there is one, and the results.csv row. The JSON lands
+    first; if the row cannot be added, the CSV is left exactly as it was and the error says what was written."""
     validate_result(result)
     if samples:
         _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
     final = write_json_new(out_dir / f"{result['run_id']}.json", result)
-    append_csv(out_dir / CSV_NAME, csv_row(result))
+    csv_path = out_dir / CSV_NAME
+    try:
+        append_csv(csv_path, csv_row(result))
+    except OSError as exc:
+        raise CsvNotUpdated(f"the result is written to {final}, but its row could not be added to {csv_path} "
+                            f"({files.disk_reason(exc)}); {csv_path.name} is as it was") from None
     return final
 
 
 def write_json_new(final: Path, data: Any) -> Path:
     """Write ``data`` as JSON to ``final`` atomically; refuse if the file exists (never overwritten).
 
-    If the folder cannot take the file after all (full, gone, permissions changed mid-run), the record is
-    saved under :func:`fallback_dir` and the error names that path: a finished measurement is never lost.
+    If the folder cannot take the file after all (full, read-only, over quota, gone, permissions changed
+    mid-run), the record is saved under :func:`fallback_dir` and the error names that path; if no fallback
+    folder takes it either, the JSON goes to standard error: a finished measurement is never lost.
     """
     text = json.dumps(data, indent=2, sort_keys=False) + "\n"
     try:
-        publish(final, text)
+        files.write_new(final, text)
     except FileExistsError:
         raise BenchError(f"result {final} already exists; not overwritten") from None
     except OSError as exc:
         saved = save_fallback(final.name, text)
-        where = f"saved to {saved} instead" if saved else "and no fallback folder could take it either"
-        raise BenchError(f"could not write {final} ({exc.strerror or exc}); the result is {where}") from None
+        if saved is None:
+            sys.stderr.write(text)
+            where = "printed above on standard error: no fallback folder could take it either"
+        else:
+            where = f"saved to {saved} instead"
+        raise ResultNotWhole(f"could not write {final} ({files.disk_reason(exc)}); the result is {where}") from None
     return final
-
-
-def publish(final: Path, text: str) -> None:
-    """Make ``final`` appear whole, or not at all, and only if it did not exist.
-
-    The content goes to a temporary file in the same folder first (fsynced). It is then hard-linked to the
-    final name, which fails if that exists. Filesystems without hard links (some network and FUSE ones,
-    vfat) take the fallback: create the final name exclusively (O_EXCL, so never overwriting), then rename
-    the temporary file over that empty placeholder; if renaming is refused too, write into the placeholder.
-    """
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=final.suffix)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, final)
-            return
-        except FileExistsError:
-            raise
-        except OSError:
-            pass  # no hard links here
-        placeholder = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            with os.fdopen(placeholder, "w", newline="", closefd=False) as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        finally:
-            os.close(placeholder)
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
 
 
 def fallback_dir() -> list[Path]:
@@ -265,7 +244,7 @@ def save_fallback(name: str, text: str) -> Path | None:
             path = folder / name
             if path.exists():
                 path = folder / f"{path.stem}-{secrets.token_hex(3)}{path.suffix}"
-            publish(path, text)
+            files.write_new(path, text)
             return path
         except OSError:
             continue
@@ -273,14 +252,12 @@ def save_fallback(name: str, text: str) -> Path | None:
 
 
 def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
-    import io
-
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     try:
-        publish(path, buf.getvalue())
+        files.write_new(path, buf.getvalue())
     except FileExistsError:
         raise BenchError(f"{path} already exists; not overwritten") from None
 
@@ -303,12 +280,20 @@ def csv_row(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def append_csv(path: Path, row: dict[str, Any]) -> None:
-    with open(path, "a", newline="") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        if f.tell() == 0:
+    """Add ``row`` to the CSV at ``path`` (made with its header if new) as a whole-file replacement under a
+    lock: a full disk or a crash leaves the previous file exactly as it was, never a torn or emptied one."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    folder = os.open(path.parent, os.O_RDONLY)  # the lock: the folder (the file itself is replaced)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        old = path.read_text() if path.exists() else ""
+        if not old:
             writer.writeheader()
         writer.writerow(row)
+        files.replace(path, old + buf.getvalue())
+    finally:
+        os.close(folder)
 
 
 def render_table(result: dict[str, Any]):

@@ -20,13 +20,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION
+from bench import SCHEMA_VERSION, files
 from bench.config import RunConfig
 from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
 from bench.launch import inside_allocation, srun_command
@@ -116,10 +115,7 @@ def write_cell_config(cell: Cell, common: dict[str, Any], folder: Path) -> Path:
     """The cell's run configuration as JSON, in ``folder/configs`` (rewritten for each attempt)."""
     path = folder / CONFIGS_DIR / f"{cell.id}.json"
     path.parent.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cell-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        f.write(cell.config(common, folder).to_json() + "\n")
-    os.replace(tmp, path)
+    files.replace(path, cell.config(common, folder).to_json() + "\n")
     return path
 
 
@@ -147,10 +143,7 @@ class Manifest:
         return self.data["cells"].setdefault(cell.id, {"cell": asdict(cell), "status": "pending"})
 
     def save(self) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.data, f, indent=2)
-        os.replace(tmp, self.path)
+        files.replace(self.path, json.dumps(self.data, indent=2))
 
 
 def last_error(log: Path) -> str:
