@@ -451,6 +451,19 @@ def env_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
               file=sys.stderr)
 
 
+# The frameworks' out-of-memory errors, by type name (no framework import here): torch.cuda.OutOfMemoryError,
+# TensorFlow's ResourceExhaustedError (an allocation of the GPU's or the host's memory failed).
+OOM_ERRORS = {"OutOfMemoryError": "out of GPU memory", "ResourceExhaustedError": "out of memory"}
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """One line for a framework's out-of-memory error: what ran out, the framework's own words, what to try."""
+    what = next((OOM_ERRORS[t.__name__] for t in type(exc).__mro__ if t.__name__ in OOM_ERRORS), None)
+    if what is None:
+        return None
+    return f"{what} ({summary_line(exc)[:200]}): try a smaller --batch-size, or --precision amp-bf16"
+
+
 def _rank_prefix() -> str:
     try:
         from bench.launch import detect
@@ -499,8 +512,8 @@ def main() -> None:
             raise
         from bench.deps import missing_message
 
-        message = missing_message(exc) if isinstance(exc, ModuleNotFoundError) else None
-        if message:  # an optional dependency: say which extra brings it
+        message = missing_message(exc) if isinstance(exc, ModuleNotFoundError) else out_of_memory(exc)
+        if message:  # an optional dependency (which extra brings it), or memory the batch does not fit in
             print(f"{_rank_prefix()}error: {message}", file=sys.stderr)
             sys.exit(1)
         print(f"{_rank_prefix()}internal error: {type(exc).__name__}: {summary_line(exc)}"

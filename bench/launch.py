@@ -266,9 +266,10 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
     with tempfile.TemporaryDirectory(prefix="hvdbench-stall-") as stall_dir:
         base[watchdog.STALL_DIR_ENV] = stall_dir
         try:
+            oom_before = oom_kills()  # a rank killed by SIGKILL later: was it the out-of-memory killer?
             for env in rank_envs:
                 procs.append(subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True))
-            return wait_all(procs, grace_s, servers, Path(stall_dir))
+            return wait_all(procs, grace_s, servers, Path(stall_dir), oom_before)
         except Stopped as exc:
             stop_processes(procs, grace_s)
             raise Stopped(exc.signum, f"all {len(procs)} process(es) stopped, no result written") from None
@@ -327,8 +328,36 @@ def spawn_horovod_gloo(mode: str, np: int, config_json: str, timeout_s: float) -
         server.stop()
 
 
+def oom_kills() -> int | None:
+    """The kernel's count of processes its out-of-memory killer has ended (/proc/vmstat oom_kill: machine-wide,
+    the memory limits of cgroups and containers included), or None where the kernel does not say."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def killed_how(signum: int, oom_before: int | None) -> str:
+    """'was killed by signal N', with the likely cause when it was SIGKILL: the out-of-memory killer."""
+    try:
+        text = f"was killed by signal {signum} ({signal.Signals(signum).name})"
+    except ValueError:
+        text = f"was killed by signal {signum}"
+    if signum != signal.SIGKILL:
+        return text
+    after = oom_kills()
+    if oom_before is not None and after is not None and after > oom_before:
+        return (f"{text}: the kernel's out-of-memory killer ended it (the memory limit of its container or "
+                "cgroup, or of the machine); try a smaller --batch-size")
+    return f"{text}; if nobody killed it, likely out of memory: try a smaller --batch-size"
+
+
 def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: frozenset[int] = frozenset(),
-             stall_dir: Path | None = None) -> int:
+             stall_dir: Path | None = None, oom_before: int | None = None) -> int:
     """Wait for every process; on the first failure stop the rest and name the culprit.
 
     Among ranks found failed in the same poll, one killed by a signal is named first: a rank that
@@ -355,7 +384,7 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
     if code == ResultNotWhole.exit_code:  # it measured; its own line says what it wrote where
         raise BenchError(f"rank {rank} could not write the whole result (its error above says what was written "
                          "where); stopped the other ranks")
-    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    how = killed_how(-code, oom_before) if code < 0 else f"exited with code {code}"
     raise BenchError(f"rank {rank} {how} first; stopped the other ranks, no result written")
 
 

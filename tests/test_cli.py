@@ -164,3 +164,28 @@ def test_settings_record_what_decides_throughput():
            "HOROVOD_RANK": "1", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOME": "/root", "RANK": "1"}
     assert settings(env) == {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "HOROVOD_FUSION_THRESHOLD", "NCCL_IB_DISABLE",
                                                   "OMPI_MCA_btl", "OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "UCX_TLS")}
+
+
+def test_a_framework_out_of_memory_error_is_one_line_with_what_to_try(cli, monkeypatch):
+    """CUDA out of memory on a rank (torch.cuda.OutOfMemoryError, faked: no GPU here), or TensorFlow's
+    ResourceExhaustedError: one line that says what ran out and what to try, not an internal error."""
+    import bench.run
+
+    class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name and base
+        pass
+
+    class ResourceExhaustedError(Exception):  # tf.errors.ResourceExhaustedError's name
+        pass
+
+    for error, words in ((OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                                           "capacity of 79.19 GiB"), "out of GPU memory (CUDA out of memory."),
+                         (ResourceExhaustedError("OOM when allocating tensor with shape[64,64,112,112]"),
+                          "out of memory (OOM when allocating tensor")):
+        def raise_it(cfg, error=error):
+            raise error
+
+        monkeypatch.setattr(bench.run, "run", raise_it)
+        r = cli("torch-ddp", "--output", "/nonexistent/never-written")
+        line = one_line_error(r, code=1)
+        assert line.startswith(f"error: {words}") and "try a smaller --batch-size" in line, line
+        assert "internal error" not in line

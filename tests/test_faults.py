@@ -1,7 +1,8 @@
-"""Faults: a rank killed mid-run, a rendezvous nobody else joins."""
+"""Faults: a rank killed mid-run or for memory, a rendezvous nobody else joins."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,3 +100,61 @@ def test_unresolvable_master_addr_fails_before_any_wait(out):
     assert r.returncode == 1 and time.monotonic() - start < 20
     assert ("rank 0: error: rendezvous address from the environment does not resolve: MASTER_ADDR "
             "'no-such-host.invalid'") in r.stderr
+
+
+# -- out of memory -------------------------------------------------------------------------------------------
+def memory_cgroup(limit_bytes: int) -> Path | None:
+    """A memory cgroup limited to ``limit_bytes`` (v1 hierarchy, as this kernel mounts it; v2 where unified),
+    or None where none can be made (not root, no writable cgroup file system)."""
+    name = f"hvdbench-oom-{os.getpid()}"
+    for root, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+                             (Path("/sys/fs/cgroup"), "memory.max")):
+        group = root / name
+        try:
+            group.mkdir()
+            (group / limit_file).write_text(str(limit_bytes))
+            return group
+        except OSError:
+            if group.exists():
+                group.rmdir()
+    return None
+
+
+def test_a_rank_killed_for_memory_is_named_with_the_cause(tmp_path):
+    """Two ranks in a 1.5 GiB cgroup, each asked for a ResNet-50 batch of 64 at 224x224 (several GiB of
+    activations): the kernel's out-of-memory killer ends one; the spawner names it, the signal and the cause,
+    stops the other, and writes nothing."""
+    group = memory_cgroup(3 * 2**29)
+    if group is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a writable cgroup file system)")
+    out = tmp_path / "out"
+    script = f'echo $$ > {group}/cgroup.procs && exec "$@"'
+    try:
+        r = subprocess.run(["sh", "-c", script, "sh", sys.executable, "-m", "bench", "torch-ddp", "--model",
+                            "resnet50", "--image-size", "224", "--batch-size", "64", "--warmup-steps", "0",
+                            "--steps-per-window", "1", "--windows", "1", "--np", "2", "--output", str(out)],
+                           capture_output=True, text=True, timeout=300, env=bench_env())
+        left = (group / "cgroup.procs").read_text().split()
+    finally:
+        for _ in range(50):  # the stopped rank may take a moment to leave the group
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+    assert r.returncode == 1, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert re.search(r"^error: rank \d was killed by signal 9 \(SIGKILL\): the kernel's out-of-memory killer ended it",
+                     line) and "try a smaller --batch-size" in line, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and left == []  # nothing left running in the group
+    assert not out.exists() or not list(out.glob("*.json"))
+
+
+def test_the_cause_of_a_sigkill_is_said_only_when_the_kernel_counted_it(monkeypatch):
+    from bench import launch
+
+    monkeypatch.setattr(launch, "oom_kills", lambda: 5)
+    assert "out-of-memory killer ended it" in launch.killed_how(9, 4)
+    assert "if nobody killed it, likely out of memory" in launch.killed_how(9, 5)
+    assert "if nobody killed it" in launch.killed_how(9, None)
+    assert launch.killed_how(15, 4) == "was killed by signal 15 (SIGTERM)"
