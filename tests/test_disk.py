@@ -1,6 +1,7 @@
-"""Real disks that refuse: a tmpfs that fills between the record and the CSV, one too full for the record,
-and an output folder remounted read-only mid-run. Each in a private mount namespace (root), each ending in
-one line that says what was written where, with no traceback and no partial file.
+"""Real disks that refuse, and a folder a team shares: a tmpfs that fills between the record and the CSV, one
+too full for the record, and an output folder remounted read-only mid-run, each in a private mount namespace
+(root), each ending in one line that says what was written where, with no traceback and no partial file; and
+a folder written under umask 002 that another uid reads.
 
 Sizes: tmpfs counts whole 4 KiB pages per file. A first run in a roomy tmpfs measures the record's size J;
 the filler then leaves P = ceil((J + 2048) / 4096) pages free: enough for the record (and the output
@@ -11,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import bench_env
@@ -100,3 +102,29 @@ def test_an_output_folder_remounted_read_only_mid_run(tmp_path):
     line = error_line(log)
     assert "Read-only file system" in line and f"saved to {spare}/" in line, line
     assert "Traceback" not in log and r.stdout.split("exit 1")[1].split() == [".", ".."]
+
+
+@pytest.mark.skipif(shutil.which("runuser") is None, reason="needs runuser")
+def test_a_teammate_reads_a_shared_results_folder(tmp_path):
+    """A real run under umask 002, as on a group's project directory: the result, results.csv and the report
+    are 0664, and another uid (nobody) reads every one of them."""
+    import stat
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="hvdbench-shared-", dir="/tmp"))  # pytest's tree is root's alone
+    shared.chmod(0o755)
+    try:
+        r = subprocess.run(["sh", "-c", 'umask 002 && exec "$@"', "sh", *RUN, "--output", str(shared / "out")],
+                           capture_output=True, text=True, timeout=300, env=bench_env())
+        assert r.returncode == 0, r.stderr[-2000:]
+        r = subprocess.run(["sh", "-c", 'umask 002 && exec "$@"', "sh", sys.executable, "-m", "bench", "report",
+                            str(shared / "out")], capture_output=True, text=True, timeout=300, env=bench_env())
+        assert r.returncode == 0, r.stderr[-2000:]
+        kept = [p for p in (shared / "out").iterdir()]
+        assert {p.suffix for p in kept} >= {".json", ".csv", ".md", ".png"}, kept
+        for path in kept:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o664, (path, oct(path.stat().st_mode))
+            read = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(path)], capture_output=True)
+            assert read.returncode == 0 and read.stdout == path.read_bytes(), (path, read.stderr)
+    finally:
+        shutil.rmtree(shared)
