@@ -3,6 +3,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,38 @@ def sbatch_wait(args: list[str], timeout: float = 600, **kw) -> subprocess.Compl
     """``sbatch --wait ARGS`` that returns as soon as the job has ended (see SBATCH_WAIT)."""
     return subprocess.run(["bash", "-c", SBATCH_WAIT, "sbatch-wait", *args], capture_output=True, text=True,
                           timeout=timeout, **kw)
+
+
+# The batch scripts of singularity/slurm, one job per mode (TF_SMALL for the TensorFlow modes): what the Slurm
+# and Apptainer tiers submit together and then assert on.
+SCRIPTED = [
+    ("ddp.sbatch", {}, "torch-ddp"),
+    ("horovod.sbatch", {}, "tf-horovod"),
+    ("horovod.sbatch", {"MODE": "torch-horovod"}, "torch-horovod"),
+    ("tf-native.sbatch", {}, "tf-native"),
+]
+TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
+
+
+def sbatch_scripted(env: dict[str, str], tmp_path_factory, **extra: str) -> dict[str, tuple]:
+    """Every SCRIPTED job on one node (2 tasks), submitted together, waited for together:
+    {mode: (exit code, stderr and the job's log, results folder, seconds from submission to end)}."""
+    scripts = Path(__file__).resolve().parents[1] / "singularity" / "slurm"
+    jobs = {}
+    for script, mode_env, mode in SCRIPTED:
+        folder = tmp_path_factory.mktemp(mode)
+        job_env = dict(env, HVDBENCH_RESULTS=str(folder / "results"),
+                       BENCH_ARGS=" ".join(TF_SMALL if mode.startswith("tf") else SMALL), **extra, **mode_env)
+        proc = subprocess.Popen(["bash", "-c", SBATCH_WAIT, "sbatch-wait", "--nodes=1", "--ntasks-per-node=2",
+                                 "--cpus-per-task=1", str(scripts / script)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=job_env, cwd=folder)
+        jobs[mode] = (proc, folder, time.monotonic())
+    done = {}
+    for mode, (proc, folder, start) in jobs.items():
+        _, stderr = proc.communicate(timeout=1200)
+        logs = "\n".join(p.read_text() for p in folder.glob("hvdbench-*.out"))
+        done[mode] = (proc.returncode, stderr + logs, folder / "results", time.monotonic() - start)
+    return done
 
 
 def built_image(image: str, make_target: str):

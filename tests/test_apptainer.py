@@ -14,12 +14,20 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import endings
 import pytest
-from conftest import SBATCH_WAIT, SMALL, assert_valid_run, bench_env, only_result, sbatch_wait_line
+from conftest import (
+    SCRIPTED,
+    SMALL,
+    TF_SMALL,
+    assert_valid_run,
+    bench_env,
+    only_result,
+    sbatch_scripted,
+    sbatch_wait_line,
+)
 
 from bench.modes import MODES
 
@@ -28,7 +36,6 @@ pytestmark = [pytest.mark.apptainer, pytest.mark.multiproc, pytest.mark.timeout(
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "singularity" / "slurm"
-TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
 # Built SIFs are kept here between runs (world-readable, for the non-root test); each is rebuilt when its
 # inputs change (the Docker image's ID, or the definition file and what it copies in).
 SIF_DIR = Path(os.environ.get("HVDBENCH_SIF_DIR", "/var/cache/hvdbench/sif"))
@@ -160,32 +167,9 @@ def test_exec_self_spawned_ranks_inside_one_container(env, sif, out):
 # Every mode through its batch script with HVDBENCH_RUNTIME=apptainer: each task an `apptainer exec` of the SIF
 # that srun started (with --mpi=pmix for the Horovod modes: the host's PMIx and the SIF's Open MPI join the
 # ranks). One run per mode serves both the script and srun's side; the jobs are submitted together.
-SCRIPTED = [
-    ("ddp.sbatch", {}, "torch-ddp"),
-    ("horovod.sbatch", {}, "tf-horovod"),
-    ("horovod.sbatch", {"MODE": "torch-horovod"}, "torch-horovod"),
-    ("tf-native.sbatch", {}, "tf-native"),
-]
-
-
 @pytest.fixture(scope="module")
 def sbatch_jobs(env, sif, tmp_path_factory):
-    jobs = {}
-    for script, extra, mode in SCRIPTED:
-        folder = tmp_path_factory.mktemp(mode)
-        args = TF_SMALL if mode.startswith("tf") else SMALL
-        e = dict(env, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(sif), HVDBENCH_RESULTS=str(folder / "results"),
-                 BENCH_ARGS=" ".join(args), **extra)
-        proc = subprocess.Popen(["bash", "-c", SBATCH_WAIT, "sbatch-wait", "--nodes=1", "--ntasks-per-node=2",
-                                 "--cpus-per-task=1", str(SCRIPTS / script)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=e, cwd=folder)
-        jobs[mode] = (proc, folder, time.monotonic())
-    done = {}
-    for mode, (proc, folder, start) in jobs.items():
-        _, stderr = proc.communicate(timeout=1200)
-        logs = "\n".join(p.read_text() for p in folder.glob("hvdbench-*.out"))
-        done[mode] = (proc.returncode, stderr + logs, folder / "results", time.monotonic() - start)
-    return done
+    return sbatch_scripted(env, tmp_path_factory, HVDBENCH_RUNTIME="apptainer", HVDBENCH_SIF=str(sif))
 
 
 @pytest.mark.parametrize("script, extra, mode", SCRIPTED)

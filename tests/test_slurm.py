@@ -7,11 +7,10 @@ without --enable-multiple-slurmd).
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import SBATCH_WAIT, SMALL, assert_valid_run, bench_env, only_result, sbatch_wait
+from conftest import SCRIPTED, SMALL, assert_valid_run, bench_env, only_result, sbatch_scripted, sbatch_wait
 
 from bench.modes import MODES
 
@@ -19,7 +18,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.multiproc]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "singularity" / "slurm"
-TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
 
 
 @pytest.fixture(scope="module")
@@ -44,32 +42,9 @@ def test_srun_allocation_mismatch_is_clear(slurm_env, out):
 # Every mode through its batch script, whose srun (with --mpi=pmix for the Horovod modes) starts the ranks: one
 # run per mode serves both the script and srun's side (the ranks' Slurm environment, PMIx). The four jobs are
 # submitted together and waited for together (slurm.conf declares enough CPUs for all of them).
-SCRIPTED = [
-    ("ddp.sbatch", {}, "torch-ddp"),
-    ("horovod.sbatch", {}, "tf-horovod"),
-    ("horovod.sbatch", {"MODE": "torch-horovod"}, "torch-horovod"),
-    ("tf-native.sbatch", {}, "tf-native"),
-]
-
-
 @pytest.fixture(scope="module")
 def sbatch_jobs(slurm_env, tmp_path_factory):
-    jobs = {}
-    for script, extra_env, mode in SCRIPTED:
-        folder = tmp_path_factory.mktemp(mode)
-        args = TF_SMALL if mode.startswith("tf") else SMALL
-        env = dict(slurm_env, HVDBENCH_RUNTIME="none", HVDBENCH_RESULTS=str(folder / "results"),
-                   BENCH_ARGS=" ".join(args), **extra_env)
-        proc = subprocess.Popen(["bash", "-c", SBATCH_WAIT, "sbatch-wait", "--nodes=1", "--ntasks-per-node=2",
-                                 "--cpus-per-task=1", str(SCRIPTS / script)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=folder)
-        jobs[mode] = (proc, folder, time.monotonic())
-    done = {}
-    for mode, (proc, folder, start) in jobs.items():
-        stdout, stderr = proc.communicate(timeout=900)
-        logs = "\n".join(p.read_text() for p in folder.glob("hvdbench-*.out"))
-        done[mode] = (proc.returncode, stderr + logs, folder / "results", time.monotonic() - start)
-    return done
+    return sbatch_scripted(slurm_env, tmp_path_factory, HVDBENCH_RUNTIME="none")
 
 
 @pytest.mark.parametrize("script, extra_env, mode", SCRIPTED)
