@@ -30,7 +30,7 @@ from bench import files, schema
 from bench.errors import BenchError
 from bench.metrics import METRICS, sample_symbol
 from bench.models import describe_inputs
-from bench.modes import MODES
+from bench.modes import MODES, mode_label
 from bench.sweep import CONFIGS_DIR
 
 # The registry's metrics each row of report.csv carries (bench.metrics), beside the derived speedups.
@@ -56,8 +56,7 @@ class Key:
 
 
 def label_of(result: dict[str, Any]) -> str:
-    strategy = result["config"].get("strategy")
-    return f"{result['mode']}:{strategy}" if strategy else result["mode"]
+    return mode_label(result["mode"], result["config"].get("strategy"))
 
 
 def key_of(result: dict[str, Any]) -> Key:

@@ -29,7 +29,7 @@ from bench import SCHEMA_VERSION, files
 from bench.config import RunConfig
 from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
 from bench.launch import inside_allocation, srun_command
-from bench.modes import variant
+from bench.modes import mode_label, variant
 
 MANIFEST = "manifest.json"
 CONFIGS_DIR = "configs"  # each cell's run configuration, as JSON
@@ -51,7 +51,7 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return f"{self.mode}:{self.strategy}" if self.strategy else self.mode
+        return mode_label(self.mode, self.strategy)
 
     @property
     def id(self) -> str:

@@ -59,10 +59,10 @@ def sent_between(before: dict[str, int] | None, after: dict[str, int] | None) ->
 def computed(cfg) -> dict[str, Any]:
     """The bytes one step of ``cfg`` (resolved) moves, by path, from the model's shapes (see the module doc)."""
     from bench.models import model
-    from bench.modes import variant
+    from bench.modes import mode_label, variant
 
     spec = model(cfg.model)
-    v = variant(f"{cfg.mode}:{cfg.strategy}" if cfg.strategy else cfg.mode)
+    v = variant(mode_label(cfg.mode, cfg.strategy))
     n = cfg.np
     sparse = cfg.sparse_embeddings and not cfg.sparse_as_dense
     params = spec.parameters(cfg.num_classes, untied=cfg.sparse_embeddings)

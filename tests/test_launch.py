@@ -152,7 +152,7 @@ def test_spawner_marks_the_share_it_chose(monkeypatch):
         return Proc()
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    monkeypatch.setattr(launch, "wait_all", lambda procs, grace_s, servers, stall_dir: 0)
+    monkeypatch.setattr(launch, "wait_all", lambda procs, grace_s, servers, stall_dir, oom_before=None: 0)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     launch.spawn(["torch-ddp"], [{}, {}], "{}")
     assert seen[0]["OMP_NUM_THREADS"] == seen[0]["HVDBENCH_THREAD_SHARE"]

@@ -63,6 +63,11 @@ class ModeSpec:
         return self.variants()[0]
 
 
+def mode_label(mode: str, strategy: str | None) -> str:
+    """How a mode and one of its strategies are written everywhere (CLI, sweeps, reports): "tf-native:ps"."""
+    return f"{mode}:{strategy}" if strategy else mode
+
+
 @dataclass(frozen=True)
 class Variant:
     """A mode, with one of its strategies for modes that have them: what a label such as tf-native:ps names."""
@@ -72,7 +77,7 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return f"{self.mode.name}:{self.strategy}" if self.strategy else self.mode.name
+        return mode_label(self.mode.name, self.strategy)
 
     @property
     def allreduce(self) -> str | None:
