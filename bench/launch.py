@@ -352,8 +352,8 @@ def killed_how(signum: int, oom_before: int | None) -> str:
     after = oom_kills()
     if oom_before is not None and after is not None and after > oom_before:
         return (f"{text}: the kernel's out-of-memory killer ended it (the memory limit of its container or "
-                "cgroup, or of the machine); try a smaller --batch-size")
-    return f"{text}; if nobody killed it, likely out of memory: try a smaller --batch-size"
+                "cgroup, or of the machine)")
+    return f"{text}; if nobody killed it, likely out of memory"
 
 
 def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: frozenset[int] = frozenset(),
@@ -385,7 +385,8 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
         raise BenchError(f"rank {rank} could not write the whole result (its error above says what was written "
                          "where); stopped the other ranks")
     how = killed_how(-code, oom_before) if code < 0 else f"exited with code {code}"
-    raise BenchError(f"rank {rank} {how} first; stopped the other ranks, no result written")
+    advice = "; try a smaller --batch-size" if "out of memory" in how or "out-of-memory" in how else ""
+    raise BenchError(f"rank {rank} {how}, first of the ranks; stopped the others, no result written{advice}")
 
 
 def _collect_stall_reports(procs: list[subprocess.Popen], stall_dir: Path, servers: frozenset[int],

@@ -158,3 +158,31 @@ def test_the_cause_of_a_sigkill_is_said_only_when_the_kernel_counted_it(monkeypa
     assert "if nobody killed it, likely out of memory" in launch.killed_how(9, 5)
     assert "if nobody killed it" in launch.killed_how(9, None)
     assert launch.killed_how(15, 4) == "was killed by signal 15 (SIGTERM)"
+
+
+class _Ended:
+    """A stand-in for a rank's Popen that has already ended with ``code``."""
+
+    def __init__(self, code):
+        self.returncode = code
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.mark.parametrize("code,kills_after,line", [
+    (-9, 5, "rank 1 was killed by signal 9 (SIGKILL): the kernel's out-of-memory killer ended it (the memory "
+            "limit of its container or cgroup, or of the machine), first of the ranks; stopped the others, no "
+            "result written; try a smaller --batch-size"),
+    (-15, 5, "rank 1 was killed by signal 15 (SIGTERM), first of the ranks; stopped the others, no result written"),
+    (2, 4, "rank 1 exited with code 2, first of the ranks; stopped the others, no result written"),
+])
+def test_the_spawners_line_names_the_rank_then_the_advice(monkeypatch, code, kills_after, line):
+    from bench import launch
+    from bench.errors import BenchError
+
+    monkeypatch.setattr(launch, "oom_kills", lambda: kills_after)
+    monkeypatch.setattr(launch, "stop_processes", lambda procs, grace_s: None)
+    with pytest.raises(BenchError) as got:
+        launch.wait_all([_Ended(None), _Ended(code)], oom_before=4)
+    assert str(got.value) == line
