@@ -14,6 +14,7 @@ the BuildKit secret "ca", so pip works behind a TLS-inspecting proxy without the
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import os
 import re
@@ -226,14 +227,50 @@ def image_file(image: str, path: str) -> bytes:
         container.remove()
 
 
-def secret_hits(image: str, secret: bytes, public: set[bytes] | None = None) -> list[str]:
-    """Layer files holding the secret file as a whole, or any certificate of it that is not public
-    (public: certificates the image is expected to carry anyway, e.g. its own ca-certificates bundle)."""
-    private = pem_bodies(secret) - (public or set())
-    c = client()
+SCAN_CACHE = Path(os.environ.get("HVDBENCH_SCAN_CACHE", "/var/cache/hvdbench/layer-scans"))
+
+
+def leaks(data: bytes, secret: bytes, private: set[bytes]) -> bool:
+    """Whether one file's bytes hold the secret file as a whole or one of its private certificates (PEM
+    bodies compared with their line breaks removed, so a re-wrapped copy is caught too)."""
+    if secret in data:
+        return True
+    if b"CERTIFICATE" not in data:
+        return False
+    flat = re.sub(rb"\s+", b"", data)
+    return any(body in flat for body in private)
+
+
+def layer_dirs(image: str) -> list[tuple[str, Path]] | None:
+    """(diff id, directory) of each layer, bottom first, where the engine keeps layers as overlay2 directories
+    that this process can read (root on the engine's host); None otherwise. A diff id is the sha256 of the
+    layer's uncompressed tar: two layers with one id hold the same files."""
+    attrs = client().images.get(image).attrs
+    driver = attrs.get("GraphDriver") or {}
+    if driver.get("Name") != "overlay2":
+        return None
+    data = driver.get("Data") or {}
+    dirs = [d for d in [data.get("UpperDir", ""), *(data.get("LowerDir") or "").split(":")] if d][::-1]
+    ids = (attrs.get("RootFS") or {}).get("Layers") or []
+    if len(dirs) != len(ids) or not all(os.access(d, os.R_OK | os.X_OK) for d in dirs):
+        return None
+    return list(zip(ids, map(Path, dirs), strict=True))
+
+
+def _scan_dir(top: Path, secret: bytes, private: set[bytes]) -> list[str]:
+    hits = []
+    for folder, _, files in os.walk(top):
+        for name in files:
+            path = Path(folder, name)
+            if path.is_file() and not path.is_symlink() and leaks(path.read_bytes(), secret, private):
+                hits.append(str(path.relative_to(top)))
+    return hits
+
+
+def _scan_saved(image: str, secret: bytes, private: set[bytes]) -> list[str]:
     hits = []
     with tempfile.TemporaryFile() as saved:
-        for chunk in c.images.get(image).save(named=False):
+        for chunk in client().images.get(image).save(named=False):
             saved.write(chunk)
         saved.seek(0)
         with tarfile.open(fileobj=saved) as outer:
@@ -242,12 +279,38 @@ def secret_hits(image: str, secret: bytes, public: set[bytes] | None = None) -> 
                     continue
                 with tarfile.open(fileobj=outer.extractfile(layer)) as inner:
                     for member in inner.getmembers():
-                        if not member.isfile():
-                            continue
-                        data = inner.extractfile(member).read()
-                        flat = re.sub(rb"\s+", b"", data) if b"CERTIFICATE" in data or secret in data else b""
-                        if secret in data or any(body in flat for body in private):
+                        if member.isfile() and leaks(inner.extractfile(member).read(), secret, private):
                             hits.append(f"{layer.name}:{member.name}")
+    return hits
+
+
+def secret_hits(image: str, secret: bytes, public: set[bytes] | None = None, cache: Path | None = SCAN_CACHE,
+                how: str = "auto") -> list[str]:
+    """Layer files holding the secret file as a whole, or any certificate of it that is not public
+    (public: certificates the image is expected to carry anyway, e.g. its own ca-certificates bundle).
+
+    how: "dirs" reads each layer's overlay2 directory, "save" reads `docker save`'s tar of the whole image,
+    "auto" the first where the engine allows it. With layer directories, a layer found clean is recorded in
+    ``cache`` under its diff id and the secret's digest, and not read again: an image that differs from the
+    last one scanned in its top layer (a change to bench/) costs the top layer's scan alone."""
+    private = pem_bodies(secret) - (public or set())
+    layers = layer_dirs(image) if how in ("auto", "dirs") else None
+    if layers is None:
+        if how == "dirs":
+            raise ImageError(f"{image}: the engine's layer directories cannot be read here")
+        return _scan_saved(image, secret, private)
+    digest = hashlib.sha256(secret + b"\0" + b"\0".join(sorted(private))).hexdigest()[:16]
+    record = cache / digest if cache else None
+    hits = []
+    for diff_id, top in layers:
+        done = record / diff_id.replace(":", "-") if record else None
+        if done and done.exists():
+            continue
+        found = _scan_dir(top, secret, private)
+        hits += [f"{diff_id[:19]}:{h}" for h in found]
+        if done and not found:
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.touch()
     return hits
 
 
