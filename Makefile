@@ -63,9 +63,10 @@ RUN_TESTS = scripts/run-tests.sh $(PY)
 # A system tier that passed on exactly the same inputs is not run again (scripts/tier-cache.py; HVDBENCH_RERUN=1).
 TIER_CACHE = $(PY) scripts/tier-cache.py
 test: venv
-	@rm -rf $(TEST_TIMES); rc=0; \
+	@rm -rf $(TEST_TIMES); rc=0; start=$$(date +%s); \
 	for tier in test-unit test-framework test-multiproc test-system; do \
 	  $(MAKE) --no-print-directory $$tier || { rc=1; break; }; done; \
+	mkdir -p $(TEST_TIMES); echo $$(( $$(date +%s) - start )) > $(TEST_TIMES)/make-test.total; \
 	$(PY) scripts/test-times.py $(TEST_TIMES); exit $$rc
 
 test-unit: venv

@@ -3,7 +3,8 @@
 
     python scripts/test-times.py [FOLDER]      # default results/test-times, written by scripts/run-tests.sh
 
-Each tier leaves TIER.xml (JUnit, every test's time) and TIER.wall ("SECONDS EXIT-CODE") in FOLDER.
+Each tier leaves TIER.xml (JUnit, every test's time) and TIER.wall ("SECONDS EXIT-CODE") in FOLDER; `make test`
+also leaves make-test.total (its own seconds, after the venv).
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def main() -> None:
               f"{count['skipped']:>9}  {r['rc']}")
     total = sum(r["seconds"] for r in rows)
     print(f"{'all tiers':<12}{minutes(total):>9}{sum(len(r['cases']) for r in rows):>8} tests")
+    whole = a.folder / "make-test.total"
+    if whole.is_file():  # written by `make test`: the tiers plus what ran between them
+        seconds = int(whole.read_text().split()[0])
+        print(f"{'make test':<12}{minutes(seconds):>9}  of which {minutes(max(seconds - total, 0))} outside the tiers' "
+              "pytest runs (image builds and their self-tests, services, the tier cache)")
     cases = sorted(((c[0], r["tier"], c[1]) for r in rows for c in r["cases"]), reverse=True)[:a.slowest]
     print(f"\nthe {len(cases)} slowest tests (s, tier, test):")
     for seconds, tier, name in cases:

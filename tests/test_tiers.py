@@ -70,10 +70,12 @@ def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
         '<testcase classname="tests.test_a" name="test_y" time="0.1"><skipped/></testcase>'
         '</testsuite></testsuites>')
     (tmp_path / "image.wall").write_text("0 0 cached\n")
+    (tmp_path / "make-test.total").write_text("75\n")
     monkeypatch.setattr(sys, "argv", ["test-times", str(tmp_path)])
     times.main()
     out = capsys.readouterr().out
     assert "unit" in out and "0m12s" in out and "passed before on the same inputs" in out
+    assert "make test       1m15s  of which 1m03s outside" in out  # 75 s in all, 12 s in the tiers
     assert "3.5  unit        tests.test_a::test_x" in out
     assert out.strip().splitlines()[-1] == "all: 1 passed, 0 failed, 1 skipped"
 
