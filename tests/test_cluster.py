@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, assert_valid_run, bench, sbatch_wait_line
+from conftest import SMALL, TF_SMALL, assert_valid_run, bench, sbatch_wait_line
 
 pytestmark = [pytest.mark.cluster, pytest.mark.multiproc]
 
@@ -23,8 +23,6 @@ sys.path.insert(0, str(ROOT / "docker"))
 import cluster  # noqa: E402
 
 from bench.modes import MODES  # noqa: E402
-
-TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
 
 
 @pytest.fixture(scope="module")

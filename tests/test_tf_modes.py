@@ -5,13 +5,9 @@ import re
 import sys
 
 import pytest
-from conftest import assert_valid_run, bench, only_result, run
+from conftest import TF_SMALL, assert_valid_run, bench, only_result, run
 
 pytestmark = pytest.mark.multiproc
-
-# 64x64 keeps ResNet-50's BatchNorm statistics sane over a batch of 2, so parameters stay finite.
-TF_SMALL = ["--model", "resnet50", "--image-size", "64", "--batch-size", "2", "--num-classes", "10",
-            "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"]
 
 
 def test_tf_horovod_gloo_and_tf_native_multiworker_average_the_same_gradients(tmp_path):
