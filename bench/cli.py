@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
+import inspect
 import json
 import os
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,7 @@ import typer
 from typer.exceptions import TyperException
 
 from bench import __version__, envs, plugins
-from bench.config import Device, Precision, RunConfig
+from bench.config import PLUGIN_OPTIONS, Device, RunConfig, option_specs
 from bench.errors import BenchError, Stopped
 from bench.models import MODELS
 from bench.modes import MODES
@@ -40,72 +41,38 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass
 
 
-DEFAULT = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+def option_parameters(only_sweep: bool = False) -> list[inspect.Parameter]:
+    """The typer parameters of the run options as RunConfig (and the plugins) declare them; ``only_sweep``:
+    those `bench sweep` passes to every cell."""
+    params = []
+    for name, type_, default, how in option_specs():
+        if only_sweep and not how.sweep:
+            continue
+        decls = [how.flag] if how.flag else []
+        text = f"Passed to every run: {how.help}" if only_sweep else how.help
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                        annotation=Annotated[type_, typer.Option(*decls, help=text)]))
+    return params
 
 
-def train(
-    ctx: typer.Context,
-    model: Annotated[str, typer.Option(help=f"Model to train: {', '.join(MODELS)}.")] = DEFAULT["model"],
-    batch_size: Annotated[int | None, typer.Option(help="Samples per device per step (default: 64 on GPU, "
-                                                   "8 on CPU).")] = DEFAULT["batch_size"],
-    image_size: Annotated[int | None, typer.Option(help="Square image side (default: the model's own (224; 299 "
-                                                   "for inception3) on GPU, 64 on CPU).")] = DEFAULT["image_size"],
-    seq_len: Annotated[int | None, typer.Option(help="Text models: tokens per sequence (default: the model's own "
-                                                "on GPU, 32 on CPU).")] = DEFAULT["seq_len"],
-    num_classes: Annotated[int | None, typer.Option(help="Classifier outputs (10 = CIFAR-10 shape), or a text model's "
-                                                    "vocabulary (default: the model's: 1000 classes, 37000 tokens "
-                                                    "for transformer-base).")] = DEFAULT["num_classes"],
-    precision: Annotated[Precision, typer.Option(help="fp32 (TF32 on GPU) or autocast mixed precision.")]
-    = DEFAULT["precision"],
-    channels_last: Annotated[bool, typer.Option("--channels-last", help="NHWC memory format (PyTorch; "
-                                                "TensorFlow is always NHWC).")] = DEFAULT["channels_last"],
-    warmup_steps: Annotated[int | None, typer.Option(help="Timed steps after the first, kept out of the headline "
-                                                     "(default: 10 GPU, 2 CPU).")] = DEFAULT["warmup_steps"],
-    steps_per_window: Annotated[int | None, typer.Option(help="Steps between two device syncs (default: 10 GPU, "
-                                                         "4 CPU).")] = DEFAULT["steps_per_window"],
-    windows: Annotated[int | None, typer.Option(help="Timed windows (default: 10 GPU, 5 CPU).")] = DEFAULT["windows"],
-    duration: Annotated[float | None, typer.Option(help="Run windows for this many seconds instead of "
-                                                   "--windows.")] = DEFAULT["duration"],
-    np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around (default: every "
-                                           "GPU, else 2).")] = DEFAULT["np"],
-    device: Annotated[Device, typer.Option(help="Where to train.")] = DEFAULT["device"],
-    seed: Annotated[int, typer.Option(help="Seed for weights and synthetic data.")] = DEFAULT["seed"],
-    output: Annotated[str, typer.Option(help="Directory for result JSON files and results.csv.")] = DEFAULT["output"],
-    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Compress gradients to fp16 for the "
-                                                 "allreduce.")] = DEFAULT["fp16_allreduce"],
-    sparse_embeddings: Annotated[bool, typer.Option("--sparse-embeddings", help="Text models: an untied output "
-                                                    "projection and a sparse embedding gradient (the rows looked "
-                                                    "up: allgathered, or pushed to the parameter server).")]
-    = DEFAULT["sparse_embeddings"],
-    sparse_as_dense: Annotated[bool, typer.Option("--sparse-as-dense", help="With --sparse-embeddings: reduce the "
-                                                  "embedding gradient as a dense tensor (Horovod's option).")]
-    = DEFAULT["sparse_as_dense"],
-    rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")]
-    = DEFAULT["rendezvous_timeout"],
-    telemetry: Annotated[bool, typer.Option("--telemetry/--no-telemetry", help="Sample GPU telemetry through NVML "
-                                            "on each node.")] = DEFAULT["telemetry"],
-    telemetry_interval: Annotated[float, typer.Option(help="Seconds between telemetry samples.")]
-    = DEFAULT["telemetry_interval"],
-    stall_timeout: Annotated[float | None, typer.Option(help="End the job when no step completes for this many "
-                                                        "seconds (default: max(120, 20 x first step x steps per "
-                                                        "window)).")] = DEFAULT["stall_timeout"],
-    strategy: Annotated[str | None, typer.Option(help="Modes with strategies (tf-native: multiworker, mirrored, "
-                                                 "ps; default the first).")] = DEFAULT["strategy"],
-    num_ps: Annotated[int | None, typer.Option("--num-ps", help="tf-native --strategy ps: parameter servers "
-                                               "(default: 1).")] = DEFAULT["num_ps"],
-) -> None:
+def config_arguments(values: dict) -> dict:
+    """RunConfig's keyword arguments from option values by name: its fields as they are, the plugins' in extra."""
+    extra = {name: values.pop(name) for name in list(values) if name in PLUGIN_OPTIONS}
+    return {**values, "extra": extra} if extra else values
+
+
+def train(ctx: typer.Context, **options) -> None:
     """Train with the mode this command is named after (bench MODE --help)."""
     envs.enter(MODES[ctx.info_name].framework)
     from bench.run import run
 
-    run(RunConfig(mode=ctx.info_name, model=model, batch_size=batch_size, image_size=image_size,
-                  seq_len=seq_len, num_classes=num_classes, precision=precision, channels_last=channels_last,
-                  warmup_steps=warmup_steps, steps_per_window=steps_per_window, windows=windows, duration=duration,
-                  np=np, device=device, seed=seed, output=output, fp16_allreduce=fp16_allreduce,
-                  sparse_embeddings=sparse_embeddings, sparse_as_dense=sparse_as_dense,
-                  rendezvous_timeout=rendezvous_timeout, telemetry=telemetry, telemetry_interval=telemetry_interval,
-                  stall_timeout=stall_timeout, strategy=strategy, num_ps=num_ps))
+    run(RunConfig(mode=ctx.info_name, **config_arguments(options)))
 
+
+# typer reads the flags from the signature: every run option as RunConfig and the plugins declare it.
+train.__signature__ = inspect.Signature([
+    inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+    *option_parameters()])
 
 for _spec in MODES.values():  # one command per mode, all the same function; ctx.info_name is the mode
     app.command(_spec.name, help=_spec.description)(train)
@@ -138,7 +105,6 @@ def schema_command() -> None:
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
-@app.command("sweep")
 def sweep_command(
     modes: Annotated[str | None, typer.Option(help="Comma-separated modes; mode:strategy picks a strategy, e.g. "
                                               "tf-native:ps (required unless --resume).")] = None,
@@ -147,21 +113,13 @@ def sweep_command(
     precisions: Annotated[str, typer.Option(help="Comma-separated precisions.")] = "fp32",
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated per-device batch sizes (empty: each "
                                              "device's default).")] = "",
-    image_size: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
-    warmup_steps: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
-    steps_per_window: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
-    windows: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
-    device: Annotated[Device, typer.Option(help="Passed to every run.")] = Device.auto,
-    num_classes: Annotated[int | None, typer.Option(help="Passed to every run.")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Passed to every run (text models).")] = None,
-    sparse_embeddings: Annotated[bool, typer.Option("--sparse-embeddings", help="Passed to every run.")] = False,
-    sparse_as_dense: Annotated[bool, typer.Option("--sparse-as-dense", help="Passed to every run.")] = False,
     output: Annotated[str, typer.Option(help="The sweep folder (results, manifest.json, logs).")] = "results/sweep",
     redo: Annotated[bool, typer.Option("--redo", help="Run finished cells again instead of skipping them.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Run the matrix the folder's manifest records again: "
                                          "cells not ok (failed, timed out, interrupted) rerun.")] = False,
     cell_timeout: Annotated[float | None, typer.Option(help="Stop a cell that runs longer than this many seconds, "
                                                        "mark it timed_out and go on.")] = None,
+    **passed,
 ) -> None:
     """Run a matrix of benchmarks, one run per cell, resumable (here, or one srun step per cell in Slurm)."""
     from pathlib import Path
@@ -174,16 +132,23 @@ def sweep_command(
         return
     if not modes:
         raise BenchError("--modes is required (or --resume to rerun a sweep folder's own matrix)")
-    common = {name: value for name, value in (("image_size", image_size), ("warmup_steps", warmup_steps),
-                                              ("steps_per_window", steps_per_window), ("windows", windows),
-                                              ("num_classes", num_classes), ("seq_len", seq_len))
-              if value is not None}
-    common.update(device=device.value, **{name: True for name, on in (("sparse_embeddings", sparse_embeddings),
-                                                                      ("sparse_as_dense", sparse_as_dense)) if on})
+    # the options passed to every cell: those set (None leaves the run's own default; a flag counts when it differs)
+    defaults = {name: default for name, _, default, _ in option_specs()}
+    common = config_arguments({name: value.value if isinstance(value, Enum) else value
+                               for name, value in passed.items()
+                               if value is not None and not (isinstance(value, bool) and value == defaults[name])})
     sweep = SweepConfig(modes=parse_list(modes), nps=parse_list(np, int), models=parse_list(models),
                         precisions=parse_list(precisions), batch_sizes=parse_list(batch_sizes, int) or [None],
                         common=common)
     _sweep_exit(run_sweep(sweep, Path(output), redo=redo, cell_timeout=cell_timeout), output)
+
+
+# The sweep's own options, then every run option declared for sweeps (Option.sweep), built from the declarations.
+sweep_command.__signature__ = inspect.Signature([
+    *(p for p in inspect.signature(sweep_command, eval_str=True).parameters.values()
+      if p.kind != inspect.Parameter.VAR_KEYWORD),
+    *option_parameters(only_sweep=True)])
+app.command("sweep")(sweep_command)
 
 
 def _sweep_exit(summary: dict[str, int], output: str) -> None:

@@ -52,41 +52,110 @@ MOMENTUM = 0.9
 
 
 @dataclass(frozen=True)
+class Option:
+    """How a run option shows on the command line and how it is checked: declared once, beside its field, and
+    read by the mode commands, the sweep (``sweep``: passed to every cell), the JSON run file and the checks."""
+
+    help: str
+    flag: str | None = None  # the typer declaration when it is not --name (booleans: "--x" or "--x/--no-x")
+    minimum: int | None = None  # integers: the smallest value allowed
+    positive: bool = False  # numbers: must be > 0
+    unit: str = ""  # said after the bound in the error line ("seconds")
+    sweep: bool = False  # `bench sweep` takes it and passes it to every cell
+
+
+def option(default: Any, help: str, **how: Any) -> Any:
+    """A RunConfig field that is also a command-line option (see :class:`Option`)."""
+    return field(default=default, metadata={"option": Option(help, **how)})
+
+
+@dataclass(frozen=True)
+class PluginOption:
+    """A run option a plugin adds (:func:`register_option`); its value travels in RunConfig.extra."""
+
+    name: str
+    type: Any
+    default: Any
+    option: Option
+
+
+PLUGIN_OPTIONS: dict[str, PluginOption] = {}
+
+
+def register_option(name: str, type_: Any, default: Any, help: str, **how: Any) -> PluginOption:
+    """Add a run option from a plugin: every mode command shows it (``--name``), ``bench sweep`` passes it
+    to every cell when ``sweep=True``, and the run's config (and so its result) keeps it in ``extra``."""
+    if name in {f.name for f in dataclasses.fields(RunConfig)} or name in PLUGIN_OPTIONS:
+        raise BenchError(f"run option '{name}' is already declared")
+    PLUGIN_OPTIONS[name] = PluginOption(name, type_, default, Option(help, **how))
+    return PLUGIN_OPTIONS[name]
+
+
+def check_option(name: str, value: Any, how: Option) -> None:
+    """The checks an option's declaration names, with the one line a user sees."""
+    flag = f"--{name.replace('_', '-')}"
+    if value is None:
+        return
+    if how.minimum is not None and (not isinstance(value, int) or isinstance(value, bool) or value < how.minimum):
+        raise BenchError(f"{flag} must be an integer >= {how.minimum} (got {value})")
+    if how.positive and not value > 0:
+        raise BenchError(f"{flag} must be > 0{' ' + how.unit if how.unit else ''} (got {value})")
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """What the user asked for. Fields left as None are filled by :meth:`resolve`."""
+    """What the user asked for. Fields left as None are filled by :meth:`resolve`. Each field declared with
+    :func:`option` is a command-line option of every mode command, with the help and checks given here."""
 
     mode: str
-    model: str = "vgg16"
-    batch_size: int | None = None
-    image_size: int | None = None  # image models
-    seq_len: int | None = None  # text models: tokens per sequence
-    num_classes: int | None = None  # classifier outputs, or a text model's vocabulary; default: the model's
-    precision: Precision = Precision.fp32
-    channels_last: bool = False
-    warmup_steps: int | None = None
-    steps_per_window: int | None = None
-    windows: int | None = None
-    duration: float | None = None
-    np: int | None = None
-    device: Device = Device.auto
-    seed: int = 42
-    output: str = "results"
-    fp16_allreduce: bool = False
+    model: str = option("vgg16", "Model to train (bench models lists them).")
+    batch_size: int | None = option(None, "Samples per device per step (default: 64 on GPU, 8 on CPU).", minimum=1)
+    image_size: int | None = option(None, "Image models: square image side (default: the model's own (224; 299 "
+                                    "for inception3) on GPU, 64 on CPU).", minimum=1, sweep=True)
+    seq_len: int | None = option(None, "Text models: tokens per sequence (default: the model's own on GPU, 32 on "
+                                 "CPU).", minimum=1, sweep=True)
+    num_classes: int | None = option(None, "Classifier outputs (10 = CIFAR-10 shape), or a text model's vocabulary "
+                                     "(default: the model's: 1000 classes, 37000 tokens for transformer-base).",
+                                     minimum=1, sweep=True)
+    precision: Precision = option(Precision.fp32, "fp32 (TF32 on GPU) or autocast mixed precision.")
+    channels_last: bool = option(False, "NHWC memory format (PyTorch; TensorFlow is always NHWC).",
+                                 flag="--channels-last")
+    warmup_steps: int | None = option(None, "Timed steps after the first, kept out of the headline (default: 10 "
+                                      "GPU, 2 CPU).", minimum=0, sweep=True)
+    steps_per_window: int | None = option(None, "Steps between two device syncs (default: 10 GPU, 4 CPU).",
+                                          minimum=1, sweep=True)
+    windows: int | None = option(None, "Timed windows (default: 10 GPU, 5 CPU).", minimum=1, sweep=True)
+    duration: float | None = option(None, "Run windows for this many seconds instead of --windows.", positive=True,
+                                    unit="seconds")
+    np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
+                            flag="--np", minimum=1)
+    device: Device = option(Device.auto, "Where to train.", sweep=True)
+    seed: int = option(42, "Seed for weights and synthetic data.")
+    output: str = option("results", "Directory for result JSON files and results.csv.")
+    fp16_allreduce: bool = option(False, "Compress gradients to fp16 for the allreduce.", flag="--fp16-allreduce")
     # Text models: an untied output projection and a sparse embedding gradient (only the rows looked up);
     # sparse_as_dense reduces that gradient as a dense one (Horovod's option; the native modes densify it).
-    sparse_embeddings: bool = False
-    sparse_as_dense: bool = False
-    rendezvous_timeout: float = 120.0
-    strategy: str | None = None  # modes with strategies (tf-native); default: the mode's first
-    num_ps: int | None = None  # tf-native --strategy ps only (default 1)
-    telemetry: bool = True
-    telemetry_interval: float = 0.5
-    stall_timeout: float | None = None  # None: derived from the first step (bench.watchdog.auto_bound)
+    sparse_embeddings: bool = option(False, "Text models: an untied output projection and a sparse embedding "
+                                     "gradient (the rows looked up: allgathered, or pushed to the parameter server).",
+                                     flag="--sparse-embeddings", sweep=True)
+    sparse_as_dense: bool = option(False, "With --sparse-embeddings: reduce the embedding gradient as a dense "
+                                   "tensor (Horovod's option).", flag="--sparse-as-dense", sweep=True)
+    rendezvous_timeout: float = option(120.0, "Seconds to wait for all ranks to meet.", positive=True, unit="seconds")
+    strategy: str | None = option(None, "Modes with strategies (tf-native: multiworker, mirrored, ps; default the "
+                                  "first).")
+    num_ps: int | None = option(None, "tf-native --strategy ps: parameter servers (default: 1).", flag="--num-ps",
+                                minimum=1)
+    telemetry: bool = option(True, "Sample GPU telemetry through NVML on each node.",
+                             flag="--telemetry/--no-telemetry")
+    telemetry_interval: float = option(0.5, "Seconds between telemetry samples.", positive=True, unit="seconds")
+    stall_timeout: float | None = option(None, "End the job when no step completes for this many seconds "
+                                         "(default: max(120, 20 x first step x steps per window)).", positive=True,
+                                         unit="seconds")
     # Filled by resolve():
     profile: str | None = None
     learning_rate: float = LEARNING_RATE
     momentum: float = MOMENTUM
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # the plugins' options (register_option), by name
 
     def __post_init__(self) -> None:
         from bench.models import model
@@ -104,25 +173,12 @@ class RunConfig:
                 raise BenchError(f"--{name.replace('_', '-')} does not apply to {self.mode}")
         if self.strategy is not None:
             variant(f"{self.mode}:{self.strategy}")
-        for name in ("batch_size", "warmup_steps", "steps_per_window", "windows", "np", "num_classes", "num_ps",
-                     "seq_len"):
-            value = getattr(self, name)
-            minimum = 0 if name == "warmup_steps" else 1
-            if value is not None and (not isinstance(value, int) or value < minimum):
-                raise BenchError(f"--{name.replace('_', '-')} must be an integer >= {minimum} (got {value})")
-        if self.duration is not None and not self.duration > 0:
-            raise BenchError(f"--duration must be > 0 seconds (got {self.duration})")
-        if not self.telemetry_interval > 0:
-            raise BenchError(f"--telemetry-interval must be > 0 seconds (got {self.telemetry_interval})")
-        if not self.rendezvous_timeout > 0:
-            raise BenchError(f"--rendezvous-timeout must be > 0 seconds (got {self.rendezvous_timeout})")
-        if self.stall_timeout is not None and not self.stall_timeout > 0:
-            raise BenchError(f"--stall-timeout must be > 0 seconds (got {self.stall_timeout})")
-        if self.sparse_embeddings and not model_spec.sparse_embeddings:
-            raise BenchError(f"--sparse-embeddings applies to models with a token embedding (transformer-*); "
-                             f"{self.model} has none")
-        if self.sparse_as_dense and not self.sparse_embeddings:
-            raise BenchError("--sparse-as-dense needs --sparse-embeddings (without it the gradient is dense already)")
+        for name, how in cli_options().items():
+            check_option(name, self.extra.get(name) if name in PLUGIN_OPTIONS else getattr(self, name), how)
+        unknown = set(self.extra) - set(PLUGIN_OPTIONS)
+        if unknown:
+            raise BenchError(f"unknown run option(s) in extra: {', '.join(sorted(unknown))}")
+        model_spec.check_embedding(self.sparse_embeddings, self.sparse_as_dense)
         if not self.is_resolved:
             model_spec.workload.check(model_spec, self)
 
@@ -182,3 +238,19 @@ class RunConfig:
         if not isinstance(data, dict):
             raise BenchError("config JSON must be an object")
         return cls.from_dict(data)
+
+
+def cli_options() -> dict[str, Option]:
+    """Every run option by name, as declared: RunConfig's fields, then the plugins'."""
+    fields = {f.name: f.metadata["option"] for f in dataclasses.fields(RunConfig) if "option" in f.metadata}
+    return {**fields, **{name: p.option for name, p in PLUGIN_OPTIONS.items()}}
+
+
+def option_specs() -> list[tuple[str, Any, Any, Option]]:
+    """(name, type, default, declaration) of every run option, for the commands that build flags from them."""
+    import typing
+
+    hints = typing.get_type_hints(RunConfig)
+    specs = [(f.name, hints[f.name], f.default, f.metadata["option"]) for f in dataclasses.fields(RunConfig)
+             if "option" in f.metadata]
+    return specs + [(p.name, p.type, p.default, p.option) for p in PLUGIN_OPTIONS.values()]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import SCHEMA_VERSION, files
-from bench.config import RunConfig
+from bench.config import PLUGIN_OPTIONS, RunConfig, cli_options
 from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
 from bench.launch import inside_allocation, srun_command
 from bench.modes import mode_label, variant
@@ -35,9 +35,12 @@ MANIFEST = "manifest.json"
 CONFIGS_DIR = "configs"  # each cell's run configuration, as JSON
 # How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
 CELL_GRACE_S = 20.0
-# Run options a sweep passes to every cell (the matrix's own axes are mode, np, model, precision, batch).
-COMMON_FIELDS = ("image_size", "seq_len", "warmup_steps", "steps_per_window", "windows", "device", "num_classes",
-                 "sparse_embeddings", "sparse_as_dense")
+
+
+def common_fields() -> set[str]:
+    """Run options a sweep passes to every cell, as declared (bench.config.Option.sweep; the plugins' ones travel
+    in ``extra``); the matrix's own axes are mode, np, model, precision, batch."""
+    return {name for name, how in cli_options().items() if how.sweep and name not in PLUGIN_OPTIONS} | {"extra"}
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,13 @@ class SweepConfig:
     models: list[str] = field(default_factory=lambda: ["vgg16"])
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
     batch_sizes: list[int | None] = field(default_factory=lambda: [None])
-    common: dict[str, Any] = field(default_factory=dict)  # run options for every cell (COMMON_FIELDS)
+    common: dict[str, Any] = field(default_factory=dict)  # run options for every cell (common_fields())
 
     def __post_init__(self) -> None:
         if not isinstance(self.common, dict):
             raise BenchError("this sweep was recorded by an older hvdbench (options as a list); "
                              "start it again in a new folder")
-        unknown = set(self.common) - set(COMMON_FIELDS)
+        unknown = set(self.common) - common_fields()
         if unknown:
             raise BenchError(f"a sweep cannot set {', '.join(sorted(unknown))} for every cell")
         for label in self.modes:

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import SCHEMA_VERSION, __version__
-from bench.config import Device
+from bench.config import Device, check_option, cli_options
 from bench.distributed import hvdist
 from bench.errors import BenchError, MissingDependency
 from bench.hooks import FAULTS, Hooks
@@ -98,17 +98,14 @@ class VerifyConfig:
                 raise BenchError(f"verify cannot check mode '{m}' (choose from: {', '.join(known)})")
         if self.steps < 2:
             raise BenchError(f"--steps must be >= 2 (got {self.steps})")
-        for name in ("np", "batch_size", "num_classes"):
-            if getattr(self, name) < 1:
-                raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        declared = cli_options()  # the run options verify shares, checked as every run checks them
+        for name in ("batch_size", "num_classes", "image_size", "seq_len"):
+            check_option(name, getattr(self, name), declared[name])
         if self.np < 2:
             raise BenchError(f"--np must be >= 2: one rank has nothing to average (got {self.np})")
         spec = MODELS[self.model]
         spec.workload.check(spec, self)
-        if self.sparse_embeddings and not spec.sparse_embeddings:
-            raise BenchError(f"--sparse-embeddings applies to models with a token embedding; {self.model} has none")
-        if self.sparse_as_dense and not self.sparse_embeddings:
-            raise BenchError("--sparse-as-dense needs --sparse-embeddings")
+        spec.check_embedding(self.sparse_embeddings, self.sparse_as_dense)
         if spec.workload.kind == "image" and self.image_size is None:
             object.__setattr__(self, "image_size", 32)
         if spec.workload.kind == "text" and self.seq_len is None:

@@ -27,6 +27,33 @@ def test_help_lists_modes_and_version():
         assert option in r.output, option
 
 
+def test_each_run_option_is_declared_once_and_every_command_takes_it_from_there(cli, monkeypatch):
+    """The mode commands take every option RunConfig declares, the sweep those declared for sweeps, each with
+    its declared help and checks; what the command line gives reaches RunConfig as it is."""
+    import typer.main
+
+    from bench.config import RunConfig, cli_options
+
+    declared = cli_options()
+    commands = typer.main.get_command(app).commands
+    mode_flags = {p.name: p for p in commands["torch-ddp"].params}
+    assert set(mode_flags) == set(declared)
+    assert all(mode_flags[name].help == how.help for name, how in declared.items())
+    sweep_flags = {p.name for p in commands["sweep"].params}
+    assert {name for name, how in declared.items() if how.sweep} <= sweep_flags
+    assert not {name for name, how in declared.items() if not how.sweep} & (sweep_flags - {"np", "output"})
+    import bench.run
+
+    got = []
+    monkeypatch.setattr(bench.run, "run", got.append)  # this one is let through, to see what it carries
+    r = cli("torch-ddp", "--batch-size", "3", "--no-telemetry", "--stall-timeout", "9", "--output", "x")
+    assert r.returncode == 0, r.stderr
+    (cfg,) = got
+    assert isinstance(cfg, RunConfig) and (cfg.batch_size, cfg.telemetry, cfg.stall_timeout) == (3, False, 9.0)
+    r = cli("torch-ddp", "--stall-timeout", "0", "--output", "x")  # a declared check, its one line
+    assert r.returncode == 1 and r.stderr.strip() == "error: --stall-timeout must be > 0 seconds (got 0.0)"
+
+
 @pytest.mark.multiproc
 def test_help_does_not_import_frameworks():
     code = ("import sys; from bench.cli import main; sys.argv=['bench','--help']\n"

@@ -1,8 +1,8 @@
 """A new mode and a new model, registered from a plugin and nowhere else, reach every command.
 
-tests/plugins/toy_plugin.py registers ``torch-toy`` (a distributed PyTorch mode) and ``toy-mlp`` (a model
-in both frameworks). With HVDBENCH_PLUGINS naming it, bench, sweep, report, verify and predict all see
-them: no other file knows they exist.
+tests/plugins/toy_plugin.py registers ``torch-toy`` (a distributed PyTorch mode), ``toy-mlp`` (a model
+in both frameworks) and ``--toy-lr-scale`` (a run option). With HVDBENCH_PLUGINS naming it, bench, sweep,
+report, verify and predict all see them: no other file knows they exist.
 """
 
 import json
@@ -17,14 +17,19 @@ SMALL = ["--image-size", "8", "--batch-size", "4", "--num-classes", "5", "--warm
          "--steps-per-window", "2", "--windows", "2"]
 
 
-def toy(*args: str, timeout: float = 300):
-    return bench(*args, timeout=timeout, **TOY)
+def toy(*args: str, timeout: float = 300, **env: str):
+    return bench(*args, timeout=timeout, **TOY, **env)
 
 
 @pytest.mark.multiproc
 def test_the_commands_list_the_plugins_mode_and_model():
     listing = toy("--help")
     assert listing.returncode == 0 and "torch-toy" in listing.stdout
+    options = toy("torch-ddp", "--help", COLUMNS="200")  # the plugin's run option is every mode's
+    assert options.returncode == 0 and "--toy-lr-scale" in options.stdout and "Throwaway" in options.stdout
+    assert "--toy-lr-scale" not in bench("torch-ddp", "--help", COLUMNS="200").stdout
+    bad = toy("torch-toy", "--toy-lr-scale", "0", "--output", "unused")  # its declared check, one line
+    assert bad.returncode == 1 and bad.stderr.strip() == "error: --toy-lr-scale must be an integer >= 1 (got 0)"
     models = toy("models")
     assert models.returncode == 0 and "toy-mlp" in models.stdout
     assert "torch-toy" not in bench("--help").stdout  # nothing else registers it
@@ -40,9 +45,10 @@ def test_a_plugin_that_is_missing_is_one_clear_line():
 
 @pytest.mark.multiproc
 def test_the_new_mode_trains_the_new_model(tmp_path):
-    out = toy("torch-toy", "--model", "toy-mlp", "--np", "2", "--output", str(tmp_path), *SMALL)
+    out = toy("torch-toy", "--model", "toy-mlp", "--np", "2", "--toy-lr-scale", "3", "--output", str(tmp_path), *SMALL)
     assert out.returncode == 0, out.stderr
     result = only_result(tmp_path)
+    assert result["config"]["extra"] == {"toy_lr_scale": 3}  # the plugin's option, kept with the run
     assert result["mode"] == "torch-toy" and result["world_size"] == 2
     assert result["sync"]["ranks_in_sync"] and result["sync"]["params_changed"]
     assert result["workload"]["parameters"] == 3 * 16 + 16 + 16 * 5 + 5
@@ -55,7 +61,7 @@ def test_sweep_and_report_see_them(tmp_path):
     folder = tmp_path / "sweep"
     out = toy("sweep", "--modes", "torch-toy,torch-single", "--np", "1,2", "--models", "toy-mlp",
               "--image-size", "8", "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2",
-              "--output", str(folder), timeout=600)
+              "--toy-lr-scale", "2", "--output", str(folder), timeout=600)
     assert out.returncode == 0, out.stderr
     manifest = json.loads((folder / "manifest.json").read_text())
     assert sorted(manifest["cells"]) == ["torch-single_np1_toy-mlp_fp32_bdefault",
@@ -63,6 +69,9 @@ def test_sweep_and_report_see_them(tmp_path):
     assert all(c["status"] == "ok" for c in manifest["cells"].values())
     cell = json.loads((folder / "configs" / "torch-toy_np2_toy-mlp_fp32_bdefault.json").read_text())
     assert cell["mode"] == "torch-toy" and cell["model"] == "toy-mlp" and cell["np"] == 2  # JSON, not argv
+    assert cell["extra"] == {"toy_lr_scale": 2}  # the plugin's run option reached every cell
+    result = json.loads((folder / manifest["cells"]["torch-toy_np2_toy-mlp_fp32_bdefault"]["result"]).read_text())
+    assert result["config"]["extra"] == {"toy_lr_scale": 2}
     assert toy("report", str(folder)).returncode == 0
     rows = (folder / "report.md").read_text()
     toy_row = next(line for line in rows.splitlines() if line.startswith("| torch-toy | toy-mlp") and "| 2 |" in line)

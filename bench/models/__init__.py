@@ -53,12 +53,17 @@ class ModelSpec:
     def build_tf(self, num_classes: int, image_size: int, embedding: str = "tied"):
         return _function(self.tf)(num_classes, image_size, **self._embedding(embedding))
 
+    def check_embedding(self, sparse_embeddings: bool, sparse_as_dense: bool = False) -> None:
+        """--sparse-embeddings and --sparse-as-dense against this model (runs, verify and the builders ask here)."""
+        if sparse_embeddings and not self.sparse_embeddings:
+            raise BenchError(f"--sparse-embeddings applies to models with a token embedding (transformer-*); "
+                             f"{self.name} has none")
+        if sparse_as_dense and not sparse_embeddings:
+            raise BenchError("--sparse-as-dense needs --sparse-embeddings (without it the gradient is dense already)")
+
     def _embedding(self, embedding: str) -> dict:
-        if embedding == "tied":
-            return {}
-        if not self.sparse_embeddings:
-            raise BenchError(f"--sparse-embeddings applies to models with a token embedding; {self.name} has none")
-        return {"embedding": embedding}
+        self.check_embedding(embedding != "tied")
+        return {} if embedding == "tied" else {"embedding": embedding}
 
     def train_flops_per_sample(self, cfg) -> float | None:
         """Matmul and convolution FLOPs of one training step (forward + backward) per sample; None without

@@ -3,10 +3,15 @@ test that a new mode or model needs no edit anywhere else (tests/test_registry.p
 
 * ``toy-mlp``: global average pool over the image, a 16-unit hidden layer, the classifier; both frameworks.
 * ``torch-toy``: a distributed PyTorch mode, DistributedDataParallel under another name.
+* ``--toy-lr-scale``: a run option (every mode command and bench sweep take it; torch-toy multiplies its
+  learning rate by it), declared here alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from bench.config import register_option
 from bench.hooks import Hooks
 from bench.launch import spawn_local
 from bench.models import ModelSpec
@@ -21,6 +26,8 @@ register_model(ModelSpec("toy-mlp", "throwaway: mean colour -> 16 -> classes", 8
                          torch="toy_plugin:torch_mlp", tf="toy_plugin:tf_mlp"))
 register_mode(ModeSpec("torch-toy", "torch", "toy_plugin", "throwaway: DDP under another name",
                        library="native", reference="torch-single", allreduce={None: "torch"}))
+register_option("toy_lr_scale", int, 1, "Throwaway: torch-toy multiplies its learning rate by this.", minimum=1,
+                sweep=True)
 
 
 def torch_mlp(num_classes: int):
@@ -57,4 +64,5 @@ def spawn(cfg) -> None:
 def make_trainer(cfg, launch, hooks: Hooks):
     from bench.modes.torch_ddp import DDPTrainer
 
-    return DDPTrainer(cfg, launch, hooks)
+    scaled = dataclasses.replace(cfg, learning_rate=cfg.learning_rate * cfg.extra.get("toy_lr_scale", 1))
+    return DDPTrainer(scaled, launch, hooks)
