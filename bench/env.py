@@ -219,12 +219,14 @@ def torch_info() -> dict[str, Any]:
 
 
 def tf_info() -> dict[str, Any]:
-    from bench.tfutil import import_tf
+    from bench.tfutil import import_tf, quiet_startup
 
     tf, keras = import_tf()
     build = tf.sysconfig.get_build_info()
     gpus = []
-    for g in tf.config.list_physical_devices("GPU"):
+    with quiet_startup():
+        found = tf.config.list_physical_devices("GPU")
+    for g in found:
         details = tf.config.experimental.get_device_details(g)
         gpus.append({"name": details.get("device_name"), "capability": details.get("compute_capability")})
     return {"version": tf.__version__, "keras": f"tf-keras {keras.__version__}",

@@ -134,3 +134,31 @@ def test_the_docs_give_the_gpu_flag_and_the_driver_the_cuda_image_needs():
         text = " ".join((ROOT / doc).read_text().split())
         assert "--gpus all" in text and f"{envs.MIN_DRIVER} or newer" in text, doc
     assert f'io.hvdbench.driver-min="{envs.MIN_DRIVER}"' in (ROOT / "docker" / "Dockerfile.cuda").read_text()
+
+
+def test_tensorflows_start_up_chatter_is_dropped_and_every_other_line_passes(capfd, monkeypatch):
+    """What TensorFlow's C++ start-up writes to descriptor 2 (real lines, from the CPU and CUDA builds) is
+    dropped; anything else, a warning or an error of ours or of the library, comes through whole."""
+    import os
+
+    from bench.tfutil import VERBOSE_ENV, quiet_startup
+
+    chatter = [
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        b"I0000 00:00:1795473664.446373   19207 port.cc:153] oneDNN custom operations are on. You may see "
+        b"slightly different numerical results",
+        b"I0000 00:00:1795473664.486691   19207 cpu_feature_guard.cc:227] This TensorFlow binary is optimized",
+        b"To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow with "
+        b"the appropriate compiler flags.",
+        b"E0000 00:00:1795473664.5 19207 cuda_executor.cc:1228] failed call to cuInit: UNKNOWN ERROR (303)",
+    ]
+    kept = [b"W tensorflow: a real warning", b"E0000 00:00:1.0 1 kernel.cc:1] out of memory", b"last words"]
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    with quiet_startup():
+        os.write(2, b"\n".join([chatter[0], kept[0], *chatter[1:3]]) + b"\n")
+        os.write(2, b"\n".join([chatter[3], kept[1], chatter[4], kept[2]]))  # no newline at the end
+    assert capfd.readouterr().err.encode() == b"\n".join(kept)
+    monkeypatch.setenv(VERBOSE_ENV, "1")
+    with quiet_startup():
+        os.write(2, chatter[1] + b"\n")
+    assert capfd.readouterr().err.encode() == chatter[1] + b"\n"

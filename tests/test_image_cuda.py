@@ -77,6 +77,9 @@ def test_a_cpu_run_is_labelled_cpu(dk, tmp_path, mode):
     assert result["environment"]["image"]["flavor"] == "cuda"
     framework_env = "/opt/hvdbench/tf" if mode.startswith("tf") else "/opt/hvdbench/torch"
     assert result["environment"]["environment"] == framework_env
+    # the most common first run: without a GPU, TensorFlow's start-up lines (cuInit's failure among them) stay quiet
+    assert not [line for line in logs.splitlines() if "cuInit" in line or "absl::InitializeLog" in line
+                or "oneDNN custom operations" in line], logs[-3000:]
 
 
 def test_no_compiler_or_nvcc_in_the_shipped_image(dk):

@@ -16,9 +16,19 @@ NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
 
 def import_hvd(framework: str, mode: str):
-    """horovod.torch or horovod.tensorflow, or one clear error."""
+    """horovod.torch or horovod.tensorflow, or one clear error (TensorFlow's start-up lines kept quiet)."""
+    if framework == "tensorflow":
+        from bench.tfutil import import_tf, quiet_startup
+
+        try:
+            import_tf()
+        except BenchError as exc:  # no TensorFlow: no horovod.tensorflow either
+            raise MissingDependency(str(exc)) from None
+    else:
+        from contextlib import nullcontext as quiet_startup
     try:
-        return importlib.import_module(f"horovod.{framework}")
+        with quiet_startup():
+            return importlib.import_module(f"horovod.{framework}")
     except ImportError as exc:
         raise MissingDependency(f"{mode} needs Horovod built with {NAMES[framework]} support ({exc}); "
                          "run 'make venv' or use the hvdbench image") from None

@@ -13,11 +13,13 @@ from bench import envs
 from bench.config import Device
 from bench.errors import BenchError
 from bench.launch import THREAD_SHARE_ENV, LaunchInfo, free_port, parse_tf_config
-from bench.tfutil import import_tf
+from bench.tfutil import import_tf, quiet_startup
 
 
 def gpus() -> list:
-    return import_tf()[0].config.list_physical_devices("GPU")
+    tf = import_tf()[0]
+    with quiet_startup():  # the CUDA build's first device query logs cuInit's failure where no GPU is
+        return tf.config.list_physical_devices("GPU")
 
 
 def use_gpu(device: Device) -> bool:
