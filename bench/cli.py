@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import signal
 import sys
 from enum import Enum
 from pathlib import Path
@@ -464,7 +465,10 @@ def main() -> None:
         print(f"error: {exc.format_message()} (see 'bench --help')", file=sys.stderr)
         sys.exit(2)
     except Stopped as exc:
-        print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)
+        from bench.launch import slurm_time_limit
+
+        why = slurm_time_limit() if exc.signum == signal.SIGTERM else None  # scancel, or the job's --time?
+        print(f"{_rank_prefix()}error: {exc}" + (f" ({why})" if why else ""), file=sys.stderr)
         sys.exit(exc.exit_code)
     except BenchError as exc:
         print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)

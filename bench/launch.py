@@ -101,6 +101,24 @@ def inside_allocation() -> bool:
     return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
 
 
+def slurm_time_limit(environ=os.environ, now: float | None = None, run=subprocess.run) -> str | None:
+    """Under Slurm, after a SIGTERM: "the job's time limit (LIMIT) was reached" when this job's end time has come,
+    else None (another sender: scancel, a user). Slurm 22.05 exports no end time to the job, so squeue says it;
+    no answer within 3 s (no squeue, the controller unreachable) is None."""
+    job = environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        out = run(["squeue", "-h", "-j", job, "-o", "%e|%l"], capture_output=True, text=True, timeout=3).stdout
+        end, limit = out.strip().splitlines()[0].split("|")
+        from datetime import datetime
+
+        ends = datetime.fromisoformat(end).timestamp()
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+    return f"the job's Slurm time limit ({limit}) was reached" if (now or time.time()) >= ends - 1 else None
+
+
 def srun_command(v, np_: int, argv: list[str], num_ps: int | None = None) -> list[str]:
     """One job step running ``argv`` as the processes of variant ``v`` (a bench.modes.Variant) at ``np_`` ranks:
     MPI modes join through PMIx, and the step ends as soon as one task fails."""

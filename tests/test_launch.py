@@ -182,3 +182,30 @@ def test_rendezvous_addresses_are_checked_before_any_wait(env, message):
     with pytest.raises(BenchError, match=re.escape(message)):
         validate_rendezvous(detect(env), env)
     validate_rendezvous(detect(TORCHRUN | {"MASTER_ADDR": "127.0.0.1"}), TORCHRUN | {"MASTER_ADDR": "127.0.0.1"})
+
+
+def test_a_sigterm_at_the_jobs_end_time_is_said_to_be_the_time_limit():
+    """squeue's end time for the job has come: Slurm's time limit sent the SIGTERM; before it: someone else."""
+    import subprocess
+    from datetime import datetime
+
+    from bench import launch
+
+    end = datetime(2026, 11, 23, 22, 0, 30)
+    asked = []
+
+    def squeue(cmd, **kw):
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, f"{end.isoformat()}|0:30\n", "")
+
+    job = {"SLURM_JOB_ID": "59"}
+    at_end = end.timestamp() + 0.2
+    assert launch.slurm_time_limit(job, at_end, squeue) == "the job's Slurm time limit (0:30) was reached"
+    assert asked == [["squeue", "-h", "-j", "59", "-o", "%e|%l"]]
+    assert launch.slurm_time_limit(job, end.timestamp() - 20, squeue) is None  # scancel before the end
+    assert launch.slurm_time_limit({}, at_end, squeue) is None  # not under Slurm
+
+    def gone(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, 3)
+
+    assert launch.slurm_time_limit(job, at_end, gone) is None
