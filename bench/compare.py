@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.collect import ci_overlap, load_results, table_cells
 from bench.errors import BenchError
 from bench.metrics import METRICS, find
-from bench.report import ci_overlap, load_results, table_cells
 
 # The metrics compared, from the registry (bench.metrics): throughput, start-up and energy.
 COMPARED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec_wall_total", "tokens_per_sec_total",

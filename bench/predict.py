@@ -189,7 +189,7 @@ def _collective(label: str) -> bool:
 def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]], overlap: float,
                 fusion_bytes: int) -> list[dict[str, Any]]:
     """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency."""
-    from bench.report import table_cells
+    from bench.collect import table_cells
 
     chosen, _ = table_cells(results)
     rows = []
@@ -240,7 +240,7 @@ def check_sweep_folder(folder: str, allreduce_paths: list[str], overlap: float,
                        fusion_bytes: int) -> list[dict[str, Any]]:
     """check_sweep on a sweep folder and bench allreduce result files; an error if nothing can be checked."""
     from bench.allreduce import load as load_allreduce
-    from bench.report import load_results
+    from bench.collect import load_results
 
     rows = check_sweep(load_results([Path(folder)]), [load_allreduce(a) for a in allreduce_paths], overlap,
                        fusion_bytes)

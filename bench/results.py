@@ -21,6 +21,10 @@ from bench.launch import LaunchInfo
 from bench.metrics import METRICS, sample_symbol
 from bench.stats import summarize, throughput_summary
 
+# A sweep folder keeps each cell's run configuration (JSON, not a result) in this subfolder; readers skip it.
+CONFIGS_DIR = "configs"
+MANIFEST = "manifest.json"  # a sweep folder's manifest (JSON, not a result)
+
 CSV_NAME = "results.csv"
 # One row per run: what identifies it, every registered metric, then the run's checks.
 CSV_FIELDS = [
@@ -177,8 +181,13 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise BenchError(f"cannot read result {path}: {exc}") from None
+    return upgraded(data, str(path))
+
+
+def upgraded(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A result as read from ``where``: upgraded to the current schema, then validated against it."""
     data = schema.upgrade(data)
-    validate_result(data, str(path))
+    validate_result(data, where)
     return data
 
 

@@ -30,9 +30,8 @@ from bench.config import PLUGIN_OPTIONS, RunConfig, cli_options
 from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
 from bench.launch import inside_allocation, srun_command
 from bench.modes import mode_label, variant
+from bench.results import CONFIGS_DIR, MANIFEST
 
-MANIFEST = "manifest.json"
-CONFIGS_DIR = "configs"  # each cell's run configuration, as JSON
 # How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
 CELL_GRACE_S = 20.0
 

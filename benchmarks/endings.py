@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # A tiny but real run that never ends by itself (the signal ends it).
 SMALL = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--num-classes", "10",
          "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "100000"]
-TF_SMALL = [*SMALL[:2], "--image-size", "64", *SMALL[4:]]
+# TensorFlow's modes on the smallest model: how a job ends does not depend on it, and its graph traces about
+# 10 s faster per rank than ResNet-50's.
+TF_SMALL = ["--model", "transformer-small", "--batch-size", "2", "--seq-len", "8", *SMALL[8:]]
 # (label, bench arguments, srun's --mpi): every mode and tf-native strategy.
 MODES = {
     "torch-ddp": (["torch-ddp", *SMALL], []),

@@ -88,9 +88,9 @@ SCRIPTED = [
     ("horovod.sbatch", {"MODE": "torch-horovod"}, "torch-horovod"),
     ("tf-native.sbatch", {}, "tf-native"),
 ]
-# The TensorFlow modes' runs where the exchange, the launcher or the ending is what is tested: the smallest
-# model, whose graph TensorFlow traces about 10 s faster per rank than ResNet-50's (ResNet-50 in TensorFlow's
-# processes: test_hostname, the images' tests and self-tests; VGG-16: verify across the cluster's nodes).
+# The TensorFlow modes' runs where the exchange, the launcher, the image or the ending is what is tested: the
+# smallest model, whose graph TensorFlow traces about 10 s faster per rank than ResNet-50's (ResNet-50 in
+# TensorFlow's ranks: test_hostname and the CUDA image's self-test; VGG-16: verify across the cluster's nodes).
 TF_SMALL = ["--model", "transformer-small", "--batch-size", "2", "--seq-len", "8", *SMALL[8:]]
 
 

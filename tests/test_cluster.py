@@ -143,6 +143,163 @@ def test_a_node_lost_mid_run_ends_the_job_and_names_the_node(shared):
     assert not list((shared / name).glob("*.json"))
 
 
+class Job:
+    """A command run on the controller, its output lines kept with the moment each arrived."""
+
+    def __init__(self, command: str) -> None:
+        import threading
+
+        self.lines: list[tuple[float, str]] = []
+        self.proc = subprocess.Popen(
+            [*cluster.compose_cmd(), "exec", "-T", "-w", "/shared", "head", "bash", "-c", command],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=cluster.compose_env())
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def wait_for(self, text: str, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            hit = next((t for t, line in self.lines if text in line), None)
+            if hit is not None:
+                return hit
+            assert self.proc.poll() is None, f"ended before '{text}':\n{self.output[-3000:]}"
+            time.sleep(0.2)
+        raise AssertionError(f"no '{text}' within {timeout:.0f} s:\n{self.output[-3000:]}")
+
+    def end(self, timeout: float) -> float:
+        """Wait for the job to end; when it did (monotonic)."""
+        self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return time.monotonic()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+# Both modes at once, one rank on each node, running until something ends them.
+FAULT_MODES = {"torch-ddp": ("", SMALL), "tf-horovod": ("--mpi=pmix", TF_SMALL)}
+
+
+def start_fault_jobs(srun_options: str, bench_options: str) -> dict[str, tuple[Job, str]]:
+    jobs = {}
+    for mode, (mpi, small) in FAULT_MODES.items():
+        name = f"fault-{mode}-{uuid.uuid4().hex[:8]}"
+        args = " ".join(small[:-4])  # the model and batch, not the step counts
+        jobs[mode] = (Job(f"srun -N2 -n2 --ntasks-per-node=1 {mpi} {srun_options} bench {mode} {args} "
+                          f"--warmup-steps 1 --steps-per-window 5 --windows 100000 {bench_options} --output {name}"),
+                      name)
+    return jobs
+
+
+def bench_left(mode: str) -> dict[str, str]:
+    """Processes of ``bench MODE`` still running, by node (none: {})."""
+    left = {}
+    for node in cluster.NODES:
+        r = cluster.run_on(f"pgrep -af 'bench {mode}' | grep -v pgrep || true", node, capture_output=True, text=True)
+        if r.stdout.strip():
+            left[node] = r.stdout.strip()
+    return left
+
+
+def wait_nothing_left(timeout: float) -> dict[str, dict[str, str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {mode: found for mode in FAULT_MODES if (found := bench_left(mode))}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
+def test_a_link_cut_mid_run_ends_the_job_and_names_the_node(shared):
+    """node2's link goes down while both modes train across the nodes (the node itself stays up): each job
+    ends, naming node2, within the stall bound plus Slurm's time to call the node lost; nothing runs on
+    either node afterwards (node2's ranks end by their own stall watchdog, unreachable as they are) and no
+    result is written. The link comes back after, and node2 with it."""
+    stall = 20
+    jobs = start_fault_jobs("", f"--stall-timeout {stall}")
+    try:
+        for job, _ in jobs.values():
+            job.wait_for("first step done", 240)
+        time.sleep(3)  # in the timed windows
+        cut = time.monotonic()
+        assert cluster.run_on("ip link set eth0 down", "node2").returncode == 0
+        took = {mode: job.end(timeout=240) - cut for mode, (job, _) in jobs.items()}
+        left = wait_nothing_left(stall + 20)  # node2's ranks: their own watchdog, the link still down
+    finally:
+        cluster.run_on("ip link set eth0 up", "node2")
+        for job, _ in jobs.values():
+            job.kill()
+    cluster.up()  # node2 back in service (ReturnToService=2)
+    for mode, (job, name) in jobs.items():
+        errors = [line for _, line in job.lines if "error" in line]
+        print(f"link cut, {mode}: exit {job.proc.returncode} after {took[mode]:.1f} s; {errors}")
+        assert job.proc.returncode != 0, job.output[-3000:]
+        assert took[mode] < stall + 60, (took, job.output[-3000:])
+        assert any("node2" in line for line in errors), job.output[-3000:]
+        assert not list((shared / name).glob("*.json"))
+    assert left == {}, left
+
+
+def test_a_slurm_time_limit_mid_run_ends_the_job_and_says_so(shared):
+    """srun -t 0:30 on two nodes, both modes: Slurm's time limit comes while they train; each job ends within
+    Slurm's kill wait (KillWait=5) of the limit's SIGTERM, says that the time limit ended it, leaves nothing
+    running and writes no result."""
+    jobs = start_fault_jobs("-t 0:30", "")
+    try:
+        for job, _ in jobs.values():
+            job.wait_for("first step done", 240)  # training before the limit: mid-run
+        limit = {mode: job.wait_for("DUE TO TIME LIMIT", 120) for mode, (job, _) in jobs.items()}
+        ended = {mode: job.end(timeout=60) for mode, (job, _) in jobs.items()}
+    finally:
+        for job, _ in jobs.values():
+            job.kill()
+    left = wait_nothing_left(10)
+    for mode, (job, name) in jobs.items():
+        took = ended[mode] - limit[mode]
+        print(f"time limit, {mode}: exit {job.proc.returncode}, {took:.1f} s after Slurm's line; "
+              f"{[line for _, line in job.lines if 'error' in line or 'LIMIT' in line]}")
+        assert job.proc.returncode != 0 and took < 5 + 5, (took, job.output[-3000:])
+        assert "Slurm time limit (00:00:30) was reached" in job.output or \
+            "Slurm time limit (0:30) was reached" in job.output, job.output[-3000:]
+        assert not list((shared / name).glob("*.json"))
+    assert left == {}, left
+
+
+def test_a_rank_killed_for_memory_in_a_node_container_is_named(shared):
+    """node2's container gets a 1.5 GiB memory limit and a 2-rank run whose batch does not fit: the kernel's
+    out-of-memory killer ends a rank, and the spawner's line names the rank, the signal and the cause, with
+    what to try; nothing is left running. The limit is lifted after."""
+    container = cluster.compose("ps", "-q", "node2", capture_output=True, text=True).stdout.strip()
+    assert container
+    name = f"oom-{uuid.uuid4().hex[:8]}"
+    docker = ["docker", "update", "--memory", "1536m", "--memory-swap", "1536m", container]
+    assert subprocess.run(docker, capture_output=True, text=True).returncode == 0
+    try:
+        started = time.monotonic()
+        r = cluster.run_on(f"bench torch-ddp --np 2 --model vgg16 --image-size 224 --batch-size 64 --warmup-steps 0 "
+                           f"--steps-per-window 1 --windows 1 --output {name}", "node2", capture_output=True,
+                           text=True, errors="replace", timeout=300)
+        took = time.monotonic() - started
+    finally:
+        subprocess.run(["docker", "update", "--memory", "0", "--memory-swap", "-1", container], capture_output=True)
+    line = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    print(f"out of memory in node2: exit {r.returncode} after {took:.1f} s: {line}")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert line.startswith("error: rank ") and "was killed by signal 9 (SIGKILL): the kernel's out-of-memory " \
+        "killer ended it" in line and line.endswith("try a smaller --batch-size"), r.stderr[-3000:]
+    assert bench_left("torch-ddp") == {}
+    assert not list((shared / name).glob("*.json"))
+
+
 def test_allreduce_across_two_nodes(shared):
     name = f"allreduce-{uuid.uuid4().hex[:8]}"
     r = on_head(f"srun -N2 -n2 --ntasks-per-node=1 bench allreduce --backend torch --max-bytes 1M --models '' "

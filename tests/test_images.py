@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SMALL, assert_valid_run, built_image, only_result, run_container
+from conftest import SMALL, TF_SMALL, assert_valid_run, built_image, only_result, run_container
 
 pytestmark = [pytest.mark.image, pytest.mark.multiproc]
 
@@ -65,7 +65,8 @@ def test_tf_horovod_as_non_root_user(dk, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     os.chown(results, 1234, 1234)
-    code, logs = run(dk, ["tf-horovod", *SMALL, "--np", "2", "--output", "/work/results"], results, user="1234:1234")
+    code, logs = run(dk, ["tf-horovod", *TF_SMALL, "--np", "2", "--output", "/work/results"], results,
+                     user="1234:1234")
     assert code == 0, logs
     result = only_result(results)
     assert_valid_run(result, "tf-horovod", 2, "self")
@@ -161,7 +162,8 @@ def test_every_mode_runs_with_no_network(dk, tmp_path, name):
     """The Horovod modes died with SIGSEGV here before the Gloo fix in docker/horovod/0.28.1.patch."""
     results = tmp_path / "results"
     results.mkdir()
-    code, logs = run_offline(dk, [*NO_NETWORK_RUNS[name], *SMALL, "--output", "/work/results"], results)
+    small = TF_SMALL if name.startswith("tf") else SMALL
+    code, logs = run_offline(dk, [*NO_NETWORK_RUNS[name], *small, "--output", "/work/results"], results)
     assert code == 0, logs[-4000:]
     result = only_result(results)
     assert result["mode"] == name.split(":")[0] and result["status"] == "ok"

@@ -13,9 +13,10 @@ import endings
 import pytest
 from conftest import bench, bench_env
 
+from bench.collect import load_results, table_cells
 from bench.compare import compare, regressions
 from bench.errors import BenchError
-from bench.report import horovod_vs_native, load_results, scaling_rows, table_cells, write_report
+from bench.report import horovod_vs_native, scaling_rows, write_report
 from bench.sweep import SweepConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
