@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench import watchdog
+from bench.distributed import cpu_thread_share
 from bench.errors import STOP_SIGNALS, BenchError, ResultNotWhole, Stopped, restore_handlers, stop_on_signals
 
 CHILD_CONFIG_ENV = "HVDBENCH_CONFIG"
@@ -185,11 +186,11 @@ def detect(env: dict[str, str] | None = None) -> LaunchInfo:
     return info
 
 
-def _resolves(host: str) -> str | None:
-    """Why ``host`` does not resolve, or None if it does."""
+def resolve_error(name: str) -> str | None:
+    """Why host name ``name`` does not resolve to an address (getaddrinfo's message), or None if it does."""
     try:
-        socket.getaddrinfo(host, None)
-    except (socket.gaierror, UnicodeError) as exc:
+        socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
         return getattr(exc, "strerror", None) or str(exc)
     return None
 
@@ -218,7 +219,7 @@ def validate_rendezvous(info: LaunchInfo, env: dict[str, str] | None = None) -> 
             raise BenchError(f"malformed launcher environment: HOROVOD_GLOO_RENDEZVOUS_PORT={port!r} is not a TCP port")
         checks.append(("HOROVOD_GLOO_RENDEZVOUS_ADDR", env["HOROVOD_GLOO_RENDEZVOUS_ADDR"]))
     for what, host in checks:
-        why = _resolves(host)
+        why = resolve_error(host)
         if why:
             raise BenchError(f"rendezvous address from the environment does not resolve: {what} {host!r} ({why})")
 
@@ -278,7 +279,7 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
                 **{PARENT_PID_ENV: str(os.getpid())})
     # Like torchrun: each rank gets its share of the cores before any library sizes its thread pools.
     if "OMP_NUM_THREADS" not in base:
-        base["OMP_NUM_THREADS"] = base[THREAD_SHARE_ENV] = str(max(1, (os.cpu_count() or 1) // max(1, len(rank_envs))))
+        base["OMP_NUM_THREADS"] = base[THREAD_SHARE_ENV] = str(cpu_thread_share(len(rank_envs)))
     procs: list[subprocess.Popen] = []
     old = stop_on_signals()
     with tempfile.TemporaryDirectory(prefix="hvdbench-stall-") as stall_dir:

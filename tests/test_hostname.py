@@ -14,7 +14,7 @@ from conftest import SMALL, assert_valid_run, bench_env, only_result
 
 from bench.distributed import hvdist
 from bench.errors import BenchError
-from bench.launch import LaunchInfo
+from bench.launch import LaunchInfo, resolve_error
 
 ONE_NODE = LaunchInfo("self", 0, 2, 0, 2)
 TWO_NODES = LaunchInfo("srun", 0, 2, 0, 1)
@@ -60,8 +60,8 @@ def test_stock_horovod_is_refused_even_on_one_node():
 
 
 def test_real_resolver():
-    assert hvdist.resolve_error("localhost") is None
-    assert hvdist.resolve_error("no-such-host.invalid") is not None
+    assert resolve_error("localhost") is None
+    assert resolve_error("no-such-host.invalid") is not None
 
 
 def test_uses_gloo():

@@ -10,7 +10,7 @@ from typing import Any
 
 from bench import env
 from bench.errors import BenchError, MissingDependency
-from bench.launch import LaunchInfo, detect, spawn_horovod_gloo
+from bench.launch import LaunchInfo, detect, resolve_error, spawn_horovod_gloo
 
 NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
@@ -32,15 +32,6 @@ def import_hvd(framework: str, mode: str):
     except ImportError as exc:
         raise MissingDependency(f"{mode} needs Horovod built with {NAMES[framework]} support ({exc}); "
                          "run 'make venv' or use the hvdbench image") from None
-
-
-def resolve_error(name: str) -> str | None:
-    """Why host name ``name`` does not resolve to an address (getaddrinfo's message), or None if it does."""
-    try:
-        socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        return getattr(exc, "strerror", None) or str(exc)
-    return None
 
 
 def patch_level() -> int:
