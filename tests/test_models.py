@@ -3,9 +3,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bench.models import MODELS  # noqa: E402
-from bench.models.torch_models import build, count_parameters, loss_fn  # noqa: E402
+from bench.models.torch_models import count_parameters, loss_fn  # noqa: E402
 
 pytestmark = pytest.mark.framework  # builds and trains the models in this process
+
+
+def build(name, num_classes=1000):
+    return MODELS[name].build_torch(num_classes)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

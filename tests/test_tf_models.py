@@ -5,7 +5,6 @@ from bench.models import MODELS
 
 tf_models = pytest.importorskip("bench.models.tf_models")
 torch = pytest.importorskip("torch")
-from bench.models.torch_models import build as torch_build  # noqa: E402
 from bench.models.torch_models import count_parameters  # noqa: E402
 
 pytestmark = pytest.mark.framework  # builds and trains the models in this process
@@ -14,8 +13,8 @@ pytestmark = pytest.mark.framework  # builds and trains the models in this proce
 @pytest.mark.parametrize("name", list(MODELS))
 def test_trainable_counts_equal_framework_to_framework(name):
     size = MODELS[name].default_image_size
-    tf_count = tf_models.count_trainable(tf_models.build(name, 1000, size))
-    assert tf_count == count_parameters(torch_build(name, 1000)) == MODELS[name].params_1000
+    tf_count = tf_models.count_trainable(MODELS[name].build_tf(1000, size))
+    assert tf_count == count_parameters(MODELS[name].build_torch(1000)) == MODELS[name].params_1000
 
 
 @pytest.mark.parametrize("n_in", [1, 2, 5, 7, 9, 14])
@@ -28,12 +27,12 @@ def test_adaptive_pool_matches_pytorch(n_in):
 
 @pytest.mark.parametrize("name", ["vgg16", "resnet50"])
 def test_small_images(name):
-    model = tf_models.build(name, 10, 32)
+    model = MODELS[name].build_tf(10, 32)
     assert model(tf_models.tf.zeros((2, 32, 32, 3))).shape == (2, 10)
 
 
 def test_keras_is_tf_keras():
     # Keras 3 breaks Horovod and multi-worker training; the models must be tf-keras (Keras 2) models.
-    model = tf_models.build("resnet50", 10, 32)
+    model = MODELS["resnet50"].build_tf(10, 32)
     assert type(model).__module__.startswith("tf_keras.")
     assert tf_models.keras.__version__.startswith("2.")

@@ -206,13 +206,6 @@ def inception3(num_classes: int, image_size: int):
     return _inception3(num_classes, image_size)
 
 
-def build(name: str, num_classes: int = 1000, image_size: int = 224):
-    """The registered model ``name`` (bench.models), built by the function its spec names."""
-    from bench.models import model
-
-    return model(name).build_tf(num_classes, image_size)
-
-
 def per_example_loss(outputs, labels):
     """Cross-entropy per example; Inception V3: main + 0.4 x auxiliary (as the PyTorch twin)."""
     ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)

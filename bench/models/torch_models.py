@@ -293,13 +293,6 @@ def inception3(num_classes: int) -> nn.Module:
     return Inception3(num_classes)
 
 
-def build(name: str, num_classes: int = 1000) -> nn.Module:
-    """The registered model ``name`` (bench.models), built by the function its spec names."""
-    from bench.models import model
-
-    return model(name).build_torch(num_classes)
-
-
 def loss_fn(output, target: torch.Tensor) -> torch.Tensor:
     """Cross-entropy; for Inception V3 in training, main + 0.4 * auxiliary (the paper's weighting); per token
     for the Transformer."""
