@@ -24,6 +24,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench import slurmenv
+
 STALL_EXIT = 75  # EX_TEMPFAIL: the job may succeed when run again
 STALL_DIR_ENV = "HVDBENCH_STALL_DIR"
 FLOOR_S = 120.0
@@ -74,8 +76,10 @@ class Watchdog:
     def _fire(self, waited: float) -> None:
         w = self.where
         report = {"rank": self.rank, "waited_s": round(waited, 1), "bound_s": round(self.bound, 1), **w}
+        # under srun, the hosts of the step that no longer answer (a lost node, a cut link) are named
+        quiet = slurmenv.unanswered(os.environ, self.rank) if "SLURM_STEP_ID" in os.environ else ""
         print(f"rank {self.rank}: error: stalled: no progress for {waited:.0f} s (bound {self.bound:.0f} s, "
-              f"--stall-timeout); this rank is {describe(w)}", file=sys.stderr, flush=True)
+              f"--stall-timeout); this rank is {describe(w)}{quiet}", file=sys.stderr, flush=True)
         folder = os.environ.get(STALL_DIR_ENV)
         if folder:
             try:
