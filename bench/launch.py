@@ -420,8 +420,9 @@ def _collect_stall_reports(procs: list[subprocess.Popen], stall_dir: Path, serve
 
 
 def stop_processes(procs: list[subprocess.Popen], grace_s: float) -> None:
-    """SIGTERM to each process group, SIGKILL to those still there after ``grace_s``; a second Ctrl-C or
-    SIGTERM meanwhile cannot cut this short (the stop signals are ignored until it returns)."""
+    """SIGTERM (then SIGCONT, so that a stopped rank takes it at once) to each process group, SIGKILL to those
+    still there after ``grace_s``; a second Ctrl-C or SIGTERM meanwhile cannot cut this short (the stop signals
+    are ignored until it returns)."""
     old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
     try:
         _terminate(procs, grace_s)
@@ -433,6 +434,7 @@ def _terminate(procs: list[subprocess.Popen], grace_s: float) -> None:
     for p in procs:
         try:  # the whole group, even when its leader is gone: a rank's own children die with it
             os.killpg(p.pid, signal.SIGTERM)
+            os.killpg(p.pid, signal.SIGCONT)  # a stopped rank (SIGSTOP, a debugger) takes the SIGTERM now
         except (ProcessLookupError, PermissionError):
             pass
     deadline = time.monotonic() + grace_s
