@@ -116,10 +116,12 @@ image-test: venv docker-up
 	@$(TIER_CACHE) fresh image || { $(PY) docker/images.py base && $(PY) docker/images.py build $(IMAGE_TEST_BUILD) \
 	  && $(RUN_TESTS) image -m image $(PYTEST_ARGS) && $(TIER_CACHE) record image; }
 
-# The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed).
+# The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed) with one mode per
+# framework environment, and the tier's tests run the other two modes in the built image.
 image-cuda-test: venv docker-up
 	@$(TIER_CACHE) fresh image_cuda || { $(PY) docker/images.py base \
 	  && $(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm \
+	     --self-test-modes "torch-ddp tf-horovod" \
 	  && $(RUN_TESTS) image_cuda -m image_cuda $(PYTEST_ARGS) && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as image-test builds it) plus Slurm and munge.

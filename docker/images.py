@@ -335,6 +335,8 @@ def main() -> None:
     bd.add_argument("--offline-wheels", action="store_true",
                     help="stage this machine's torch wheel, Horovod sdist and Horovod wheels in docker/wheelhouse "
                          "and use no PyTorch index")
+    bd.add_argument("--self-test-modes", help="the CUDA image's self-test: the modes whose 2-process CPU run it "
+                    "makes (default: every mode)")
     cs = sub.add_parser("check-secrets", help="fail if an image layer holds the CA bundle's private certificates")
     cs.add_argument("image")
     cs.add_argument("--secret", default=os.environ.get("HVDBENCH_CA_BUNDLE", DEFAULT_CA))
@@ -348,6 +350,13 @@ def main() -> None:
             if a.offline_wheels:
                 stage_wheels(a.stack)
                 extra["TORCH_INDEX_URL"] = ""
+            if a.self_test_modes:
+                known = {"torch-ddp", "torch-horovod", "tf-horovod", "tf-native"}
+                modes = a.self_test_modes.split()
+                if not modes or set(modes) - known:
+                    raise ImageError(f"--self-test-modes takes modes among {', '.join(sorted(known))} "
+                                     f"(got {a.self_test_modes!r})")
+                extra["SELF_TEST_MODES"] = " ".join(modes)
             print("images: built", ", ".join(build(a.stack, a.flavor, a.base, extra)))
         elif a.command == "check-secrets":
             hits = check_secrets(a.image, a.secret)
