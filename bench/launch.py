@@ -110,7 +110,9 @@ def slurm_time_limit(environ=os.environ, now: float | None = None, run=subproces
     if not job:
         return None
     try:
-        out = run(["squeue", "-h", "-j", job, "-o", "%e|%l"], capture_output=True, text=True, timeout=3).stdout
+        # --states=all: at the SIGTERM the job may already be in state TIMEOUT, which squeue hides by default
+        out = run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%e|%l"], capture_output=True, text=True,
+                  timeout=3).stdout
         end, limit = out.strip().splitlines()[0].split("|")
         from datetime import datetime
 

@@ -201,7 +201,7 @@ def test_a_sigterm_at_the_jobs_end_time_is_said_to_be_the_time_limit():
     job = {"SLURM_JOB_ID": "59"}
     at_end = end.timestamp() + 0.2
     assert launch.slurm_time_limit(job, at_end, squeue) == "the job's Slurm time limit (0:30) was reached"
-    assert asked == [["squeue", "-h", "-j", "59", "-o", "%e|%l"]]
+    assert asked == [["squeue", "-h", "-t", "all", "-j", "59", "-o", "%e|%l"]]
     assert launch.slurm_time_limit(job, end.timestamp() - 20, squeue) is None  # scancel before the end
     assert launch.slurm_time_limit({}, at_end, squeue) is None  # not under Slurm
 
