@@ -225,12 +225,11 @@ def test_a_link_cut_mid_run_ends_the_job_and_names_the_node(shared):
     ends within the stall bound plus srun's wait for the unreachable node, rank 0's line naming node2 and its
     rank; nothing runs on either node afterwards (node2's ranks end by their own stall watchdog, unreachable
     as they are) and no result is written. The link comes back after, and node2 with it."""
-    stall = 10
+    stall = 15
     jobs = start_fault_jobs("", f"--stall-timeout {stall}")
     try:
-        for job, _ in jobs.values():
-            job.wait_for("first step done", 240)
-        time.sleep(3)  # in the timed windows
+        for job, _ in jobs.values():  # both in their timed windows: neither is starting up beside the other
+            job.wait_for("window 2/", 300)
         cut = time.monotonic()
         assert cluster.run_on("ip link set eth0 down", "node2").returncode == 0
         took = {mode: job.end(timeout=240) - cut for mode, (job, _) in jobs.items()}
