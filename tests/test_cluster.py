@@ -181,9 +181,13 @@ class Job:
         self.reader.join(timeout=10)
         return time.monotonic()
 
-    def kill(self) -> None:
+    def kill(self, name: str | None = None) -> None:
+        """End the command here and, by its Slurm job name, the job it started (killing `docker exec` here does
+        not end srun in the container)."""
         if self.proc.poll() is None:
             self.proc.kill()
+        if name:
+            cluster.run_on(f"scancel -n {name}", capture_output=True)
 
 
 # Both modes at once, one rank on each node, running until something ends them.
@@ -195,7 +199,7 @@ def start_fault_jobs(srun_options: str, bench_options: str) -> dict[str, tuple[J
     for mode, (mpi, small) in FAULT_MODES.items():
         name = f"fault-{mode}-{uuid.uuid4().hex[:8]}"
         args = " ".join(small[:-4])  # the model and batch, not the step counts
-        jobs[mode] = (Job(f"srun -N2 -n2 --ntasks-per-node=1 {mpi} {srun_options} bench {mode} {args} "
+        jobs[mode] = (Job(f"srun -J {name} -N2 -n2 --ntasks-per-node=1 {mpi} {srun_options} bench {mode} {args} "
                           f"--warmup-steps 1 --steps-per-window 5 --windows 100000 {bench_options} --output {name}"),
                       name)
     return jobs
@@ -236,8 +240,8 @@ def test_a_link_cut_mid_run_ends_the_job_and_names_the_node(shared):
         left = wait_nothing_left(stall + 20)  # node2's ranks: their own watchdog, the link still down
     finally:
         cluster.run_on("ip link set eth0 up", "node2")
-        for job, _ in jobs.values():
-            job.kill()
+        for job, name in jobs.values():
+            job.kill(name)
     cluster.up()  # node2 back in service (ReturnToService=2)
     for mode, (job, name) in jobs.items():
         errors = [line for _, line in job.lines if "error" in line]
@@ -258,7 +262,7 @@ def test_a_slurm_time_limit_mid_run_ends_the_job_and_says_so(shared):
     jobs = start_fault_jobs("-t 1", "")
     spawned = f"fault-spawned-{uuid.uuid4().hex[:8]}"
     batch = Job(sbatch_wait_line(
-        f"-N1 -n1 --cpus-per-task=2 --time=1 -o {spawned}.out --wrap 'bench torch-ddp --np 2 "
+        f"-J {spawned} -N1 -n1 --cpus-per-task=2 --time=1 -o {spawned}.out --wrap 'bench torch-ddp --np 2 "
         f"{' '.join(SMALL[:-4])} --warmup-steps 1 --steps-per-window 5 --windows 100000 --output {spawned}'"))
     try:
         for job, _ in jobs.values():
@@ -267,8 +271,9 @@ def test_a_slurm_time_limit_mid_run_ends_the_job_and_says_so(shared):
         ended = {mode: job.end(timeout=60) for mode, (job, _) in jobs.items()}
         batch.end(timeout=180)
     finally:
-        for job in [batch, *(job for job, _ in jobs.values())]:
-            job.kill()
+        batch.kill(spawned)
+        for job, name in jobs.values():
+            job.kill(name)
     left = wait_nothing_left(10)
     for mode, (job, name) in jobs.items():
         took = ended[mode] - limit[mode]
