@@ -194,9 +194,13 @@ class Job:
 FAULT_MODES = {"torch-ddp": ("", SMALL), "tf-horovod": ("--mpi=pmix", TF_SMALL)}
 
 
-def start_fault_jobs(srun_options: str, bench_options: str) -> dict[str, tuple[Job, str]]:
+def start_fault_jobs(srun_options: str, bench_options: str, one_by_one: bool = False) -> dict[str, tuple[Job, str]]:
+    """Both modes' jobs; ``one_by_one``: each started once the one before is in its timed windows, so that a
+    short stall bound is not reached by a step that another job's start-up starved of the shared cores."""
     jobs = {}
-    for mode, (mpi, small) in FAULT_MODES.items():
+    for mode, (mpi, small) in reversed(FAULT_MODES.items()) if one_by_one else FAULT_MODES.items():
+        if one_by_one and jobs:
+            next(iter(jobs.values()))[0].wait_for("window 1/", 300)
         name = f"fault-{mode}-{uuid.uuid4().hex[:8]}"
         args = " ".join(small[:-4])  # the model and batch, not the step counts
         jobs[mode] = (Job(f"srun -J {name} -N2 -n2 --ntasks-per-node=1 {mpi} {srun_options} bench {mode} {args} "
@@ -230,9 +234,9 @@ def test_a_link_cut_mid_run_ends_the_job_and_names_the_node(shared):
     rank; nothing runs on either node afterwards (node2's ranks end by their own stall watchdog, unreachable
     as they are) and no result is written. The link comes back after, and node2 with it."""
     stall = 15
-    jobs = start_fault_jobs("", f"--stall-timeout {stall}")
+    jobs = start_fault_jobs("", f"--stall-timeout {stall}", one_by_one=True)
     try:
-        for job, _ in jobs.values():  # both in their timed windows: neither is starting up beside the other
+        for job, _ in jobs.values():  # both in their timed windows
             job.wait_for("window 2/", 300)
         cut = time.monotonic()
         assert cluster.run_on("ip link set eth0 down", "node2").returncode == 0
