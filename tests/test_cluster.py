@@ -310,8 +310,12 @@ def test_a_rank_killed_for_memory_in_a_node_container_is_named(shared):
                            f"--steps-per-window 1 --windows 1 --output {name}", "node2", capture_output=True,
                            text=True, errors="replace", timeout=300)
         took = time.monotonic() - started
-    finally:
-        subprocess.run(["docker", "update", "--memory", "0", "--memory-swap", "-1", container], capture_output=True)
+    finally:  # `docker update` cannot remove a limit (0 keeps it): the machine's whole memory is none; the swap
+        # limit is raised with it (cgroup v1 refuses a memory limit above the memory+swap one)
+        total_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                         if line.startswith("MemTotal:"))
+        subprocess.run(["docker", "update", "--memory", f"{total_kib}k", "--memory-swap", f"{2 * total_kib}k",
+                        container], capture_output=True)
     line = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
     print(f"out of memory in node2: exit {r.returncode} after {took:.1f} s: {line}")
     assert r.returncode == 1, r.stderr[-3000:]
@@ -319,6 +323,9 @@ def test_a_rank_killed_for_memory_in_a_node_container_is_named(shared):
         "killer ended it" in line and line.endswith("try a smaller --batch-size"), r.stderr[-3000:]
     assert bench_left("torch-ddp") == {}
     assert not list((shared / name).glob("*.json"))
+    limit = subprocess.run(["docker", "inspect", "-f", "{{.HostConfig.Memory}}", container], capture_output=True,
+                           text=True).stdout.strip()
+    assert int(limit) >= 8 * 2**30, limit  # node2 has its memory back for the tests after this one
 
 
 def test_allreduce_across_two_nodes(shared):
