@@ -195,14 +195,15 @@ FAULT_MODES = {"torch-ddp": ("", SMALL), "tf-horovod": ("--mpi=pmix", TF_SMALL)}
 
 
 def start_fault_jobs(srun_options: str, bench_options: str, one_by_one: bool = False) -> dict[str, tuple[Job, str]]:
-    """Both modes' jobs; ``one_by_one``: each started once the one before is in its timed windows, so that a
-    short stall bound is not reached by a step that another job's start-up starved of the shared cores."""
+    """Both modes' jobs; ``one_by_one``: each started once the one before is in its timed windows, both on the
+    smallest model, so that a short stall bound is not reached by a step that the other job starved of the
+    two shared cores (ResNet-50's steps took over 15 s so)."""
     jobs = {}
     for mode, (mpi, small) in reversed(FAULT_MODES.items()) if one_by_one else FAULT_MODES.items():
         if one_by_one and jobs:
             next(iter(jobs.values()))[0].wait_for("window 1/", 300)
         name = f"fault-{mode}-{uuid.uuid4().hex[:8]}"
-        args = " ".join(small[:-4])  # the model and batch, not the step counts
+        args = " ".join((TF_SMALL if one_by_one else small)[:-4])  # the model and batch, not the step counts
         jobs[mode] = (Job(f"srun -J {name} -N2 -n2 --ntasks-per-node=1 {mpi} {srun_options} bench {mode} {args} "
                           f"--warmup-steps 1 --steps-per-window 5 --windows 100000 {bench_options} --output {name}"),
                       name)
