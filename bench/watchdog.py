@@ -11,7 +11,9 @@ healthy run is never cut: ``max(120 s, 20 x first step x steps per window)``. Un
 (tracing, compilation, the first collectives), it is ``max(bound, 600 s, 2 x rendezvous timeout)``.
 
 The self-spawner reads the reports (:func:`diagnose`): a rank that wrote none was frozen (stopped, or stuck
-holding the interpreter) and did not arrive; a rank behind the furthest position did not arrive either.
+holding the interpreter) and did not arrive; a rank behind the furthest position did not arrive either. Under
+srun, where each rank speaks for itself, the line also names the step's hosts that no longer answer, with their
+ranks (:func:`bench.slurmenv.unanswered`): a lost node or a cut link.
 """
 
 from __future__ import annotations
