@@ -122,6 +122,20 @@ def slurm_time_limit(environ=os.environ, now: float | None = None, run=subproces
     return f"the job's Slurm time limit ({limit}) was reached" if (now or time.time()) >= ends - 1 else None
 
 
+# Each Slurm job's rendezvous ports: a range of its own, JOB_PORTS wide, from PORT_BASE, so that jobs sharing a
+# node never share a port. tf-native under srun takes the range's first ports, one per task on the node
+# (TensorFlow's SlurmClusterResolver); torch.distributed and the batch scripts take its first. The ranges stay
+# below Linux's ephemeral ports (32768 and up). singularity/slurm/common.sh computes the same.
+PORT_BASE, JOB_PORTS, PORT_RANGES = 20000, 64, 190
+
+
+def job_port_base(job_id: int) -> int:
+    """The first port of Slurm job ``job_id``'s range: 20000 + 64 x (job id mod 190); two jobs share a range
+    only when their ids differ by a multiple of 190. (With one port per job, job N's second task and job
+    N+1's first took the same port: a concurrent tf-native job failed to start its gRPC server.)"""
+    return PORT_BASE + JOB_PORTS * (job_id % PORT_RANGES)
+
+
 def srun_command(v, np_: int, argv: list[str], num_ps: int | None = None) -> list[str]:
     """One job step running ``argv`` as the processes of variant ``v`` (a bench.modes.Variant) at ``np_`` ranks:
     MPI modes join through PMIx, and the step ends as soon as one task fails."""
@@ -167,7 +181,7 @@ def detect(env: dict[str, str] | None = None) -> LaunchInfo:
                           int(env.get("SLURM_NTASKS_PER_NODE", "0").split("(")[0] or 0)
                           or _int(env, "SLURM_NTASKS"),
                           env.get("MASTER_ADDR") or first_slurm_host(nodelist),
-                          _port(env) or 20000 + job % 20000)
+                          _port(env) or job_port_base(job))
     elif "TF_CONFIG" in env:
         cluster, task_type, task_index = parse_tf_config(env["TF_CONFIG"])
         workers = cluster.get("chief", []) + cluster.get("worker", [])

@@ -35,7 +35,24 @@ def test_horovodrun_mpirun_srun():
     s = detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
                 "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "1234"})
     assert (s.launcher, s.rank, s.world_size, s.local_rank, s.local_world_size) == ("srun", 5, 8, 1, 4)
-    assert s.master_addr == "gpu07" and s.master_port == 20000 + 1234
+    assert s.master_addr == "gpu07" and s.master_port == 20000 + 64 * (1234 % 190)
+
+
+def test_slurm_jobs_get_port_ranges_that_do_not_overlap_and_the_batch_scripts_agree():
+    """Job N's ports are [base, base + 64): consecutive jobs never share one (job N's second task used to take
+    job N+1's only port), the ranges stay below the ephemeral ports, and common.sh computes the same base."""
+    import re
+    from pathlib import Path
+
+    from bench.launch import JOB_PORTS, job_port_base
+
+    bases = sorted(job_port_base(j) for j in range(1000, 1190))
+    assert len(set(bases)) == 190 and all(b - a >= JOB_PORTS for a, b in zip(bases, bases[1:], strict=False))
+    assert min(bases) >= 20000 and max(bases) + JOB_PORTS <= 32768
+    common = (Path(__file__).resolve().parents[1] / "singularity/slurm/common.sh").read_text()
+    formula = re.search(r"MASTER_PORT=\$\(\((.+)\)\)", common).group(1)
+    for job in (1, 63, 64, 189, 190, 123456):
+        assert eval(formula.replace("SLURM_JOB_ID", str(job)).replace("/", "//")) == job_port_base(job)
 
 
 def test_sbatch_script_without_step_is_not_a_rank():

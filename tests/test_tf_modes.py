@@ -84,7 +84,7 @@ def test_ps_roles_under_srun_come_from_the_task_ids(monkeypatch, procid, role):
     monkeypatch.delenv("SLURM_DISTRIBUTION", raising=False)
     cluster, task_type, index = parse_tf_config(tfdist.ps_tf_config(detect(), num_ps=1))
     assert (task_type, index) == role
-    port = 20007  # the step's base port: 20000 + job id
+    port = 20000 + 64 * 7  # the first port of job 7's range (bench.launch.job_port_base)
     assert cluster == {"chief": [f"node1:{port}"], "ps": [f"node1:{port + 1}"],
                        "worker": [f"node2:{port}", f"node2:{port + 1}"]}
 

@@ -32,8 +32,9 @@ case $HVDBENCH_RUNTIME in
     exit 1 ;;
 esac
 
-# Rendezvous for DDP and anything else that wants one: the allocation's first node, a port per job.
+# Rendezvous for DDP and anything else that wants one: the allocation's first node, and the first port of the
+# job's own range of 64 (bench.launch.job_port_base: jobs sharing a node never share a port).
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
-MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+MASTER_PORT=$((20000 + 64 * (SLURM_JOB_ID % 190)))
 export MASTER_ADDR MASTER_PORT
 echo "hvdbench: job $SLURM_JOB_ID on $SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS task(s); runtime $HVDBENCH_RUNTIME; rendezvous $MASTER_ADDR:$MASTER_PORT; results in $HVDBENCH_RESULTS" >&2
