@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -28,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bench import watchdog
+from bench import slurmenv, watchdog
 from bench.distributed import cpu_thread_share
 from bench.errors import STOP_SIGNALS, BenchError, ResultNotWhole, Stopped, restore_handlers, stop_on_signals
 
@@ -145,13 +144,13 @@ def srun_command(v, np_: int, argv: list[str], num_ps: int | None = None) -> lis
 
 def first_slurm_host(nodelist: str) -> str:
     """First hostname of a Slurm node list such as 'node[03-05,7],gpu1' -> 'node03' ('n[1-2]-ib' -> 'n1-ib')."""
-    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\]([^,\[]*))?", nodelist.strip())
-    if not m or not m.group(1):
+    try:
+        hosts = slurmenv.expand_nodelist(nodelist)
+    except ValueError:
+        hosts = []
+    if not hosts or not hosts[0]:
         raise BenchError(f"malformed launcher environment: cannot parse Slurm node list {nodelist!r}")
-    prefix, ranges, suffix = m.group(1), m.group(2), m.group(3) or ""
-    if not ranges:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+    return hosts[0]
 
 
 def detect(env: dict[str, str] | None = None) -> LaunchInfo:
