@@ -7,7 +7,9 @@
 # (default /var/cache/hvdbench/apptainer, kept between runs) holds it, and the wrappers in DIR/bin enter
 # that filesystem with a private mount namespace and pivot_root (apptainer refuses a chroot) and run it
 # there. Host directories appear at their own paths inside: the wrapper binds the usual data and work
-# directories, the current directory, and what HVDBENCH_APPTAINER_BINDS lists (space separated).
+# directories, the current directory, the host paths named in the arguments and in APPTAINER_BIND (and its
+# aliases), and what HVDBENCH_APPTAINER_BINDS lists (space separated). A path outside the usual directories
+# needs a mount point in DIR/sid, which only root can make: root's first call that shows it makes it.
 # Non-root users run the same wrappers; they enter through a user namespace, and apptainer then runs
 # without privileges (results they write are theirs).
 set -euo pipefail
@@ -79,9 +81,10 @@ cat > "$DIR/bin/.apptainer.new" <<EOS
 # hvdbench-apptainer-wrapper (scripts/apptainer-up.sh): apptainer from $ROOT, host paths bound.
 binds="/etc/hosts /etc/resolv.conf /etc/passwd /etc/group $DATA_DIRS /run/docker.sock"
 binds="\$binds \${HVDBENCH_APPTAINER_BINDS:-} \$PWD"
-# Host paths named in the arguments (an image, a --bind source, docker-archive://FILE) are shown too:
-# a directory as itself, a file through its directory. The system's own directories never are (below).
-for arg in "\$@"; do
+# Host paths named in the arguments or the bind variables (an image, a --bind or APPTAINER_BIND source,
+# docker-archive://FILE) are shown too: a directory as itself, a file through its directory. The system's
+# own directories never are (below).
+for arg in "\$@" "\${APPTAINER_BIND:-}" "\${APPTAINER_BINDPATH:-}" "\${SINGULARITY_BIND:-}" "\${SINGULARITY_BINDPATH:-}"; do
   for p in \$(printf '%s\\n' "\$arg" | tr ':,' '  '); do
     case \$p in /*) ;; *) p=\$PWD/\$p ;; esac
     [ -e "\$p" ] || continue

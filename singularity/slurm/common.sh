@@ -19,9 +19,12 @@ case $HVDBENCH_RUNTIME in
   apptainer|singularity)
     command -v "$HVDBENCH_RUNTIME" >/dev/null || { echo "hvdbench: $HVDBENCH_RUNTIME is not on PATH" >&2; exit 1; }
     [[ -f $HVDBENCH_SIF ]] || { echo "hvdbench: no image at $HVDBENCH_SIF (HVDBENCH_SIF)" >&2; exit 1; }
-    # Before any task starts: the image opens and has bench (about a second).
-    "$HVDBENCH_RUNTIME" exec "$HVDBENCH_SIF" bench --version >/dev/null 2>&1 \
-      || { echo "hvdbench: $HVDBENCH_SIF is not an image with bench in it" >&2; exit 1; }
+    # Before any task starts: the image opens and has bench (about a second). If not, the runtime's own
+    # last line says why (no bench in it, not an image, a bind that cannot be made).
+    if ! why=$("$HVDBENCH_RUNTIME" exec "$HVDBENCH_SIF" bench --version 2>&1 >/dev/null); then
+      why=$(printf '%s\n' "$why" | grep -v '^ *$' | tail -n1 | tr -s ' \t' ' ')
+      echo "hvdbench: $HVDBENCH_RUNTIME cannot run bench from $HVDBENCH_SIF: ${why:-no reason given}" >&2; exit 1
+    fi
     # --nv: the host's driver and GPUs; the results directory bound at the same path.
     RUN=("$HVDBENCH_RUNTIME" exec --nv --bind "$HVDBENCH_RESULTS" "$HVDBENCH_SIF" bench) ;;
   none)
