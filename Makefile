@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test test-times test-fast lint bench-overhead bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull apptainer-test slurm-up clean
+.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test test-times test-fast lint bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-reference tf-horovod and torch-horovod vs Horovod's own synthetic benchmarks, alternated (ARGS=...)"
 	@echo "make sparse-study   seed 004: Transformer tokens/s and bytes per step, dense vs sparse, PS vs allreduce"
 	@echo "make bench-allreduce allreduce time/algbw/busbw through every backend, up to the VGG-16 gradient"
+	@echo "make bench-publish  push and pull times of an image through a registry here, from empty (benchmarks/publish.py)"
 	@echo "make verify         every distributed mode against one process on the global batch (PASS/FAIL)"
 	@echo "make predict-published  the scaling model against Horovod's published efficiencies"
 	@echo "make venv           the venv with torch, tensorflow-cpu, tf-keras and patched Horovod"
@@ -45,7 +46,9 @@ help:
 	@echo "make sif            build hvdbench-\$$STACK-\$$FLAVOR.sif from the local Docker image (apptainer)"
 	@echo "make sif-def        build it from singularity/hvdbench-\$$STACK-\$$FLAVOR.def instead"
 	@echo "make apptainer-test set up apptainer, build the CPU SIFs here, run the apptainer tests"
-	@echo "make sif-pull       pull the published image into \$$SIF (apptainer)"
+	@echo "make sif-pull       pull the published image from \$$REGISTRY into \$$SIF, by digest (apptainer)"
+	@echo "make publish        build, self-test and push \$$STACK-\$$FLAVOR to \$$REGISTRY (DRY_RUN=1: show the plan)"
+	@echo "make registry-up    a local image registry on 127.0.0.1:5000 (the image tests publish to it)"
 	@echo "make slurm-up       start a one-node Slurm cluster here (tests use it)"
 
 venv: $(STAMP)
@@ -112,7 +115,16 @@ images: venv docker-up
 	for s in $$($(PY) docker/images.py stacks); do for f in cpu cuda; do \
 	  $(PY) docker/images.py build --stack $$s --flavor $$f || exit 1; done; done
 
-image-test: venv docker-up
+# Build, self-test and push to REGISTRY (docker/publish.py; the release workflow runs this). DRY_RUN=1 shows the
+# Dockerfile, build args, tags and labels and does nothing. STACK and FLAVOR take comma-separated lists or all.
+publish: venv $(if $(DRY_RUN),,docker-up)
+	$(PY) docker/publish.py --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) $(if $(DRY_RUN),--dry-run)
+
+# A distribution registry on 127.0.0.1:5000 (Debian's docker-registry; the image tests publish to it).
+registry-up:
+	@scripts/registry-up.sh
+
+image-test: venv docker-up registry-up
 	@$(TIER_CACHE) fresh image || { $(PY) docker/images.py base && $(PY) docker/images.py build $(IMAGE_TEST_BUILD) \
 	  && $(RUN_TESTS) image -m image $(PYTEST_ARGS) && $(TIER_CACHE) record image; }
 
@@ -153,10 +165,11 @@ sif-def: venv
 	PATH=$(APPTAINER_PATH) $(PY) singularity/sif.py def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
 
 sif-pull: venv
-	PATH=$(APPTAINER_PATH); "$$($(PY) singularity/sif.py runtime)" pull $(SIF) docker://$(REGISTRY)/hvdbench:$(STACK)-$(FLAVOR)
+	PATH=$(APPTAINER_PATH) $(PY) singularity/sif.py pull --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) \
+	  --output $(SIF)
 
 # After image-test (it needs the CPU image): the SIF from that image and from the definition file.
-apptainer-test: venv docker-up slurm-up
+apptainer-test: venv docker-up slurm-up registry-up
 	@$(TIER_CACHE) fresh apptainer || { PATH=$(APPTAINER_PATH) $(RUN_TESTS) apptainer -m apptainer $(PYTEST_ARGS) \
 	  && $(TIER_CACHE) record apptainer; }
 
@@ -167,6 +180,10 @@ bench-overhead: venv
 	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)
 	$(PY) benchmarks/overhead.py --mode tf-horovod --image-size 32 $(ARGS)
 	$(PY) benchmarks/overhead.py --mode tf-native --image-size 32 $(ARGS)
+
+# Push and pull times of an image through a registry of its own here, cold (benchmarks/publish.py).
+bench-publish: venv docker-up registry-up
+	PATH=$(APPTAINER_PATH) $(PY) benchmarks/publish.py $(ARGS)
 
 bench-reference: venv
 	$(PY) benchmarks/reference.py $(ARGS)

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench import __version__
@@ -171,10 +172,35 @@ def package_versions() -> dict[str, str]:
     return found
 
 
+SIF_LABELS = "/.singularity.d/labels.json"  # inside an Apptainer/Singularity container
+SIF_SOURCE_LABEL = "org.label-schema.usage.singularity.deffile.from"  # what the SIF was built or pulled from
+
+
+def image_digest() -> dict[str, str]:
+    """The image's registry digest, where the runtime can tell: HVDBENCH_IMAGE_DIGEST (``sha256:...`` or
+    ``REGISTRY/hvdbench@sha256:...``, as ``docker inspect`` lists RepoDigests), else the reference a SIF was pulled
+    from when it names a digest (`make sif-pull` pulls by digest). A container cannot see its own digest
+    otherwise."""
+    ref = os.environ.get("HVDBENCH_IMAGE_DIGEST", "")
+    if not ref:
+        try:
+            ref = json.loads(Path(SIF_LABELS).read_text()).get(SIF_SOURCE_LABEL, "")
+        except (OSError, ValueError):
+            return {}
+        if "@sha256:" not in ref:
+            return {}
+    digest = ref.rsplit("@", 1)[-1]
+    return {"digest": digest, **({"reference": ref} if "@" in ref else {})} if digest.startswith("sha256:") else {}
+
+
 def image() -> dict[str, str] | None:
-    """The hvdbench image this runs in (the Dockerfile sets these), or None outside one."""
-    keys = {"stack": "HVDBENCH_IMAGE_STACK", "flavor": "HVDBENCH_IMAGE_FLAVOR", "version": "HVDBENCH_IMAGE_VERSION"}
+    """The hvdbench image this runs in (the Dockerfile sets these; publishing adds the revision), with its
+    digest where the runtime can tell (image_digest), or None outside one."""
+    keys = {"stack": "HVDBENCH_IMAGE_STACK", "flavor": "HVDBENCH_IMAGE_FLAVOR", "version": "HVDBENCH_IMAGE_VERSION",
+            "revision": "HVDBENCH_IMAGE_REVISION"}
     found = {k: os.environ[v] for k, v in keys.items() if os.environ.get(v)}
+    if found:
+        found.update(image_digest())
     return found or None
 
 

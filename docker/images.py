@@ -136,6 +136,12 @@ def stage_sdist(stack: str, python: str = sys.executable, directory: Path = WHEE
                         str(directory), f"horovod=={version}"], check=True)
 
 
+def offline_args(stack: str) -> dict[str, str]:
+    """--offline-wheels: stage this machine's wheels (stage_wheels) and the build args that use no PyTorch index."""
+    stage_wheels(stack)
+    return {"TORCH_INDEX_URL": ""}
+
+
 def stage_wheels(stack: str, python: str = sys.executable) -> None:
     """Put into docker/wheelhouse what this machine already has: the torch wheel pip resolves here
     (a local CPU wheel where pip's config points at one), Horovod's sdist, and the Horovod wheels the
@@ -184,13 +190,52 @@ def resolve_base(image: str, c=None) -> str:
     return make_base(LOCAL_BASE)
 
 
-def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str, str] | None = None,
-          ca_bundle: str | None = None) -> list[str]:
+def revision() -> str:
+    """The commit being published: HVDBENCH_REVISION, else GitHub's, else git's (with +dirty for local changes)."""
+    explicit = os.environ.get("HVDBENCH_REVISION") or os.environ.get("GITHUB_SHA")
+    if explicit:
+        return explicit
+    try:
+        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def source() -> str:
+    """Where the source lives (org.opencontainers.image.source): HVDBENCH_SOURCE, or the GitHub repository the
+    workflow runs in, or the https URL of git's origin (never one carrying credentials), or nothing."""
+    if os.environ.get("HVDBENCH_SOURCE"):
+        return os.environ["HVDBENCH_SOURCE"]
+    if os.environ.get("GITHUB_REPOSITORY"):
+        return f"{os.environ.get('GITHUB_SERVER_URL', 'https://github.com')}/{os.environ['GITHUB_REPOSITORY']}"
+    url = subprocess.run(["git", "-C", str(ROOT), "remote", "get-url", "origin"], capture_output=True,
+                         text=True).stdout.strip()
+    return url if url.startswith("https://") and "@" not in url else ""
+
+
+def stamp() -> dict[str, str]:
+    """The build args that say which commit an image was built from (after the self-test in both Dockerfiles, so
+    a new commit changes only the image's metadata)."""
+    return {"HVDBENCH_REVISION": revision(), "HVDBENCH_SOURCE": source()}
+
+
+def recipe(stack: str, flavor: str, base: str | None = None,
+           extra_args: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
+    """The Dockerfile and build args of a stack and flavour: what `build` runs and `publish --dry-run` shows."""
     args = build_args(stack, flavor, base)
     args.update(extra_args or {})
+    return DOCKER_DIR / args.pop("DOCKERFILE", "Dockerfile"), args
+
+
+def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str, str] | None = None,
+          ca_bundle: str | None = None) -> list[str]:
+    dockerfile, args = recipe(stack, flavor, base, {**stamp(), **(extra_args or {})})
     if base is None:
         args["BASE_IMAGE"] = resolve_base(args["BASE_IMAGE"])
-    dockerfile = DOCKER_DIR / args.pop("DOCKERFILE", "Dockerfile")
     if flavor == "cuda":
         stage_sdist(stack, directory=WHEELHOUSE / "sdist")
     cmd = [docker_cli(), "build", "--network", "host", "-f", str(dockerfile)]
@@ -348,8 +393,7 @@ def main() -> None:
         elif a.command == "build":
             extra = {}
             if a.offline_wheels:
-                stage_wheels(a.stack)
-                extra["TORCH_INDEX_URL"] = ""
+                extra.update(offline_args(a.stack))
             if a.self_test_modes:
                 known = {"torch-ddp", "torch-horovod", "tf-horovod", "tf-native"}
                 modes = a.self_test_modes.split()

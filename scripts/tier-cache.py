@@ -31,7 +31,7 @@ COMMON = ["bench", "pyproject.toml", "README.md", "Makefile", "requirements", "s
           "tests/fixtures", "tests/plugins", "benchmarks/endings.py"]
 INPUTS = {
     "slurm": ["tests/test_slurm.py", "singularity/slurm"],
-    "image": ["docker", "compose.yaml", "tests/test_images.py"],
+    "image": ["docker", "compose.yaml", "tests/test_images.py", "tests/test_publish.py"],
     "cluster": ["docker", "singularity/slurm", "tests/test_cluster.py", "benchmarks/shaped_links.py",
                 "benchmarks/cluster_modes.py"],
     "image_cuda": ["docker", "tests/test_image_cuda.py"],

@@ -122,10 +122,13 @@ def generate(stack: str, flavor: str) -> str:
     from spython.main.parse.parsers import DockerParser
     from spython.main.parse.writers import SingularityWriter
 
-    args = images.build_args(stack, flavor)
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    # The stack's values, and the Dockerfile's own defaults for the rest (the revision publishing stamps: none here).
+    defaults = {m[0]: m[1].strip('"') for m in re.findall(r"^ARG (\w+)=(.*)$", dockerfile, flags=re.M)}
+    args = {**defaults, **images.build_args(stack, flavor)}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "Dockerfile"
-        path.write_text(preprocess((ROOT / "docker" / "Dockerfile").read_text(), args))
+        path.write_text(preprocess(dockerfile, args))
         parser = DockerParser(str(path))
     recipe = next(iter(parser.recipe.values()))
     recipe.cmd = None
@@ -140,7 +143,8 @@ def generate(stack: str, flavor: str) -> str:
         install.append(f"export {line}" if name in env_names and "=" in line else line)
     install.append("rm -rf /wheelhouse")
     recipe.install = install
-    recipe.labels = [[apptainer_label(expand(label[0].rstrip("\\ ").strip(), args))] for label in recipe.labels]
+    labels = (apptainer_label(expand(label[0].rstrip("\\ ").strip(), args)) for label in recipe.labels)
+    recipe.labels = [[label] for label in labels if " " in label.strip()]  # a label with no value is left out
     recipe.test = TEST
     text = SingularityWriter(parser.recipe).convert()
     text = text.replace("\n%post\n", "\n%post -c /bin/bash\n", 1)

@@ -2,6 +2,7 @@
 
     python singularity/sif.py image --stack current --flavor cpu     # hvdbench:current-cpu -> hvdbench-current-cpu.sif
     python singularity/sif.py def --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
+    python singularity/sif.py pull --registry ghcr.io/OWNER --stack current --flavor cpu   # the published image
     python singularity/sif.py runtime                                 # the apptainer/singularity used
 
 The runtime is HVDBENCH_APPTAINER, else `apptainer` or `singularity` on PATH, else the one
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docker"))
 sys.path.insert(0, str(ROOT))
 import images  # noqa: E402
+import publish  # noqa: E402
 
 SETUP_BIN = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer")) / "bin"
 
@@ -79,26 +81,28 @@ def _up_to_date(out: Path, key: str) -> bool:
     return out.is_file() and side.is_file() and side.read_text().strip() == key
 
 
-def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, binds: list[Path]) -> Path:
-    """apptainer build into a temporary file beside ``out``, then rename; records ``key``."""
+def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, binds: list[Path],
+           verb: str = "build") -> Path:
+    """apptainer build (or pull) into a temporary file beside ``out``, then rename; records ``key``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     # The set-up's wrapper shows the host's directories inside its own root; these must be among them.
     env = dict(os.environ, HVDBENCH_APPTAINER_BINDS=" ".join(
         [os.environ.get("HVDBENCH_APPTAINER_BINDS", ""), *{str(p.resolve()) for p in binds}]).strip())
-    cmd = [runtime(), "build", "--force", *options, str(tmp), target]
+    cmd = [runtime(), verb, "--force", *options, str(tmp), target]
     print("sif:", " ".join(cmd), flush=True)
     start = time.monotonic()
     try:
         done = subprocess.run(cmd, cwd=cwd, env=env)
         if done.returncode != 0:
-            raise SifError(f"apptainer build of {out.name} failed (exit {done.returncode})")
+            raise SifError(f"apptainer {verb} of {out.name} failed (exit {done.returncode})")
         out.with_name(out.name + ".key").unlink(missing_ok=True)  # never an old key beside a new SIF
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)
     out.with_name(out.name + ".key").write_text(key + "\n")
-    print(f"sif: built {out} ({out.stat().st_size / 2**30:.2f} GiB) in {time.monotonic() - start:.0f} s", flush=True)
+    print(f"sif: {'pulled' if verb == 'pull' else 'built'} {out} ({out.stat().st_size / 2**30:.2f} GiB) in "
+          f"{time.monotonic() - start:.0f} s", flush=True)
     return out
 
 
@@ -124,6 +128,84 @@ def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = F
     with tempfile.TemporaryDirectory(prefix=".hvdbench-sif-", dir=out.parent) as tmp:
         archive = _docker_save(image, Path(tmp))
         return _build(f"docker-archive://{archive}", out, key, [], out.parent, [Path(tmp), out.parent])
+
+
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"])
+
+
+def _registry_get(url: str, method: str = "HEAD", token: str | None = None):
+    import urllib.request
+
+    headers = {"Accept": MANIFEST_TYPES, **({"Authorization": f"Bearer {token}"} if token else {})}
+    return urllib.request.urlopen(urllib.request.Request(url, method=method, headers=headers), timeout=20)
+
+
+def _bearer_token(challenge: str) -> str | None:
+    """A token for a registry that answered 401 with a Bearer challenge (GHCR gives anonymous pull tokens; a
+    private image takes APPTAINER_DOCKER_USERNAME / APPTAINER_DOCKER_PASSWORD, as apptainer itself does)."""
+    import base64
+    import json
+    import urllib.parse
+    import urllib.request
+
+    if not challenge.lower().startswith("bearer "):
+        return None
+    fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    url = fields.pop("realm", "") + "?" + urllib.parse.urlencode(fields)
+    request = urllib.request.Request(url)
+    user, password = os.environ.get("APPTAINER_DOCKER_USERNAME"), os.environ.get("APPTAINER_DOCKER_PASSWORD")
+    if user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    body = json.loads(urllib.request.urlopen(request, timeout=20).read())
+    return body.get("token") or body.get("access_token")
+
+
+def resolve_digest(reference: str) -> tuple[str, bool]:
+    """(the manifest digest REGISTRY/NAME:TAG names now, whether the registry speaks plain HTTP), asked of the
+    registry's API, https first; the digest is what `docker push` printed and what `docker pull` records."""
+    import urllib.error
+
+    name, _, tag = reference.rpartition(":")
+    host, _, path = name.partition("/")
+    reasons = []
+    for scheme in ("https", "http"):
+        url = f"{scheme}://{host}/v2/{path}/manifests/{tag}"
+        try:
+            try:
+                answer = _registry_get(url)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 401:
+                    raise
+                answer = _registry_get(url, token=_bearer_token(exc.headers.get("WWW-Authenticate", "")))
+            digest = answer.headers.get("Docker-Content-Digest", "")
+            if not digest.startswith("sha256:"):
+                raise SifError(f"{host} gave no digest for {reference}")
+            return digest, scheme == "http"
+        except urllib.error.HTTPError as exc:
+            raise SifError(f"{host} has no {path}:{tag} (HTTP {exc.code})" if exc.code == 404 else
+                           f"{host} refused {reference} (HTTP {exc.code} {exc.reason})") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reasons.append(f"{scheme}: {getattr(exc, 'reason', exc)}")
+    raise SifError(f"registry {host} does not answer ({'; '.join(reasons)})")
+
+
+def pull(registry: str, stack: str, flavor: str, out: Path | None = None, force: bool = False) -> Path:
+    """The published REGISTRY/hvdbench:<stack>-<flavor> as a SIF, pulled by its digest: the SIF's labels then name
+    the digest (org.label-schema.usage.singularity.deffile.from), which every result run in it records. A pull of
+    the digest the SIF already holds is skipped unless --force."""
+    images.build_args(stack, flavor)  # validates the stack and flavour
+    out = Path(out or default_output(stack, flavor)).resolve()
+    reference = f"{publish.check_registry(registry)}/{publish.REPOSITORY}:{stack}-{flavor}"
+    digest, plain_http = resolve_digest(reference)
+    pinned = f"{reference.rpartition(':')[0]}@{digest}"
+    key = f"pulled {pinned}"
+    if not force and _up_to_date(out, key):
+        print(f"sif: {out} is up to date ({pinned})")
+        return out
+    return _build(f"docker://{pinned}", out, key, ["--no-https"] if plain_http else [], out.parent, [out.parent],
+                  verb="pull")
 
 
 def localize(text: str, archive: Path) -> str:
@@ -199,6 +281,12 @@ def main() -> None:
             s.add_argument("--base", help="a local Docker image as the base (e.g. hvdbench-base:bookworm)")
             s.add_argument("--offline-wheels", action="store_true",
                            help="stage this machine's torch wheel and Horovod wheels in docker/wheelhouse")
+    pl = sub.add_parser("pull", help="pull the published REGISTRY/hvdbench:STACK-FLAVOR into a SIF, by digest")
+    pl.add_argument("--registry", required=True, help="HOST[:PORT][/path], e.g. ghcr.io/owner or 127.0.0.1:5000")
+    pl.add_argument("--stack", default="current")
+    pl.add_argument("--flavor", default="cpu")
+    pl.add_argument("--output", type=Path, help="default: hvdbench-STACK-FLAVOR.sif in the repository root")
+    pl.add_argument("--force", action="store_true", help="pull even when the SIF holds that digest already")
     sub.add_parser("runtime", help="print the runtime used")
     a = p.parse_args()
     try:
@@ -207,6 +295,8 @@ def main() -> None:
             from_image(a.stack, a.flavor, a.output, a.force, a.cache)
         elif a.command == "def":
             from_definition(a.stack, a.flavor, a.output, a.base, a.offline_wheels, a.force, a.cache)
+        elif a.command == "pull":
+            pull(a.registry, a.stack, a.flavor, a.output, a.force)
         else:
             print(runtime())
     except (SifError, images.ImageError, subprocess.CalledProcessError) as exc:

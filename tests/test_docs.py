@@ -21,6 +21,7 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN_BY = {
     "docker run": "tests/test_images.py::test_torch_ddp_in_container",
     "docker compose": "tests/test_images.py::test_compose_two_nodes_over_tcp",
+    "docker pull": "tests/test_publish.py::test_publish_pull_back_and_run_names_the_image",
     "sbatch": "tests/test_slurm.py::test_sbatch_scripts_without_container",
     "srun": "tests/test_slurm.py::test_sbatch_scripts_without_container",
     "salloc": "tests/test_slurm.py::test_sweep_inside_an_allocation_runs_one_srun_step_per_cell",
@@ -34,7 +35,6 @@ RUN_BY = {
 }
 # Commands the docs show that no test here can run, and why. Listed, so that none is silently unchecked.
 NOT_RUN_HERE = {
-    "docker pull": "no image registry is reachable from this machine",
     "apptainer exec --nv": "no GPU here; `apptainer exec` runs in tests/test_apptainer.py",
     "apptainer run --nv": "no GPU here; `apptainer exec` runs in tests/test_apptainer.py",
     "srun -N2": "GPUs per node: none here; `srun -N2 -n2` across two container nodes runs in tests/test_cluster.py",

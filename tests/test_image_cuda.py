@@ -103,3 +103,17 @@ def test_no_secret_in_any_layer(dk):
     if not Path(CA).is_file():
         pytest.skip(f"no CA bundle at {CA}")
     assert images.check_secrets(IMAGE, CA) == []
+
+
+def test_the_partly_self_tested_image_is_not_published(dk):
+    """This tier builds the image with two modes' self-test (--self-test-modes): its marker says so, and
+    docker/publish.py refuses it in one line before it asks any registry."""
+    import subprocess
+
+    marker = images.image_file(IMAGE, "/opt/hvdbench/self-test").decode()
+    assert "self-test: passed" in marker and "complete: no" in marker, marker
+    r = subprocess.run([sys.executable, str(ROOT / "docker" / "publish.py"), "--registry", "127.0.0.1:5999/refused",
+                        "--image", IMAGE, "--stack", "current", "--flavor", "cuda"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "ran only part of its self-test (modes: torch-ddp tf-horovod)" in r.stderr and "nothing pushed" in r.stderr

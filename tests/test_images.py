@@ -56,7 +56,12 @@ def test_torch_ddp_in_container(dk, tmp_path):
     result = only_result(results)
     assert_valid_run(result, "torch-ddp", 2, "self")
     assert result["environment"]["container"] == "docker"
-    assert result["environment"]["image"] == {"stack": "current", "flavor": "cpu", "version": "0.1.0"}
+    # The build stamped the commit it was made from (docker/images.py stamp): the result names it.
+    revision = dk.images.get(IMAGE).labels["org.opencontainers.image.revision"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert revision.split("+")[0] == head.strip()
+    assert result["environment"]["image"] == {"stack": "current", "flavor": "cpu", "version": "0.1.0",
+                                              "revision": revision}
     assert result["environment"]["packages"]["horovod"] == "0.28.1"
     assert result["telemetry"]["available"] is False
 
