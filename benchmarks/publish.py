@@ -4,7 +4,9 @@
 
 Each figure starts from nothing held: a registry of its own on 127.0.0.1:5055 with empty storage (so the first
 push sends every layer), a second Docker engine with an empty data root for the pull (so every layer comes
-down), and Apptainer with its cache disabled. Measured: the first push (docker/publish.py --image: the
+down), and Apptainer with its cache disabled. The second engine runs in a network namespace of its own (a
+second engine beside the first would manage the same docker0 bridge), and pulls over a veth pair from a second
+registry process serving the same storage. Measured: the first push (docker/publish.py --image: the
 self-test marker check, every tag), the same push again (the registry holds it all), the pull into the empty
 engine, and `singularity/sif.py pull` (what `make sif-pull` runs); the digest is checked at every step: the one
 the push printed is the one the pulled image lists and the one the SIF's labels name.
@@ -26,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 5055
+NETNS = "hvdbpull"  # the second engine's network namespace, and its veth pair's name stem
+VETH_HOST, VETH_NS = "10.213.0.1", "10.213.0.2"
 
 
 def wait_for(check, what: str, seconds: float = 60) -> None:
@@ -91,16 +95,28 @@ def main() -> None:
         seconds, _ = timed(push)
         rows.append(("push again, registry holds every layer", seconds, "no layer sent"))
 
-        # A second engine with nothing in it: every layer comes down.
+        # A second engine with nothing in it, in its own network namespace: every layer comes down.
+        inside = f"ip netns exec {NETNS} "
+        for cmd in (f"ip netns add {NETNS}", f"ip link add {NETNS}0 type veth peer name {NETNS}1",
+                    f"ip link set {NETNS}1 netns {NETNS}", f"ip addr add {VETH_HOST}/30 dev {NETNS}0",
+                    f"ip link set {NETNS}0 up", f"{inside}ip addr add {VETH_NS}/30 dev {NETNS}1",
+                    f"{inside}ip link set {NETNS}1 up", f"{inside}ip link set lo up"):
+            timed(cmd.split())
+        inner = f"{VETH_HOST}:{PORT + 1}"
+        (tmp / "registry-veth.yml").write_text((tmp / "registry.yml").read_text().replace(registry, inner))
+        procs.append(start(["docker-registry", "serve", str(tmp / "registry-veth.yml")], tmp / "registry-veth.log"))
         sock = tmp / "docker.sock"
-        procs.append(start(["dockerd", "--data-root", str(tmp / "engine"), "--exec-root", str(tmp / "exec"),
-                            "--host", f"unix://{sock}", "--pidfile", str(tmp / "dockerd.pid"), "--bridge", "none",
-                            "--iptables=false", "--ip-masq=false"], tmp / "dockerd.log"))
+        # nsenter, not `ip netns exec`: that also remounts /sys, and dockerd then finds no cgroups.
+        procs.append(start(["nsenter", f"--net=/run/netns/{NETNS}", "dockerd", "--data-root", str(tmp / "engine"),
+                            "--exec-root", str(tmp / "exec"), "--host", f"unix://{sock}", "--pidfile",
+                            str(tmp / "dockerd.pid"), "--insecure-registry", inner, "--iptables=false",
+                            "--ip-masq=false"], tmp / "dockerd.log"))
         engine = ["docker", "--host", f"unix://{sock}"]
         wait_for(lambda: subprocess.run([*engine, "info"], capture_output=True).returncode == 0, "the second engine")
-        seconds, _ = timed([*engine, "pull", "-q", ref])
-        listed = json.loads(timed([*engine, "image", "inspect", ref])[1].stdout)[0]["RepoDigests"]
-        same = f"{ref.rsplit(':', 1)[0]}@{digest}" in listed
+        inner_ref = ref.replace(registry, inner)
+        seconds, _ = timed([*engine, "pull", "-q", inner_ref])
+        listed = json.loads(timed([*engine, "image", "inspect", inner_ref])[1].stdout)[0]["RepoDigests"]
+        same = f"{inner_ref.rsplit(':', 1)[0]}@{digest}" in listed
         rows.append(("docker pull, empty engine", seconds, "digest as pushed" if same else f"DIGEST DIFFERS {listed}"))
 
         sif = tmp / "pulled.sif"
@@ -116,6 +132,8 @@ def main() -> None:
         for proc in reversed(procs):
             stop(proc)
         subprocess.run(["umount", "-R", str(tmp / "exec")], capture_output=True)
+        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)  # takes its end of the veth pair along
+        subprocess.run(["ip", "link", "del", f"{NETNS}0"], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\n{a.image}: {size / 2**30:.2f} GiB unpacked; registry and engine on this machine (loopback)\n")
     print(f"| {'step':<44} | {'seconds':>7} | notes")

@@ -236,8 +236,12 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
     dockerfile, args = recipe(stack, flavor, base, {**stamp(), **(extra_args or {})})
     if base is None:
         args["BASE_IMAGE"] = resolve_base(args["BASE_IMAGE"])
-    if flavor == "cuda":
+    if dockerfile.name == "Dockerfile.cuda":
         stage_sdist(stack, directory=WHEELHOUSE / "sdist")
+    else:
+        # docker/Dockerfile binds all of docker/wheelhouse into its frameworks step, so the CUDA recipe's sdist/
+        # there (left by an earlier CUDA build) would change that step's cache key: rebuilt for nothing.
+        shutil.rmtree(WHEELHOUSE / "sdist", ignore_errors=True)
     cmd = [docker_cli(), "build", "--network", "host", "-f", str(dockerfile)]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
