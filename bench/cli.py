@@ -15,7 +15,7 @@ import typer
 from typer.exceptions import TyperException
 
 from bench import __version__, envs, plugins
-from bench.config import PLUGIN_OPTIONS, Device, RunConfig, option_specs
+from bench.config import PLUGIN_OPTIONS, Device, Precision, RunConfig, option_specs
 from bench.errors import BenchError, Stopped
 from bench.models import MODELS
 from bench.modes import MODES
@@ -359,6 +359,50 @@ def predict_command(
     inp = p.Inputs(**base, **net, overlap=overlap_used, fusion_bytes=fusion,
                    gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
     console.print(p.render_prediction(inp, p.parse_gpus(gpus), p.throughput_symbol(result, model or "vgg16")))
+
+
+@app.command("peak")
+def peak_command(
+    device: Annotated[Device, typer.Option(help="Where to measure (auto: the first GPU, else the CPU).")]
+    = Device.auto,
+    precision: Annotated[Precision, typer.Option(help="The runs' precision to measure at (fp32 is TF32 on a "
+                                                 "GPU, as in the runs).")] = Precision.fp32,
+    np: Annotated[int, typer.Option("--np", help="CPU: the ranks that will share this node's cores; each gets "
+                                    "the same thread share a run of that many ranks gives them.")] = 2,
+    seconds: Annotated[float, typer.Option(help="Seconds each timed repeat of a shape lasts.")] = 0.5,
+    repeats: Annotated[int, typer.Option(help="Timed repeats per shape (their median is the shape's rate).")] = 3,
+    output: Annotated[str, typer.Option(help="Results directory: the peak goes to OUTPUT/peak/, where runs "
+                                        "with this --output find it.")] = "results",
+) -> None:
+    """The achievable matrix-multiply rate of this device (a GEMM sweep): the measured peak results' MFU uses."""
+    if np < 1 or seconds <= 0 or repeats < 1:
+        raise BenchError("--np and --repeats must be at least 1 and --seconds above 0")
+    envs.enter("torch")
+    import torch
+
+    from bench import peak
+    from bench.distributed import cpu_thread_share
+
+    if device == Device.auto:
+        device = Device.cuda if torch.cuda.is_available() else Device.cpu
+    if device == Device.cuda and not torch.cuda.is_available():
+        raise BenchError("--device cuda: PyTorch sees no GPU here (use --device cpu)")
+    record = peak.measure(device.value, precision.value, cpu_thread_share(np) if device == Device.cpu else None,
+                          seconds, repeats)
+    path = peak.write(output, record)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"GEMM rate: {record['device']}, {record['dtype']}")
+    for column in ("M", "N", "K", "TFLOP/s (median)", "repeats"):
+        table.add_column(column, justify="right")
+    for row in record["shapes"]:
+        table.add_row(str(row["m"]), str(row["n"]), str(row["k"]), f"{row['tflops_median']:.4g}",
+                      " ".join(f"{r:.4g}" for r in row["tflops"]))
+    console = Console()
+    console.print(table)
+    console.print(f"peak: {record['peak_tflops']:.4g} TFLOP/s at {'x'.join(map(str, record['peak_shape']))}")
+    console.print(f"result: {path}")
 
 
 @app.command("models")

@@ -138,6 +138,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
             "warmup_step_s": [r["warmup_step_s"] for r in ranks],
         },
         "summary": summary,
+        "utilisation": utilisation_record(cfg, summary["model_tflops_per_gpu"], ranks[0], gathered["environment"]),
         "telemetry": tele,
         "traffic": {
             "computed": traffic.computed(cfg),
@@ -157,6 +158,21 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
             "definition": "param_checksums: SHA-256 of every trainable parameter after the run, per rank",
         },
     }
+
+
+def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: dict[str, Any],
+                       environment: dict[str, Any]) -> dict[str, Any]:
+    """MFU against this device's measured GEMM peak (`bench peak`) and its published peak (bench.peak), for rank
+    0's host and device: the ranks are taken to be alike."""
+    from bench.peak import utilisation
+
+    device = rank0["device"]
+    gpu_name = device.split(" ", 1)[1] if device.startswith("cuda:") and " " in device else None
+    gpus = (environment.get("nvml") or {}).get("gpus") or []
+    if gpu_name is None and device.startswith("/physical_device:GPU") and gpus:
+        gpu_name = gpus[0].get("name")  # TensorFlow's label has no model name: NVML's first GPU
+        device = f"cuda:0 {gpu_name}"
+    return utilisation(model_tflops, cfg.precision.value, cfg.output, rank0["host"], device, gpu_name)
 
 
 def workload_record(cfg: RunConfig) -> dict[str, Any]:
@@ -333,6 +349,11 @@ def render_table(result: dict[str, Any]):
             table.add_row("  95% CI", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a", f"{symbol}/s (t-interval)")
             table.add_row("  median / min / max",
                           f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}", f"{symbol}/s")
+    util = result.get("utilisation") or {}
+    for which, label in (("measured", "measured peak"), ("spec", "published peak")):
+        if util.get(f"mfu_{which}") is not None:
+            table.add_row(f"MFU ({label})", f"{100 * util[f'mfu_{which}']:.1f}",
+                          f"% of {util[f'{which}_peak_tflops']:.3g} TFLOP/s")
     table.add_row("windows x steps", f"{s['total']['n']} x {cfg['steps_per_window']}",
                   f"+ {cfg['warmup_steps']} warmup steps")
     table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",

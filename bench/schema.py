@@ -8,7 +8,8 @@ read through :func:`upgrade`, which renames their image figures to sample figure
 Schema history:
   1  image CNNs only; throughput keys ``images_per_sec_*``, energy ``energy_per_image_j``
   2  ``workload`` section (kind, sample unit, parameters, training FLOPs per sample); throughput in
-     samples (``samples_per_sec_*``, text adds ``tokens_per_sec_*``); ``model_tflops_per_gpu``
+     samples (``samples_per_sec_*``, text adds ``tokens_per_sec_*``); ``model_tflops_per_gpu``;
+     later within 2, each optional so that earlier results still read: ``traffic``, ``utilisation``
 """
 
 from __future__ import annotations
@@ -100,6 +101,24 @@ class Sync(_Open):
     params_changed: bool
 
 
+class Utilisation(BaseModel):
+    """MFU: model FLOP/s per device against a measured and a published peak (bench.peak)."""
+
+    model_config = ConfigDict(extra="forbid")
+    unit: Literal["TFLOP/s"]
+    model_tflops_per_device: float | None = Field(description="summary.model_tflops_per_gpu")
+    precision: str
+    measured_peak_tflops: float | None = Field(
+        description="best sustained GEMM rate `bench peak` measured on this host and device at this precision")
+    measured_peak_source: str = Field(description="the peak file read, or why there is none")
+    mfu_measured: float | None = Field(description="model_tflops_per_device / measured_peak_tflops (a fraction)")
+    spec_peak_tflops: float | None = Field(
+        description="the vendor's dense rate for this exact GPU name and precision; none for an unlisted device")
+    spec_peak_source: str
+    mfu_spec: float | None = Field(description="model_tflops_per_device / spec_peak_tflops (a fraction)")
+    definitions: dict[str, str]
+
+
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
 
@@ -122,6 +141,7 @@ class Result(BaseModel):
     summary: Summary
     telemetry: Telemetry
     traffic: Traffic | None = None  # added within schema 2: results written before it have none
+    utilisation: Utilisation | None = None  # added within schema 2: results written before it have none
     sync: Sync
 
 

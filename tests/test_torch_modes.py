@@ -9,9 +9,17 @@ pytestmark = pytest.mark.multiproc
 
 
 def test_torch_ddp_self_spawned(out):
+    # This CPU's GEMM peak in the ranks' thread share first (bench peak): the run's MFU is held against it.
+    p = bench("peak", "--device", "cpu", "--np", "2", "--seconds", "0.05", "--repeats", "2", "--output", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "peak:" in p.stdout and len(list((out / "peak").glob("*-cpu-*t-fp32-*.json"))) == 1
     r = bench("torch-ddp", *SMALL, "--np", "2", "--output", str(out), NCCL_DEBUG="WARN", GLOO_SOCKET_IFNAME="lo")
     assert r.returncode == 0, r.stderr
     result = only_result(out)
+    util = result["utilisation"]
+    assert util["measured_peak_tflops"] > 0 and util["measured_peak_source"].startswith(str(out / "peak"))
+    assert util["mfu_measured"] == result["summary"]["model_tflops_per_gpu"] / util["measured_peak_tflops"]
+    assert util["spec_peak_tflops"] is None and "MFU (measured peak)" in r.stdout
     assert_valid_run(result, "torch-ddp", 2, "self")
     assert result["environment"]["distribution"]["backend"] == "gloo"
     assert "throughput, total" in r.stdout and "result:" in r.stdout
