@@ -45,7 +45,7 @@ def key_of(result: dict[str, Any]) -> Key:
 
 
 
-OTHER_KINDS = ("verify", "allreduce")
+OTHER_KINDS = ("verify", "allreduce", "peak")
 
 
 def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
@@ -98,7 +98,7 @@ def _read_result(f: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BenchError(f"{f} is not readable JSON ({exc})") from None
     if isinstance(data, dict) and data.get("kind") in OTHER_KINDS:
-        return None  # bench verify / bench allreduce records sharing the folder: not training runs
+        return None  # bench verify / allreduce / peak records sharing the folder: not training runs
     if not isinstance(data, dict) or "schema_version" not in data or "run_id" not in data:
         raise BenchError(f"{f} is not an hvdbench result")
     data = upgraded(data, str(f))

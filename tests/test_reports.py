@@ -85,11 +85,13 @@ def one_line(r):
     return lines[0]
 
 
-def test_verify_and_allreduce_records_in_the_folder_are_not_training_results(tmp_path):
+def test_verify_allreduce_and_peak_records_in_the_folder_are_not_training_results(tmp_path):
     shared = tmp_path / "results"
     shutil.copytree(A, shared)
     (shared / "20261121T000000Z-verify-0.json").write_text(json.dumps({"kind": "verify", "modes": []}))
     (shared / "20261121T000000Z-allreduce-torch-0.json").write_text(json.dumps({"kind": "allreduce", "rows": []}))
+    (shared / "peak").mkdir()
+    (shared / "peak" / "node1-cpu-1t-fp32-20261121T000000Z.json").write_text(json.dumps({"kind": "peak"}))
     assert len(load_results([shared])) == len(load_results([A]))
     only = tmp_path / "only"
     only.mkdir()
