@@ -191,7 +191,7 @@ def resolve_base(image: str, c=None) -> str:
 
 
 def revision() -> str:
-    """The commit being published: HVDBENCH_REVISION, else GitHub's, else git's (with +dirty for local changes)."""
+    """The commit an image is built from: HVDBENCH_REVISION, else GitHub's, else git's (+dirty for local changes)."""
     explicit = os.environ.get("HVDBENCH_REVISION") or os.environ.get("GITHUB_SHA")
     if explicit:
         return explicit

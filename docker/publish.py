@@ -5,14 +5,14 @@
     make publish REGISTRY=ghcr.io/OWNER STACK=current FLAVOR=cuda      (the release workflow runs exactly this)
 
 Each stack x flavour is pushed as REGISTRY/hvdbench:<stack>-<flavor>-<version>, :<stack>-<flavor>, and :latest for
-the one images.tags() names latest (current-cuda). The build adds the commit (org.opencontainers.image.revision,
-and HVDBENCH_IMAGE_REVISION, which every result records) and the source URL after the self-test, so publishing
-never reruns it. Nothing is pushed unless every check passes first: each reference is well formed, the registry
-answers, and the image holds the marker its build's self-test writes (SELF_TEST_MARKER) saying the whole
-self-test ran (a build with fewer --self-test-modes is refused). --dry-run prints what each flavour would use
-(Dockerfile, build args, tags, labels) and builds and pushes nothing. --image pushes an image already built
-(no build); the same checks apply. Each push prints its time and the digest the registry gave; pin that digest
-(REGISTRY/hvdbench@sha256:...) to compare clusters on the very same image.
+the one images.tags() names latest (current-cuda). Like every build, it stamps the commit
+(org.opencontainers.image.revision, and HVDBENCH_IMAGE_REVISION, which every result records) and the source URL
+after the self-test (images.stamp), so a new commit never reruns the self-test. Nothing is pushed unless every check
+passes first: each reference is well formed, the registry answers, and the image holds the marker its build's
+self-test writes (SELF_TEST_MARKER) saying the whole self-test ran (a build with fewer --self-test-modes is
+refused). --dry-run prints what each flavour would use (Dockerfile, build args, tags, labels) and builds and pushes
+nothing. --image pushes an image already built (no build); the same checks apply. Each push prints its time and the
+digest the registry gave; pin that digest (REGISTRY/hvdbench@sha256:...) to compare clusters on the very same image.
 """
 
 from __future__ import annotations
