@@ -3,9 +3,9 @@ too full for the record, and an output folder remounted read-only mid-run, each 
 (root), each ending in one line that says what was written where, with no traceback and no partial file; and
 a folder written under umask 002 that another uid reads.
 
-Sizes: tmpfs counts whole 4 KiB pages per file. A first run in a roomy tmpfs measures the record's size J;
-the filler then leaves P = ceil((J + 2048) / 4096) pages free: enough for the record (and the output
-check's probe before it), not one page more for results.csv."""
+Sizes: tmpfs counts whole 4 KiB pages per file. A first run in a roomy tmpfs at the same path measures the
+record's size J (sized_folder keeps J away from a page boundary); the filler then leaves ceil(J / 4096) pages
+free, enough for the record and not one page more for results.csv, or one page less than the record needs."""
 
 import json
 import os
@@ -33,13 +33,23 @@ def in_namespace(script: str, tmp_path, **env) -> subprocess.CompletedProcess:
                           env=bench_env(BENCH=" ".join(RUN), **env))
 
 
-@pytest.fixture(scope="module")
-def record_size(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("size")
-    r = in_namespace(f"mount -t tmpfs -o size=8m tmpfs {folder} && $BENCH --output {folder}/out "
-                     f"&& stat -c %s {folder}/out/2*.json", folder)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return int(r.stdout.strip().splitlines()[-1])
+MARGIN = 512  # bytes: a record's size varies a little between runs (its numbers' digits)
+
+
+def sized_folder(tmp_path: Path) -> tuple[Path, int]:
+    """A folder, and the size J of the record a run writes into FOLDER/out, measured in a roomy tmpfs mounted
+    there (the output path is part of the record). Its name is lengthened until J sits at least MARGIN bytes
+    from a page boundary, so that the next run's record takes exactly ceil(J / PAGE) pages."""
+    for pad in range(0, 1200, 150):
+        folder = tmp_path / ("disk" + "p" * pad)
+        folder.mkdir()
+        r = in_namespace(f"mount -t tmpfs -o size=8m tmpfs {folder} && $BENCH --output {folder}/out "
+                         f"&& stat -c %s {folder}/out/2*.json", tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        size = int(r.stdout.strip().splitlines()[-1])
+        if MARGIN <= size % PAGE <= PAGE - MARGIN:
+            return folder, size
+    pytest.fail("no folder name put the record's size away from a page boundary")
 
 
 def fill_to(folder: str, free_pages: int) -> str:
@@ -57,10 +67,9 @@ def error_line(stderr: str) -> str:
     return rank
 
 
-def test_a_disk_full_after_the_record_keeps_the_csv_as_it_was(tmp_path, record_size):
-    pages = -(-(record_size + 2048) // PAGE)
-    folder = tmp_path / "disk"
-    folder.mkdir()
+def test_a_disk_full_after_the_record_keeps_the_csv_as_it_was(tmp_path):
+    folder, size = sized_folder(tmp_path)
+    pages = -(-size // PAGE)  # the record's pages (the output check's probe, one page, comes and goes first)
     earlier = "earlier contents\r\n"
     r = in_namespace(f"{fill_to(str(folder), pages)} && printf '{earlier}' > {tmp_path}/before.csv "
                      f"&& $BENCH --output {folder}/out; echo \"exit $?\"; ls -la {folder}/out; "
@@ -73,12 +82,11 @@ def test_a_disk_full_after_the_record_keeps_the_csv_as_it_was(tmp_path, record_s
     assert json.loads((tmp_path / "record.json").read_text())["status"] == "ok"  # the record is whole
 
 
-def test_a_disk_too_full_for_the_record_saves_it_elsewhere(tmp_path, record_size):
-    folder = tmp_path / "disk"
-    folder.mkdir()
+def test_a_disk_too_full_for_the_record_saves_it_elsewhere(tmp_path):
+    folder, size = sized_folder(tmp_path)
     spare = tmp_path / "spare"
-    pages = -(-record_size // PAGE) - 1  # one page short of the record; the output check's probe still fits
-    assert pages >= 1, record_size
+    pages = -(-size // PAGE) - 1  # one page short of the record; the output check's probe still fits
+    assert pages >= 1, size
     r = in_namespace(f"{fill_to(str(folder), pages)} && $BENCH --output {folder}/out; echo \"exit $?\"; "
                      f"ls -a {folder}/out", tmp_path, HVDBENCH_FALLBACK_DIR=str(spare))
     assert "exit 1" in r.stdout, r.stdout + r.stderr[-2000:]
