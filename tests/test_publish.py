@@ -257,3 +257,14 @@ def test_an_unreachable_registry_is_one_line_and_tags_nothing(registry):
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "registry 127.0.0.1:5999 does not answer" in r.stderr and "nothing pushed" in r.stderr
     assert not [t for i in dk.images.list() for t in i.tags if t.startswith("127.0.0.1:5999/")]
+
+
+def test_sif_pull_from_a_registry_that_does_not_answer_is_one_line():
+    sys.path.insert(0, str(ROOT / "singularity"))
+    import sif
+
+    with pytest.raises(sif.SifError) as info:
+        sif.resolve_digest("127.0.0.1:1/hvdbench:current-cpu")
+    assert str(info.value).startswith("registry 127.0.0.1:1 does not answer (https: ") and "\n" not in str(info.value)
+    with pytest.raises(images.ImageError, match="is not a registry reference"):
+        sif.pull("Bad_Host/x", "current", "cpu")
