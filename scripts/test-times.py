@@ -14,7 +14,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ORDER = ["unit", "framework", "multiproc", "slurm", "image", "cluster", "image_cuda", "apptainer"]
+ORDER = ["unit", "framework", "multiproc", "slurm", "image", "cluster", "image_cuda", "apptainer", "sif_pull"]
 
 
 def tiers(folder: Path) -> list[dict]:

@@ -11,7 +11,9 @@ tests and the shared test helpers), and the versions of the tools on this machin
 Apptainer, Slurm). A pass is recorded in $HVDBENCH_TIER_CACHE (default /var/cache/hvdbench/tier-passes), one
 file per tier; a tier whose key has a recorded pass is skipped with one line that says when it passed.
 HVDBENCH_RERUN=1, or any PYTEST_ARGS, always runs it (and a run with PYTEST_ARGS records nothing).
-A change to bench/ changes every system tier's key: the images hold bench, so they all run again.
+A change to bench/ changes every system tier's key but sif_pull's: the images hold bench, so those tiers run again.
+The sif_pull tier (a SIF pulled from a registry) is keyed by the pull path alone (OWN_ONLY: no COMMON): the SIF it
+pulls holds the same image as the apptainer tier's image SIF, which runs again on every change to bench/.
 """
 
 from __future__ import annotations
@@ -36,13 +38,20 @@ INPUTS = {
                 "benchmarks/cluster_modes.py"],
     "image_cuda": ["docker", "tests/test_image_cuda.py"],
     "apptainer": ["docker", "singularity", "tests/test_apptainer.py"],
+    # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
+    "sif_pull": ["docker", "singularity/sif.py", "bench/env.py", "Makefile", "pyproject.toml",
+                 "scripts/registry-up.sh", "scripts/apptainer-up.sh", "scripts/slurm-up.sh", "tests/conftest.py",
+                 "tests/test_apptainer.py", "tests/test_sif_pull.py"],
 }
+# Tiers keyed by their INPUTS alone, without COMMON.
+OWN_ONLY = {"sif_pull"}
 TOOLS = {
     "slurm": [["srun", "--version"]],
     "image": [["docker", "version", "--format", "{{.Server.Version}}"]],
     "cluster": [["docker", "version", "--format", "{{.Server.Version}}"], ["docker-compose", "version", "--short"]],
     "image_cuda": [["docker", "version", "--format", "{{.Server.Version}}"]],
     "apptainer": [["docker", "version", "--format", "{{.Server.Version}}"], ["srun", "--version"]],
+    "sif_pull": [["docker", "version", "--format", "{{.Server.Version}}"]],
 }
 
 
@@ -62,7 +71,7 @@ def tool_versions(tier: str) -> list[str]:
             out = "absent"
         found.append(f"{' '.join(cmd)}: {out}")
     apptainer = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer")) / "bin/apptainer"
-    if tier == "apptainer" and apptainer.exists():
+    if tier in ("apptainer", "sif_pull") and apptainer.exists():
         found.append("apptainer: " + subprocess.run([str(apptainer), "--version"], capture_output=True,
                                                     text=True).stdout.strip())
     return found
@@ -72,7 +81,8 @@ def key(tier: str) -> tuple[str, list[str]]:
     if tier not in INPUTS:
         raise SystemExit(f"tier-cache: unknown tier '{tier}' (choose from: {', '.join(INPUTS)})")
     h = hashlib.sha256()
-    files = tracked(COMMON + INPUTS[tier])
+    paths = INPUTS[tier] if tier in OWN_ONLY else COMMON + INPUTS[tier]
+    files = tracked(paths)
     for name in files:
         path = ROOT / name
         h.update(name.encode() + b"\0")
@@ -80,7 +90,7 @@ def key(tier: str) -> tuple[str, list[str]]:
     tools = tool_versions(tier)
     for line in tools:
         h.update(line.encode() + b"\0")
-    return h.hexdigest(), [f"{len(files)} files under {', '.join(COMMON + INPUTS[tier])}", *tools]
+    return h.hexdigest(), [f"{len(files)} files under {', '.join(paths)}", *tools]
 
 
 def main() -> None:

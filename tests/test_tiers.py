@@ -44,7 +44,8 @@ def test_the_makefile_selects_each_tier_without_the_costlier_ones():
 
 def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
     cache = script("tier-cache")
-    files = {"bench/cli.py": "one", "docs/x.md": "doc", "docker/Dockerfile": "FROM x", "tests/test_images.py": "t"}
+    files = {"bench/cli.py": "one", "bench/env.py": "env", "docs/x.md": "doc", "docker/Dockerfile": "FROM x",
+             "tests/test_images.py": "t"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -53,11 +54,15 @@ def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
         n == p or n.startswith(p + "/") for p in paths)))
     monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 20.10"])
     image, _ = cache.key("image")
+    pull, _ = cache.key("sif_pull")
     (tmp_path / "docs/x.md").write_text("another doc")
     assert cache.key("image")[0] == image  # the docs are no input of the images
     (tmp_path / "bench/cli.py").write_text("two")
     bench_changed = cache.key("image")[0]
     assert bench_changed != image  # bench/ is in every image: every system tier runs again
+    assert cache.key("sif_pull")[0] == pull  # but the pull path's: it reads only bench/env.py
+    (tmp_path / "bench/env.py").write_text("env reads the digest another way")
+    assert cache.key("sif_pull")[0] != pull
     monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 29.0"])
     assert cache.key("image")[0] != bench_changed  # another Docker: run again
 

@@ -7,13 +7,24 @@ arithmetic, about a second) and counts every matmul and convolution: 2 FLOPs per
 forward and backward (input and weight gradients). Element-wise work (activations, norms, the
 optimizer) is not counted, as in the usual MFU definitions. The count needs PyTorch; without it
 the figure is absent. Another package adds models with :func:`register` (see bench.plugins).
+
+A count is kept in ``~/.cache/hvdbench/flops`` ($XDG_CACHE_HOME honoured; HVDBENCH_FLOPS_CACHE=off turns it
+off), keyed by everything it depends on: the model's name and input shape, the installed PyTorch's version and
+the source files of the model's builder and of the workloads. A TensorFlow rank then need not import PyTorch
+(over a second) to write its result, and a PyTorch rank need not trace the model again.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.errors import BenchError
 from bench.models.workloads import IMAGES, SEQUENCES, Workload
@@ -76,8 +87,54 @@ def _function(path: str):
     return getattr(importlib.import_module(module), name)
 
 
+def flops_cache_dir() -> Path | None:
+    """Where counted FLOPs are kept (None: HVDBENCH_FLOPS_CACHE=off)."""
+    if os.environ.get("HVDBENCH_FLOPS_CACHE", "").lower() in ("off", "0", "no"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hvdbench" / "flops"
+
+
+def _flops_key(name: str, image_size: int | None, seq_len: int | None, num_classes: int) -> str | None:
+    """What a count depends on, hashed; None without PyTorch (then nothing is counted, nor read from the cache)."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    h = hashlib.sha256(json.dumps([name, image_size, seq_len, num_classes, torch_version]).encode())
+    for module in (model(name).torch.partition(":")[0], "bench.models.workloads"):
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+            return None  # a builder whose source cannot be read: count it every time
+        h.update(Path(spec.origin).read_bytes())
+    return h.hexdigest()
+
+
 @functools.lru_cache(maxsize=32)
 def _train_flops(name: str, image_size: int | None, seq_len: int | None, num_classes: int) -> float | None:
+    folder = flops_cache_dir()
+    key = _flops_key(name, image_size, seq_len, num_classes) if folder is not None else None
+    if key is not None:
+        try:
+            return float(json.loads((folder / f"{key}.json").read_text())["train_flops_per_sample"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    flops = count_train_flops(name, image_size, seq_len, num_classes)
+    if key is not None and flops is not None:
+        from bench import files
+
+        try:  # a cache: a disk that refuses it costs the next run a count, never this run its result
+            folder.mkdir(parents=True, exist_ok=True)
+            files.replace(folder / f"{key}.json", json.dumps(
+                {"model": name, "image_size": image_size, "seq_len": seq_len, "num_classes": num_classes,
+                 "train_flops_per_sample": flops}))
+        except OSError:
+            pass
+    return flops
+
+
+def count_train_flops(name: str, image_size: int | None, seq_len: int | None, num_classes: int) -> float | None:
+    """Count the training FLOPs per sample with PyTorch's FlopCounterMode (module docstring); None without it."""
     try:
         import torch
         from torch.utils.flop_counter import FlopCounterMode
