@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test test-times test-fast lint bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
+.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test sif-pull-test test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-reference tf-horovod and torch-horovod vs Horovod's own synthetic benchmarks, alternated (ARGS=...)"
 	@echo "make sparse-study   seed 004: Transformer tokens/s and bytes per step, dense vs sparse, PS vs allreduce"
 	@echo "make bench-allreduce allreduce time/algbw/busbw through every backend, up to the VGG-16 gradient"
+	@echo "make bench-attribution  per-rank attribution of each mode at np 2, plain and with a slowed rank"
 	@echo "make bench-publish  push and pull times of an image through a registry here, from empty (benchmarks/publish.py)"
 	@echo "make verify         every distributed mode against one process on the global batch (PASS/FAIL)"
 	@echo "make predict-published  the scaling model against Horovod's published efficiencies"
@@ -182,6 +183,9 @@ sif-pull-test: venv docker-up slurm-up registry-up
 
 slurm-up:
 	scripts/slurm-up.sh
+
+bench-attribution: venv
+	$(PY) benchmarks/attribution.py $(ARGS)
 
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)

@@ -323,7 +323,10 @@ def predict_command(
                                                          "result, and for sparse gradients from an --op allgather "
                                                          "one (with --sweep: per backend; repeatable).")] = None,
     overlap: Annotated[float | None, typer.Option(help="Fraction of the allreduce hidden under backward, 0..1 "
-                                                  "(default 0.5).")] = None,
+                                                  "(default: measured by --attribution or, with --sweep, by "
+                                                  "each mode's results; else 0.5).")] = None,
+    attribution: Annotated[str | None, typer.Option(help="Take the overlap and its bound from this distributed "
+                                                     "result's per-rank attribution.")] = None,
     fusion_mib: Annotated[float, typer.Option(help="Fusion buffer, MiB (Horovod: 64; 0 = one message).")] = 64.0,
     fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Half-size gradients.")] = False,
     gpus: Annotated[str, typer.Option(help="GPU counts to predict.")] = "1,2,4,8,16,32,64,128,256,512",
@@ -346,17 +349,24 @@ def predict_command(
     if published:
         console.print(*p.render_published(p.check_published(overlap)))  # None: the published inputs' overlap
         return
-    overlap_used = 0.5 if overlap is None else overlap
     if sweep is not None:
         if not allreduce:
             raise BenchError("--sweep needs --allreduce (a bench allreduce result for the network inputs)")
-        console.print(p.render_sweep(p.check_sweep_folder(sweep, allreduce, overlap_used, fusion), sweep,
-                                     overlap_used))
+        if attribution is not None:
+            raise BenchError("--sweep takes each mode's attribution from its own results; drop --attribution")
+        console.print(p.render_sweep(p.check_sweep_folder(sweep, allreduce, overlap, fusion), sweep))
         return
     base = p.one_gpu_inputs(result, step_time, images_per_sec, batch_size, model or "vgg16", num_classes,
                             fp16_allreduce)
     net = p.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"], base.get("sparse_bytes", 0))
-    inp = p.Inputs(**base, **net, overlap=overlap_used, fusion_bytes=fusion,
+    hiding = {"overlap": 0.5}
+    if attribution is not None:
+        from bench.results import load_result
+
+        hiding = p.overlap_from_attribution(load_result(attribution))
+    if overlap is not None:
+        hiding["overlap"] = overlap
+    inp = p.Inputs(**base, **net, **hiding, fusion_bytes=fusion,
                    gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
     console.print(p.render_prediction(inp, p.parse_gpus(gpus), p.throughput_symbol(result, model or "vgg16")))
 

@@ -127,6 +127,9 @@ class RunConfig:
     windows: int | None = option(None, "Timed windows (default: 10 GPU, 5 CPU).", minimum=1, sweep=True)
     duration: float | None = option(None, "Run windows for this many seconds instead of --windows.", positive=True,
                                     unit="seconds")
+    attribution_steps: int | None = option(None, "Steps in each per-rank attribution window, compute only and "
+                                           "exchange only, after the timed ones (default: 1 per 20 timed steps, at "
+                                           "least 1; 0: none).", minimum=0, sweep=True)
     np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
                             flag="--np", minimum=1)
     device: Device = option(Device.auto, "Where to train.", sweep=True)
@@ -193,6 +196,7 @@ class RunConfig:
 
     def resolve(self, device: str, np: int) -> RunConfig:
         """Fill defaults for the device the run lands on ('cpu' or 'cuda') and the world size."""
+        from bench.attribution import default_steps
         from bench.models import model
         from bench.modes import mode
 
@@ -208,6 +212,9 @@ class RunConfig:
             warmup_steps=profile.warmup_steps if self.warmup_steps is None else self.warmup_steps,
             steps_per_window=self.steps_per_window or profile.steps_per_window,
             windows=self.windows or profile.windows,
+            attribution_steps=(default_steps(self.steps_per_window or profile.steps_per_window,
+                                             self.windows or profile.windows)
+                               if self.attribution_steps is None else self.attribution_steps),
             profile=profile.name,
             strategy=self.strategy or mode(self.mode).default_variant().strategy,
         )

@@ -9,7 +9,13 @@ of the run's config, so results, sweeps and the CLI never see them:
 * ``deterministic``: dropout off, deterministic kernels, plain fp32 matmuls (no TF32);
 * ``data_shards``: a single-device mode trains on the concatenation of rank shards 0..k-1, the global batch;
 * ``fault``: a deliberate bug, the negative control (``skip-allreduce``: each rank steps on its own
-  gradients, never averaged with the others).
+  gradients, never averaged with the others);
+* ``slow_rank`` and ``slow_factor``: a straggler on purpose (bench.attribution's tests): that rank sleeps
+  ``slow_factor - 1`` times the duration of each training step it has just run (the first, warmup, timed and
+  compute-only steps; never the exchange-only ones), so its compute takes ``slow_factor`` times as long.
+
+Outside bench verify, a run takes hooks from HVDBENCH_HOOKS too, e.g.
+``HVDBENCH_HOOKS='{"slow_rank": 1, "slow_factor": 2}' bench torch-ddp``.
 """
 
 from __future__ import annotations
@@ -32,12 +38,18 @@ class Hooks:
     deterministic: bool = False
     data_shards: int | None = None
     fault: str | None = None
+    slow_rank: int | None = None
+    slow_factor: float = 2.0
 
     def __post_init__(self) -> None:
         if self.fault not in (None, *FAULTS):
             raise BenchError(f"unknown fault '{self.fault}' (choose from: {', '.join(FAULTS)})")
         if self.data_shards is not None and (not isinstance(self.data_shards, int) or self.data_shards < 1):
             raise BenchError(f"data shards must be an integer >= 1 (got {self.data_shards})")
+        if self.slow_rank is not None and (not isinstance(self.slow_rank, int) or self.slow_rank < 0):
+            raise BenchError(f"slow_rank must be a rank number >= 0 (got {self.slow_rank})")
+        if not isinstance(self.slow_factor, (int, float)) or self.slow_factor < 1:
+            raise BenchError(f"slow_factor must be a number >= 1 (got {self.slow_factor})")
 
     def check(self, mode) -> None:
         """Refuse requests ``mode`` (a bench.modes.ModeSpec) cannot honour."""
@@ -69,6 +81,21 @@ class Hooks:
                 os.environ.pop(HOOKS_ENV, None)
             else:
                 os.environ[HOOKS_ENV] = old
+
+    def slowed(self, rank: int, step, sync):
+        """``step``, or on the slow rank ``step`` and ``sync`` followed by a sleep of (slow_factor - 1) x their
+        duration."""
+        if self.slow_rank != rank or self.slow_factor == 1:
+            return step
+        import time
+
+        def slow_step() -> None:
+            t0 = time.perf_counter()
+            step()
+            sync()
+            time.sleep((self.slow_factor - 1) * (time.perf_counter() - t0))
+
+        return slow_step
 
     def snapshot(self, trainer, when: str) -> None:
         """Rank 0's parameter snapshot ``when`` ('initial' or 'final'), if one was asked for."""

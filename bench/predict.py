@@ -13,8 +13,10 @@ The model (synchronous data parallelism, one ring allreduce of the whole gradien
               + (N - 1) * a' +  (N - 1) * S / B'                  (sparse gradients, S bytes per rank:
                                                                    a ring allgather, N-1 steps, each
                                                                    link carries the other ranks' S)
-    t_step(N) = t1 + (1 - overlap) * t_comm(N)                     (overlap: fraction of the allreduce
-                                                                   hidden under the backward pass)
+    t_step(N) = t1 + t_comm(N) - hidden(N)
+    hidden(N) = min(overlap * t_comm(N), H)                        (overlap: fraction of the allreduce
+                                                                   hidden under the backward pass; H: the
+                                                                   most that can hide, unbounded if unknown)
     X(N)      = N * b / t_step(N)          images/s, all GPUs
     E(N)      = t1 / t_step(N)             scaling efficiency, X(N) / (N * X(1))
 
@@ -23,6 +25,13 @@ travels as S = rows x (4 d_model + index bytes) per rank (bench.traffic). B' and
 ``bench allreduce --op allgather`` measurement (busbw = (N - 1) S / t; a' = its smallest size's time /
 (N - 1)); without one, the allreduce's B and a price the allgather too. With ``--gpus-per-node`` and
 ``--intra-busbw``, N within one node uses the node's own bandwidth.
+
+The overlap is measured, not assumed, when a distributed result with per-rank attribution is given
+(``--attribution``, or in ``--sweep`` each mode's smallest n > 1 result): overlap = its median rank's
+hidden_share (bench.attribution), carried to N as a share of t_comm(N), and H = the backward pass, taken as 2/3
+of the measured compute-only step (backward does twice the forward's matmul work): communication can hide only
+behind the backward pass still to run once the first gradient bucket is ready, so never more than all of it.
+``--overlap`` overrides the measured share (the default without a measurement is 0.5).
 
 The model knows nothing of stragglers, contention between a rank's compute and its communication
 (CPU ranks share cores), or hierarchical and tree algorithms; its error against measurements says
@@ -58,6 +67,7 @@ class Inputs:
     sparse_bytes: int = 0  # S: a rank's sparse gradient (rows and indices), allgathered
     allgather_busbw_GBps: float | None = None  # B' (None: B)
     allgather_latency_s: float | None = None  # a' (None: a)
+    hidden_cap_s: float | None = None  # H: the most communication that can hide (None: no bound)
 
     def __post_init__(self) -> None:
         checks = [
@@ -71,6 +81,7 @@ class Inputs:
             (self.fusion_bytes >= 0, f"--fusion-mib must be >= 0 (got {self.fusion_bytes})"),
             (self.intra_busbw_GBps is None or self.intra_busbw_GBps > 0, "--intra-busbw must be > 0 GB/s"),
             (self.gpus_per_node is None or self.gpus_per_node >= 1, "--gpus-per-node must be >= 1"),
+            (self.hidden_cap_s is None or self.hidden_cap_s >= 0, "the hidden-time bound must be >= 0 s"),
         ]
         for ok, text in checks:
             if not ok:
@@ -106,9 +117,15 @@ def comm_time(inp: Inputs, n: int) -> float:
     return allreduce + allgather
 
 
+def hidden_time(inp: Inputs, comm: float) -> float:
+    """hidden(N): the overlapped share of t_comm(N), at most H."""
+    hidden = inp.overlap * comm
+    return hidden if inp.hidden_cap_s is None else min(hidden, inp.hidden_cap_s)
+
+
 def predict(inp: Inputs, n: int) -> dict[str, float | int]:
     comm = comm_time(inp, n)
-    step = inp.step_time_s + (1 - inp.overlap) * comm
+    step = inp.step_time_s + comm - hidden_time(inp, comm)
     return {"gpus": n, "comm_s": comm, "step_s": step, "samples_per_sec_total": n * inp.batch_size / step,
             "samples_per_sec_per_gpu": inp.batch_size / step, "efficiency": inp.step_time_s / step}
 
@@ -122,6 +139,24 @@ def fit_overlap(inp: Inputs, n: int, efficiency: float) -> float:
 
 
 # -- inputs from bench's own measurements -------------------------------------------------------------
+BACKWARD_SHARE = 2 / 3  # of a training step's matmul work: backward (input and weight gradients) is twice forward
+
+
+def overlap_from_attribution(result: dict[str, Any]) -> dict[str, float]:
+    """overlap and H from a distributed result's attribution (module docstring); one line if it has none."""
+    section = result.get("attribution")
+    if result["world_size"] < 2 or not section:
+        raise BenchError(f"{result['run_id']} has no per-rank attribution (a run of 2 or more ranks with "
+                         "--attribution-steps >= 1 has one)")
+    if not section["measured"]:
+        raise BenchError(f"{result['run_id']}'s attribution was not measured: {section['reason']}")
+    if section["hidden_share_median"] is None:
+        raise BenchError(f"{result['run_id']}'s attribution has no hidden share (an exchange of 0 s)")
+    compute = sorted(p["compute_s"] for p in section["per_rank"])[len(section["per_rank"]) // 2]
+    return {"overlap": section["hidden_share_median"], "hidden_cap_s": BACKWARD_SHARE * compute}
+
+
+
 def from_result(result: dict[str, Any]) -> dict[str, Any]:
     """t1, b, G and S from a one-GPU bench result (the per-window mean throughput's step time; the gradient's
     dense and sparse bytes as the result computed them, bench.traffic)."""
@@ -186,9 +221,10 @@ def _collective(label: str) -> bool:
         return True
 
 
-def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]], overlap: float,
+def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]], overlap: float | None,
                 fusion_bytes: int) -> list[dict[str, Any]]:
-    """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency."""
+    """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency. The
+    overlap: ``overlap`` when given, else measured (the smallest n > 1 result's attribution), else 0.5."""
     from bench.collect import table_cells
 
     chosen, _ = table_cells(results)
@@ -200,8 +236,14 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
         base = from_result(by_n[1])
         net = from_allreduce(allreduce, base["gradient_bytes"])
         gather = allgather_inputs(pick_allreduce(key.label, allreduces, "allgather"), base.get("sparse_bytes", 0))
-        inp = Inputs(**base, busbw_GBps=net["busbw_GBps"], latency_s=net["latency_s"], overlap=overlap,
-                     fusion_bytes=fusion_bytes, **gather)
+        hiding, source = {"overlap": 0.5 if overlap is None else overlap}, "assumed" if overlap is None else "given"
+        if overlap is None:
+            try:
+                hiding, source = overlap_from_attribution(by_n[min(n for n in by_n if n > 1)]), "measured"
+            except BenchError:
+                pass
+        inp = Inputs(**base, busbw_GBps=net["busbw_GBps"], latency_s=net["latency_s"], fusion_bytes=fusion_bytes,
+                     **hiding, **gather)
         per_gpu_1 = by_n[1]["summary"]["samples_per_sec_per_gpu"]
         for n, result in sorted(by_n.items()):
             if n == 1:
@@ -212,7 +254,8 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
                          "backend": allreduce["config"]["backend"],
                          "t1_s": inp.step_time_s, "gradient_bytes": inp.gradient_bytes,
                          "sparse_bytes": inp.sparse_bytes, "setting": key.setting_text(),
-                         "busbw_GBps": inp.busbw_GBps, "latency_s": inp.latency_s,
+                         "busbw_GBps": inp.busbw_GBps, "latency_s": inp.latency_s, "overlap": inp.overlap,
+                         "overlap_source": source, "hidden_cap_s": inp.hidden_cap_s,
                          "predicted_efficiency": p["efficiency"], "measured_efficiency": measured,
                          "error_points": 100 * (p["efficiency"] - measured)})
     return rows
@@ -236,7 +279,7 @@ def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def check_sweep_folder(folder: str, allreduce_paths: list[str], overlap: float,
+def check_sweep_folder(folder: str, allreduce_paths: list[str], overlap: float | None,
                        fusion_bytes: int) -> list[dict[str, Any]]:
     """check_sweep on a sweep folder and bench allreduce result files; an error if nothing can be checked."""
     from bench.allreduce import load as load_allreduce
@@ -304,7 +347,9 @@ def render_prediction(inp: Inputs, gpus: list[int], symbol: str = "img/s"):
                         f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), "
                         + (f"S {inp.sparse_bytes / 1e6:.2f} MB allgathered, " if inp.sparse_bytes else "") +
                         f"busbw {inp.busbw_GBps:.3g} GB/s, latency {inp.latency_s * 1e6:.3g} us, "
-                        f"overlap {inp.overlap:g}")
+                        f"overlap {inp.overlap:.3g}"
+                        + (f" (at most {inp.hidden_cap_s * 1e3:.1f} ms hidden)" if inp.hidden_cap_s is not None
+                           else ""))
     for n in gpus:
         r = predict(inp, n)
         table.add_row(str(n), f"{r['comm_s'] * 1e3:.2f}", f"{r['step_s'] * 1e3:.1f}",
@@ -326,15 +371,16 @@ def render_published(rows: list[dict[str, Any]]) -> tuple[Any, str]:
     return table, f"mean absolute error: {mae:.1f} points over {len(rows)} figures"
 
 
-def render_sweep(rows: list[dict[str, Any]], folder: str, overlap: float):
+def render_sweep(rows: list[dict[str, Any]], folder: str):
     from rich.table import Table
 
     table = Table("mode", "setting", "n", "allreduce", "G / S (MB)", "t1 (s)", "busbw (GB/s)", "latency (us)",
-                  "measured", "predicted", "error (points)", title=f"bench predict vs {folder} (overlap {overlap:g})")
+                  "overlap", "measured", "predicted", "error (points)", title=f"bench predict vs {folder}")
     for r in rows:
         table.add_row(r["mode"], r["setting"], str(r["gpus"]), r["backend"],
                       f"{r['gradient_bytes'] / 1e6:.2f} / {r['sparse_bytes'] / 1e6:.2f}", f"{r['t1_s']:.3f}",
-                      f"{r['busbw_GBps']:.3f}", f"{r['latency_s'] * 1e6:.1f}", f"{r['measured_efficiency']:.1%}",
+                      f"{r['busbw_GBps']:.3f}", f"{r['latency_s'] * 1e6:.1f}",
+                      f"{r['overlap']:.2f} {r['overlap_source']}", f"{r['measured_efficiency']:.1%}",
                       f"{r['predicted_efficiency']:.1%}", f"{r['error_points']:+.1f}")
     return table
 

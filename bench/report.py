@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import files
+from bench.attribution import STRAGGLER_THRESHOLD
 from bench.collect import Key, ci_overlap, key_of, label_of, load_results, table_cells
 from bench.metrics import METRICS, sample_symbol
 from bench.modes import MODES
@@ -91,6 +92,28 @@ def traffic_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"label": label_of(r), "setting": key_of(r).setting_text(), "n": r["world_size"],
                      "exchange": t["computed"]["exchange"], "tokens_per_sec": r["summary"].get("tokens_per_sec_total"),
                      "computed": computed, "measured": measured, "ratio": measured / computed if measured else None})
+    return rows
+
+
+def attribution_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+    """Every rank of every multi-process cell used: its step taken apart (bench.attribution), the straggler named."""
+    rows = []
+    for key, by_n in sorted(chosen.items(), key=lambda kv: str(kv[0])):
+        for n, r in sorted(by_n.items()):
+            section = r.get("attribution")
+            if n < 2 or not section:
+                continue
+            base = {"label": key.label, "setting": key.setting_text(), "n": n}
+            if not section["measured"]:
+                rows.append({**base, "rank": None, "note": f"not measured: {section['reason']}"})
+                continue
+            slow = section["straggler"]
+            for p in section["per_rank"]:
+                note = ""
+                if slow is not None and slow["rank"] == p["rank"]:
+                    note = f"straggler: compute x{slow['slowdown']:.2f} the others'"
+                rows.append({**base, **{k: p[k] for k in ("rank", "host", "device", "compute_s", "exchange_s",
+                                                          "step_s", "exposed_s", "hidden_share")}, "note": note})
     return rows
 
 
@@ -226,6 +249,22 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                       f"| {_fmt(r['tokens_per_sec'], '.0f')} "
                       f"| {r['computed'] / 1e6:.2f} | {_fmt(r['measured'] and r['measured'] / 1e6)} "
                       f"| {_fmt(r['ratio'], '.3f')} |")
+    attributed = attribution_rows(chosen)
+    if attributed:
+        md += ["", "## Where each rank's step goes", "",
+               "Per rank, ms per step (bench.attribution): compute with the gradient exchange skipped, the exchange "
+               "alone, the timed step, exposed = step - compute (in or waiting for the exchange), and the share of "
+               "the exchange hidden under compute. A straggler is named when its compute is more than "
+               f"{STRAGGLER_THRESHOLD:.0%} slower than the other ranks' median.", "",
+               "| mode | setting | n | rank | host | compute | exchange alone | step | exposed | hidden | note |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for a in attributed:
+            if a["rank"] is None:
+                md.append(f"| {a['label']} | {a['setting']} | {a['n']} | – | – | – | – | – | – | – | {a['note']} |")
+                continue
+            md.append(f"| {a['label']} | {a['setting']} | {a['n']} | {a['rank']} | {a['host']} "
+                      f"| {1000 * a['compute_s']:.1f} | {1000 * a['exchange_s']:.1f} | {1000 * a['step_s']:.1f} "
+                      f"| {1000 * a['exposed_s']:.1f} | {_fmt(a['hidden_share'], '.0%')} | {a['note']} |")
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
     if tele:
         md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__, files, schema, telemetry, traffic
+from bench import SCHEMA_VERSION, __version__, attribution, files, schema, telemetry, traffic
 from bench.config import RunConfig
 from bench.errors import BenchError, ResultNotWhole
 from bench.launch import LaunchInfo
@@ -139,6 +139,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         },
         "summary": summary,
         "utilisation": utilisation_record(cfg, summary["model_tflops_per_gpu"], ranks[0], gathered["environment"]),
+        "attribution": attribution.build(ranks, cfg.steps_per_window),
         "telemetry": tele,
         "traffic": {
             "computed": traffic.computed(cfg),
@@ -358,6 +359,8 @@ def render_table(result: dict[str, Any]):
                   f"+ {cfg['warmup_steps']} warmup steps")
     table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",
                   "parameter checksums equal")
+    for row in attribution.table_rows(result.get("attribution")):
+        table.add_row(*row)
     if tele.get("available"):
         table.add_row("GPU power, mean total", _num(tele.get("power_w_mean_total"), ".0f"), "W")
         table.add_row("throttling seen", "yes" if tele["throttled"] else "no", "power/thermal slowdown reasons")

@@ -79,7 +79,7 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
     info = launching.detect()
     spec = mode_spec(cfg.mode)
     if info.launcher == "none":
-        hooks = hooks or Hooks()
+        hooks = hooks or Hooks.from_env()
         hooks.check(spec)
         check_output_dir(cfg.output)
         mode = spec.load()
@@ -110,7 +110,7 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
     from bench.runner import measure
 
     sampler, telemetry_note = start_telemetry(cfg, info, trainer)
-    gathered = measure(trainer, cfg, info, progress, sampler, hooks.snapshot)
+    gathered = measure(trainer, cfg, info, progress, sampler, hooks)
     trainer.teardown()
     if gathered is None:
         return None

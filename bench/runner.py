@@ -8,6 +8,9 @@ Per rank::
       -> windows of steps_per_window steps, each window bounded by trainer.sync()
       -> parameter checksum, allgather of every rank's samples -> rank 0 writes the result
 
+      -> per-rank attribution windows, compute only and exchange only (bench.attribution), outside every
+         headline figure and after the checksum
+
 ``train_s`` is the wall time from the end of init to the end of the last window (warmup included),
 so ``init_s + train_s`` is the rank's wall time to a trained model (seed 003's two views).
 With ``--duration S`` windows run until S seconds of windows have elapsed on the slowest rank
@@ -21,8 +24,9 @@ import socket
 import time
 from typing import Any, Protocol
 
-from bench import traffic
+from bench import attribution, traffic
 from bench.config import RunConfig
+from bench.hooks import Hooks
 from bench.launch import LaunchInfo
 from bench.watchdog import Watchdog
 
@@ -46,6 +50,7 @@ class Trainer(Protocol):
     def teardown(self) -> None: ...
     def sync_report(self) -> dict[str, Any] | None: ...
     def local_gpus(self) -> list[int]: ...
+    # Optional (bench.attribution): attribution_unsupported() -> str | None, compute_step(), exchange().
 
 
 def process_start_time() -> float:
@@ -61,28 +66,27 @@ def process_start_time() -> float:
 
 
 def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, sampler=None,
-            snapshot=None) -> dict[str, Any] | None:
+            hooks: Hooks | None = None) -> dict[str, Any] | None:
     """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere.
 
     ``sampler`` (bench.telemetry.Sampler, on each node's local rank 0) runs from set-up to the end and
-    reads the energy counters exactly when the timed windows start and end. ``snapshot(trainer, when)``
-    (bench.hooks: bench verify's parameter snapshots) is called with "initial" after set-up and "final"
-    after the last window.
+    reads the energy counters exactly when the timed windows start and end. ``hooks`` (bench.hooks): bench
+    verify's parameter snapshots, "initial" after set-up and "final" after the last window; the slow-rank fault.
     """
     t_start = process_start_time()
     trainer.setup()
     dog = Watchdog(trainer.rank, cfg.stall_timeout, cfg.rendezvous_timeout)
     dog.start()
     try:
-        return _measure(trainer, cfg, launch, progress, sampler, snapshot, t_start, dog)
+        return _measure(trainer, cfg, launch, progress, sampler, hooks or Hooks(), t_start, dog)
     finally:
         dog.stop()
 
 
-def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sampler, snapshot, t_start: float,
-             dog: Watchdog) -> dict[str, Any] | None:
-    if snapshot is not None:
-        snapshot(trainer, "initial")
+def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sampler, hooks: Hooks,
+             t_start: float, dog: Watchdog) -> dict[str, Any] | None:
+    hooks.snapshot(trainer, "initial")
+    step = hooks.slowed(trainer.rank, trainer.step, trainer.sync)
     initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
     t_setup = time.time()
     if sampler is not None:
@@ -90,7 +94,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
 
     trainer.sync()
     t0 = time.perf_counter()
-    trainer.step()
+    step()
     trainer.sync()
     first_step_s = time.perf_counter() - t0
     t_init_end = time.time()
@@ -105,7 +109,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     for i in range(cfg.warmup_steps):
         dog.at("warmup", 0, i)
         t0 = time.perf_counter()
-        trainer.step()
+        step()
         trainer.sync()
         warmup_s.append(time.perf_counter() - t0)
         dog.progress()
@@ -125,7 +129,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         t0 = time.perf_counter()
         for i in range(cfg.steps_per_window):
             dog.at("window", len(window_s) + 1, i)
-            trainer.step()
+            step()
             if progress is not None:
                 progress.advance()
         trainer.sync()
@@ -142,15 +146,21 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
             break
     t_end = time.time()
     net_sent = traffic.sent_between(net_before, traffic.tx_bytes()) if net_before is not None else None
-    if snapshot is not None:
-        snapshot(trainer, "final")
-    telemetry = None
+    hooks.snapshot(trainer, "final")
     if sampler is not None:
         sampler.mark("end")
-        sampler.stop()
-        telemetry = {"summary": sampler.summary(), "samples": sampler.samples}
+    checksum, final = trainer.checksum(), trainer.fingerprint()  # before the attribution's steps move them
     if progress is not None:
         progress.stop()
+    attributed = None
+    if cfg.attribution_steps and trainer.world_size > 1:
+        why = attribution.unsupported(trainer)
+        attributed = {"unsupported": why} if why else attribution.measure(
+            trainer, cfg.attribution_steps, hooks.slowed(trainer.rank, trainer.compute_step, trainer.sync), dog)
+    telemetry = None
+    if sampler is not None:
+        sampler.stop()
+        telemetry = {"summary": sampler.summary(), "samples": sampler.samples}
 
     record = {
         "rank": trainer.rank,
@@ -163,13 +173,14 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         "train_s": t_end - t_init_end,
         "warmup_step_s": warmup_s,
         "window_s": window_s,
-        "checksum": trainer.checksum(),
+        "checksum": checksum,
         "param_sum_initial": initial,
-        "param_sum_final": trainer.fingerprint(),
+        "param_sum_final": final,
         "replicas": trainer.replicas_per_process,
         "sync_report": trainer.sync_report(),
         "telemetry": telemetry,
         "net_sent": net_sent,
+        "attribution": attributed,
     }
     dog.at("gather")
     gathered = trainer.allgather(record)

@@ -9,7 +9,8 @@ Schema history:
   1  image CNNs only; throughput keys ``images_per_sec_*``, energy ``energy_per_image_j``
   2  ``workload`` section (kind, sample unit, parameters, training FLOPs per sample); throughput in
      samples (``samples_per_sec_*``, text adds ``tokens_per_sec_*``); ``model_tflops_per_gpu``;
-     later within 2, each optional so that earlier results still read: ``traffic``, ``utilisation``
+     later within 2, each optional so that earlier results still read: ``traffic``, ``utilisation``,
+     ``attribution``
 """
 
 from __future__ import annotations
@@ -119,6 +120,51 @@ class Utilisation(BaseModel):
     definitions: dict[str, str]
 
 
+class RankAttribution(BaseModel):
+    """One rank's step, taken apart (bench.attribution); seconds per step."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    host: str
+    device: str
+    compute_s: float = Field(description="per step with the gradient exchange skipped (compute-only window / steps)")
+    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator")
+    step_s: float = Field(description="per step in the timed windows (median window / steps per window)")
+    exposed_s: float = Field(description="step_s - compute_s: time in, or waiting for, the exchange")
+    hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
+    compute_window_s: float = Field(description="raw: the compute-only window's wall time")
+    exchange_window_s: float = Field(description="raw: the exchange-only window's wall time")
+
+
+class Straggler(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    host: str
+    device: str
+    slowdown: float = Field(description="its compute_s / the other ranks' median compute_s")
+    compute_s: float
+    others_compute_s: float
+    wait_share: float | None = Field(description="(compute_s - others_compute_s) / step_s: the share of every "
+                                                 "step the other ranks spend waiting for it")
+
+
+class Attribution(BaseModel):
+    """Where each rank's step goes, and the straggler (bench.attribution); ``measured`` false says why not."""
+
+    model_config = ConfigDict(extra="forbid")
+    measured: bool
+    reason: str | None = Field(None, description="why there are no figures (measured false)")
+    unit: Literal["s"] | None = None
+    steps: int | None = Field(None, description="steps in each compute-only and exchange-only window")
+    per_rank: list[RankAttribution] | None = None
+    straggler: Straggler | None = None
+    straggler_threshold: float | None = Field(None, description="the slowdown - 1 above which a rank is named")
+    hidden_share_median: float | None = None
+    exposed_s_median: float | None = None
+    cost_s: float | None = Field(None, description="the slowest rank's wall time for the attribution windows")
+    definitions: dict[str, str]
+
+
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
 
@@ -142,6 +188,7 @@ class Result(BaseModel):
     telemetry: Telemetry
     traffic: Traffic | None = None  # added within schema 2: results written before it have none
     utilisation: Utilisation | None = None  # added within schema 2: results written before it have none
+    attribution: Attribution | None = None  # added within schema 2; none for one process or --attribution-steps 0
     sync: Sync
 
 

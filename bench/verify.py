@@ -155,7 +155,8 @@ def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards:
                     num_classes=vc.num_classes, warmup_steps=0, steps_per_window=vc.steps - 1, windows=1,
                     np=np_, device=vc.device, seed=vc.seed, output=str(work / "result"),
                     fp16_allreduce=vc.fp16_allreduce and spec.gradient_compression, telemetry=False,
-                    strategy=v.strategy, sparse_embeddings=vc.sparse_embeddings, sparse_as_dense=vc.sparse_as_dense)
+                    strategy=v.strategy, sparse_embeddings=vc.sparse_embeddings, sparse_as_dense=vc.sparse_as_dense,
+                    attribution_steps=0)  # verify judges the parameters: no attribution windows
     hooks = Hooks(snapshot_dir=str(work), deterministic=True, data_shards=shards,
                   fault=vc.fault if spec.distributed else None)
     if inside_allocation():

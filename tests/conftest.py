@@ -56,6 +56,24 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
     assert all(len(w) == result["config"]["windows"] for w in result["samples"]["window_s"])
     assert result["summary"]["samples_per_sec_total"] > 0
     assert result["timing"]["init_s"] > result["timing"]["first_step_s"] > 0
+    assert_attribution_adds_up(result)
+
+
+def assert_attribution_adds_up(result: dict) -> None:
+    """A distributed run carries its per-rank attribution (bench.attribution), or says why it has none; where
+    measured, every rank's parts add up: compute + exposed = the timed step, and each part was measured."""
+    section = result.get("attribution")
+    if section is None:
+        assert result["processes"] < 2 or not result["config"].get("attribution_steps"), "no attribution"
+        return
+    if not section["measured"]:
+        assert section["reason"], section
+        return
+    assert [p["rank"] for p in section["per_rank"]] == list(range(result["processes"]))
+    for p in section["per_rank"]:
+        assert p["compute_s"] > 0 and p["exchange_s"] > 0, p
+        assert abs(p["compute_s"] + p["exposed_s"] - p["step_s"]) <= 1e-9 * p["step_s"], p
+    assert 0 < section["cost_s"]
 
 
 # sbatch --wait polls the controller after 2, 8 and then every 32 s, so it returns up to half a minute after

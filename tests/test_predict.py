@@ -56,6 +56,25 @@ def test_fit_overlap_inverts_predict():
     assert fit_overlap(inp, 64, e) == pytest.approx(0.3)
 
 
+def test_a_measured_overlap_is_carried_as_a_share_and_bounded_by_the_backward_pass():
+    from bench.predict import overlap_from_attribution
+
+    section = {"measured": True, "hidden_share_median": 0.4, "reason": None,
+               "per_rank": [{"compute_s": 0.3}, {"compute_s": 0.9}, {"compute_s": 0.6}]}
+    hiding = overlap_from_attribution({"run_id": "r", "world_size": 3, "attribution": section})
+    assert hiding == {"overlap": 0.4, "hidden_cap_s": pytest.approx(2 / 3 * 0.6)}  # the median rank's backward
+    inp = Inputs(step_time_s=1.0, batch_size=32, gradient_bytes=10**9, busbw_GBps=10.0, fusion_bytes=0, **hiding)
+    # N = 4: t_comm 0.15 s, 40% hidden (0.06 s) is under the bound
+    assert predict(inp, 4)["step_s"] == pytest.approx(1.0 + 0.15 - 0.06)
+    slow = Inputs(**{**inp.__dict__, "busbw_GBps": 0.1})  # t_comm 15 s: 40% would be 6 s, the bound holds it
+    assert predict(slow, 4)["step_s"] == pytest.approx(1.0 + 15 - 0.4)
+    for result, message in [({"run_id": "r", "world_size": 1}, "no per-rank attribution"),
+                            ({"run_id": "r", "world_size": 2, "attribution": {"measured": False, "reason": "ps"}},
+                             "was not measured: ps")]:
+        with pytest.raises(BenchError, match=message):
+            overlap_from_attribution(result)
+
+
 def test_gradient_bytes_follow_classes_and_fp16():
     assert gradient_bytes("vgg16") == 138_357_544 * 4
     assert gradient_bytes("vgg16", 10) == (138_357_544 - 4097 * 990) * 4

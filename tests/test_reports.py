@@ -178,7 +178,14 @@ def test_real_sweep_stopped_then_resumed_then_reported(tmp_path):
 
     r = bench("report", str(folder))
     assert r.returncode == 0, r.stderr
-    assert (folder / "speedup.png").is_file() and "torch-horovod" in (folder / "report.md").read_text()
+    report = (folder / "report.md").read_text()
+    assert (folder / "speedup.png").is_file() and "torch-horovod" in report
+    # the per-rank attribution of each np 2 cell: a row per rank, each part in milliseconds
+    section = report.split("## Where each rank's step goes")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| torch-")]
+    assert sorted((row[0].strip("| "), row[3]) for row in rows) == [
+        ("torch-ddp", "0"), ("torch-ddp", "1"), ("torch-horovod", "0"), ("torch-horovod", "1")], section
+    assert all(float(row[5]) > 0 and float(row[6]) > 0 for row in rows), section
 
 
 @pytest.mark.multiproc

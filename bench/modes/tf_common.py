@@ -166,6 +166,11 @@ class TFTrainer:
     def sync_report(self) -> dict[str, Any] | None:
         return None
 
+    def attribution_unsupported(self) -> str | None:
+        """tf.distribute (tf-native) reduces inside its strategy's step; tf-horovod overrides this."""
+        return ("tf.distribute reduces the gradients inside its strategy's step: its compute and its exchange "
+                "are not timed apart")
+
     def local_gpus(self) -> list[int]:
         return local_gpu_indices(self.launch, len(tfdist.gpus()))
 

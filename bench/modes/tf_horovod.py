@@ -47,6 +47,13 @@ class HorovodTFTrainer(TFTrainer):
         self._train_step = train_step
         self._first = True
 
+        @tf.function
+        def compute_step():  # the same step with the plain tape: no exchange (bench.attribution)
+            return self.replica_step(x, y, self.cfg.batch_size)
+
+        self._compute_step = compute_step
+        self._compression = compression
+
     def step(self) -> None:
         self._last = self._train_step()
         if self._first:
@@ -55,6 +62,24 @@ class HorovodTFTrainer(TFTrainer):
             self.hvd.broadcast_variables(self.model.variables, root_rank=0)
             self.hvd.broadcast_variables(optimizer_variables(self.optimizer), root_rank=0)
             self._first = False
+
+    def attribution_unsupported(self) -> str | None:
+        if self.cfg.sparse_embeddings and not self.cfg.sparse_as_dense:
+            return ("sparse embedding gradients: their exchange (allgathered rows) is not timed alone; "
+                    "add --sparse-as-dense, or --attribution-steps 0")
+        return None
+
+    def compute_step(self) -> None:
+        self._last = self._compute_step()
+
+    def exchange(self) -> None:
+        """The tape's exchange alone: an averaging allreduce of a tensor shaped like each gradient, grouped
+        (Horovod fuses them as in a step), with the run's compression."""
+        if getattr(self, "_exchange_tensors", None) is None:
+            self._exchange_tensors = [tf.zeros(v.shape, v.dtype) for v in self.model.trainable_variables]
+        reduced = self.hvd.grouped_allreduce(self._exchange_tensors, op=self.hvd.Average,
+                                             compression=self._compression)
+        self._last = reduced[-1]
 
     def allgather(self, obj: Any) -> list[Any]:
         return self.hvd.allgather_object(obj)

@@ -119,6 +119,41 @@ class TorchTrainer:
             loss.backward()
             self.optimizer.step()
 
+    # -- per-rank attribution (bench.attribution) -------------------------------------------
+    def attribution_unsupported(self) -> str | None:
+        if self.cfg.sparse_embeddings and not self.cfg.sparse_as_dense:
+            return ("sparse embedding gradients: their exchange (allgathered rows) is not timed alone; "
+                    "add --sparse-as-dense, or --attribution-steps 0")
+        return None
+
+    def compute_step(self) -> None:
+        """The step without its gradient exchange: forward and backward on the bare module, the gradients taken
+        with autograd.grad (no gradient is accumulated, so no exchange hook of DDP or Horovod fires), then the
+        same optimizer's update, local, on a copy of its kind over the same parameters."""
+        module = getattr(self.model, "module", self.model)  # DDP wraps the model
+        params = [p for p in module.parameters() if p.requires_grad]
+        if getattr(self, "_local_optimizer", None) is None:
+            self._local_optimizer = self.build_optimizer(params)
+        with self.autocast():
+            loss = loss_fn(module(self.data), self.target)
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+            p.grad = g
+        if self.scaler is not None:
+            self.scaler.step(self._local_optimizer)
+            self.scaler.update()
+        else:
+            self._local_optimizer.step()
+
+    def gradient_buffers(self, dtype) -> list[torch.Tensor]:
+        """One dense buffer per trainable parameter, as the exchange sends them (the exchange-only windows)."""
+        if getattr(self, "_buffers", None) is None:
+            module = getattr(self.model, "module", self.model)
+            self._buffers = [torch.zeros(p.shape, dtype=dtype, device=self.device)
+                             for p in module.parameters() if p.requires_grad]
+        return self._buffers
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -56,6 +56,19 @@ class DDPTrainer(TorchTrainer):
                 return super().step()
         return super().step()
 
+    def exchange(self) -> None:
+        """DDP's exchange alone: an allreduce of each of its gradient buckets (the sizes DDP built, from its own
+        logging data; else its default 25 MiB cap), in fp16 under --fp16-allreduce's compression hook."""
+        import torch.distributed as dist
+
+        if getattr(self, "_buckets", None) is None:
+            dtype = torch.float16 if self.cfg.fp16_allreduce else torch.float32
+            sizes = ddp_bucket_bytes(self.model) or default_buckets(
+                [b.numel() * 4 for b in self.gradient_buffers(torch.float32)])
+            self._buckets = [torch.zeros(max(1, n // 4), dtype=dtype, device=self.device) for n in sizes]
+        for bucket in self._buckets:
+            dist.all_reduce(bucket)
+
     def allgather(self, obj: Any) -> list[Any]:
         return torchdist.allgather(obj)
 
@@ -68,3 +81,25 @@ class DDPTrainer(TorchTrainer):
     def teardown(self) -> None:
         torchdist.close_group()
         self.model = None  # the Reducer and its process group go now, with no collective in flight
+
+
+def ddp_bucket_bytes(model) -> list[int]:
+    """The byte size of each gradient bucket DDP built (fp32 gradients), from its logging data; [] if absent."""
+    try:
+        text = model._get_ddp_logging_data().get("bucket_sizes", "")
+    except (AttributeError, RuntimeError):
+        return []
+    return [int(n) for n in str(text).split(",") if n.strip().isdigit()]
+
+
+def default_buckets(gradient_bytes: list[int], first: int = 1 << 20, cap: int = 25 << 20) -> list[int]:
+    """DDP's default bucketing of gradients (in reverse order): a first bucket of 1 MiB, then 25 MiB ones."""
+    buckets, size, limit = [], 0, first
+    for n in reversed(gradient_bytes):
+        size += n
+        if size >= limit:
+            buckets.append(size)
+            size, limit = 0, cap
+    if size:
+        buckets.append(size)
+    return buckets

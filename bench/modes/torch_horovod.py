@@ -63,6 +63,15 @@ class HorovodTrainer(TorchTrainer):
             self.scaler.step(self.optimizer)
         self.scaler.update()
 
+    def exchange(self) -> None:
+        """The DistributedOptimizer's exchange alone: an averaging allreduce of every gradient, submitted together
+        and fused by Horovod as in a step (fp16 under --fp16-allreduce)."""
+        dtype = torch.float16 if self.cfg.fp16_allreduce else torch.float32
+        handles = [self.hvd.allreduce_async_(b, op=self.hvd.Average, name=f"hvdbench.exchange.{i}")
+                   for i, b in enumerate(self.gradient_buffers(dtype))]
+        for handle in handles:
+            self.hvd.synchronize(handle)
+
     def allgather(self, obj: Any) -> list[Any]:
         return self.hvd.allgather_object(obj)
 

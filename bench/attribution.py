@@ -1,0 +1,161 @@
+"""Per-rank attribution: where each rank's step time goes, and which rank holds the others back.
+
+A synchronous gradient exchange makes every rank wait for the slowest, so the timed windows give every rank the
+same step time; a rank that computes slowly then looks like a slow network on all the others. After its timed
+windows (and after the parameter checksum, so the result's checks are untouched), each rank of a distributed run
+also times, in the same process and on the same communicator:
+
+* a window of ``k`` *compute-only* steps: the mode's own step with the gradient exchange skipped (forward,
+  backward and the optimizer's update on the rank's own gradients);
+* a window of ``k`` *exchange-only* steps: the step's gradient exchange alone, the same tensors (sizes, dtype,
+  DDP's buckets) through the same library, with nothing to compute.
+
+Each window starts after a barrier and ends at the rank's own device sync, so a rank's compute window is its
+own pace, never a wait for another rank. Per rank, in seconds per step::
+
+    compute_s   = compute-only window / k
+    exchange_s  = exchange-only window / k
+    step_s      = median timed window / steps per window        (the headline windows, every rank alike)
+    exposed_s   = step_s - compute_s     the part of a step the rank spends on, or waiting in, the exchange
+    hidden_share = 1 - exposed_s / exchange_s, clipped to [0, 1]
+                 the share of the exchange that the backward pass hid (1: all of it, 0: none)
+
+compute_s + exposed_s = step_s by construction; what is measured apart is compute_s and exchange_s.
+
+The straggler is the rank with the slowest compute: ``slowdown`` = its compute_s / the median compute_s of the
+other ranks. It is named when the slowdown exceeds STRAGGLER_THRESHOLD (0.20: one compute-only window of a few
+steps on a shared 2-core host varies by up to about 10% between ranks; GPU steps vary far less).
+``wait_share`` = (its compute_s - the others' median) / step_s: the share of every step that each other rank
+spends waiting for it. A rank's exposed_s includes that wait, which is why its own compute_s is what names it.
+
+The windows are outside every headline figure. ``k`` is ``--attribution-steps`` (default: one step per 20 timed
+steps, at least 1; 0 turns the attribution off); ``cost_s`` is the slowest rank's wall time for the whole
+attribution (a compiled TensorFlow step is traced once more for the compute-only step).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+STRAGGLER_THRESHOLD = 0.20
+
+DEFINITIONS = {
+    "compute_s": "seconds per step with the gradient exchange skipped (compute-only window / steps)",
+    "exchange_s": "seconds per gradient exchange alone, same tensors and communicator (exchange-only window / steps)",
+    "step_s": "seconds per step in the timed windows (median window / steps per window)",
+    "exposed_s": "step_s - compute_s: the step's time in, or waiting for, the exchange",
+    "hidden_share": "1 - exposed_s / exchange_s, clipped to [0, 1]: the share of the exchange hidden by compute",
+    "straggler": f"the rank whose compute_s exceeds the other ranks' median by more than "
+                 f"{STRAGGLER_THRESHOLD:.0%}; slowdown = its compute_s / that median, wait_share = (its compute_s"
+                 f" - that median) / step_s",
+}
+
+
+def default_steps(steps_per_window: int, windows: int) -> int:
+    """One attribution step per 20 timed steps, at least 1: the extra windows cost about a tenth of the run."""
+    return max(1, steps_per_window * windows // 20)
+
+
+def unsupported(trainer) -> str | None:
+    """Why ``trainer`` cannot time its compute and its exchange apart (None: it can)."""
+    why = getattr(trainer, "attribution_unsupported", None)
+    if why is None:
+        return "this mode cannot skip its gradient exchange"
+    return why()
+
+
+def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
+    """This rank's raw attribution windows (``compute_step``: the trainer's, with any fault hook around it)."""
+    t_begin = time.perf_counter()
+    dog.at("attribution", 0, 0)
+    compute_step()  # untimed: the first call may build or trace what the compute-only step needs
+    trainer.sync()
+    dog.progress()
+    windows = {}
+    for name, step in (("compute", compute_step), ("exchange", trainer.exchange)):
+        trainer.allgather(None)  # a barrier: every rank starts the window together
+        t0 = time.perf_counter()
+        for i in range(steps):
+            dog.at(f"attribution {name}", 1, i)
+            step()
+            dog.progress()
+        trainer.sync()
+        windows[name] = time.perf_counter() - t0
+    trainer.allgather(None)
+    return {"steps": steps, "compute_window_s": windows["compute"], "exchange_window_s": windows["exchange"],
+            "cost_s": time.perf_counter() - t_begin}
+
+
+def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] | None:
+    """The result's ``attribution`` section from every rank's record (None: not asked for)."""
+    raw = [r.get("attribution") for r in ranks]
+    if all(a is None for a in raw):
+        return None
+    reasons = {a["unsupported"] for a in raw if a and "unsupported" in a}
+    if reasons or any(a is None for a in raw):
+        return {"measured": False, "reason": "; ".join(sorted(reasons)) or "not every rank measured it",
+                "definitions": DEFINITIONS}
+    per_rank = []
+    for r, a in zip(ranks, raw, strict=True):
+        k = a["steps"]
+        compute = a["compute_window_s"] / k
+        exchange = a["exchange_window_s"] / k
+        step = statistics.median(r["window_s"]) / steps_per_window
+        exposed = step - compute
+        hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
+        per_rank.append({"rank": r["rank"], "host": r["host"], "device": r["device"], "compute_s": compute,
+                         "exchange_s": exchange, "step_s": step, "exposed_s": exposed, "hidden_share": hidden,
+                         "compute_window_s": a["compute_window_s"], "exchange_window_s": a["exchange_window_s"]})
+    return {"measured": True, "unit": "s", "steps": raw[0]["steps"], "per_rank": per_rank,
+            "straggler": straggler(per_rank), "straggler_threshold": STRAGGLER_THRESHOLD,
+            "hidden_share_median": _median([p["hidden_share"] for p in per_rank]),
+            "exposed_s_median": statistics.median(p["exposed_s"] for p in per_rank),
+            "cost_s": max(a["cost_s"] for a in raw), "definitions": DEFINITIONS}
+
+
+def straggler(per_rank: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The slowest-computing rank when it is slower than the others' median by more than the threshold."""
+    if len(per_rank) < 2:
+        return None
+    slow = max(per_rank, key=lambda p: p["compute_s"])
+    others = statistics.median(p["compute_s"] for p in per_rank if p is not slow)
+    if others <= 0:
+        return None
+    slowdown = slow["compute_s"] / others
+    if slowdown - 1 <= STRAGGLER_THRESHOLD:
+        return None
+    return {"rank": slow["rank"], "host": slow["host"], "device": slow["device"], "slowdown": slowdown,
+            "compute_s": slow["compute_s"], "others_compute_s": others,
+            "wait_share": (slow["compute_s"] - others) / slow["step_s"] if slow["step_s"] > 0 else None}
+
+
+def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """The terminal table's rows (label, value, unit) for a result's attribution section."""
+    if not section:
+        return []
+    if not section["measured"]:
+        return [("attribution", "not measured", section["reason"])]
+    ranks = section["per_rank"]
+    compute = statistics.median(p["compute_s"] for p in ranks)
+    exchange = statistics.median(p["exchange_s"] for p in ranks)
+    hidden = section["hidden_share_median"]
+    rows = [("compute / step (median rank)", f"{1000 * compute:.1f} / {1000 * ranks[0]['step_s']:.1f}",
+             "ms, compute-only steps / timed steps"),
+            ("exchange alone / exposed", f"{1000 * exchange:.1f} / {1000 * section['exposed_s_median']:.1f}",
+             f"ms; hidden share {'n/a' if hidden is None else f'{100 * hidden:.0f}%'}")]
+    slow = section["straggler"]
+    if slow is None:
+        rows.append(("straggler", "none", f"no rank's compute over {section['straggler_threshold']:.0%} slower"))
+    else:
+        wait = "n/a" if slow["wait_share"] is None else f"{100 * slow['wait_share']:.0f}%"
+        rows.append(("straggler", f"rank {slow['rank']}",
+                     f"{slow['host']} {slow['device']}: compute x{slow['slowdown']:.2f} the others'; they wait "
+                     f"{wait} of each step"))
+    return rows
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None

@@ -1,0 +1,134 @@
+"""Per-rank attribution (bench.attribution): the arithmetic in process, then real runs with a straggler made on
+purpose (the slow-rank hook) in each mode that can time its compute and its exchange apart."""
+
+import json
+
+import pytest
+from conftest import SMALL, TF_SMALL, assert_valid_run, bench, only_result
+
+from bench import attribution
+from bench.errors import BenchError
+from bench.hooks import Hooks
+
+
+def rank(r, compute, step, exchange=0.1, steps=2, host="n1"):
+    """A rank's raw record as the runner gathers it: timed windows of 2 steps of ``step`` seconds."""
+    return {"rank": r, "host": host, "device": "cpu (1 threads)", "window_s": [2 * step, 2 * step, 2 * step],
+            "attribution": {"steps": steps, "compute_window_s": steps * compute, "exchange_window_s": steps * exchange,
+                            "cost_s": 1.0}}
+
+
+def test_the_parts_add_up_and_the_hidden_share_is_clipped():
+    section = attribution.build([rank(0, 0.30, 0.35), rank(1, 0.31, 0.35), rank(2, 0.40, 0.35, exchange=0.02)], 2)
+    assert section["measured"] and section["steps"] == 2 and section["unit"] == "s"
+    first, _, third = section["per_rank"]
+    assert first["compute_s"] == pytest.approx(0.30) and first["step_s"] == pytest.approx(0.35)
+    assert first["exposed_s"] == pytest.approx(0.05) and first["hidden_share"] == pytest.approx(0.5)
+    assert third["exposed_s"] == pytest.approx(-0.05) and third["hidden_share"] == 1.0  # clipped
+    for p in section["per_rank"]:
+        assert p["compute_s"] + p["exposed_s"] == pytest.approx(p["step_s"])
+    assert section["straggler"] is not None and section["straggler"]["rank"] == 2  # 0.40 / 0.305 = 1.31
+    assert section["straggler"]["slowdown"] == pytest.approx(0.40 / 0.305)
+    assert section["straggler"]["wait_share"] == pytest.approx((0.40 - 0.305) / 0.35)
+    assert section["hidden_share_median"] == pytest.approx(0.6)  # of 0.5, 1 - 0.04 / 0.1 and 1.0
+
+
+def test_a_straggler_is_named_only_beyond_the_threshold():
+    within = 1 + attribution.STRAGGLER_THRESHOLD - 0.01
+    assert attribution.build([rank(0, 0.30, 0.5), rank(1, 0.30 * within, 0.5)], 2)["straggler"] is None
+    beyond = attribution.build([rank(0, 0.30, 0.5), rank(1, 0.30 * (within + 0.02), 0.5, host="n2")], 2)
+    assert beyond["straggler"]["rank"] == 1 and beyond["straggler"]["host"] == "n2"
+
+
+def test_what_cannot_be_measured_says_why():
+    assert attribution.build([{"attribution": None}, {"attribution": None}], 2) is None  # not asked for
+    why = "tf.distribute reduces the gradients inside its strategy's step"
+    section = attribution.build([{"attribution": {"unsupported": why}}] * 2, 2)
+    assert section == {"measured": False, "reason": why, "definitions": attribution.DEFINITIONS}
+    assert attribution.table_rows(section) == [("attribution", "not measured", why)]
+    assert attribution.unsupported(object()) == "this mode cannot skip its gradient exchange"
+
+
+def test_the_table_names_the_straggler_and_the_hidden_share():
+    rows = attribution.table_rows(attribution.build([rank(0, 0.2, 0.5, exchange=0.4), rank(1, 0.45, 0.5)], 2))
+    text = json.dumps(rows)
+    assert "rank 1" in text and "x2.25 the others'" in text and "they wait 50% of each step" in text
+    assert "hidden share" in text
+
+
+def test_the_default_costs_about_a_twentieth_of_the_timed_steps():
+    assert attribution.default_steps(4, 5) == 1 and attribution.default_steps(10, 10) == 5
+    assert attribution.default_steps(1, 1) == 1
+
+
+def test_the_slow_rank_hook_sleeps_in_proportion(monkeypatch):
+    import time
+
+    slept, calls = [], []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    clock = iter([10.0, 10.5])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    step = Hooks(slow_rank=1, slow_factor=3).slowed(1, lambda: calls.append("step"), lambda: calls.append("sync"))
+    step()
+    assert calls == ["step", "sync"] and slept == [pytest.approx(1.0)]  # (3 - 1) x 0.5 s
+    other = Hooks(slow_rank=1, slow_factor=3).slowed(0, print, print)
+    assert other is print  # every other rank runs its step as it is
+    for bad in ({"slow_rank": -1}, {"slow_factor": 0.5}, {"slow_rank": "one"}):
+        with pytest.raises(BenchError):
+            Hooks(**bad)
+
+
+# -- real runs -------------------------------------------------------------------------------------------
+# (mode, ranks, slow rank or None, model args); the slow rank's compute runs FACTOR times as long.
+FACTOR = 3
+RUNS = {
+    "torch-ddp np2": ("torch-ddp", 2, None, SMALL),
+    "torch-ddp np3 slow 2": ("torch-ddp", 3, 2, SMALL),
+    "torch-horovod np2 slow 1": ("torch-horovod", 2, 1, SMALL),
+    "tf-horovod np2 slow 0": ("tf-horovod", 2, 0, TF_SMALL),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    done = {}
+    for name, (mode, np, slow, args) in RUNS.items():
+        out = tmp_path_factory.mktemp(name.replace(" ", "-"))
+        hooks = {} if slow is None else {"HVDBENCH_HOOKS": json.dumps({"slow_rank": slow, "slow_factor": FACTOR})}
+        r = bench(mode, *args, "--np", str(np), "--attribution-steps", "3", "--output", str(out), **hooks)
+        assert r.returncode == 0, r.stderr[-3000:]
+        done[name] = (only_result(out), r.stdout)
+    return done
+
+
+@pytest.mark.multiproc
+@pytest.mark.horovod
+@pytest.mark.parametrize("name", [n for n in RUNS if RUNS[n][2] is not None])
+def test_the_slowed_rank_is_named_and_the_others_wait(runs, name):
+    mode, np, slow, _ = RUNS[name]
+    result, stdout = runs[name]
+    assert_valid_run(result, mode, np, "self")
+    section = result["attribution"]
+    assert section["measured"], section
+    by_rank = {p["rank"]: p for p in section["per_rank"]}
+    print(name, json.dumps({r: {k: round(p[k], 4) for k in ("compute_s", "exchange_s", "step_s", "exposed_s")}
+                            for r, p in by_rank.items()}), section["straggler"])
+    straggler = section["straggler"]
+    assert straggler is not None and straggler["rank"] == slow, section
+    assert straggler["slowdown"] > 1 + (FACTOR - 1) / 2, straggler  # about FACTOR; half the extra at least
+    others = [p for r, p in by_rank.items() if r != slow]
+    for p in others:
+        # their extra time is waiting: exposed, not compute
+        assert p["compute_s"] < by_rank[slow]["compute_s"] / 1.5, (p, by_rank[slow])
+        assert p["exposed_s"] - by_rank[slow]["exposed_s"] > (by_rank[slow]["compute_s"] - p["compute_s"]) / 2, p
+    assert f"rank {slow}" in stdout and "straggler" in stdout
+
+
+@pytest.mark.multiproc
+def test_without_a_fault_no_rank_is_named(runs):
+    result, stdout = runs["torch-ddp np2"]
+    assert_valid_run(result, "torch-ddp", 2, "self")
+    section = result["attribution"]
+    print(json.dumps(section["per_rank"]))
+    assert section["straggler"] is None, section
+    assert "straggler" in stdout and "none" in stdout
