@@ -5,16 +5,16 @@ same step time; a rank that computes slowly then looks like a slow network on al
 windows (and after the parameter checksum, so the result's checks are untouched), each rank of a distributed run
 also times, in the same process and on the same communicator:
 
-* a window of ``k`` *compute-only* steps: the mode's own step with the gradient exchange skipped (forward,
-  backward and the optimizer's update on the rank's own gradients);
-* a window of ``k`` *exchange-only* steps: the step's gradient exchange alone, the same tensors (sizes, dtype,
-  DDP's buckets) through the same library, with nothing to compute.
+* ``k`` *compute-only* steps: the mode's own step with the gradient exchange skipped (forward, backward and
+  the run's optimizer's update on the rank's own gradients);
+* ``k`` *exchange-only* steps: the step's gradient exchange alone, the same tensors (sizes, dtype, DDP's
+  buckets) through the same library, with nothing to compute.
 
-Each window starts after a barrier and ends at the rank's own device sync, so a rank's compute window is its
-own pace, never a wait for another rank. Per rank, in seconds per step::
+Each kind starts after a barrier; each step is timed on its own up to the rank's device sync, so a rank's
+compute is its own pace, never a wait for another rank. Per rank, in seconds per step::
 
-    compute_s   = compute-only window / k
-    exchange_s  = exchange-only window / k
+    compute_s   = median of the compute-only steps
+    exchange_s  = median of the exchange-only steps
     step_s      = median timed window / steps per window        (the headline windows, every rank alike)
     exposed_s   = step_s - compute_s     the part of a step the rank spends on, or waiting in, the exchange
     hidden_share = 1 - exposed_s / exchange_s, clipped to [0, 1]
@@ -23,14 +23,14 @@ own pace, never a wait for another rank. Per rank, in seconds per step::
 compute_s + exposed_s = step_s by construction; what is measured apart is compute_s and exchange_s.
 
 The straggler is the rank with the slowest compute: ``slowdown`` = its compute_s / the median compute_s of the
-other ranks. It is named when the slowdown exceeds STRAGGLER_THRESHOLD (0.20: one compute-only window of a few
+other ranks. It is named when the slowdown exceeds STRAGGLER_THRESHOLD (0.20: a median of three compute-only
 steps on a shared 2-core host varies by up to about 10% between ranks; GPU steps vary far less).
 ``wait_share`` = (its compute_s - the others' median) / step_s: the share of every step that each other rank
 spends waiting for it. A rank's exposed_s includes that wait, which is why its own compute_s is what names it.
 
-The windows are outside every headline figure. ``k`` is ``--attribution-steps`` (default: one step per 20 timed
-steps, at least 1; 0 turns the attribution off); ``cost_s`` is the slowest rank's wall time for the whole
-attribution (a compiled TensorFlow step is traced once more for the compute-only step).
+These steps are outside every headline figure. ``k`` is ``--attribution-steps`` (default: one per 20 timed steps,
+at least 3, so that the median drops one slow step; 0 turns the attribution off); ``cost_s`` is the slowest rank's
+wall time for the whole attribution (tf-horovod first traces its compute-only step, untimed).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ from typing import Any
 STRAGGLER_THRESHOLD = 0.20
 
 DEFINITIONS = {
-    "compute_s": "seconds per step with the gradient exchange skipped (compute-only window / steps)",
-    "exchange_s": "seconds per gradient exchange alone, same tensors and communicator (exchange-only window / steps)",
+    "compute_s": "seconds per step with the gradient exchange skipped (median of the compute-only steps)",
+    "exchange_s": "seconds per gradient exchange alone, same tensors and communicator (median of the exchange-only "
+                  "steps)",
     "step_s": "seconds per step in the timed windows (median window / steps per window)",
     "exposed_s": "step_s - compute_s: the step's time in, or waiting for, the exchange",
     "hidden_share": "1 - exposed_s / exchange_s, clipped to [0, 1]: the share of the exchange hidden by compute",
@@ -54,8 +55,8 @@ DEFINITIONS = {
 
 
 def default_steps(steps_per_window: int, windows: int) -> int:
-    """One attribution step per 20 timed steps, at least 1: the extra windows cost about a tenth of the run."""
-    return max(1, steps_per_window * windows // 20)
+    """One attribution step of each kind per 20 timed steps, at least 3 (a median that drops one slow step)."""
+    return max(3, steps_per_window * windows // 20)
 
 
 def unsupported(trainer) -> str | None:
@@ -67,24 +68,27 @@ def unsupported(trainer) -> str | None:
 
 
 def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
-    """This rank's raw attribution windows (``compute_step``: the trainer's, with any fault hook around it)."""
+    """This rank's raw attribution windows (``compute_step``: the trainer's, with any fault hook around it):
+    each step timed on its own, up to the rank's device sync."""
     t_begin = time.perf_counter()
-    dog.at("attribution", 0, 0)
-    compute_step()  # untimed: the first call may build or trace what the compute-only step needs
-    trainer.sync()
-    dog.progress()
-    windows = {}
+    if getattr(trainer, "traces_compute_step", False):
+        dog.at("attribution", 0, 0)
+        compute_step()  # untimed: a compiled step is traced for the compute-only variant first
+        trainer.sync()
+        dog.progress()
+    times: dict[str, list[float]] = {}
     for name, step in (("compute", compute_step), ("exchange", trainer.exchange)):
         trainer.allgather(None)  # a barrier: every rank starts the window together
-        t0 = time.perf_counter()
+        times[name] = []
         for i in range(steps):
             dog.at(f"attribution {name}", 1, i)
+            t0 = time.perf_counter()
             step()
+            trainer.sync()
+            times[name].append(time.perf_counter() - t0)
             dog.progress()
-        trainer.sync()
-        windows[name] = time.perf_counter() - t0
     trainer.allgather(None)
-    return {"steps": steps, "compute_window_s": windows["compute"], "exchange_window_s": windows["exchange"],
+    return {"steps": steps, "compute_step_s": times["compute"], "exchange_step_s": times["exchange"],
             "cost_s": time.perf_counter() - t_begin}
 
 
@@ -99,15 +103,14 @@ def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] 
                 "definitions": DEFINITIONS}
     per_rank = []
     for r, a in zip(ranks, raw, strict=True):
-        k = a["steps"]
-        compute = a["compute_window_s"] / k
-        exchange = a["exchange_window_s"] / k
+        compute = statistics.median(a["compute_step_s"])
+        exchange = statistics.median(a["exchange_step_s"])
         step = statistics.median(r["window_s"]) / steps_per_window
         exposed = step - compute
         hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
         per_rank.append({"rank": r["rank"], "host": r["host"], "device": r["device"], "compute_s": compute,
                          "exchange_s": exchange, "step_s": step, "exposed_s": exposed, "hidden_share": hidden,
-                         "compute_window_s": a["compute_window_s"], "exchange_window_s": a["exchange_window_s"]})
+                         "compute_step_s": a["compute_step_s"], "exchange_step_s": a["exchange_step_s"]})
     return {"measured": True, "unit": "s", "steps": raw[0]["steps"], "per_rank": per_rank,
             "straggler": straggler(per_rank), "straggler_threshold": STRAGGLER_THRESHOLD,
             "hidden_share_median": _median([p["hidden_share"] for p in per_rank]),
@@ -142,7 +145,7 @@ def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     exchange = statistics.median(p["exchange_s"] for p in ranks)
     hidden = section["hidden_share_median"]
     rows = [("compute / step (median rank)", f"{1000 * compute:.1f} / {1000 * ranks[0]['step_s']:.1f}",
-             "ms, compute-only steps / timed steps"),
+             "ms, compute-only step / timed step"),
             ("exchange alone / exposed", f"{1000 * exchange:.1f} / {1000 * section['exposed_s_median']:.1f}",
              f"ms; hidden share {'n/a' if hidden is None else f'{100 * hidden:.0f}%'}")]
     slow = section["straggler"]

@@ -127,9 +127,9 @@ class RunConfig:
     windows: int | None = option(None, "Timed windows (default: 10 GPU, 5 CPU).", minimum=1, sweep=True)
     duration: float | None = option(None, "Run windows for this many seconds instead of --windows.", positive=True,
                                     unit="seconds")
-    attribution_steps: int | None = option(None, "Steps in each per-rank attribution window, compute only and "
-                                           "exchange only, after the timed ones (default: 1 per 20 timed steps, at "
-                                           "least 1; 0: none).", minimum=0, sweep=True)
+    attribution_steps: int | None = option(None, "Per-rank attribution: compute-only and exchange-only steps each, "
+                                           "after the timed ones (default: 1 per 20 timed steps, at least 3; 0: "
+                                           "none).", minimum=0, sweep=True)
     np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
                             flag="--np", minimum=1)
     device: Device = option(Device.auto, "Where to train.", sweep=True)

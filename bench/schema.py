@@ -127,13 +127,13 @@ class RankAttribution(BaseModel):
     rank: int
     host: str
     device: str
-    compute_s: float = Field(description="per step with the gradient exchange skipped (compute-only window / steps)")
-    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator")
+    compute_s: float = Field(description="per step with the gradient exchange skipped (median compute-only step)")
+    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (median)")
     step_s: float = Field(description="per step in the timed windows (median window / steps per window)")
     exposed_s: float = Field(description="step_s - compute_s: time in, or waiting for, the exchange")
     hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
-    compute_window_s: float = Field(description="raw: the compute-only window's wall time")
-    exchange_window_s: float = Field(description="raw: the exchange-only window's wall time")
+    compute_step_s: list[float] = Field(description="raw: each compute-only step's wall time")
+    exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")
 
 
 class Straggler(BaseModel):
@@ -155,7 +155,7 @@ class Attribution(BaseModel):
     measured: bool
     reason: str | None = Field(None, description="why there are no figures (measured false)")
     unit: Literal["s"] | None = None
-    steps: int | None = Field(None, description="steps in each compute-only and exchange-only window")
+    steps: int | None = Field(None, description="compute-only steps, and exchange-only steps, per rank")
     per_rank: list[RankAttribution] | None = None
     straggler: Straggler | None = None
     straggler_threshold: float | None = Field(None, description="the slowdown - 1 above which a rank is named")

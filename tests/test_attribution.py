@@ -11,16 +11,17 @@ from bench.errors import BenchError
 from bench.hooks import Hooks
 
 
-def rank(r, compute, step, exchange=0.1, steps=2, host="n1"):
-    """A rank's raw record as the runner gathers it: timed windows of 2 steps of ``step`` seconds."""
+def rank(r, compute, step, exchange=0.1, host="n1"):
+    """A rank's raw record as the runner gathers it: timed windows of 2 steps of ``step`` seconds, and three
+    steps of each attribution kind, one of them slow (the median drops it)."""
     return {"rank": r, "host": host, "device": "cpu (1 threads)", "window_s": [2 * step, 2 * step, 2 * step],
-            "attribution": {"steps": steps, "compute_window_s": steps * compute, "exchange_window_s": steps * exchange,
-                            "cost_s": 1.0}}
+            "attribution": {"steps": 3, "compute_step_s": [compute, 5 * compute, compute],
+                            "exchange_step_s": [exchange, exchange, 9 * exchange], "cost_s": 1.0}}
 
 
 def test_the_parts_add_up_and_the_hidden_share_is_clipped():
     section = attribution.build([rank(0, 0.30, 0.35), rank(1, 0.31, 0.35), rank(2, 0.40, 0.35, exchange=0.02)], 2)
-    assert section["measured"] and section["steps"] == 2 and section["unit"] == "s"
+    assert section["measured"] and section["steps"] == 3 and section["unit"] == "s"
     first, _, third = section["per_rank"]
     assert first["compute_s"] == pytest.approx(0.30) and first["step_s"] == pytest.approx(0.35)
     assert first["exposed_s"] == pytest.approx(0.05) and first["hidden_share"] == pytest.approx(0.5)
@@ -56,9 +57,9 @@ def test_the_table_names_the_straggler_and_the_hidden_share():
     assert "hidden share" in text
 
 
-def test_the_default_costs_about_a_twentieth_of_the_timed_steps():
-    assert attribution.default_steps(4, 5) == 1 and attribution.default_steps(10, 10) == 5
-    assert attribution.default_steps(1, 1) == 1
+def test_the_default_is_a_twentieth_of_the_timed_steps_and_at_least_three():
+    assert attribution.default_steps(4, 5) == 3 and attribution.default_steps(10, 10) == 5
+    assert attribution.default_steps(1, 1) == 3
 
 
 def test_the_slow_rank_hook_sleeps_in_proportion(monkeypatch):

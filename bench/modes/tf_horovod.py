@@ -26,6 +26,7 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
 
 class HorovodTFTrainer(TFTrainer):
     densifies_sparse = True  # DistributedGradientTape(sparse_as_dense=True); else IndexedSlices are allgathered
+    traces_compute_step = True  # the compute-only step is a tf.function of its own: traced on its first call
 
     def setup(self) -> None:
         hvd = self.hvd = hvdist.import_hvd("tensorflow", self.cfg.mode)

@@ -129,22 +129,23 @@ class TorchTrainer:
     def compute_step(self) -> None:
         """The step without its gradient exchange: forward and backward on the bare module, the gradients taken
         with autograd.grad (no gradient is accumulated, so no exchange hook of DDP or Horovod fires), then the
-        same optimizer's update, local, on a copy of its kind over the same parameters."""
+        run's own optimizer's update on them (Horovod's without its synchronize)."""
         module = getattr(self.model, "module", self.model)  # DDP wraps the model
         params = [p for p in module.parameters() if p.requires_grad]
-        if getattr(self, "_local_optimizer", None) is None:
-            self._local_optimizer = self.build_optimizer(params)
+        self.optimizer.zero_grad()
         with self.autocast():
             loss = loss_fn(module(self.data), self.target)
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
             p.grad = g
-        if self.scaler is not None:
-            self.scaler.step(self._local_optimizer)
-            self.scaler.update()
-        else:
-            self._local_optimizer.step()
+        skip = getattr(self.optimizer, "skip_synchronize", contextlib.nullcontext)  # Horovod's optimizer
+        with skip():
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
 
     def gradient_buffers(self, dtype) -> list[torch.Tensor]:
         """One dense buffer per trainable parameter, as the exchange sends them (the exchange-only windows)."""
