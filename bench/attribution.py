@@ -10,8 +10,9 @@ also times, in the same process and on the same communicator:
 * ``k`` *exchange-only* steps: the step's gradient exchange alone, the same tensors (sizes, dtype, DDP's
   buckets) through the same library, with nothing to compute.
 
-Each kind starts after a barrier; each step is timed on its own up to the rank's device sync, so a rank's
-compute is its own pace, never a wait for another rank. Per rank, in seconds per step::
+Every rank starts each of these steps together (a barrier before each, so that ranks sharing a host contend as
+they do in the timed steps), and times it on its own up to its device sync, so a rank's compute is its own
+pace, never a wait for another rank. Per rank, in seconds per step::
 
     compute_s   = median of the compute-only steps
     exchange_s  = median of the exchange-only steps
@@ -59,6 +60,14 @@ def default_steps(steps_per_window: int, windows: int) -> int:
     return max(3, steps_per_window * windows // 20)
 
 
+def sparse_exchange(cfg) -> str | None:
+    """Why a run with sparse embedding gradients cannot time its exchange alone (None: it can)."""
+    if cfg.sparse_embeddings and not cfg.sparse_as_dense:
+        return ("sparse embedding gradients: their exchange (allgathered rows) is not timed alone; "
+                "add --sparse-as-dense, or --attribution-steps 0")
+    return None
+
+
 def unsupported(trainer) -> str | None:
     """Why ``trainer`` cannot time its compute and its exchange apart (None: it can)."""
     why = getattr(trainer, "attribution_unsupported", None)
@@ -76,11 +85,10 @@ def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
         compute_step()  # untimed: a compiled step is traced for the compute-only variant first
         trainer.sync()
         dog.progress()
-    times: dict[str, list[float]] = {}
+    times: dict[str, list[float]] = {"compute": [], "exchange": []}
     for name, step in (("compute", compute_step), ("exchange", trainer.exchange)):
-        trainer.allgather(None)  # a barrier: every rank starts the window together
-        times[name] = []
         for i in range(steps):
+            trainer.allgather(None)  # a barrier: every rank starts each step together, as in the timed steps
             dog.at(f"attribution {name}", 1, i)
             t0 = time.perf_counter()
             step()

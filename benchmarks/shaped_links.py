@@ -10,11 +10,13 @@ cap. At n = 2 a ring allreduce sends S bytes out of each node in time t, so busb
 link's rate and should approach the cap where the cap, not the CPU, is the limit. The filters are
 removed afterwards, whatever happens. Raw results stay in results/cluster/shaped-<stamp>/<rate>/.
 
-With --predict, each capped rate also gets a torch-ddp sweep inside `salloc -N2` (np 1 on one node, np 2
-across both; VGG-16 and ResNet-50, one thread per rank so a rank keeps its speed as a GPU would) and an
-allreduce measurement that includes both models' gradient sizes, and `bench predict --sweep --allreduce`
-(run here, on the shared folder) prints measured against predicted efficiency: the predictor checked on
-a network boundary of known bandwidth.
+With --predict, each capped rate also gets a torch-ddp and torch-horovod sweep inside `salloc -N2` (np 1 on one
+node, np 2 across both; VGG-16 and ResNet-50, one thread per rank so a rank keeps its speed as a GPU would; the
+np 2 cells carry their per-rank attribution) and an allreduce measurement through each mode's backend that
+includes both models' gradient sizes, and `bench predict --sweep --allreduce` (run here, on the shared folder)
+prints measured against predicted efficiency three times: with the overlap assumed 0.5, assumed 0, and measured
+(each mode's hidden share from its np 2 cell's attribution): the predictor checked on a network boundary of
+known bandwidth.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def main() -> None:
     p.add_argument("--backend", default="torch")
     p.add_argument("--min-bytes", default="4M")
     p.add_argument("--max-bytes", default="64M")
-    p.add_argument("--predict", action="store_true", help="also sweep torch-ddp at np 1 and 2 and check bench predict")
+    p.add_argument("--predict", action="store_true",
+                   help="also sweep torch-ddp and torch-horovod at np 1 and 2 and check bench predict")
     a = p.parse_args()
     rates = a.rates.split(",")
     for rate in rates:
@@ -100,20 +103,23 @@ def main() -> None:
 def predict(folder: str, rate: str) -> None:
     out = f"{folder}/{rate}-predict"
     done = cluster.run_on(
-        f"srun -N2 -n2 --ntasks-per-node=1 bench allreduce --backend torch --min-bytes 4K --max-bytes 64M "
-        f"--models resnet50,vgg16 --samples 3 --output {out}/allreduce && "
-        f"OMP_NUM_THREADS=1 salloc -N2 --ntasks-per-node=1 bench sweep --modes torch-ddp --np 1,2 "
-        f"--models resnet50,vgg16 --image-size 64 --batch-sizes 4 --device cpu --warmup-steps 1 "
-        f"--steps-per-window 2 --windows 2 --output {out}/sweep",
+        " && ".join(f"srun -N2 -n2 --ntasks-per-node=1 bench allreduce --backend {backend} --min-bytes 4K "
+                    f"--max-bytes 64M --models resnet50,vgg16 --samples 3 --output {out}/allreduce-{backend}"
+                    for backend in ("torch", "horovod-torch"))
+        + f" && OMP_NUM_THREADS=1 salloc -N2 --ntasks-per-node=1 bench sweep --modes torch-ddp,torch-horovod "
+        f"--np 1,2 --models resnet50,vgg16 --image-size 64 --batch-sizes 4 --device cpu --warmup-steps 1 "
+        f"--steps-per-window 2 --windows 2 --attribution-steps 3 --output {out}/sweep",
         capture_output=True, text=True, errors="replace")
     if done.returncode != 0:
         raise SystemExit(f"shaped_links: error: the sweep at {rate}: {(done.stdout + done.stderr)[-800:]}")
     shared = cluster.shared_dir() / out
-    (ar,) = (shared / "allreduce").glob("*.json")
-    print(f"\n{rate}: bench predict --sweep {shared / 'sweep'} --allreduce {ar}", flush=True)
+    allreduces = [str(path) for path in sorted(shared.glob("allreduce-*/*.json"))]
     bench = Path(sys.executable).parent / "bench"
-    subprocess.run([str(bench), "predict", "--sweep", str(shared / "sweep"), "--allreduce", str(ar)], check=True,
-                   env={**os.environ, "COLUMNS": "200"})
+    for overlap in (["--overlap", "0.5"], ["--overlap", "0"], []):
+        args = ["predict", "--sweep", str(shared / "sweep"), *[x for a in allreduces for x in ("--allreduce", a)],
+                *overlap]
+        print(f"\n{rate}: bench {' '.join(args)}", flush=True)
+        subprocess.run([str(bench), *args], check=True, env={**os.environ, "COLUMNS": "220"})
 
 
 if __name__ == "__main__":

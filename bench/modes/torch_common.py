@@ -121,10 +121,9 @@ class TorchTrainer:
 
     # -- per-rank attribution (bench.attribution) -------------------------------------------
     def attribution_unsupported(self) -> str | None:
-        if self.cfg.sparse_embeddings and not self.cfg.sparse_as_dense:
-            return ("sparse embedding gradients: their exchange (allgathered rows) is not timed alone; "
-                    "add --sparse-as-dense, or --attribution-steps 0")
-        return None
+        from bench.attribution import sparse_exchange
+
+        return sparse_exchange(self.cfg)
 
     def compute_step(self) -> None:
         """The step without its gradient exchange: forward and backward on the bare module, the gradients taken
