@@ -82,8 +82,11 @@ def main() -> None:
                 capture_output=True, text=True, errors="replace")
             if done.returncode != 0:
                 raise SystemExit(f"shaped_links: error: allreduce at {rate}: {done.stderr.strip()[-500:]}")
-            (path,) = (cluster.shared_dir() / out).glob("*.json")
-            result = json.loads(path.read_text())
+            found = list((cluster.shared_dir() / out).glob("*.json"))
+            if len(found) != 1:
+                raise SystemExit(f"shaped_links: error: no allreduce result under {cluster.shared_dir() / out}: the "
+                                 "cluster's /shared is another checkout's (run make cluster-up from this one)")
+            result = json.loads(found[0].read_text())
             rows.append((rate, result["rows"][-1], result))
             if a.predict and bits_per_s(rate):
                 predict(folder, rate)
