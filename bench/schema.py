@@ -120,13 +120,18 @@ class Utilisation(BaseModel):
     definitions: dict[str, str]
 
 
-class RankAttribution(BaseModel):
-    """One rank's step, taken apart (bench.attribution); seconds per step."""
+class _RankOf(BaseModel):
+    """Which rank: its number, host and device."""
 
     model_config = ConfigDict(extra="forbid")
     rank: int
     host: str
     device: str
+
+
+class RankAttribution(_RankOf):
+    """One rank's step, taken apart (bench.attribution); seconds per step."""
+
     compute_s: float = Field(description="per step with the gradient exchange skipped (median compute-only step)")
     exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (median)")
     step_s: float = Field(description="per step in the timed windows (median window / steps per window)")
@@ -136,11 +141,7 @@ class RankAttribution(BaseModel):
     exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")
 
 
-class Straggler(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    rank: int
-    host: str
-    device: str
+class Straggler(_RankOf):
     slowdown: float = Field(description="its compute_s / the other ranks' median compute_s")
     compute_s: float
     others_compute_s: float
