@@ -106,9 +106,9 @@ def main() -> None:
 def predict(folder: str, rate: str) -> None:
     out = f"{folder}/{rate}-predict"
     done = cluster.run_on(
-        " && ".join(f"srun -N2 -n2 --ntasks-per-node=1 bench allreduce --backend {backend} --min-bytes 4K "
+        " && ".join(f"srun {mpi} -N2 -n2 --ntasks-per-node=1 bench allreduce --backend {backend} --min-bytes 4K "
                     f"--max-bytes 64M --models resnet50,vgg16 --samples 3 --output {out}/allreduce-{backend}"
-                    for backend in ("torch", "horovod-torch"))
+                    for backend, mpi in (("torch", ""), ("horovod-torch", "--mpi=pmix")))  # Horovod joins by PMIx
         + f" && OMP_NUM_THREADS=1 salloc -N2 --ntasks-per-node=1 bench sweep --modes torch-ddp,torch-horovod "
         f"--np 1,2 --models resnet50,vgg16 --image-size 64 --batch-sizes 4 --device cpu --warmup-steps 1 "
         f"--steps-per-window 2 --windows 2 --attribution-steps 3 --output {out}/sweep",
