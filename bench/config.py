@@ -128,7 +128,7 @@ class RunConfig:
     duration: float | None = option(None, "Run windows for this many seconds instead of --windows.", positive=True,
                                     unit="seconds")
     attribution_steps: int | None = option(None, "Per-rank attribution: compute-only and exchange-only steps each, "
-                                           "after the timed ones (default: 1 per 20 timed steps, at least 3; 0: "
+                                           "after the timed ones (default: 1 per 20 timed steps, at least 2; 0: "
                                            "none).", minimum=0, sweep=True)
     np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
                             flag="--np", minimum=1)
