@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test sif-pull-test test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
+.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test sif-pull-test test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test diagnose-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -40,6 +40,7 @@ help:
 	@echo "make image-test     start a Docker engine, build the CPU image here, run the image tests"
 	@echo "make image-cuda-test build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests"
 	@echo "make cluster-up     a Slurm cluster of containers here: controller head, nodes node1 and node2"
+	@echo "                    (CLUSTER_NODES=4 CLUSTER_CPUS=0.4: four nodes, 0.4 of a core each)"
 	@echo "make cluster-exec   run CMD='srun -N2 -n2 bench torch-ddp ...' on its controller, in results/cluster"
 	@echo "make cluster-down   stop and remove it"
 	@echo "make singularity    regenerate singularity/*.def from docker/ (spython)"
@@ -88,6 +89,7 @@ test-system: venv
 	$(MAKE) --no-print-directory slurm-test
 	$(MAKE) --no-print-directory image-test
 	$(MAKE) --no-print-directory cluster-test
+	$(MAKE) --no-print-directory diagnose-test
 	$(MAKE) --no-print-directory image-cuda-test
 	$(MAKE) --no-print-directory apptainer-test
 	$(MAKE) --no-print-directory sif-pull-test
@@ -142,11 +144,16 @@ image-cuda-test: venv docker-up
 cluster-up: venv docker-up
 	$(PY) docker/images.py base
 	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
-	$(PY) docker/cluster.py up
+	$(PY) docker/cluster.py up $(if $(CLUSTER_NODES),--nodes $(CLUSTER_NODES)) $(if $(CLUSTER_CPUS),--cpus $(CLUSTER_CPUS))
 
 cluster-test: venv
 	@$(TIER_CACHE) fresh cluster || { $(MAKE) --no-print-directory cluster-up \
 	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(PYTEST_ARGS) && $(TIER_CACHE) record cluster; }
+
+# bench diagnose on the cluster made 4 nodes of 0.4 of a core each, broken on purpose; keyed by what diagnose runs.
+diagnose-test: venv
+	@$(TIER_CACHE) fresh diagnose || { $(MAKE) --no-print-directory cluster-up CLUSTER_NODES=4 CLUSTER_CPUS=0.4 \
+	  && $(RUN_TESTS) diagnose -m diagnose $(PYTEST_ARGS) && $(TIER_CACHE) record diagnose; }
 
 cluster-down: venv
 	$(PY) docker/cluster.py down

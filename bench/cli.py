@@ -99,11 +99,12 @@ def run_command(config: Annotated[str, typer.Argument(help="A run configuration 
 
 
 @app.command("schema")
-def schema_command() -> None:
-    """Print the JSON Schema of the result file every run writes."""
+def schema_command(diagnose: Annotated[bool, typer.Option("--diagnose", help="The schema of bench diagnose's "
+                                                         "record instead.")] = False) -> None:
+    """Print the JSON Schema of the result file every run writes (or of bench diagnose's record)."""
     from bench.schema import json_schema
 
-    typer.echo(json.dumps(json_schema(), indent=2))
+    typer.echo(json.dumps(json_schema("diagnose" if diagnose else "result"), indent=2))
 
 
 def sweep_command(
@@ -272,6 +273,59 @@ def verify_command(
         failed.append("torch vs tf")
     if failed:
         raise BenchError(f"verify FAILED for {', '.join(failed)} (see {path})")
+
+
+@app.command("diagnose")
+def diagnose_command(
+    mode: Annotated[str, typer.Option(help="The mode of the devices and job phases.")] = "torch-ddp",
+    run_args: Annotated[str, typer.Option(help="More arguments of those runs, as one string (e.g. '--model "
+                                          "resnet50 --image-size 32 --batch-size 4').")] = "",
+    phases: Annotated[str, typer.Option(help="Comma-separated: devices, network, job.")] = "devices,network,job",
+    hosts: Annotated[str | None, typer.Option(help="Comma-separated nodes, without Slurm (ssh, mpirun -H); "
+                                              "default: the Slurm allocation's.")] = None,
+    devices_per_node: Annotated[int, typer.Option(help="Devices (GPUs, or 1 on CPU) per node.")] = 1,
+    pairs: Annotated[str, typer.Option(help="Node pairs of the network phase: all, ring, or auto (all up to 8 "
+                                       "nodes).")] = "auto",
+    backend: Annotated[str, typer.Option(help="bench allreduce backend of the network phase.")] = "torch",
+    small_bytes: Annotated[str, typer.Option(help="The network phase's latency size.")] = "4K",
+    large_bytes: Annotated[str, typer.Option(help="Its bandwidth size (a multiple of the small one).")] = "64M",
+    samples: Annotated[int, typer.Option(help="Timed samples per size and pair.")] = 3,
+    attribution_steps: Annotated[int, typer.Option(help="Attribution steps of each kind in the job phase (the "
+                                                   "fastest counts).")] = 5,
+    rules: Annotated[str | None, typer.Option(help="A rules file (default: bench/diagnose/rules.toml).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Hold every figure against this saved baseline too.")] = None,
+    save_baseline: Annotated[str | None, typer.Option(help="Save this run's figures as a baseline (a run without "
+                                                      "findings only; never overwritten).")] = None,
+    output: Annotated[str, typer.Option(help="Directory (seen by every node) for diagnose-<stamp>/.")] = "results",
+    step_timeout: Annotated[float, typer.Option(help="Seconds one phase's command may take.")] = 900.0,
+    port: Annotated[int, typer.Option(help="With --hosts: torch.distributed's rendezvous port.")] = 29500,
+) -> None:
+    """Find the slow node, device or link: devices alone, node pairs, the full job; rules over the figures
+    (exit 3 when one finds an error)."""
+    import shlex
+
+    from bench.allreduce import parse_bytes
+    from bench.diagnose import DiagnoseConfig, diagnose, resolve_nodes
+    from bench.errors import restore_handlers, stop_on_signals
+    from bench.sweep import parse_list
+
+    host_list = tuple(parse_list(hosts)) if hosts else None
+    try:
+        extra = tuple(shlex.split(run_args))
+    except ValueError as exc:
+        raise BenchError(f"--run-args: {exc}") from None
+    cfg = DiagnoseConfig(mode=mode, run_args=extra, phases=tuple(parse_list(phases)), hosts=host_list,
+                         devices_per_node=devices_per_node, pairs=pairs, backend=backend,
+                         small_bytes=parse_bytes(small_bytes), large_bytes=parse_bytes(large_bytes), samples=samples,
+                         attribution_steps=attribution_steps, rules=rules, baseline=baseline,
+                         save_baseline=save_baseline, output=output, step_timeout=step_timeout, port=port,
+                         nodes=resolve_nodes(host_list))
+    old = stop_on_signals()
+    try:
+        code = diagnose(cfg)
+    finally:
+        restore_handlers(old)
+    raise typer.Exit(code)
 
 
 @app.command("allreduce")

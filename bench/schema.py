@@ -132,8 +132,8 @@ class _RankOf(BaseModel):
 class RankAttribution(_RankOf):
     """One rank's step, taken apart (bench.attribution); seconds per step."""
 
-    compute_s: float = Field(description="per step with the gradient exchange skipped (median compute-only step)")
-    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (median)")
+    compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
+    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
     step_s: float = Field(description="per step in the timed windows (median window / steps per window)")
     exposed_s: float = Field(description="step_s - compute_s: time in, or waiting for, the exchange")
     hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
@@ -193,8 +193,61 @@ class Result(BaseModel):
     sync: Sync
 
 
-def json_schema() -> dict[str, Any]:
-    return Result.model_json_schema()
+class Finding(_Open):
+    """One thing bench diagnose found (bench/diagnose/rules.py)."""
+
+    kind: Literal["device", "pair", "rank", "job", "node"] = Field(
+        description="what it is about: a device alone, a pair of nodes, a rank or the whole of the full job, or a "
+                    "node found by its pairs")
+    where: str = Field(description="the member: node or node/device, node+node, 'rank R (host)', job")
+    figure: Any = Field(description="the measured figure (null: it was not measured because the phase failed)")
+    expected: Any = Field(description="what it was held against: the peers' median or the baseline's figure")
+    rule: str = Field(description="the rule, with its threshold, or the derived check that found it")
+    severity: Literal["error", "warning"]
+    why: str | None = Field(None, description="telemetry's explanation where there is one (GPU throttle reasons)")
+
+
+class DiagnosePhase(_Open):
+    seconds: float = Field(description="wall time of the phase")
+    steps: list[dict[str, Any]] = Field(description="every command of the phase: members, command, exit code, "
+                                                    "seconds, failure (one line) and log")
+
+
+class Diagnose(BaseModel):
+    """One bench diagnose: the phases run, every member's figures, the rules and what they found."""
+
+    model_config = ConfigDict(extra="forbid", title="hvdbench diagnose record")
+    kind: Literal["diagnose"]
+    schema_version: Literal[1]
+    run_id: str
+    created_utc: str
+    hvdbench_version: str
+    config: dict[str, Any]
+    executor: Literal["slurm", "hosts"] = Field(description="srun steps in an allocation, or ssh and mpirun -H")
+    nodes: list[str]
+    left_out: list[str] = Field(description="nodes whose devices phase failed, left out of the phases after it")
+    seconds: float
+    phases: dict[str, DiagnosePhase]
+    figures: dict[str, dict[str, dict[str, Any]]] = Field(
+        description="kind -> member -> figure: device samples_per_sec; pair busbw_GBps (large size) and latency_us "
+                    "(small size); rank compute_s (attribution); job samples_per_sec")
+    rules: list[str]
+    baseline: str | None
+    findings: list[Finding]
+    passed: bool = Field(description="no finding is an error (the exit status is then 0)")
+
+
+def json_schema(kind: str = "result") -> dict[str, Any]:
+    return (Diagnose if kind == "diagnose" else Result).model_json_schema()
+
+
+def validate_diagnose(data: dict[str, Any]) -> None:
+    try:
+        Diagnose.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BenchError(f"the diagnose record does not match its schema: {'.'.join(map(str, first['loc']))}: "
+                         f"{first['msg']}") from None
 
 
 def validate(data: Any, where: str = "result") -> None:

@@ -1,6 +1,7 @@
 """The containerised Slurm cluster (docker/cluster/): a controller and two compute nodes on one host.
 
     python docker/cluster.py up            # build the node image (on hvdbench:current-cpu-frameworks), start, wait
+    python docker/cluster.py up --nodes 4 --cpus 0.5   # four compute nodes, each held to half a core
     python docker/cluster.py exec -- CMD   # run CMD (a shell line) on the controller, in /shared
     python docker/cluster.py down          # stop and remove the containers, network and keys volume
 
@@ -29,7 +30,10 @@ COMPOSE = CLUSTER / "compose.yaml"
 APPTAINER = CLUSTER / "apptainer.yaml"  # Apptainer inside the nodes (up --apptainer)
 PROJECT = "hvdbench-cluster"
 IMAGE = "hvdbench-cluster:current-cpu"
-NODES = ("node1", "node2")
+NODES = ("node1", "node2")  # the default cluster's compute nodes
+# Another size or CPU quota (up --nodes N --cpus C) is kept here until the next up or down: the compose file
+# and slurm.conf made from it are added to every compose command, so exec and down see the same cluster.
+SHAPE = Path(tempfile.gettempdir()) / f"{PROJECT}-shape.json"
 APPTAINER_DIR = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer"))
 APPTAINER_PATH = f"{APPTAINER_DIR}/bin"  # the wrapper apptainer and singularity, for PATH inside the nodes
 
@@ -58,8 +62,46 @@ def apptainer_caps() -> Path:
     return path
 
 
+def node_names(count: int) -> tuple[str, ...]:
+    return tuple(f"node{i}" for i in range(1, count + 1))
+
+
+def shape() -> tuple[tuple[str, ...], float | None]:
+    """The running cluster's compute nodes and CPU quota per node (None: no quota)."""
+    try:
+        data = json.loads(SHAPE.read_text())
+        return node_names(int(data["nodes"])), data["cpus"]
+    except (OSError, ValueError, KeyError):
+        return NODES, None
+
+
+def shape_file(nodes: tuple[str, ...], cpus: float | None) -> Path:
+    """A compose file for a cluster of ``nodes`` (each held to ``cpus`` cores): slurm.conf with those nodes
+    for every container, the nodes past node2 declared as node1 is, and the quota on each."""
+    conf = Path(tempfile.gettempdir()) / f"{PROJECT}-slurm.conf"
+    text = (CLUSTER / "slurm.conf").read_text()
+    conf.write_text(text.replace("NodeName=node[1-2]", f"NodeName=node[1-{len(nodes)}]"))
+    base = {"image": "${HVDBENCH_CLUSTER_IMAGE:-hvdbench-cluster:current-cpu}", "init": True,
+            "cap_add": ["NET_ADMIN"], "working_dir": "/shared", "networks": ["cluster"],
+            "command": ["compute"], "depends_on": ["head"],
+            "volumes": ["keys:/etc/cluster-keys", f"{shared_dir()}:/shared",
+                        f"{ROOT / 'singularity' / 'slurm'}:/opt/hvdbench/slurm:ro"]}
+    services: dict[str, dict] = {"head": {"volumes": [f"{conf}:/etc/slurm/slurm.conf:ro"]}}
+    for node in nodes:
+        extra = {} if node in NODES else {**base, "hostname": node}
+        services[node] = {**extra, "volumes": [*extra.get("volumes", []), f"{conf}:/etc/slurm/slurm.conf:ro"],
+                          **({"cpus": cpus} if cpus else {})}
+    path = Path(tempfile.gettempdir()) / f"{PROJECT}-shape.yaml"
+    path.write_text(f"# from {SHAPE}: {len(nodes)} compute nodes, cpus {cpus}\n"
+                    + json.dumps({"services": services}, indent=2) + "\n")  # JSON is YAML
+    return path
+
+
 def compose_cmd(apptainer: bool = False) -> list[str]:
     files = [COMPOSE, APPTAINER, apptainer_caps()] if apptainer else [COMPOSE]
+    nodes, cpus = shape()
+    if nodes != NODES or cpus:
+        files.append(shape_file(nodes, cpus))
     return ["docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", str(f)))]
 
 
@@ -92,17 +134,26 @@ def idle_nodes() -> list[str]:
     return sorted(line.split()[0] for line in done.stdout.splitlines() if line.split()[1:] == ["idle"])
 
 
-def up(timeout: float = 120, apptainer: bool = False) -> float:
+def up(timeout: float = 120, apptainer: bool = False, nodes: int = len(NODES), cpus: float | None = None) -> float:
     """Start the cluster (reusing running containers made the same way; with ``apptainer``, nodes that run
-    the host's Apptainer on its SIFs: docker/cluster/apptainer.yaml) and wait until every compute node is
-    idle; the seconds that took."""
+    the host's Apptainer on its SIFs: docker/cluster/apptainer.yaml; ``nodes`` compute nodes, each held to
+    ``cpus`` cores when given) and wait until every compute node is idle; the seconds that took."""
+    if nodes < 2 or (cpus is not None and cpus <= 0):
+        raise images.ImageError("--nodes must be at least 2 and --cpus above 0")
+    if apptainer and nodes != len(NODES):
+        raise images.ImageError("--apptainer makes the 2-node cluster only (docker/cluster/apptainer.yaml)")
     start = time.monotonic()
     shared_dir().mkdir(parents=True, exist_ok=True)
-    compose("up", "-d", apptainer=apptainer)
+    if nodes == len(NODES) and cpus is None:
+        SHAPE.unlink(missing_ok=True)
+    else:
+        SHAPE.write_text(json.dumps({"nodes": nodes, "cpus": cpus}) + "\n")
+    names = shape()[0]
+    compose("up", "-d", "--remove-orphans", apptainer=apptainer)  # a larger cluster's extra nodes go
     while time.monotonic() - start < timeout:
-        if idle_nodes() == sorted(NODES):
+        if idle_nodes() == sorted(names):
             took = time.monotonic() - start
-            print(f"cluster: up, {' '.join(NODES)} idle after {took:.1f} s; shared directory {shared_dir()}")
+            print(f"cluster: up, {' '.join(names)} idle after {took:.1f} s; shared directory {shared_dir()}")
             return took
         time.sleep(1)
     logs = compose("logs", "--tail", "20", check=False, capture_output=True, text=True).stdout
@@ -111,6 +162,7 @@ def up(timeout: float = 120, apptainer: bool = False) -> float:
 
 def down() -> None:
     compose("down", "-v", "--remove-orphans")
+    SHAPE.unlink(missing_ok=True)
 
 
 def run_on(command: str, node: str = "head", **kw) -> subprocess.CompletedProcess:
@@ -128,9 +180,12 @@ def main() -> None:
     u.add_argument("--timeout", type=float, default=120)
     u.add_argument("--apptainer", action="store_true",
                    help="nodes that run the host's Apptainer on its SIFs (docker/cluster/apptainer.yaml)")
+    u.add_argument("--nodes", type=int, default=len(NODES), help="compute nodes (default 2)")
+    u.add_argument("--cpus", type=float, default=None,
+                   help="hold each compute node to this many cores (docker's --cpus; default: no quota)")
     sub.add_parser("down", help="stop and remove the cluster")
     e = sub.add_parser("exec", help="run a shell command line on a node (default the controller) in /shared")
-    e.add_argument("--node", default="head", choices=("head", *NODES))
+    e.add_argument("--node", default="head", help="head (default), node1, node2, ...")
     e.add_argument("cmd", nargs=argparse.REMAINDER)
     a = p.parse_args()
     try:
@@ -138,7 +193,7 @@ def main() -> None:
             build(a.base)
         elif a.command == "up":
             build(a.base)
-            up(a.timeout, a.apptainer)
+            up(a.timeout, a.apptainer, a.nodes, a.cpus)
         elif a.command == "down":
             down()
         else:

@@ -13,7 +13,9 @@ file per tier; a tier whose key has a recorded pass is skipped with one line tha
 HVDBENCH_RERUN=1, or any PYTEST_ARGS, always runs it (and a run with PYTEST_ARGS records nothing).
 A change to bench/ changes every system tier's key but sif_pull's: the images hold bench, so those tiers run again.
 The sif_pull tier (a SIF pulled from a registry) is keyed by the pull path alone (OWN_ONLY: no COMMON): the SIF it
-pulls holds the same image as the apptainer tier's image SIF, which runs again on every change to bench/.
+pulls holds the same image as the apptainer tier's image SIF, which runs again on every change to bench/. The
+diagnose tier is keyed by bench diagnose's own code and what it composes, alike: the runs it starts are tested by
+the multiproc and cluster tiers on every change.
 """
 
 from __future__ import annotations
@@ -42,9 +44,13 @@ INPUTS = {
     "sif_pull": ["docker", "singularity/sif.py", "bench/env.py", "Makefile", "pyproject.toml",
                  "scripts/registry-up.sh", "scripts/apptainer-up.sh", "scripts/slurm-up.sh", "tests/conftest.py",
                  "tests/test_apptainer.py", "tests/test_sif_pull.py"],
+    # bench diagnose on the 4-node cluster: its own code, what it composes (the allreduce, the attribution, the
+    # record's schema) and the cluster; the runs it starts are the other tiers' to test
+    "diagnose": ["bench/diagnose", "bench/allreduce", "bench/attribution.py", "bench/schema.py", "docker/cluster.py",
+                 "docker/cluster", "Makefile", "pyproject.toml", "tests/conftest.py", "tests/test_diagnose_cluster.py"],
 }
 # Tiers keyed by their INPUTS alone, without COMMON.
-OWN_ONLY = {"sif_pull"}
+OWN_ONLY = {"sif_pull", "diagnose"}
 TOOLS = {
     "slurm": [["srun", "--version"]],
     "image": [["docker", "version", "--format", "{{.Server.Version}}"]],
@@ -52,6 +58,7 @@ TOOLS = {
     "image_cuda": [["docker", "version", "--format", "{{.Server.Version}}"]],
     "apptainer": [["docker", "version", "--format", "{{.Server.Version}}"], ["srun", "--version"]],
     "sif_pull": [["docker", "version", "--format", "{{.Server.Version}}"]],
+    "diagnose": [["docker", "version", "--format", "{{.Server.Version}}"], ["docker-compose", "version", "--short"]],
 }
 
 

@@ -45,7 +45,7 @@ def test_the_makefile_selects_each_tier_without_the_costlier_ones():
 def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
     cache = script("tier-cache")
     files = {"bench/cli.py": "one", "bench/env.py": "env", "docs/x.md": "doc", "docker/Dockerfile": "FROM x",
-             "tests/test_images.py": "t"}
+             "tests/test_images.py": "t", "bench/diagnose/rules.toml": "rules"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -55,12 +55,16 @@ def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 20.10"])
     image, _ = cache.key("image")
     pull, _ = cache.key("sif_pull")
+    diagnose, _ = cache.key("diagnose")
     (tmp_path / "docs/x.md").write_text("another doc")
     assert cache.key("image")[0] == image  # the docs are no input of the images
     (tmp_path / "bench/cli.py").write_text("two")
     bench_changed = cache.key("image")[0]
     assert bench_changed != image  # bench/ is in every image: every system tier runs again
     assert cache.key("sif_pull")[0] == pull  # but the pull path's: it reads only bench/env.py
+    assert cache.key("diagnose")[0] == diagnose  # nor diagnose's: keyed by its own code
+    (tmp_path / "bench/diagnose/rules.toml").write_text("other thresholds")
+    assert cache.key("diagnose")[0] != diagnose
     (tmp_path / "bench/env.py").write_text("env reads the digest another way")
     assert cache.key("sif_pull")[0] != pull
     monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 29.0"])

@@ -1,0 +1,143 @@
+"""bench diagnose on the cluster of containers made 4 nodes of 0.4 of a core each (`make cluster-up CLUSTER_NODES=4
+CLUSTER_CPUS=0.4`), healthy and then broken on purpose: one node's CPU quota cut, every node's cut alike, one
+node's link capped (tc tbf), a host that does not exist. Each diagnose runs as users run it, `salloc -N4 bench
+diagnose` on the controller (or --hosts over ssh), and its record is read back from the shared folder.
+
+Its own tier (make diagnose-test): keyed by what diagnose runs (scripts/tier-cache.py), not by all of bench.
+"""
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.diagnose]
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docker"))
+import cluster  # noqa: E402
+
+# Half a core each would leave nothing for the controller; a rank keeps one thread (two threads per rank on
+# shared cores spin and went 2x apart between nodes given the same CPU time, docs/diagnose.md).
+NODES, CPUS, SLOW_CPUS = 4, 0.4, 0.2
+RUN = "--model resnet50 --image-size 32 --batch-size 8 --num-classes 10"
+LINK_CAP = "200mbit"
+
+
+def container(node: str) -> str:
+    return cluster.compose("ps", "-q", node, capture_output=True, text=True).stdout.strip()
+
+
+def set_cpus(nodes, cpus: float) -> None:
+    subprocess.run(["docker", "update", "--cpus", str(cpus), *map(container, nodes)], check=True,
+                   capture_output=True)
+
+
+def cap_link(node: str, rate: str | None) -> None:
+    cmd = (f"tc qdisc replace dev eth0 root tbf rate {rate} burst 65536 latency 50ms" if rate
+           else "tc qdisc del dev eth0 root 2>/dev/null || true")
+    done = cluster.run_on(cmd, node, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def shared():
+    try:
+        cluster.up(nodes=NODES, cpus=CPUS)
+    except Exception as exc:  # noqa: BLE001 - the cluster's own one-line reason
+        pytest.fail(f"the 4-node cluster did not come up ({exc}); run `make cluster-up CLUSTER_NODES=4`")
+    names = cluster.node_names(NODES)
+    yield cluster.shared_dir()
+    set_cpus(names, CPUS)
+    for node in names:
+        cap_link(node, None)
+
+
+def diagnose(shared: Path, *args: str, how: str = "salloc -N4") -> tuple[subprocess.CompletedProcess, dict]:
+    name = f"diagnose-{uuid.uuid4().hex[:8]}"
+    r = cluster.run_on(f"OMP_NUM_THREADS=1 {how} bench diagnose --run-args '{RUN}' --large-bytes 16M --output {name} "
+                       f"{' '.join(args)}", capture_output=True, text=True, errors="replace", timeout=900)
+    print(r.stdout[-4000:], r.stderr[-2000:])
+    found = list((shared / name).glob("diagnose-*/diagnose.json"))
+    assert len(found) == 1, (r.stdout + r.stderr)[-3000:]
+    return r, json.loads(found[0].read_text())
+
+
+def where(record: dict, kind: str | None = None) -> list[str]:
+    return sorted(f["where"] for f in record["findings"] if kind is None or f["kind"] == kind)
+
+
+@pytest.fixture(scope="module")
+def healthy(shared):
+    """Two diagnoses of the healthy cluster, the first saving the baseline the others are held against."""
+    baseline = f"/shared/baseline-{uuid.uuid4().hex[:8]}.json"
+    first = diagnose(shared, "--save-baseline", baseline)
+    second = diagnose(shared, "--baseline", baseline)
+    return first, second, baseline
+
+
+def test_a_healthy_cluster_passes_twice(healthy):
+    for r, record in healthy[:2]:
+        assert r.returncode == 0 and record["passed"] and record["findings"] == [], record["findings"]
+        assert sorted(record["figures"]["device"]) == ["node1", "node2", "node3", "node4"]
+        assert len(record["figures"]["pair"]) == 6 and len(record["figures"]["rank"]) == 4
+        assert set(record["phases"]) == {"devices", "network", "job"}
+        assert "diagnose PASS" in r.stdout
+    assert (Path(cluster.shared_dir()) / Path(healthy[2]).name).exists()
+    assert healthy[1][1]["baseline"] == healthy[2]
+
+
+def test_a_slow_node_is_named_in_the_devices_and_as_the_straggler(shared, healthy):
+    set_cpus(["node3"], SLOW_CPUS)
+    try:
+        r, record = diagnose(shared, "--phases", "devices,job", "--baseline", healthy[2])
+    finally:
+        set_cpus(["node3"], CPUS)
+    assert r.returncode == 3 and not record["passed"]
+    assert set(where(record, "device")) == {"node3"}
+    rules = {f["rule"].split(":")[0] for f in record["findings"] if f["kind"] == "device"}
+    assert rules == {"device-slower-than-peers", "device-slower-than-baseline"}
+    assert [w for w in where(record, "rank")] == [w for w in where(record, "rank") if "(node3)" in w] != []
+    assert record["phases"]["job"]["straggler"]["host"] == "node3"
+    assert all("node3" in f["where"] or f["kind"] == "job" for f in record["findings"]), record["findings"]
+    assert "diagnose FAIL" in r.stdout and "node3" in r.stdout
+
+
+def test_every_node_slowed_alike_is_found_against_the_baseline_only(shared, healthy):
+    names = cluster.node_names(NODES)
+    set_cpus(names, SLOW_CPUS)
+    try:
+        r, record = diagnose(shared, "--phases", "devices", "--baseline", healthy[2])
+    finally:
+        set_cpus(names, CPUS)
+    assert r.returncode == 3
+    assert where(record) == ["node1", "node2", "node3", "node4"]
+    assert {f["against"] for f in record["findings"]} == {"baseline"}
+
+
+def test_a_capped_link_is_named_by_its_pairs(shared):
+    cap_link("node2", LINK_CAP)
+    try:
+        r, record = diagnose(shared, "--phases", "devices,network")
+    finally:
+        cap_link("node2", None)
+    assert r.returncode == 3
+    assert set(where(record, "pair")) == {"node1+node2", "node2+node3", "node2+node4"}
+    (node,) = [f for f in record["findings"] if f["kind"] == "node"]
+    assert node["where"] == "node2" and node["rule"].startswith("common-member-of-pairs")
+    assert where(record, "device") == []
+
+
+def test_a_host_that_cannot_be_reached_is_a_finding_and_the_others_go_on(shared):
+    """Without Slurm: ssh to each node, mpirun -H for the job; node9 does not exist."""
+    r, record = diagnose(shared, "--hosts", "node1,node2,node3,node9", "--phases", "devices,job", how="")
+    assert r.returncode == 3 and record["executor"] == "hosts"
+    (f,) = record["findings"]
+    assert f["where"] == "node9" and f["rule"].startswith("did-not-run") and f["figure"] is None
+    assert sorted(record["figures"]["device"]) == ["node1", "node2", "node3"]
+    assert record["left_out"] == ["node9"]
+    assert sorted(record["figures"]["rank"]) == ["rank 0 (node1)", "rank 1 (node2)", "rank 2 (node3)"]
+    assert record["phases"]["job"]["steps"][0]["command"][0] == "mpirun"
