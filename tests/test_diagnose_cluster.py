@@ -141,3 +141,18 @@ def test_a_host_that_cannot_be_reached_is_a_finding_and_the_others_go_on(shared)
     assert record["left_out"] == ["node9"]
     assert sorted(record["figures"]["rank"]) == ["rank 0 (node1)", "rank 1 (node2)", "rank 2 (node3)"]
     assert record["phases"]["job"]["steps"][0]["command"][0] == "mpirun"
+
+
+def test_an_allocation_ended_mid_diagnose_leaves_no_verdict_and_no_process(shared):
+    """salloc stopped (as by a time limit) after the devices phase: no record, one line, nothing left running."""
+    name = f"diagnose-{uuid.uuid4().hex[:8]}"
+    r = cluster.run_on(f"OMP_NUM_THREADS=1 timeout -s TERM 25 salloc -N4 bench diagnose --run-args '{RUN}' "
+                       f"--output {name}", capture_output=True, text=True, errors="replace", timeout=300)
+    print(r.stdout[-2000:], r.stderr[-2000:])
+    assert r.returncode != 0
+    assert list((shared / name).glob("diagnose-*/diagnose.json")) == []
+    out = r.stdout + r.stderr  # compose exec -T passes the remote stderr on as its stdout
+    assert "error: the Slurm allocation" in out and "ended" in out and "Traceback" not in out
+    for node in cluster.node_names(NODES):
+        left = cluster.run_on("pgrep -af 'pytho[n][^ ]* -m bench' || true", node, capture_output=True, text=True)
+        assert left.stdout.strip() == "", (node, left.stdout)

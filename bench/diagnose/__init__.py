@@ -197,6 +197,9 @@ class Diagnosis:
         for round_ in steps:
             run_steps(round_, self.cfg.step_timeout)
             done += round_
+            if any(s.failure() for s in round_) and (why := self.exe.gone()):
+                raise BenchError(f"{why} during the {name} phase: no verdict, no record (the phases' output is "
+                                 f"in {self.folder})")
         self.phases[name] = {"seconds": time.monotonic() - t0, "steps": [
             {"label": s.label, "members": list(s.members), "command": s.argv, "exit_code": s.code,
              "timed_out": s.timed_out, "seconds": s.seconds, "failure": s.failure(), "log": str(s.log)}

@@ -89,6 +89,17 @@ class Slurm:
     def __init__(self, nodes: list[str], devices_per_node: int) -> None:
         self.nodes, self.dpn = nodes, devices_per_node
 
+    def gone(self) -> str | None:
+        """Why the allocation no longer runs (scancel, its time limit, salloc stopped), or None while it does:
+        then a failed step is the allocation's end, not a node's fault."""
+        job = os.environ.get("SLURM_JOB_ID", "")
+        try:
+            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True,
+                                   timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None  # cannot tell: the steps' own failures stand
+        return None if state in ("RUNNING", "COMPLETING") else f"the Slurm allocation {job} ended ({state or 'gone'})"
+
     def alone(self, node: str, argv: list[str]) -> list[str]:
         """``argv`` once per device of ``node``, each task on its own (bench.diagnose.alone)."""
         return ["srun", "-N1", f"-n{self.dpn}", "-w", node, "--kill-on-bad-exit=0", *argv]
@@ -107,6 +118,9 @@ class HostList:
 
     def __init__(self, nodes: list[str], devices_per_node: int, port: int, timeout_s: float) -> None:
         self.nodes, self.dpn, self.port, self.timeout_s = nodes, devices_per_node, port, timeout_s
+
+    def gone(self) -> str | None:
+        return None  # no allocation: each host's failure is its own
 
     def alone(self, node: str, argv: list[str]) -> list[str]:
         remote = " ".join(shlex.quote(a) for a in argv)
