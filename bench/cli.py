@@ -1,4 +1,4 @@
-"""The ``bench`` command line: thin typer commands over bench.run, bench.env and the registries."""
+"""The ``bench`` command line: thin typer commands over bench.run, bench.records.env and the registries."""
 
 from __future__ import annotations
 
@@ -14,11 +14,28 @@ from typing import Annotated
 import typer
 from typer.exceptions import TyperException
 
-from bench import __version__, envs, plugins
-from bench.config import PLUGIN_OPTIONS, Device, Precision, RunConfig, option_specs
-from bench.errors import BenchError, Stopped
+import bench.run
+from bench import __version__, plugins
+from bench.commands import allreduce, predict
+from bench.commands.compare import compare, regressions
+from bench.commands.diagnose import DiagnoseConfig, diagnose, resolve_nodes
+from bench.commands.report import write_report
+from bench.commands.sweep import SweepConfig, load_sweep, parse_list, run_sweep
+from bench.commands.verify import EXPECTED_DIFFERENCES, FRAMEWORK_NAMES, VerifyConfig, reasons, render, run_verify
+from bench.config import PLUGIN_OPTIONS, RunConfig, option_specs
+from bench.deps import missing_message
+from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
+from bench.kinds import Device, Precision
+from bench.launching import envs, supervise
+from bench.launching.detect import detect
+from bench.launching.slurm import slurm_time_limit
+from bench.measure import peak
 from bench.models import MODELS
 from bench.modes import MODES
+from bench.records import env
+from bench.records.metrics import find
+from bench.records.results import load_result
+from bench.records.schema import json_schema
 
 try:  # before the commands are made: plugins add modes (one command each) and models
     plugins.load()
@@ -65,9 +82,8 @@ def config_arguments(values: dict) -> dict:
 def train(ctx: typer.Context, **options) -> None:
     """Train with the mode this command is named after (bench MODE --help)."""
     envs.enter(MODES[ctx.info_name].framework)
-    from bench.run import run
 
-    run(RunConfig(mode=ctx.info_name, **config_arguments(options)))
+    bench.run.run(RunConfig(mode=ctx.info_name, **config_arguments(options)))
 
 
 # typer reads the flags from the signature: every run option as RunConfig and the plugins declare it.
@@ -84,7 +100,6 @@ def run_command(config: Annotated[str, typer.Argument(help="A run configuration 
                                                       "input, or the JSON text itself (bench sweep gives each "
                                                       "cell a file).")]) -> None:
     """Run the benchmark a JSON run configuration describes (RunConfig's fields; bench sweep writes one per cell)."""
-    from bench.run import run
 
     try:
         if config.lstrip().startswith("{"):
@@ -95,14 +110,13 @@ def run_command(config: Annotated[str, typer.Argument(help="A run configuration 
         raise BenchError(f"cannot read {config}: {exc.strerror or exc}") from None
     cfg = RunConfig.from_json(text)
     envs.enter(MODES[cfg.mode].framework, ["run", text])
-    run(cfg)
+    bench.run.run(cfg)
 
 
 @app.command("schema")
 def schema_command(diagnose: Annotated[bool, typer.Option("--diagnose", help="The schema of bench diagnose's "
                                                          "record instead.")] = False) -> None:
     """Print the JSON Schema of the result file every run writes (or of bench diagnose's record)."""
-    from bench.schema import json_schema
 
     typer.echo(json.dumps(json_schema("diagnose" if diagnose else "result"), indent=2))
 
@@ -126,7 +140,6 @@ def sweep_command(
     """Run a matrix of benchmarks, one run per cell, resumable (here, or one srun step per cell in Slurm)."""
     from pathlib import Path
 
-    from bench.sweep import SweepConfig, load_sweep, parse_list, run_sweep
 
     if resume:
         summary = run_sweep(load_sweep(Path(output)), Path(output), redo=redo, cell_timeout=cell_timeout)
@@ -173,7 +186,6 @@ def report_command(
     """Write report.md, report.csv and plots from results (never re-runs anything)."""
     from pathlib import Path
 
-    from bench.report import write_report
 
     first = Path(paths[0])
     target = Path(out) if out else (first if first.is_dir() else first.parent)
@@ -195,8 +207,6 @@ def compare_command(
     from rich.console import Console
     from rich.table import Table
 
-    from bench.compare import compare, regressions
-    from bench.metrics import find
 
     metric = find(metric).key
     rows = compare(Path(a), Path(b), strict)
@@ -245,8 +255,6 @@ def verify_command(
     """Check that every distributed mode trains what one process trains on the global batch (exit 1 on FAIL)."""
     from rich.console import Console
 
-    from bench.sweep import parse_list
-    from bench.verify import EXPECTED_DIFFERENCES, FRAMEWORK_NAMES, VerifyConfig, reasons, render, run_verify
 
     if framework in FRAMEWORK_NAMES:
         envs.enter(FRAMEWORK_NAMES[framework])
@@ -292,7 +300,8 @@ def diagnose_command(
     samples: Annotated[int, typer.Option(help="Timed samples per size and pair.")] = 3,
     attribution_steps: Annotated[int, typer.Option(help="Attribution steps of each kind in the job phase (the "
                                                    "fastest counts).")] = 5,
-    rules: Annotated[str | None, typer.Option(help="A rules file (default: bench/diagnose/rules.toml).")] = None,
+    rules: Annotated[str | None, typer.Option(
+        help="A rules file (default: bench/commands/diagnose/rules.toml).")] = None,
     baseline: Annotated[str | None, typer.Option(help="Hold every figure against this saved baseline too.")] = None,
     save_baseline: Annotated[str | None, typer.Option(help="Save this run's figures as a baseline (a run without "
                                                       "findings only; never overwritten).")] = None,
@@ -304,10 +313,6 @@ def diagnose_command(
     (exit 3 when one finds an error)."""
     import shlex
 
-    from bench.allreduce import parse_bytes
-    from bench.diagnose import DiagnoseConfig, diagnose, resolve_nodes
-    from bench.errors import restore_handlers, stop_on_signals
-    from bench.sweep import parse_list
 
     host_list = tuple(parse_list(hosts)) if hosts else None
     try:
@@ -316,7 +321,8 @@ def diagnose_command(
         raise BenchError(f"--run-args: {exc}") from None
     cfg = DiagnoseConfig(mode=mode, run_args=extra, phases=tuple(parse_list(phases)), hosts=host_list,
                          devices_per_node=devices_per_node, pairs=pairs, backend=backend,
-                         small_bytes=parse_bytes(small_bytes), large_bytes=parse_bytes(large_bytes), samples=samples,
+                         small_bytes=allreduce.parse_bytes(small_bytes),
+                         large_bytes=allreduce.parse_bytes(large_bytes), samples=samples,
                          attribution_steps=attribution_steps, rules=rules, baseline=baseline,
                          save_baseline=save_baseline, output=output, step_timeout=step_timeout, port=port,
                          nodes=resolve_nodes(host_list))
@@ -348,14 +354,12 @@ def allreduce_command(
     rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")] = 120.0,
 ) -> None:
     """Allreduce (or allgather) microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions)."""
-    from bench.allreduce import FRAMEWORK_OF, AllreduceConfig, parse_bytes, run
-    from bench.sweep import parse_list
 
-    if backend in FRAMEWORK_OF:
-        envs.enter(FRAMEWORK_OF[backend])
+    if backend in allreduce.FRAMEWORK_OF:
+        envs.enter(allreduce.FRAMEWORK_OF[backend])
 
-    run(AllreduceConfig(backend=backend, op=op, np=np, min_bytes=parse_bytes(min_bytes),
-                        max_bytes=parse_bytes(max_bytes),
+    allreduce.run(allreduce.AllreduceConfig(backend=backend, op=op, np=np, min_bytes=allreduce.parse_bytes(min_bytes),
+                        max_bytes=allreduce.parse_bytes(max_bytes),
                         factor=factor, models=tuple(parse_list(models)), warmup=warmup, samples=samples,
                         target_sample_s=target_sample_s, device=device, output=output,
                         rendezvous_timeout=rendezvous_timeout))
@@ -387,42 +391,43 @@ def predict_command(
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (with --intra-busbw).")] = None,
     intra_busbw: Annotated[float | None, typer.Option(help="Bus bandwidth within a node, GB/s.")] = None,
     published: Annotated[bool, typer.Option("--published", help="Check the model against Horovod's published "
-                                            "figures (inputs in bench/published.py).")] = False,
+                                            "figures (inputs in bench/commands/published.py).")] = False,
     sweep: Annotated[str | None, typer.Option(help="Check against a measured sweep folder (needs "
                                                "--allreduce).")] = None,
 ) -> None:
     """Predict images/s and scaling efficiency at N GPUs from a 1-GPU step time and the network (see formula)."""
     from rich.console import Console
 
-    from bench import predict as p
 
     console = Console()
     fusion = int(fusion_mib * 1024**2)
     if fusion < 0:
         raise BenchError(f"--fusion-mib must be >= 0 (got {fusion_mib})")
     if published:
-        console.print(*p.render_published(p.check_published(overlap)))  # None: the published inputs' overlap
+        # overlap None: the published inputs' overlap
+        console.print(*predict.render_published(predict.check_published(overlap)))
         return
     if sweep is not None:
         if not allreduce:
             raise BenchError("--sweep needs --allreduce (a bench allreduce result for the network inputs)")
         if attribution is not None:
             raise BenchError("--sweep takes each mode's attribution from its own results; drop --attribution")
-        console.print(p.render_sweep(p.check_sweep_folder(sweep, allreduce, overlap, fusion), sweep))
+        console.print(predict.render_sweep(predict.check_sweep_folder(sweep, allreduce, overlap, fusion), sweep))
         return
-    base = p.one_gpu_inputs(result, step_time, images_per_sec, batch_size, model or "vgg16", num_classes,
+    base = predict.one_gpu_inputs(result, step_time, images_per_sec, batch_size, model or "vgg16", num_classes,
                             fp16_allreduce)
-    net = p.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"], base.get("sparse_bytes", 0))
+    net = predict.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"],
+                                 base.get("sparse_bytes", 0))
     hiding = {"overlap": 0.5}
     if attribution is not None:
-        from bench.results import load_result
 
-        hiding = p.overlap_from_attribution(load_result(attribution))
+        hiding = predict.overlap_from_attribution(load_result(attribution))
     if overlap is not None:
         hiding["overlap"] = overlap
-    inp = p.Inputs(**base, **net, **hiding, fusion_bytes=fusion,
+    inp = predict.Inputs(**base, **net, **hiding, fusion_bytes=fusion,
                    gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
-    console.print(p.render_prediction(inp, p.parse_gpus(gpus), p.throughput_symbol(result, model or "vgg16")))
+    console.print(predict.render_prediction(inp, predict.parse_gpus(gpus),
+                                            predict.throughput_symbol(result, model or "vgg16")))
 
 
 @app.command("peak")
@@ -444,15 +449,13 @@ def peak_command(
     envs.enter("torch")
     import torch
 
-    from bench import peak
-    from bench.distributed import cpu_thread_share
 
     if device == Device.auto:
         device = Device.cuda if torch.cuda.is_available() else Device.cpu
     if device == Device.cuda and not torch.cuda.is_available():
         raise BenchError("--device cuda: PyTorch sees no GPU here (use --device cpu)")
-    record = peak.measure(device.value, precision.value, cpu_thread_share(np) if device == Device.cpu else None,
-                          seconds, repeats)
+    threads = supervise.cpu_thread_share(np) if device == Device.cpu else None
+    record = peak.measure(device.value, precision.value, threads, seconds, repeats)
     path = peak.write(output, record)
     from rich.console import Console
     from rich.table import Table
@@ -505,7 +508,6 @@ def env_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
                                                     "loads two NCCLs or CUDA runtimes, or one from outside its "
                                                     "environment.")] = False) -> None:
     """Print the environment every result records (versions, GPUs, MPI, container, loaded libraries)."""
-    from bench import env
 
     record = env.full()
     if as_json:
@@ -540,7 +542,6 @@ def out_of_memory(exc: BaseException) -> str | None:
 
 def _rank_prefix() -> str:
     try:
-        from bench.launch import detect
 
         info = detect()
     except BenchError:
@@ -557,9 +558,8 @@ def summary_line(exc: BaseException) -> str:
 
 
 def main() -> None:
-    from bench.launch import die_with_parent
 
-    die_with_parent()
+    supervise.die_with_parent()
     try:
         rc = app(standalone_mode=False)
     except typer.Exit as exc:
@@ -573,7 +573,6 @@ def main() -> None:
         print(f"error: {exc.format_message()} (see 'bench --help')", file=sys.stderr)
         sys.exit(2)
     except Stopped as exc:
-        from bench.launch import slurm_time_limit
 
         why = slurm_time_limit() if exc.signum == signal.SIGTERM else None  # scancel, or the job's --time?
         print(f"{_rank_prefix()}error: {exc}" + (f" ({why})" if why else ""), file=sys.stderr)
@@ -587,7 +586,6 @@ def main() -> None:
     except Exception as exc:  # an unexpected failure on a rank: one line unless debugging
         if os.environ.get("HVDBENCH_DEBUG"):
             raise
-        from bench.deps import missing_message
 
         message = missing_message(exc) if isinstance(exc, ModuleNotFoundError) else out_of_memory(exc)
         if message:  # an optional dependency (which extra brings it), or memory the batch does not fit in

@@ -5,22 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from bench.errors import BenchError
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    amp_fp16 = "amp-fp16"
-    amp_bf16 = "amp-bf16"
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
+from bench.kinds import Device, Precision
+from bench.measure.attribution import default_steps
+from bench.models import model
+from bench.modes import mode, variant
 
 
 @dataclass(frozen=True)
@@ -161,8 +152,6 @@ class RunConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # the plugins' options (register_option), by name
 
     def __post_init__(self) -> None:
-        from bench.models import model
-        from bench.modes import mode, variant
 
         spec = mode(self.mode)
         model_spec = model(self.model)
@@ -196,9 +185,6 @@ class RunConfig:
 
     def resolve(self, device: str, np: int) -> RunConfig:
         """Fill defaults for the device the run lands on ('cpu' or 'cuda') and the world size."""
-        from bench.attribution import default_steps
-        from bench.models import model
-        from bench.modes import mode
 
         spec = model(self.model)
         profile = GPU_PROFILE if device == "cuda" else CPU_PROFILE

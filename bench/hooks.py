@@ -5,12 +5,12 @@ A verify run is a normal run of a mode with a few extra requests; they reach the
 of the run's config, so results, sweeps and the CLI never see them:
 
 * ``snapshot_dir``: rank 0 saves every trainable parameter after set-up (``initial.npz``) and after the
-  last window (``final.npz``) there (bench.snapshots);
+  last window (``final.npz``) there (bench.commands.snapshots);
 * ``deterministic``: dropout off, deterministic kernels, plain fp32 matmuls (no TF32);
 * ``data_shards``: a single-device mode trains on the concatenation of rank shards 0..k-1, the global batch;
 * ``fault``: a deliberate bug, the negative control (``skip-allreduce``: each rank steps on its own
   gradients, never averaged with the others);
-* ``slow_rank`` and ``slow_factor``: a straggler on purpose (bench.attribution's tests): that rank sleeps
+* ``slow_rank`` and ``slow_factor``: a straggler on purpose (bench.measure.attribution's tests): that rank sleeps
   ``slow_factor - 1`` times the duration of each training step it has just run (the first, warmup, timed and
   compute-only steps; never the exchange-only ones), so its compute takes ``slow_factor`` times as long.
 
@@ -26,6 +26,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.commands.snapshots import save_parameters
 from bench.errors import BenchError
 
 HOOKS_ENV = "HVDBENCH_HOOKS"
@@ -100,6 +101,5 @@ class Hooks:
     def snapshot(self, trainer, when: str) -> None:
         """Rank 0's parameter snapshot ``when`` ('initial' or 'final'), if one was asked for."""
         if self.snapshot_dir is not None and trainer.rank == 0:
-            from bench.snapshots import save_parameters
 
             save_parameters(Path(self.snapshot_dir), trainer.parameter_arrays(), when)

@@ -6,11 +6,22 @@ import os
 import sys
 from pathlib import Path
 
-from bench import launch as launching
 from bench.config import RunConfig
-from bench.errors import BenchError
+from bench.errors import STOP_SIGNALS, BenchError
 from bench.hooks import Hooks
+from bench.launching import detect, supervise
+from bench.measure import telemetry
+from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
+from bench.records import env
+from bench.records.results import (
+    build_result,
+    check_output_dir,
+    new_run_id,
+    render_table,
+    telemetry_samples,
+    write_result,
+)
 
 
 class RankProgress:
@@ -41,15 +52,14 @@ SHM_MIN_GIB = 1.0
 
 def warn_small_shm(cfg: RunConfig) -> None:
     """NCCL's shared-memory transport fails or crawls with Docker's default 64 MiB /dev/shm."""
-    from bench.env import shm_gib
 
-    size = shm_gib()
+    size = env.shm_gib()
     if cfg.device.value == "cuda" and cfg.np and cfg.np > 1 and size is not None and size < SHM_MIN_GIB:
         print(f"warning: /dev/shm is {size * 1024:.0f} MiB; NCCL needs more between local GPUs. "
               "In Docker use --ipc=host or --shm-size=1g (or larger).", file=sys.stderr)
 
 
-def start_telemetry(cfg: RunConfig, info: launching.LaunchInfo, trainer):
+def start_telemetry(cfg: RunConfig, info: detect.LaunchInfo, trainer):
     """(sampler or None, reason when there is none). One sampler per node, on its local rank 0."""
     if not cfg.telemetry:
         return None, "turned off (--no-telemetry)"
@@ -59,7 +69,6 @@ def start_telemetry(cfg: RunConfig, info: launching.LaunchInfo, trainer):
         return None, None
     import socket
 
-    from bench import telemetry
 
     nvml, reason = telemetry.load_nvml()
     if nvml is None:
@@ -74,9 +83,8 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
 
     ``hooks`` (bench verify's requests) go to the ranks this process spawns; a rank reads its own from
     the environment (bench.hooks)."""
-    from bench.results import check_output_dir
 
-    info = launching.detect()
+    info = detect.detect()
     spec = mode_spec(cfg.mode)
     if info.launcher == "none":
         hooks = hooks or Hooks.from_env()
@@ -90,12 +98,12 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
     hooks = hooks or Hooks.from_env()
     hooks.check(spec)
 
-    launching.validate_rendezvous(info)
-    inherited = os.environ.get(launching.CHILD_CONFIG_ENV)
+    detect.validate_rendezvous(info)
+    inherited = os.environ.get(supervise.CHILD_CONFIG_ENV)
     if inherited:
         cfg = RunConfig.from_json(inherited)
         if cfg.mode != spec.name:
-            raise BenchError(f"{launching.CHILD_CONFIG_ENV} is for mode {cfg.mode}, not {spec.name}")
+            raise BenchError(f"{supervise.CHILD_CONFIG_ENV} is for mode {cfg.mode}, not {spec.name}")
     mode = spec.load()
     cfg = mode.preflight(cfg, info)
     if hasattr(mode, "serve") and mode.serve(cfg, info):
@@ -107,7 +115,6 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
     progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None
 
-    from bench.runner import measure
 
     sampler, telemetry_note = start_telemetry(cfg, info, trainer)
     gathered = measure(trainer, cfg, info, progress, sampler, hooks)
@@ -120,8 +127,6 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
 
     from rich.console import Console
 
-    from bench.errors import STOP_SIGNALS
-    from bench.results import build_result, new_run_id, render_table, telemetry_samples, write_result
 
     result = build_result(cfg, info, gathered, new_run_id(cfg.mode))
     # A stop signal now waits until the files are whole: the measurement is finished, it is not lost.

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.allreduce import human_bytes, load
+from bench.commands.allreduce import human_bytes, load
 
 
 def main() -> None:

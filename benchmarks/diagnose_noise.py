@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docker"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cluster  # noqa: E402
 
-from bench.diagnose import rules as R  # noqa: E402
+from bench.commands.diagnose import rules as R  # noqa: E402
 
 
 def ratios(rule: R.Rule, figures: dict, baseline: dict | None) -> list[float]:

@@ -40,7 +40,7 @@ def run_bench(a, out: Path) -> float:
 
 def run_bare_tf_native(a, loop: list[str]) -> float:
     """Every worker with its TF_CONFIG; total = all images / the slowest worker's timed seconds."""
-    from bench.launch import free_port
+    from bench.launching.supervise import free_port
 
     cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(a.np)]}
     procs = [subprocess.Popen([sys.executable, str(HERE / "bare_tf_native.py"), *loop], stdout=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
     python benchmarks/telemetry_cost.py [--gpus 8] [--seconds 20] [--intervals 0.5,0.1]
 
-Runs bench.telemetry.Sampler against tests/fake_nvml.py (nvidia-ml-py's signatures, no GPU) while the
+Runs bench.measure.telemetry.Sampler against tests/fake_nvml.py (nvidia-ml-py's signatures, no GPU) while the
 main thread sleeps, so the process's CPU time is the sampler's. The fake answers in Python, so the
 figure bounds what the ctypes calls into a real driver cost in Python overhead, not the driver's own work.
 """
@@ -18,7 +18,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_nvml import FakeGPU, FakeNVML  # noqa: E402
 
-from bench.telemetry import DEFAULT_INTERVAL_S, Sampler  # noqa: E402
+from bench.measure.telemetry import DEFAULT_INTERVAL_S, Sampler  # noqa: E402
 
 
 def main() -> None:

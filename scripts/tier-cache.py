@@ -41,12 +41,13 @@ INPUTS = {
     "image_cuda": ["docker", "tests/test_image_cuda.py"],
     "apptainer": ["docker", "singularity", "tests/test_apptainer.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
-    "sif_pull": ["docker", "singularity/sif.py", "bench/env.py", "Makefile", "pyproject.toml",
+    "sif_pull": ["docker", "singularity/sif.py", "bench/records/env.py", "Makefile", "pyproject.toml",
                  "scripts/registry-up.sh", "scripts/apptainer-up.sh", "scripts/slurm-up.sh", "tests/conftest.py",
                  "tests/test_apptainer.py", "tests/test_sif_pull.py"],
     # bench diagnose on the 4-node cluster: its own code, what it composes (the allreduce, the attribution, the
     # record's schema) and the cluster; the runs it starts are the other tiers' to test
-    "diagnose": ["bench/diagnose", "bench/allreduce", "bench/attribution.py", "bench/schema.py", "docker/cluster.py",
+    "diagnose": ["bench/commands/diagnose", "bench/commands/allreduce", "bench/measure/attribution.py",
+                 "bench/records/schema.py", "docker/cluster.py",
                  "docker/cluster", "Makefile", "pyproject.toml", "tests/conftest.py", "tests/test_diagnose_cluster.py"],
 }
 # Tiers keyed by their INPUTS alone, without COMMON.

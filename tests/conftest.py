@@ -39,7 +39,7 @@ def bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedP
 def only_result(out_dir: Path) -> dict:
     files = sorted(out_dir.glob("*.json"))
     assert len(files) == 1, f"expected one result in {out_dir}, found {[f.name for f in files]}"
-    from bench.results import load_result
+    from bench.records.results import load_result
 
     return load_result(files[0])
 
@@ -60,7 +60,7 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
 
 
 def assert_attribution_adds_up(result: dict) -> None:
-    """A distributed run carries its per-rank attribution (bench.attribution), or says why it has none; where
+    """A distributed run carries its per-rank attribution (bench.measure.attribution), or says why it has none; where
     measured, every rank's parts add up: compute + exposed = the timed step, and each part was measured."""
     section = result.get("attribution")
     if section is None:
@@ -235,14 +235,14 @@ def cli(monkeypatch, capsys):
     one-line error path of `bench.cli.main`, in milliseconds. A command whose validation lets it through to a
     run fails the test. (Each one-line error path also has one real subprocess test.)"""
     import bench.cli
-    import bench.launch
+    import bench.launching.supervise
     import bench.run
 
     def reached(cfg):
         raise AssertionError(f"validation let this through to a run: {cfg}")
 
     monkeypatch.setattr(bench.run, "run", reached)
-    monkeypatch.setattr(bench.launch, "die_with_parent", lambda: None)  # no parent-death signal on pytest
+    monkeypatch.setattr(bench.launching.supervise, "die_with_parent", lambda: None)  # no parent-death signal on pytest
 
     def invoke(*args: str) -> subprocess.CompletedProcess:
         monkeypatch.setattr(sys, "argv", ["bench", *args])
@@ -276,7 +276,7 @@ def results_match_the_published_schema(tmp_path):
         return
     import jsonschema
 
-    from bench.schema import json_schema
+    from bench.records.schema import json_schema
 
     validator = jsonschema.Draft202012Validator(json_schema())
     for path in written:

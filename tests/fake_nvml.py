@@ -40,7 +40,7 @@ class FakeGPU:
 
 
 class FakeNVML:
-    """Use as the ``nvml`` argument of bench.telemetry.Sampler; counts calls."""
+    """Use as the ``nvml`` argument of bench.measure.telemetry.Sampler; counts calls."""
 
     def __init__(self, gpus: list[FakeGPU]) -> None:
         self.gpus = gpus

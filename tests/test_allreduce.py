@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import bench, run
 
-from bench.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes, parse_bytes
+from bench.commands.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes, parse_bytes
 from bench.errors import BenchError
 
 
@@ -31,7 +31,7 @@ def test_bandwidth_definitions():
 def test_allgather_definitions_and_check():
     import numpy as np
 
-    from bench.allreduce.common import Comm
+    from bench.commands.allreduce.common import Comm
 
     assert bus_factor(4, "allgather") == pytest.approx(0.75)
     algbw, busbw = bandwidths(1_000_000, 0.01, 4, "allgather")  # 1 MB from each of 4 ranks in 10 ms

@@ -1,4 +1,4 @@
-"""Per-rank attribution (bench.attribution): the arithmetic in process, then real runs with a straggler made on
+"""Per-rank attribution (bench.measure.attribution): the arithmetic in process, then real runs with a straggler made on
 purpose (the slow-rank hook) in each mode that can time its compute and its exchange apart."""
 
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 from conftest import SMALL, TF_SMALL, assert_valid_run, bench, only_result
 
-from bench import attribution
 from bench.errors import BenchError
 from bench.hooks import Hooks
+from bench.measure import attribution
 
 
 def rank(r, compute, step, exchange=0.1, host="n1"):

@@ -184,7 +184,7 @@ def test_summary_line_of_framework_errors():
 
 
 def test_settings_record_what_decides_throughput():
-    from bench.env import settings
+    from bench.records.env import settings
 
     env = {"NCCL_IB_DISABLE": "1", "HOROVOD_FUSION_THRESHOLD": "67108864", "OMPI_MCA_btl": "^openib",
            "UCX_TLS": "tcp", "OMP_NUM_THREADS": "4", "CUDA_VISIBLE_DEVICES": "0,1", "TF_CPP_MIN_LOG_LEVEL": "2",

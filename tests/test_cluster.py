@@ -42,7 +42,7 @@ def on_head(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def results_of(shared: Path, name: str) -> dict:
     files = sorted((shared / name).glob("*.json"))
     assert len(files) == 1, files
-    from bench.results import load_result
+    from bench.records.results import load_result
 
     return load_result(files[0])
 

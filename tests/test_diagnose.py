@@ -6,12 +6,12 @@ from itertools import combinations
 
 import pytest
 
-from bench.diagnose import DiagnoseConfig, load_baseline, pair_rounds, resolve_nodes, signature
-from bench.diagnose import rules as R
-from bench.diagnose.alone import alone_env
-from bench.diagnose.report import markdown
+from bench.commands.diagnose import DiagnoseConfig, load_baseline, pair_rounds, resolve_nodes, signature
+from bench.commands.diagnose import rules as R
+from bench.commands.diagnose.alone import alone_env
+from bench.commands.diagnose.report import markdown
 from bench.errors import BenchError
-from bench.schema import validate_diagnose
+from bench.records.schema import validate_diagnose
 
 
 def devices(**rates):
@@ -189,7 +189,7 @@ def test_the_record_matches_its_schema_and_the_report_names_each_finding():
 
 
 def test_the_published_schema_names_the_findings_fields():
-    from bench.schema import json_schema
+    from bench.records.schema import json_schema
 
     schema = json_schema("diagnose")
     finding = schema["$defs"]["Finding"]["properties"]
@@ -198,7 +198,7 @@ def test_the_published_schema_names_the_findings_fields():
 
 
 def test_telemetry_says_why_a_gpu_is_slow_and_warns_of_one_that_throttled_unflagged():
-    from bench.diagnose import _device_telemetry, _throttled
+    from bench.commands.diagnose import _device_telemetry, _throttled
 
     def result(reasons):
         gpu = {"throttled": bool(reasons), "throttle_reasons": reasons, "power_w_mean": 300.0}

@@ -96,7 +96,7 @@ def test_stall_bound_is_validated(tmp_path):
 
 
 def test_watchdog_diagnosis():
-    from bench.watchdog import auto_bound, diagnose
+    from bench.measure.watchdog import auto_bound, diagnose
 
     waiting = {"phase": "window", "window": 3, "step": 1, "bound_s": 60.0}
     assert diagnose({0: {"rank": 0, **waiting}, 2: {"rank": 2, **waiting}}, 3) == (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import envs
-from bench.env import library_lines, library_problems
+from bench.launching import envs
+from bench.records.env import library_lines, library_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = [sys.executable, "-m", "bench"]

@@ -151,13 +151,13 @@ def test_a_rank_killed_for_memory_is_named_with_the_cause(tmp_path):
 
 
 def test_the_cause_of_a_sigkill_is_said_only_when_the_kernel_counted_it(monkeypatch):
-    from bench import launch
+    from bench.launching import supervise
 
-    monkeypatch.setattr(launch, "oom_kills", lambda: 5)
-    assert "out-of-memory killer ended it" in launch.killed_how(9, 4)
-    assert "if nobody killed it, likely out of memory" in launch.killed_how(9, 5)
-    assert "if nobody killed it" in launch.killed_how(9, None)
-    assert launch.killed_how(15, 4) == "was killed by signal 15 (SIGTERM)"
+    monkeypatch.setattr(supervise, "oom_kills", lambda: 5)
+    assert "out-of-memory killer ended it" in supervise.killed_how(9, 4)
+    assert "if nobody killed it, likely out of memory" in supervise.killed_how(9, 5)
+    assert "if nobody killed it" in supervise.killed_how(9, None)
+    assert supervise.killed_how(15, 4) == "was killed by signal 15 (SIGTERM)"
 
 
 class _Ended:
@@ -178,11 +178,11 @@ class _Ended:
     (2, 4, "rank 1 exited with code 2, first of the ranks; stopped the others, no result written"),
 ])
 def test_the_spawners_line_names_the_rank_then_the_advice(monkeypatch, code, kills_after, line):
-    from bench import launch
     from bench.errors import BenchError
+    from bench.launching import supervise
 
-    monkeypatch.setattr(launch, "oom_kills", lambda: kills_after)
-    monkeypatch.setattr(launch, "stop_processes", lambda procs, grace_s: None)
+    monkeypatch.setattr(supervise, "oom_kills", lambda: kills_after)
+    monkeypatch.setattr(supervise, "stop_processes", lambda procs, grace_s: None)
     with pytest.raises(BenchError) as got:
-        launch.wait_all([_Ended(None), _Ended(code)], oom_before=4)
+        supervise.wait_all([_Ended(None), _Ended(code)], oom_before=4)
     assert str(got.value) == line

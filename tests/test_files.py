@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import files
 from bench.errors import BenchError
+from bench.records import files
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -70,7 +70,7 @@ def broken_folder(tmp_path: Path) -> Path:
 
 
 def test_report_skips_what_it_cannot_read_and_lists_it(tmp_path, capsys):
-    from bench.report import write_report
+    from bench.commands.report import write_report
 
     folder = broken_folder(tmp_path)
     path = write_report([folder], tmp_path / "report")
@@ -96,7 +96,7 @@ def test_report_and_compare_strict_refuse_it(tmp_path, cli):
 
 def test_write_result_is_a_unit_when_the_csv_cannot_take_the_row(tmp_path, monkeypatch):
     """The JSON (the record) lands, the CSV stays exactly as it was, and the error says both."""
-    from bench import results, schema
+    from bench.records import results, schema
 
     record = schema.upgrade(json.loads(next((FIXTURES / "sweep-a").glob("2*.json")).read_text()))
     out = tmp_path / "out"

@@ -32,24 +32,6 @@ def test_hooks_are_not_part_of_the_run_config():
     with pytest.raises(BenchError, match="unknown config keys: fault"):
         RunConfig.from_dict({"mode": "torch-ddp", "fault": "skip-allreduce"})
 
-
-def test_the_run_verify_and_cross_check_modules_import_no_circle():
-    """bench.run does not import bench.verify; verify_cross does not import verify."""
-    import ast
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1] / "bench"
-
-    def imports(name: str) -> set[str]:
-        tree = ast.parse((root / f"{name}.py").read_text())
-        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-
-    assert "bench.verify" not in imports("run")
-    assert "bench.verify" not in imports("verify_cross")
-    allreduce = {m for f in (root / "allreduce").glob("*.py") for m in imports(f"allreduce/{f.stem}")}
-    assert not {m for m in allreduce if m.startswith("bench.modes")}  # the distributed layer is below both
-
-
 def test_strategies_belong_to_the_modes_that_have_them():
     assert RunConfig(mode="tf-native", strategy="ps").strategy == "ps"
     with pytest.raises(BenchError, match="--strategy does not apply to torch-ddp"):

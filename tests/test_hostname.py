@@ -14,7 +14,7 @@ from conftest import SMALL, assert_valid_run, bench_env, only_result
 
 from bench.distributed import hvdist
 from bench.errors import BenchError
-from bench.launch import LaunchInfo, resolve_error
+from bench.launching.detect import LaunchInfo, resolve_error
 
 ONE_NODE = LaunchInfo("self", 0, 2, 0, 2)
 TWO_NODES = LaunchInfo("srun", 0, 2, 0, 1)

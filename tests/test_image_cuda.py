@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docker"))
 import images  # noqa: E402
 
-from bench.envs import MIN_DRIVER  # noqa: E402
+from bench.launching.envs import MIN_DRIVER  # noqa: E402
 
 IMAGE = os.environ.get("HVDBENCH_TEST_CUDA_IMAGE", "hvdbench:current-cuda")
 CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)

@@ -3,7 +3,8 @@ import re
 import pytest
 
 from bench.errors import BenchError
-from bench.launch import LaunchInfo, check_gpus_per_node, detect, first_slurm_host, inside_allocation, srun_command
+from bench.launching.detect import LaunchInfo, check_gpus_per_node, detect
+from bench.launching.slurm import first_slurm_host, inside_allocation, srun_command
 
 
 def test_no_launcher():
@@ -44,7 +45,7 @@ def test_slurm_jobs_get_port_ranges_that_do_not_overlap_and_the_batch_scripts_ag
     import re
     from pathlib import Path
 
-    from bench.launch import JOB_PORTS, job_port_base
+    from bench.launching.slurm import JOB_PORTS, job_port_base
 
     bases = sorted(job_port_base(j) for j in range(1000, 1190))
     assert len(set(bases)) == 190 and all(b - a >= JOB_PORTS for a, b in zip(bases, bases[1:], strict=False))
@@ -157,7 +158,7 @@ def test_tf_takes_the_thread_count_the_user_set(monkeypatch):
 def test_spawner_marks_the_share_it_chose(monkeypatch):
     import subprocess
 
-    from bench import launch
+    from bench.launching import supervise
 
     seen = []
 
@@ -169,13 +170,13 @@ def test_spawner_marks_the_share_it_chose(monkeypatch):
         return Proc()
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    monkeypatch.setattr(launch, "wait_all", lambda procs, grace_s, servers, stall_dir, oom_before=None: 0)
+    monkeypatch.setattr(supervise, "wait_all", lambda procs, grace_s, servers, stall_dir, oom_before=None: 0)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    launch.spawn(["torch-ddp"], [{}, {}], "{}")
+    supervise.spawn(["torch-ddp"], [{}, {}], "{}")
     assert seen[0]["OMP_NUM_THREADS"] == seen[0]["HVDBENCH_THREAD_SHARE"]
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     seen.clear()
-    launch.spawn(["torch-ddp"], [{}, {}], "{}")
+    supervise.spawn(["torch-ddp"], [{}, {}], "{}")
     assert seen[0]["OMP_NUM_THREADS"] == "5" and "HVDBENCH_THREAD_SHARE" not in seen[0]
 
 
@@ -194,7 +195,7 @@ TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_R
       "SLURM_STEP_NODELIST": "gone[1-2].invalid"}, "the Slurm node list's first host 'gone1.invalid'"),
 ])
 def test_rendezvous_addresses_are_checked_before_any_wait(env, message):
-    from bench.launch import validate_rendezvous
+    from bench.launching.detect import validate_rendezvous
 
     with pytest.raises(BenchError, match=re.escape(message)):
         validate_rendezvous(detect(env), env)
@@ -206,7 +207,7 @@ def test_a_sigterm_at_the_jobs_end_time_is_said_to_be_the_time_limit():
     import subprocess
     from datetime import datetime
 
-    from bench import launch
+    from bench.launching import slurm
 
     end = datetime(2026, 11, 23, 22, 0, 30)
     asked = []
@@ -217,12 +218,12 @@ def test_a_sigterm_at_the_jobs_end_time_is_said_to_be_the_time_limit():
 
     job = {"SLURM_JOB_ID": "59"}
     at_end = end.timestamp() + 0.2
-    assert launch.slurm_time_limit(job, at_end, squeue) == "the job's Slurm time limit (0:30) was reached"
+    assert slurm.slurm_time_limit(job, at_end, squeue) == "the job's Slurm time limit (0:30) was reached"
     assert asked == [["squeue", "-h", "-t", "all", "-j", "59", "-o", "%e|%l"]]
-    assert launch.slurm_time_limit(job, end.timestamp() - 20, squeue) is None  # scancel before the end
-    assert launch.slurm_time_limit({}, at_end, squeue) is None  # not under Slurm
+    assert slurm.slurm_time_limit(job, end.timestamp() - 20, squeue) is None  # scancel before the end
+    assert slurm.slurm_time_limit({}, at_end, squeue) is None  # not under Slurm
 
     def gone(cmd, **kw):
         raise subprocess.TimeoutExpired(cmd, 3)
 
-    assert launch.slurm_time_limit(job, at_end, gone) is None
+    assert slurm.slurm_time_limit(job, at_end, gone) is None

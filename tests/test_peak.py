@@ -1,11 +1,11 @@
-"""bench.peak: the published peaks by exact device name, the measured peak's files, and MFU in a result."""
+"""bench.measure.peak: the published peaks by exact device name, the measured peak's files, and MFU in a result."""
 
 import json
 
 import pytest
 
-from bench import peak
-from bench.results import utilisation_record
+from bench.measure import peak
+from bench.records.results import utilisation_record
 
 
 def test_published_peaks_by_exact_name_and_precision():

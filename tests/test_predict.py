@@ -5,8 +5,7 @@ import json
 import pytest
 from conftest import bench
 
-from bench.errors import BenchError
-from bench.predict import (
+from bench.commands.predict import (
     Inputs,
     check_published,
     comm_time,
@@ -16,6 +15,7 @@ from bench.predict import (
     gradient_bytes,
     predict,
 )
+from bench.errors import BenchError
 
 
 def test_formula_on_known_inputs():
@@ -57,7 +57,7 @@ def test_fit_overlap_inverts_predict():
 
 
 def test_a_measured_overlap_is_carried_as_a_share_and_bounded_by_the_backward_pass():
-    from bench.predict import overlap_from_attribution
+    from bench.commands.predict import overlap_from_attribution
 
     section = {"measured": True, "hidden_share_median": 0.4, "reason": None,
                "per_rank": [{"compute_s": 0.3}, {"compute_s": 0.9}, {"compute_s": 0.6}]}
@@ -107,7 +107,7 @@ def test_inputs_from_bench_results():
 
 
 def test_each_mode_takes_its_own_backends_measurement():
-    from bench.predict import pick_allreduce
+    from bench.commands.predict import pick_allreduce
 
     torch_ar, hvd_ar = {"config": {"backend": "torch"}}, {"config": {"backend": "horovod-torch"}}
     assert pick_allreduce("torch-ddp", [hvd_ar, torch_ar]) is torch_ar

@@ -114,7 +114,7 @@ def test_the_workflow_builds_and_pushes_only_through_make():
 
 
 def test_results_name_the_digest_where_the_runtime_tells(monkeypatch, tmp_path):
-    from bench import env
+    from bench.records import env
 
     monkeypatch.setenv("HVDBENCH_IMAGE_STACK", "current")
     monkeypatch.setenv("HVDBENCH_IMAGE_REVISION", "0123abc")

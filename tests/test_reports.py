@@ -13,11 +13,11 @@ import endings
 import pytest
 from conftest import bench, bench_env
 
-from bench.collect import load_results, table_cells
-from bench.compare import compare, regressions
+from bench.commands.compare import compare, regressions
+from bench.commands.report import horovod_vs_native, scaling_rows, write_report
+from bench.commands.sweep import SweepConfig
 from bench.errors import BenchError
-from bench.report import horovod_vs_native, scaling_rows, write_report
-from bench.sweep import SweepConfig
+from bench.records.collect import load_results, table_cells
 
 FIXTURES = Path(__file__).parent / "fixtures"
 A, B = FIXTURES / "sweep-a", FIXTURES / "sweep-b"

@@ -6,8 +6,8 @@ import pytest
 from bench import SCHEMA_VERSION
 from bench.config import RunConfig
 from bench.errors import BenchError
-from bench.launch import LaunchInfo
-from bench.results import (
+from bench.launching.detect import LaunchInfo
+from bench.records.results import (
     CSV_FIELDS,
     CSV_NAME,
     build_result,
@@ -117,7 +117,7 @@ def test_write_without_rename_either(tmp_path, monkeypatch):
 
     no_hard_links(monkeypatch)
     monkeypatch.setattr(os, "replace", lambda *_: (_ for _ in ()).throw(OSError(1, "refused")))
-    from bench.results import write_json_new
+    from bench.records.results import write_json_new
 
     path = write_json_new(tmp_path / "r.json", {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
@@ -127,7 +127,7 @@ def test_a_result_the_folder_cannot_take_goes_to_the_fallback(tmp_path, monkeypa
     import errno
     import os
 
-    from bench.results import write_json_new
+    from bench.records.results import write_json_new
 
     out, spare = tmp_path / "out", tmp_path / "spare"
     out.mkdir()

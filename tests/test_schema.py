@@ -9,9 +9,9 @@ import pytest
 from conftest import bench
 
 from bench.errors import BenchError
-from bench.metrics import METRICS, find
-from bench.results import CSV_FIELDS, csv_row, load_result, write_result
-from bench.schema import json_schema, upgrade, validate
+from bench.records.metrics import METRICS, find
+from bench.records.results import CSV_FIELDS, csv_row, load_result, write_result
+from bench.records.schema import json_schema, upgrade, validate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V1 = sorted((FIXTURES / "sweep-a").glob("*.json"))[0]

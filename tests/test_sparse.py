@@ -1,4 +1,4 @@
-"""Sparse embedding gradients (--sparse-embeddings, --sparse-as-dense), the bytes a step moves (bench.traffic)
+"""Sparse embedding gradients (--sparse-embeddings, --sparse-as-dense), the bytes a step moves (bench.measure.traffic)
 and bench predict's allgather term."""
 
 import dataclasses
@@ -46,7 +46,7 @@ def test_torch_embedding_gradient_is_sparse_and_holds_every_lookup():
     assert not grads["tied"].is_sparse and not grads["untied"].is_sparse
     sparse = grads["sparse"]
     assert sparse.is_sparse and sparse._nnz() == 2 * 2 * 8  # a row per source and target lookup
-    assert sparse._indices().dtype == torch.int64  # bench.traffic's INDEX_BYTES["torch"]
+    assert sparse._indices().dtype == torch.int64  # bench.measure.traffic's INDEX_BYTES["torch"]
     torch.testing.assert_close(sparse.to_dense(), grads["untied"])  # the same model, the same gradient
 
 
@@ -83,7 +83,7 @@ def test_sparse_options_refused_where_they_mean_nothing(cli, args, message, tmp_
     ("cpu", True, "cannot take sparse gradients"),
 ])
 def test_torch_ddp_refuses_what_its_backends_cannot_reduce(device, fp16, message):
-    from bench.launch import LaunchInfo
+    from bench.launching.detect import LaunchInfo
     from bench.modes import torch_ddp
 
     cfg = RunConfig(mode="torch-ddp", model="transformer-small", sparse_embeddings=True,
@@ -99,7 +99,7 @@ def _resolved(mode, vocab=37000, np=2, strategy=None, **options):
 
 
 def test_computed_bytes_follow_the_formulas():
-    from bench import traffic
+    from bench.measure import traffic
     from bench.models import MODELS
 
     spec = MODELS["transformer-small"]
@@ -128,7 +128,7 @@ def test_computed_bytes_follow_the_formulas():
 @pytest.mark.parametrize("mode, strategy, gradients", [("torch-ddp", None, 2), ("tf-native", "ps", 4),
                                                        ("tf-native", "mirrored", 0), ("tf-single", None, 0)])
 def test_computed_bytes_of_an_image_model(mode, strategy, gradients):
-    from bench import traffic
+    from bench.measure import traffic
     from bench.models import MODELS
 
     cfg = dataclasses.replace(RunConfig(mode=mode, model="vgg16", num_classes=10).resolve("cpu", 2),
@@ -141,7 +141,7 @@ def test_computed_bytes_of_an_image_model(mode, strategy, gradients):
 
 
 def test_interface_counters_are_read_and_differenced(tmp_path):
-    from bench import traffic
+    from bench.measure import traffic
 
     head = "Inter-|   Receive      |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
     dev = tmp_path / "dev"
@@ -158,7 +158,7 @@ def test_interface_counters_are_read_and_differenced(tmp_path):
 
 
 def test_predict_adds_an_allgather_for_sparse_bytes():
-    from bench.predict import Inputs, comm_time
+    from bench.commands.predict import Inputs, comm_time
 
     dense = Inputs(step_time_s=0.1, batch_size=8, gradient_bytes=10**9, busbw_GBps=1.0, latency_s=1e-3,
                    fusion_bytes=0)
@@ -171,7 +171,7 @@ def test_predict_adds_an_allgather_for_sparse_bytes():
 def test_predict_takes_the_allgather_measurement_for_the_sparse_bytes(tmp_path):
     import json
 
-    from bench.predict import from_result, network_inputs, pick_allreduce
+    from bench.commands.predict import from_result, network_inputs, pick_allreduce
 
     def measurement(op, backend, busbw):
         return {"kind": "allreduce", "world_size": 2, "config": {"op": op, "backend": backend},

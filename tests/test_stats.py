@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from bench.stats import summarize, t975, throughput_summary, window_throughput
+from bench.measure.stats import summarize, t975, throughput_summary, window_throughput
 
 
 def test_t_quantiles_match_tables():

@@ -4,10 +4,10 @@ import pytest
 from conftest import bench, has_cuda, only_result
 from fake_nvml import FakeGPU, FakeNVML
 
-from bench import telemetry
 from bench.config import RunConfig
-from bench.launch import LaunchInfo
-from bench.results import build_result
+from bench.launching.detect import LaunchInfo
+from bench.measure import telemetry
+from bench.records.results import build_result
 
 
 def run_sampler(nvml, gpus, seconds=0.6, interval=0.05):
@@ -130,7 +130,8 @@ def test_bad_interval_from_cli(cli, out):
 
 
 def test_small_shm_warning(monkeypatch, capsys):
-    from bench import env, run
+    from bench import run
+    from bench.records import env
 
     cfg = RunConfig(mode="torch-ddp").resolve("cuda", 2)
     monkeypatch.setattr(env, "shm_gib", lambda: 64 / 1024)

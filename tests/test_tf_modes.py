@@ -77,14 +77,14 @@ SLURM_STEP = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "S
 def test_ps_roles_under_srun_come_from_the_task_ids(monkeypatch, procid, role):
     """srun -N2 -n4 --ntasks-per-node=2: node1 holds the chief and the ps, node2 the two workers."""
     from bench.distributed import tfdist
-    from bench.launch import detect, parse_tf_config
+    from bench.launching.detect import detect, parse_tf_config
 
     for k, v in {**SLURM_STEP, "SLURM_PROCID": str(procid)}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("SLURM_DISTRIBUTION", raising=False)
     cluster, task_type, index = parse_tf_config(tfdist.ps_tf_config(detect(), num_ps=1))
     assert (task_type, index) == role
-    port = 20000 + 64 * 7  # the first port of job 7's range (bench.launch.job_port_base)
+    port = 20000 + 64 * 7  # the first port of job 7's range (bench.launching.slurm.job_port_base)
     assert cluster == {"chief": [f"node1:{port}"], "ps": [f"node1:{port + 1}"],
                        "worker": [f"node2:{port}", f"node2:{port + 1}"]}
 
@@ -97,7 +97,7 @@ def test_ps_roles_under_srun_come_from_the_task_ids(monkeypatch, procid, role):
 def test_ps_under_srun_refuses_what_it_cannot_place(monkeypatch, env, message):
     from bench.distributed import tfdist
     from bench.errors import BenchError
-    from bench.launch import detect
+    from bench.launching.detect import detect
 
     for k, v in {**SLURM_STEP, **env}.items():
         monkeypatch.setenv(k, v)

@@ -44,8 +44,8 @@ def test_the_makefile_selects_each_tier_without_the_costlier_ones():
 
 def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
     cache = script("tier-cache")
-    files = {"bench/cli.py": "one", "bench/env.py": "env", "docs/x.md": "doc", "docker/Dockerfile": "FROM x",
-             "tests/test_images.py": "t", "bench/diagnose/rules.toml": "rules"}
+    files = {"bench/cli.py": "one", "bench/records/env.py": "env", "docs/x.md": "doc", "docker/Dockerfile": "FROM x",
+             "tests/test_images.py": "t", "bench/commands/diagnose/rules.toml": "rules"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -61,11 +61,11 @@ def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
     (tmp_path / "bench/cli.py").write_text("two")
     bench_changed = cache.key("image")[0]
     assert bench_changed != image  # bench/ is in every image: every system tier runs again
-    assert cache.key("sif_pull")[0] == pull  # but the pull path's: it reads only bench/env.py
+    assert cache.key("sif_pull")[0] == pull  # but the pull path's: it reads only bench/records/env.py
     assert cache.key("diagnose")[0] == diagnose  # nor diagnose's: keyed by its own code
-    (tmp_path / "bench/diagnose/rules.toml").write_text("other thresholds")
+    (tmp_path / "bench/commands/diagnose/rules.toml").write_text("other thresholds")
     assert cache.key("diagnose")[0] != diagnose
-    (tmp_path / "bench/env.py").write_text("env reads the digest another way")
+    (tmp_path / "bench/records/env.py").write_text("env reads the digest another way")
     assert cache.key("sif_pull")[0] != pull
     monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 29.0"])
     assert cache.key("image")[0] != bench_changed  # another Docker: run again

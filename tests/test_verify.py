@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from conftest import bench
 
+from bench.commands.verify import VerifyConfig, differences, identical
+from bench.commands.verify_cross import torch_to_tf
 from bench.errors import BenchError
-from bench.verify import VerifyConfig, differences, identical
-from bench.verify_cross import torch_to_tf
 
 
 def test_differences_on_known_arrays():
@@ -116,7 +116,7 @@ def test_every_mode_passes_and_the_frameworks_agree(out):
 def test_pytorch_and_tensorflow_train_vgg16_alike():
     """bench verify's cross-framework check on the default model, VGG-16: both twins from the same weights on the
     same global batch, the loss trajectories within tolerance, and training moved."""
-    from bench.verify_cross import cross_framework
+    from bench.commands.verify_cross import cross_framework
 
     cross = cross_framework(VerifyConfig(model="vgg16", framework="both"))
     assert cross["status"] == "PASS", cross
@@ -144,7 +144,7 @@ def test_skipping_the_allreduce_fails(out):
 
 def test_a_missing_horovod_is_a_skip_by_its_type_not_its_words(monkeypatch, tmp_path):
     """verify tells SKIP from FAIL by the exception's type (MissingDependency), whatever its message says."""
-    from bench import verify
+    from bench.commands import verify
     from bench.errors import MissingDependency
 
     def missing(framework, mode):

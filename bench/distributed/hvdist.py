@@ -8,9 +8,10 @@ import socket
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from bench import env
 from bench.errors import BenchError, MissingDependency
-from bench.launch import LaunchInfo, detect, resolve_error, spawn_horovod_gloo
+from bench.launching.detect import LaunchInfo, detect, resolve_error
+from bench.records import env
+from bench.tfutil import import_tf
 
 NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
@@ -18,7 +19,6 @@ NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 def import_hvd(framework: str, mode: str):
     """horovod.torch or horovod.tensorflow, or one clear error (TensorFlow's start-up lines kept quiet)."""
     if framework == "tensorflow":
-        from bench.tfutil import import_tf, quiet_startup
 
         try:
             import_tf()
@@ -90,11 +90,6 @@ def init(hvd, rank: int, world_size: int) -> None:
     hvd.init()
     if hvd.rank() != rank or hvd.size() != world_size:
         raise BenchError(f"Horovod says rank {hvd.rank()}/{hvd.size()} but the launcher said {rank}/{world_size}")
-
-
-def spawn(command: str, np: int, config_json: str, rendezvous_timeout: float) -> None:
-    """``np`` ranks of ``bench COMMAND`` on this host with Horovod's Gloo controller."""
-    spawn_horovod_gloo(command, np, config_json, rendezvous_timeout)
 
 
 def environment(hvd, framework: str, on_gpu: bool) -> dict[str, Any]:

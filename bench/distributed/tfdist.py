@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from bench import envs
-from bench.config import Device
 from bench.errors import BenchError
-from bench.launch import THREAD_SHARE_ENV, LaunchInfo, free_port, parse_tf_config
+from bench.kinds import Device
+from bench.launching import envs
+from bench.launching.detect import LaunchInfo, parse_tf_config
+from bench.launching.supervise import THREAD_SHARE_ENV, free_port
+from bench.measure.watchdog import deadline
 from bench.tfutil import import_tf, quiet_startup
 
 
@@ -131,7 +133,7 @@ def multiworker(launch: LaunchInfo, gpu: bool, timeout_s: float):
     CPU). The rendezvous is bounded by ``timeout_s`` and SIGTERM ends the process again afterwards.
 
     The strategy's creation waits, inside TensorFlow's C++ code and holding the GIL, for every worker of the
-    cluster; a worker that never comes makes it wait forever, so bench.watchdog.deadline ends the process
+    cluster; a worker that never comes makes it wait forever, so bench.measure.watchdog.deadline ends the process
     after ``timeout_s`` (``--rendezvous-timeout``) with one line naming the cluster. Creating the strategy
     also starts TensorFlow's coordination service, whose preemption notifier catches SIGTERM (to let a
     training loop checkpoint). bench has no checkpoint to save, and a caught SIGTERM kept each worker alive
@@ -140,7 +142,6 @@ def multiworker(launch: LaunchInfo, gpu: bool, timeout_s: float):
     """
     import signal
 
-    from bench.watchdog import deadline
 
     tf = import_tf()[0]
     impl = tf.distribute.experimental.CommunicationImplementation

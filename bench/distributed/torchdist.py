@@ -10,11 +10,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bench import envs
-from bench.config import Device
-from bench.distributed import cpu_thread_share
 from bench.errors import BenchError
-from bench.launch import LaunchInfo
+from bench.kinds import Device
+from bench.launching import envs
+from bench.launching.detect import LaunchInfo
+from bench.launching.supervise import cpu_thread_share
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 

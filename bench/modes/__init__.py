@@ -4,7 +4,7 @@ A mode is one module that knows its framework's setup and step; nothing else. It
 
     preflight(cfg, launch) -> RunConfig        checks and resolves the config (runs in the parent too)
     spawn(cfg) -> None                         starts the ranks when no launcher is around
-    make_trainer(cfg, launch, hooks) -> Trainer   the per-rank object bench.runner.measure drives
+    make_trainer(cfg, launch, hooks) -> Trainer   the per-rank object bench.measure.loop.measure drives
     serve(cfg, launch) -> bool                 optional: processes that serve (parameter servers) instead
 
 Its spec says what report, verify, sweep, predict and the CLI need: the framework, the single-device
@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 from bench.errors import BenchError
-
-FRAMEWORKS = ("torch", "tensorflow")
+from bench.kinds import FRAMEWORKS
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,8 @@ class Variant:
 
     @property
     def exchange(self) -> str:
-        """How gradients cross processes (bench.traffic): "collective", "ps" or "local" (no process boundary)."""
+        """How gradients cross processes (bench.measure.traffic): "collective", "ps" or "local" (no process
+        boundary)."""
         return self.mode.exchange.get(self.strategy, "collective" if self.mode.distributed else "local")
 
     def processes(self, np_: int, num_ps: int = 1) -> int:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from bench.config import RunConfig
 from bench.errors import BenchError
-from bench.launch import LaunchInfo, spawn
+from bench.launching.detect import LaunchInfo
+from bench.launching.supervise import spawn
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 SINGLE_RANK = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench import env
-from bench.config import Device, Precision, RunConfig
 from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices
+from bench.kinds import Device, Precision
+from bench.launching.detect import LaunchInfo, check_gpus_per_node, local_gpu_indices
 from bench.models import model as model_spec
+from bench.records import env
 from bench.tfutil import import_tf
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 tf, keras = import_tf()
 

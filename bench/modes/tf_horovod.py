@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.config import RunConfig
 from bench.distributed import hvdist
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo
+from bench.launching import horovod_gloo
+from bench.launching.detect import LaunchInfo
+from bench.measure.attribution import sparse_exchange
 from bench.modes.tf_common import TFTrainer, optimizer_variables, resolve, tf
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
@@ -17,7 +22,7 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
 
 
 def spawn(cfg: RunConfig) -> None:
-    hvdist.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+    horovod_gloo.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TFTrainer:
@@ -49,7 +54,7 @@ class HorovodTFTrainer(TFTrainer):
         self._first = True
 
         @tf.function
-        def compute_step():  # the same step with the plain tape: no exchange (bench.attribution)
+        def compute_step():  # the same step with the plain tape: no exchange (bench.measure.attribution)
             return self.replica_step(x, y, self.cfg.batch_size)
 
         self._compute_step = compute_step
@@ -65,7 +70,6 @@ class HorovodTFTrainer(TFTrainer):
             self._first = False
 
     def attribution_unsupported(self) -> str | None:
-        from bench.attribution import sparse_exchange
 
         return sparse_exchange(self.cfg)
 

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.config import RunConfig
 from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo, free_port, parse_tf_config
-from bench.launch import spawn as spawn_processes
+from bench.launching.detect import LaunchInfo, parse_tf_config
+from bench.launching.supervise import free_port
+from bench.launching.supervise import spawn as spawn_processes
 from bench.modes.tf_common import TFTrainer, pick_device, resolve, tf
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:

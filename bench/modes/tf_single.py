@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.config import RunConfig
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo
+from bench.launching.detect import LaunchInfo
 from bench.modes import single
 from bench.modes.tf_common import TFTrainer, resolve, tf
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:

@@ -5,18 +5,23 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench import env
-from bench.config import Device, Precision, RunConfig
 from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo, check_gpus_per_node, local_gpu_indices
+from bench.kinds import Device, Precision
+from bench.launching.detect import LaunchInfo, check_gpus_per_node, local_gpu_indices
+from bench.measure.attribution import sparse_exchange
 from bench.models import model as model_spec
 from bench.models.torch_models import loss_fn
+from bench.records import env
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 
 def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
@@ -119,9 +124,8 @@ class TorchTrainer:
             loss.backward()
             self.optimizer.step()
 
-    # -- per-rank attribution (bench.attribution) -------------------------------------------
+    # -- per-rank attribution (bench.measure.attribution) -------------------------------------------
     def attribution_unsupported(self) -> str | None:
-        from bench.attribution import sparse_exchange
 
         return sparse_exchange(self.cfg)
 

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench.config import Device, Precision, RunConfig
 from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo, spawn_local
+from bench.kinds import Device, Precision
+from bench.launching.detect import LaunchInfo
+from bench.launching.supervise import spawn_local
 from bench.modes.torch_common import TorchTrainer, resolve
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench.config import Precision, RunConfig
 from bench.distributed import hvdist
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo
+from bench.kinds import Precision
+from bench.launching import horovod_gloo
+from bench.launching.detect import LaunchInfo
 from bench.modes.torch_common import TorchTrainer, resolve
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
@@ -19,7 +24,7 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
 
 
 def spawn(cfg: RunConfig) -> None:
-    hvdist.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+    horovod_gloo.spawn(cfg.mode, cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
 def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrainer:

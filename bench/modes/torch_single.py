@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.config import Precision, RunConfig
 from bench.hooks import Hooks
-from bench.launch import LaunchInfo
+from bench.kinds import Precision
+from bench.launching.detect import LaunchInfo
 from bench.modes import single
 from bench.modes.torch_common import TorchTrainer, resolve, torch
+
+if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
+    from bench.config import RunConfig
+
 
 
 def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:

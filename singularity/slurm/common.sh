@@ -36,7 +36,7 @@ case $HVDBENCH_RUNTIME in
 esac
 
 # Rendezvous for DDP and anything else that wants one: the allocation's first node, and the first port of the
-# job's own range of 64 (bench.launch.job_port_base: jobs sharing a node never share a port).
+# job's own range of 64 (bench.launching.slurm.job_port_base: jobs sharing a node never share a port).
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 MASTER_PORT=$((20000 + 64 * (SLURM_JOB_ID % 190)))
 export MASTER_ADDR MASTER_PORT

@@ -13,7 +13,7 @@ import dataclasses
 
 from bench.config import register_option
 from bench.hooks import Hooks
-from bench.launch import spawn_local
+from bench.launching.supervise import spawn_local
 from bench.models import ModelSpec
 from bench.models import register as register_model
 from bench.modes import ModeSpec

@@ -1,0 +1,314 @@
+"""bench allreduce: the gradient allreduce alone, over message sizes, through each training stack's collective.
+
+Backends (one module each): ``torch`` (torch.distributed: NCCL on GPU, Gloo on CPU), ``horovod-torch``
+and ``horovod-tf`` (Horovod's allreduce from either framework: NCCL on GPU, Gloo or MPI on CPU) and
+``tf`` (tf.distribute's MultiWorkerMirroredStrategy collective: NCCL on GPU, RING on CPU).
+
+Per size S bytes (float32, S/4 elements), on every rank:
+
+* correctness first (nccl-tests' ``-c``): rank r contributes r+1 everywhere, the SUM must be n(n+1)/2;
+* then the buffer is zeroed (values stay finite however often it is summed), ``warmup`` operations run;
+* the operation count per sample is chosen so a sample lasts about ``target_sample_s`` (the slowest
+  rank's warmup time decides, so every rank runs the same number of collectives);
+* ``samples`` samples, each ``iters`` back-to-back operations bounded by a device sync.
+
+Definitions (nccl-tests, doc/PERFORMANCE.md)::
+
+    time    t = the slowest rank's sample time / iters, median over samples   (per operation)
+    algbw   = S / t                                                              (GB/s, 1 GB = 1e9 bytes)
+    busbw   = algbw * 2 (n - 1) / n          the per-link rate a ring allreduce needs: it moves
+                                             2 (n - 1) / n * S bytes through every rank's link
+
+busbw is comparable across rank counts and with the hardware's link bandwidth; ``bench predict``
+takes it as its bandwidth input. Raw per-rank sample times are kept in the result.
+
+``--op allgather`` measures the collective that carries sparse gradients instead: every rank contributes
+S bytes (the size in the table) holding rank + 1, and every rank must receive block r = r + 1 for all r.
+With nccl-tests' allgather definitions (their size is the gathered n S)::
+
+    algbw   = n S / t
+    busbw   = algbw * (n - 1) / n  =  (n - 1) S / t      every link carries the other ranks' S
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import re
+import secrets
+import socket
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import SCHEMA_VERSION, __version__
+from bench.config import Device
+from bench.errors import BenchError
+from bench.launching import detect, supervise
+from bench.models import MODELS
+from bench.records.results import check_output_dir, write_json_new
+
+BACKENDS = {
+    "torch": "bench.commands.allreduce.torch_dist",
+    "horovod-torch": "bench.commands.allreduce.horovod_torch",
+    "horovod-tf": "bench.commands.allreduce.horovod_tf",
+    "tf": "bench.commands.allreduce.tf_collective",
+}
+FRAMEWORK_OF = {"torch": "torch", "horovod-torch": "torch", "horovod-tf": "tensorflow", "tf": "tensorflow"}
+BYTES_PER_ELEMENT = 4  # float32
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
+
+
+def parse_bytes(text: str) -> int:
+    """'4K' -> 4096, '256M' -> 268435456, '553430176' -> 553430176 (binary units, as nccl-tests' -b/-e)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise BenchError(f"cannot read '{text}' as a size (examples: 4096, 4K, 256M, 1G)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def gradient_bytes(model: str) -> int:
+    """The fp32 gradient of ``model`` at its own class count (1000 for the CNNs) or vocabulary: what one
+    data-parallel step allreduces."""
+    spec = MODELS[model]
+    return spec.gradient_bytes(spec.default_classes, BYTES_PER_ELEMENT)
+
+
+OPS = ("allreduce", "allgather")
+
+
+def bus_factor(n: int, op: str = "allreduce") -> float:
+    return 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
+
+
+def bandwidths(nbytes: int, seconds: float, n: int, op: str = "allreduce") -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes) for ``nbytes`` allreduced (or contributed by each rank to an
+    allgather) across ``n`` ranks in ``seconds``."""
+    algbw = (nbytes if op == "allreduce" else n * nbytes) / seconds / 1e9
+    return algbw, algbw * bus_factor(n, op)
+
+
+@dataclass(frozen=True)
+class AllreduceConfig:
+    backend: str = "torch"
+    op: str = "allreduce"  # or "allgather" (OPS)
+    np: int | None = None
+    min_bytes: int = 4096
+    max_bytes: int = 256 * 1024**2
+    factor: int = 4
+    models: tuple[str, ...] = ("vgg16", "resnet101", "inception3")
+    warmup: int = 2
+    samples: int = 5
+    target_sample_s: float = 0.2
+    max_iters: int = 1000
+    device: Device = Device.auto
+    output: str = "results"
+    rendezvous_timeout: float = 120.0
+    sizes: tuple[int, ...] = field(default=())  # filled by resolve()
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise BenchError(f"unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
+        if self.op not in OPS:
+            raise BenchError(f"unknown --op '{self.op}' (choose from: {', '.join(OPS)})")
+        object.__setattr__(self, "device", Device(self.device))
+        for m in self.models:
+            if m not in MODELS:
+                raise BenchError(f"unknown model '{m}' (choose from: {', '.join(MODELS)})")
+        if self.min_bytes < BYTES_PER_ELEMENT or self.max_bytes < self.min_bytes:
+            raise BenchError(f"need {BYTES_PER_ELEMENT} <= --min-bytes <= --max-bytes "
+                             f"(got {self.min_bytes}, {self.max_bytes})")
+        if self.factor < 2:
+            raise BenchError(f"--factor must be >= 2 (got {self.factor})")
+        for name in ("samples", "max_iters"):
+            if getattr(self, name) < 1:
+                raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.warmup < 1:
+            raise BenchError(f"--warmup must be >= 1: it sizes the samples (got {self.warmup})")
+        if self.np is not None and self.np < 1:
+            raise BenchError(f"--np must be >= 1 (got {self.np})")
+        if not self.target_sample_s > 0:
+            raise BenchError(f"--target-sample-s must be > 0 (got {self.target_sample_s})")
+
+    def resolve(self, np_: int) -> AllreduceConfig:
+        sizes, s = [], self.min_bytes
+        while s <= self.max_bytes:
+            sizes.append(s - s % BYTES_PER_ELEMENT)
+            s *= self.factor
+        sizes += [gradient_bytes(m) for m in self.models]
+        return replace(self, np=np_, sizes=tuple(sorted(set(sizes))))
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "device": self.device.value})
+
+    @classmethod
+    def from_json(cls, text: str) -> AllreduceConfig:
+        data = json.loads(text)
+        data["models"], data["sizes"] = tuple(data["models"]), tuple(data["sizes"])
+        return cls(**data)
+
+
+def load_backend(name: str):
+    return importlib.import_module(BACKENDS[name])
+
+
+# -- the parent ---------------------------------------------------------------------------------------
+def run(cfg: AllreduceConfig) -> Path | None:
+    """Spawn the ranks (no launcher around) or be one (under a launcher); rank 0 returns the result path."""
+
+    info = detect.detect()
+    if info.launcher == "none":
+        check_output_dir(cfg.output)
+        module = load_backend(cfg.backend)
+        resolved = cfg.resolve(module.default_np(cfg) if cfg.np is None else cfg.np)
+        module.spawn(resolved)
+        return None
+    inherited = os.environ.get(supervise.CHILD_CONFIG_ENV)
+    if inherited:
+        cfg = AllreduceConfig.from_json(inherited)
+    module = load_backend(cfg.backend)
+    if cfg.np is not None and cfg.np != info.world_size:
+        raise BenchError(f"--np {cfg.np} does not match the {info.world_size} ranks {info.launcher} started")
+    cfg = cfg.resolve(info.world_size) if not cfg.sizes else cfg
+    out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
+    comm = module.make(cfg, info)
+    comm.setup()
+    try:
+        rows = measure(comm, cfg)
+        mine = comm.environment()
+        ranks = comm.allgather({"rank": info.rank, "local_rank": info.local_rank, "host": socket.gethostname(),
+                                "device": str(mine.get("device"))})
+        environment = {**mine, "ranks": ranks} if info.rank == 0 else None  # only rank 0 writes it
+    finally:
+        comm.teardown()
+    if info.rank != 0:
+        return None
+    return write(out_dir, build_result(cfg, info, rows, environment))
+
+
+def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
+    """Every size on this rank; rank 0 gets the gathered rows (others get theirs, unused)."""
+    rows = []
+    for nbytes in cfg.sizes:
+        count = nbytes // BYTES_PER_ELEMENT
+        op = comm.prepare(count)
+        correct = comm.check(op, count)
+        comm.zero()
+        warm = []
+        for _ in range(cfg.warmup):
+            t0 = comm.clock()
+            op()
+            comm.sync()
+            warm.append(comm.clock() - t0)
+        slowest_warm = max(comm.allgather(min(warm)))
+        iters = max(1, min(cfg.max_iters, math.ceil(cfg.target_sample_s / max(slowest_warm, 1e-9))))
+        samples = []
+        for _ in range(cfg.samples):
+            comm.sync()
+            comm.barrier()
+            t0 = comm.clock()
+            for _ in range(iters):
+                op()
+            comm.sync()
+            samples.append((comm.clock() - t0) / iters)
+        gathered = comm.allgather({"samples": samples, "correct": correct})
+        comm.release()
+        per_sample = [max(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
+        t = statistics.median(per_sample)
+        algbw, busbw = bandwidths(nbytes, t, comm.world_size, cfg.op)
+        rows.append({
+            "bytes": nbytes, "count": count, "dtype": "float32", "iters": iters,
+            "time_s": t, "time_mean_s": statistics.fmean(per_sample), "time_min_s": min(per_sample),
+            "algbw_GBps": algbw, "busbw_GBps": busbw,
+            "correct": all(rank["correct"] for rank in gathered),
+            "model": next((m for m in cfg.models if gradient_bytes(m) == nbytes), None),
+            "samples_s_per_rank": [rank["samples"] for rank in gathered],
+        })
+    return rows
+
+
+def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environment: dict[str, Any]) -> dict:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "allreduce",
+        "run_id": f"{stamp}-{cfg.op}-{cfg.backend}-{secrets.token_hex(4)}",
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hvdbench_version": __version__,
+        "config": {**asdict(cfg), "device": cfg.device.value},
+        "launcher": info.launcher,
+        "world_size": info.world_size,
+        "environment": environment,
+        "rows": rows,
+        "all_correct": all(r["correct"] for r in rows),
+        "definitions": DEFINITIONS[cfg.op],
+    }
+
+
+DEFINITIONS = {
+    "allreduce": {
+        "time_s": "per allreduce: median over samples of the slowest rank's sample time / iters",
+        "algbw_GBps": "bytes / time_s / 1e9",
+        "busbw_GBps": "algbw * 2 (n - 1) / n (nccl-tests)",
+        "correct": "rank r contributes r + 1; every element of the SUM equals n (n + 1) / 2",
+    },
+    "allgather": {
+        "time_s": "per allgather: median over samples of the slowest rank's sample time / iters",
+        "algbw_GBps": "n x bytes (the gathered size) / time_s / 1e9",
+        "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
+        "correct": "rank r contributes bytes holding r + 1; block r of every rank's result holds r + 1",
+    },
+}
+
+
+def write(out_dir: Path, result: dict[str, Any]) -> Path:
+    from rich.console import Console
+
+
+    path = write_json_new(out_dir / f"{result['run_id']}.json", result)
+    Console(file=sys.stdout).print(render(result))
+    print(f"result: {path}")
+    if not result["all_correct"]:
+        bad = [r["bytes"] for r in result["rows"] if not r["correct"]]
+        raise BenchError(f"{result['config'].get('op', 'allreduce')} returned wrong results at {len(bad)} size(s) "
+                         f"({bad[:3]} bytes ...); see {path}")
+    return path
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} B"
+
+
+def render(result: dict[str, Any]):
+    from rich.table import Table
+
+    env = result["environment"]
+    table = Table("size", "bytes", "model gradient", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                  "correct", title=f"{result['config'].get('op', 'allreduce')} {result['config']['backend']} "
+                                   f"({env.get('transport', '?')}), n={result['world_size']}, float32, "
+                                   f"hosts {' '.join(sorted({r['host'] for r in env.get('ranks', [])})) or '?'}")
+    for r in result["rows"]:
+        table.add_row(human_bytes(r["bytes"]), str(r["bytes"]), r["model"] or "", str(r["iters"]),
+                      f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
+                      "yes" if r["correct"] else "NO")
+    return table
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """An allreduce result file, checked."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchError(f"cannot read allreduce result {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != "allreduce" or not data.get("rows"):
+        raise BenchError(f"{path} is not a bench allreduce result")
+    return data

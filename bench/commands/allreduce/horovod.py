@@ -1,0 +1,45 @@
+"""What the Horovod allreduce backends share (``horovod-torch``, ``horovod-tf``): start-up and records.
+
+NCCL on GPU (Horovod built with HOROVOD_GPU_OPERATIONS=NCCL), Gloo or MPI on CPU. Started like the
+Horovod modes: self-spawned with the Gloo controller, or under horovodrun, mpirun or srun --mpi=pmix.
+Imports no framework: each backend module brings its own buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.commands.allreduce.common import Comm
+from bench.distributed import hvdist
+from bench.launching import horovod_gloo
+from bench.records import env
+
+FRAMEWORK = {"horovod-torch": "torch", "horovod-tf": "tensorflow"}
+
+
+def spawn(cfg) -> None:
+    hvdist.import_hvd(FRAMEWORK[cfg.backend], f"allreduce --backend {cfg.backend}")
+    horovod_gloo.spawn("allreduce", cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
+
+
+class HorovodComm(Comm):
+    """hvd.init, Horovod's allgather and shutdown; subclasses set ``framework`` and ``on_gpu``."""
+
+    framework = "torch"
+    on_gpu = False
+
+    def setup(self) -> None:
+        self.hvd = hvdist.import_hvd(self.framework, f"allreduce --backend {self.cfg.backend}")
+        hvdist.init(self.hvd, self.rank, self.world_size)
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return self.hvd.allgather_object(obj)
+
+    def environment(self) -> dict[str, Any]:
+        info = hvdist.environment(self.hvd, self.framework, self.on_gpu)
+        controller = info["distribution"]["controller"]
+        return {**env.base(), **info, "library": "horovod", "device": "cuda" if self.on_gpu else "cpu",
+                "transport": f"horovod {'nccl' if self.on_gpu and info['distribution']['nccl'] else controller}"}
+
+    def teardown(self) -> None:
+        self.hvd.shutdown()

@@ -1,0 +1,373 @@
+"""bench diagnose: which node, device or link of an allocation is slow, against its peers and a baseline.
+
+Three phases, each on the nodes that are left (bench/commands/diagnose/hosts.py: srun steps in a Slurm allocation, or
+ssh and mpirun -H on a host list):
+
+1. ``devices``: every device alone, all at the same time (bench MODE --np 1 on each, one srun step per node:
+   bench/commands/diagnose/alone.py), with telemetry: samples/s per device, and on GPUs the clock-event (throttle)
+   reasons that explain a slow one;
+2. ``network``: bench allreduce between two nodes at a time, one rank per node, at a small and a large size:
+   latency (the small size's time per operation) and busbw (the large one's) per pair. Pairs run in rounds
+   of disjoint pairs, all at once within a round; every pair for up to 8 nodes, else a ring of pairs (each
+   node in two);
+3. ``job``: one run of MODE over all those nodes with per-rank attribution (bench/measure/attribution.py): each
+   rank's compute-only step time, and the job's samples/s.
+
+A node whose devices phase fails is a finding and is left out of the phases after it. The figures go
+through the rules (bench/commands/diagnose/rules.toml, bench/commands/diagnose/rules.py); the record
+(OUTPUT/diagnose-<stamp>/diagnose.json, schema: ``bench schema --diagnose``), a markdown report beside it
+and a terminal table say what was found. Exit status: 0 when no finding is an error, 3 when one is.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import __version__
+from bench.commands.allreduce import BACKENDS
+from bench.commands.diagnose import rules as rules_mod
+from bench.commands.diagnose.hosts import HostList, Slurm, Step, bench_argv, run_steps
+from bench.commands.diagnose.report import markdown, terminal
+from bench.errors import BenchError
+from bench.launching.slurm import expand_nodelist, inside_allocation
+from bench.modes import MODES
+from bench.records import files
+from bench.records.results import check_output_dir
+from bench.records.schema import validate_diagnose
+
+SCHEMA_VERSION = 1
+PHASES = ("devices", "network", "job")
+FINDINGS_EXIT = 3
+ALL_PAIRS_UP_TO = 8
+# Short timed runs: what one device does, not a benchmark to quote (--run-args adds to or overrides these).
+RUN_DEFAULTS = ("--warmup-steps", "1", "--steps-per-window", "4", "--windows", "3")
+
+
+@dataclass(frozen=True)
+class DiagnoseConfig:
+    mode: str = "torch-ddp"
+    run_args: tuple[str, ...] = ()
+    phases: tuple[str, ...] = PHASES
+    hosts: tuple[str, ...] | None = None
+    devices_per_node: int = 1
+    pairs: str = "auto"
+    backend: str = "torch"
+    small_bytes: int = 4096
+    large_bytes: int = 64 << 20
+    samples: int = 3
+    attribution_steps: int = 5
+    rules: str | None = None
+    baseline: str | None = None
+    save_baseline: str | None = None
+    output: str = "results"
+    step_timeout: float = 900.0
+    port: int = 29500
+    nodes: tuple[str, ...] = field(default=())  # resolved: the allocation's or the host list
+
+    def check(self) -> None:
+
+        if self.mode.split(":")[0] not in MODES:
+            raise BenchError(f"unknown mode '{self.mode}' (choose from {', '.join(MODES)})")
+        bad = [p for p in self.phases if p not in PHASES]
+        if bad or not self.phases:
+            raise BenchError(f"--phases takes {', '.join(PHASES)} (got {','.join(self.phases) or 'none'})")
+        if self.backend not in BACKENDS:
+            raise BenchError(f"unknown --backend '{self.backend}' (choose from {', '.join(BACKENDS)})")
+        if self.pairs not in ("auto", "all", "ring"):
+            raise BenchError("--pairs takes auto, all or ring")
+        if self.devices_per_node < 1 or self.samples < 1 or self.attribution_steps < 2 or self.step_timeout <= 0:
+            raise BenchError("--devices-per-node and --samples must be at least 1, --attribution-steps at least 2, "
+                             "--step-timeout above 0")
+        if self.large_bytes <= self.small_bytes or self.large_bytes % self.small_bytes:
+            raise BenchError("--large-bytes must be a multiple of --small-bytes, and larger")
+        if len(self.nodes) < 1:
+            raise BenchError("no nodes to diagnose")
+        if "network" in self.phases and len(self.nodes) < 2:
+            raise BenchError("the network phase needs 2 nodes at least (or --phases devices,job)")
+
+
+def resolve_nodes(hosts: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The host list, or the Slurm allocation's nodes; one line when there is neither."""
+    import os
+
+
+    if hosts:
+        if len(set(hosts)) != len(hosts):
+            raise BenchError(f"--hosts names a node twice: {','.join(hosts)}")
+        return hosts
+    if "SLURM_STEP_ID" in os.environ:
+        raise BenchError("bench diagnose starts its own job steps: run it in the allocation (salloc, sbatch), "
+                         "not under srun")
+    if not inside_allocation():
+        raise BenchError("bench diagnose runs inside a Slurm allocation (salloc -N4 bench diagnose) or on a "
+                         "host list (--hosts node1,node2,...)")
+    return tuple(expand_nodelist(os.environ.get("SLURM_JOB_NODELIST", "")))
+
+
+def pair_rounds(nodes: list[str], how: str) -> list[list[tuple[str, str]]]:
+    """Rounds of disjoint node pairs. all: every pair, n-1 rounds (the circle method; n odd adds a rest);
+    ring: each node with the next, in 2 rounds (3 when n is odd)."""
+    n = len(nodes)
+    if how == "auto":
+        how = "all" if n <= ALL_PAIRS_UP_TO else "ring"
+    if n == 2:
+        return [[(nodes[0], nodes[1])]]
+    if how == "ring":
+        pairs = [(nodes[i], nodes[(i + 1) % n]) for i in range(n)]
+        rounds: list[list[tuple[str, str]]] = []
+        for pair in pairs:  # first round that has neither node yet
+            for r in rounds:
+                if not {x for p in r for x in p} & set(pair):
+                    r.append(pair)
+                    break
+            else:
+                rounds.append([pair])
+        return rounds
+    circle = [*nodes, None] if n % 2 else list(nodes)
+    m = len(circle)
+    rounds = []
+    for _ in range(m - 1):
+        r = [(circle[i], circle[m - 1 - i]) for i in range(m // 2)]
+        rounds.append([tuple(sorted(p)) for p in r if None not in p])
+        circle = [circle[0], circle[-1], *circle[1:-1]]
+    return rounds
+
+
+def signature(cfg: DiagnoseConfig) -> dict[str, Any]:
+    """What a baseline must share with the run it is held against."""
+    return {"mode": cfg.mode, "run_args": [*RUN_DEFAULTS, *cfg.run_args], "devices_per_node": cfg.devices_per_node,
+            "backend": cfg.backend, "small_bytes": cfg.small_bytes, "large_bytes": cfg.large_bytes}
+
+
+def load_baseline(cfg: DiagnoseConfig) -> dict[str, Any] | None:
+    if cfg.baseline is None:
+        return None
+    try:
+        data = json.loads(Path(cfg.baseline).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchError(f"cannot read baseline {cfg.baseline}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != "diagnose-baseline":
+        raise BenchError(f"{cfg.baseline} is not a diagnose baseline (bench diagnose --save-baseline writes one)")
+    if data.get("signature") != signature(cfg):
+        differ = [k for k, v in signature(cfg).items() if data.get("signature", {}).get(k) != v]
+        raise BenchError(f"baseline {cfg.baseline} was measured differently ({', '.join(differ)}): diagnose with "
+                         "the same options, or save a new baseline")
+    return data["figures"]
+
+
+def _one_result(folder: Path) -> dict[str, Any] | None:
+    found = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    return json.loads(found[-1].read_text()) if len(found) == 1 else None
+
+
+def _mpi(name: str) -> bool:
+
+    return MODES[name.split(":")[0]].needs_mpi
+
+
+class Diagnosis:
+    """One diagnose: its folder, its executor, the phases' steps, figures and findings."""
+
+    def __init__(self, cfg: DiagnoseConfig) -> None:
+        self.cfg = cfg
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.run_id = f"{stamp}-diagnose-{secrets.token_hex(4)}"
+        self.folder = Path(cfg.output).resolve() / f"diagnose-{stamp}-{self.run_id[-8:]}"
+        nodes = list(cfg.nodes)
+        self.exe = (HostList(nodes, cfg.devices_per_node, cfg.port, cfg.step_timeout) if cfg.hosts
+                    else Slurm(nodes, cfg.devices_per_node))
+        self.healthy = list(nodes)  # nodes still in: a node whose devices phase failed is left out
+        self.figures: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in rules_mod.KINDS}
+        self.findings: list[dict[str, Any]] = []
+        self.phases: dict[str, dict[str, Any]] = {}
+
+    def run_args(self) -> list[str]:
+        return [*RUN_DEFAULTS, *self.cfg.run_args]
+
+    def _phase(self, name: str, steps: list[list[Step]]) -> list[Step]:
+        """Run the rounds of ``steps`` one after the other; record them; every step, run."""
+        t0 = time.monotonic()
+        done = []
+        for round_ in steps:
+            run_steps(round_, self.cfg.step_timeout)
+            done += round_
+            if any(s.failure() for s in round_) and (why := self.exe.gone()):
+                raise BenchError(f"{why} during the {name} phase: no verdict, no record (the phases' output is "
+                                 f"in {self.folder})")
+        self.phases[name] = {"seconds": time.monotonic() - t0, "steps": [
+            {"label": s.label, "members": list(s.members), "command": s.argv, "exit_code": s.code,
+             "timed_out": s.timed_out, "seconds": s.seconds, "failure": s.failure(), "log": str(s.log)}
+            for s in done]}
+        return done
+
+    def _did_not_run(self, kind: str, where: str, step: Step) -> None:
+        self.findings.append(rules_mod.finding(kind, where, None, "a result", "did-not-run: the phase's command "
+                                               f"failed: {step.failure()}", "error", phase=step.label))
+
+    def devices(self) -> None:
+        out = self.folder / "devices"
+        alone = [sys.executable, "-m", "bench.commands.diagnose.alone"]
+        steps = [Step("devices", (node,), self.exe.alone(node, [
+            *alone, str(out / node), str(self.cfg.devices_per_node), self.cfg.mode, *self.run_args()]),
+            self.folder / "logs" / f"devices-{node}.log") for node in self.healthy]
+        for step in self._phase("devices", [steps]):
+            (node,) = step.members
+            per_device = []
+            for i in range(self.cfg.devices_per_node):
+                member = node if self.cfg.devices_per_node == 1 else f"{node}/{i}"
+                result = _one_result(out / f"{node}-{i}")
+                if result is None:
+                    continue
+                per_device.append(member)
+                self.figures["device"][member] = {"samples_per_sec": result["summary"]["samples_per_sec_total"],
+                                                  **_device_telemetry(result)}
+            if len(per_device) < self.cfg.devices_per_node or step.failure():
+                self._did_not_run("device", node, step)
+                self.healthy.remove(node)
+
+    def network(self) -> None:
+        out = self.folder / "network"
+        if len(self.healthy) < 2:
+            self.phases["network"] = {"seconds": 0.0, "steps": [], "skipped": "fewer than 2 nodes left"}
+            return
+        factor = self.cfg.large_bytes // self.cfg.small_bytes
+        rounds = [[Step("network", pair, self.exe.together(list(pair), 1, bench_argv(
+            "allreduce", "--backend", self.cfg.backend, "--min-bytes", str(self.cfg.small_bytes), "--max-bytes",
+            str(self.cfg.large_bytes), "--factor", str(factor), "--models", "", "--samples", str(self.cfg.samples),
+            "--output", str(out / "+".join(pair))), mpi=self.cfg.backend.startswith("horovod")),
+            self.folder / "logs" / f"network-{'+'.join(pair)}.log") for pair in r]
+            for r in pair_rounds(self.healthy, self.cfg.pairs)]
+        for step in self._phase("network", rounds):
+            member = "+".join(step.members)
+            result = _one_result(out / member)
+            if step.failure() or result is None:
+                self._did_not_run("pair", member, step)
+                continue
+            rows = sorted(result["rows"], key=lambda r: r["bytes"])
+            self.figures["pair"][member] = {"busbw_GBps": rows[-1]["busbw_GBps"], "latency_us": rows[0]["time_s"] * 1e6,
+                                            "all_correct": result["all_correct"]}
+            if not result["all_correct"]:
+                self.findings.append(rules_mod.finding("pair", member, False, True, "allreduce-correct: the sum "
+                                                       "came back wrong", "error"))
+
+    def job(self) -> None:
+        out = self.folder / "job"
+        if len(self.healthy) * self.cfg.devices_per_node < 2:
+            self.phases["job"] = {"seconds": 0.0, "steps": [], "skipped": "fewer than 2 devices left"}
+            return
+        (step,) = self._phase("job", [[Step("job", tuple(self.healthy), self.exe.together(
+            self.healthy, self.cfg.devices_per_node, bench_argv(
+                self.cfg.mode, *self.run_args(), "--attribution-steps", str(self.cfg.attribution_steps),
+                "--output", str(out)), mpi=_mpi(self.cfg.mode)), self.folder / "logs" / "job.log")]])
+        result = _one_result(out)
+        if step.failure() or result is None:
+            self._did_not_run("job", "job", step)
+            return
+        self.figures["job"]["job"] = {"samples_per_sec": result["summary"]["samples_per_sec_total"]}
+        section = result.get("attribution") or {}
+        if not section.get("measured"):
+            self.phases["job"]["attribution"] = section.get("reason", "not measured")
+            return
+        self.phases["job"]["straggler"] = section["straggler"]
+        for p in section["per_rank"]:
+            self.figures["rank"][f"rank {p['rank']} ({p['host']})"] = {
+                "compute_s": p["compute_s"], "exposed_s": p["exposed_s"], "step_s": p["step_s"]}
+
+    def run(self) -> dict[str, Any]:
+
+        rules = rules_mod.load(self.cfg.rules)
+        baseline = load_baseline(self.cfg)
+        check_output_dir(self.cfg.output)
+        self.folder.mkdir(parents=True)
+        started = time.monotonic()
+        for phase in PHASES:
+            if phase in self.cfg.phases:
+                getattr(self, phase)()
+        self.findings += rules_mod.evaluate(rules, self.figures, baseline)
+        self.findings += rules_mod.common_member(self.findings)
+        self.findings += _throttled(self.figures["device"], self.findings)
+        return {
+            "kind": "diagnose", "schema_version": SCHEMA_VERSION, "run_id": self.run_id,
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "hvdbench_version": __version__,
+            "config": {**asdict(self.cfg), "rules": str(self.cfg.rules or rules_mod.DEFAULT_RULES)},
+            "executor": self.exe.name, "nodes": list(self.cfg.nodes), "left_out": sorted(set(self.cfg.nodes) -
+                                                                                        set(self.healthy)),
+            "seconds": time.monotonic() - started, "phases": self.phases, "figures": self.figures,
+            "rules": [r.text() + f" [{r.severity}]" for r in rules], "baseline": self.cfg.baseline,
+            "findings": self.findings, "passed": not any(f["severity"] == "error" for f in self.findings),
+        }
+
+
+def _device_telemetry(result: dict[str, Any]) -> dict[str, Any]:
+    """A device's clock-event (throttle) reasons in its timed windows, where telemetry saw a GPU."""
+    telemetry = result.get("telemetry") or {}
+    gpus = [g for n in telemetry.get("nodes", []) for g in n.get("gpus", [])]
+    if not gpus:
+        return {}
+    power = [g["power_w_mean"] for g in gpus if g["power_w_mean"] is not None]
+    return {"throttled": any(g["throttled"] for g in gpus),
+            "throttle_reasons": sorted({r for g in gpus for r in g["throttle_reasons"]}),
+            "power_w_mean": statistics.fmean(power) if power else None}
+
+
+def _throttled(devices: dict[str, dict[str, Any]], found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Telemetry's why: each flagged device's throttle reasons joined to its finding, and a warning for a
+    device that throttled without being flagged."""
+    extra = []
+    flagged = {f["where"] for f in found if f["kind"] == "device"}
+    for member, figs in devices.items():
+        if not figs.get("throttled"):
+            continue
+        why = f"throttled: {', '.join(figs['throttle_reasons'])}"
+        for f in found:
+            if f["kind"] == "device" and f["where"] == member:
+                f["why"] = why
+        if member not in flagged:
+            extra.append(rules_mod.finding("device", member, figs["throttle_reasons"], "no slowdown reasons",
+                                           "throttled: the GPU slowed its clocks in the timed windows", "warning",
+                                           why=why))
+    return extra
+
+
+def baseline_record(record: dict[str, Any], cfg: DiagnoseConfig) -> dict[str, Any]:
+    return {"kind": "diagnose-baseline", "from_run": record["run_id"], "created_utc": record["created_utc"],
+            "nodes": record["nodes"], "signature": signature(cfg), "figures": record["figures"]}
+
+
+def write(record: dict[str, Any], folder: Path) -> Path:
+    """diagnose.json and diagnose.md in ``folder``; the JSON's path."""
+
+    validate_diagnose(record)
+    path = folder / "diagnose.json"
+    files.write_new(path, json.dumps(record, indent=2) + "\n")
+    files.write_new(folder / "diagnose.md", markdown(record))
+    return path
+
+
+def diagnose(cfg: DiagnoseConfig) -> int:
+    """Run, write, print; the exit status (0 healthy, FINDINGS_EXIT with an error finding)."""
+
+    cfg.check()
+    if cfg.save_baseline and Path(cfg.save_baseline).exists():
+        raise BenchError(f"baseline {cfg.save_baseline} already exists; not overwritten")
+    d = Diagnosis(cfg)
+    record = d.run()
+    path = write(record, d.folder)
+    terminal(record)
+    print(f"record: {path}\nreport: {path.with_suffix('.md')}")
+    if cfg.save_baseline:
+        if not record["passed"]:
+            print(f"baseline not saved: this run has findings ({cfg.save_baseline} needs a healthy run)")
+        else:
+            files.write_new(Path(cfg.save_baseline), json.dumps(baseline_record(record, cfg), indent=2) + "\n")
+            print(f"baseline: {cfg.save_baseline}")
+    return 0 if record["passed"] else FINDINGS_EXIT
+

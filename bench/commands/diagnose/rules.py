@@ -1,0 +1,144 @@
+"""bench diagnose's verdicts: rules (data, bench/commands/diagnose/rules.toml) over the phases' figures.
+
+A *member* is what a figure belongs to: a device (``node1`` or ``node1/1``), a pair of nodes
+(``node1+node2``), a rank of the full job (``rank 2``), or the job. ``figures`` maps kind -> member -> figure
+name -> value. A rule compares one figure of every member of its kind with an expected value:
+
+    peers:     expected = median of the same figure over the *other* members of that kind in this run
+               (no verdict with fewer than 2 others: a median of one is that one)
+    baseline:  expected = the same member's figure in the baseline, or, for a member the baseline lacks,
+               the median of that kind there
+
+    below:  a finding when figure < expected x (1 - tolerance)
+    above:  a finding when figure > expected x (1 + tolerance)
+
+Two findings are derived, not ruled: a member whose phase did not run to the end (``did-not-run``), and, when
+two or more pairs are flagged and one node is in every flagged pair, that node (``common-member-of-pairs``):
+a link fault shows on every pair that crosses it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+
+DEFAULT_RULES = Path(__file__).with_name("rules.toml")
+KINDS = ("device", "pair", "rank", "job")
+FIGURES = {"device": ("samples_per_sec",), "pair": ("busbw_GBps", "latency_us"), "rank": ("compute_s",),
+           "job": ("samples_per_sec",)}
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: str
+    figure: str
+    against: str
+    direction: str
+    tolerance: float
+    severity: str
+
+    def flagged(self, value: float, expected: float) -> bool:
+        if self.direction == "below":
+            return value < expected * (1 - self.tolerance)
+        return value > expected * (1 + self.tolerance)
+
+    def text(self) -> str:
+        sign = "<" if self.direction == "below" else ">"
+        factor = 1 - self.tolerance if self.direction == "below" else 1 + self.tolerance
+        return f"{self.name}: {self.figure} {sign} {factor:g} x {self.against}"
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise BenchError("reading diagnose rules needs Python 3.11 or the tomli package") from None
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise BenchError(f"cannot read rules {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BenchError(f"rules {path}: not TOML ({exc})") from None
+
+
+def load(path: str | Path | None = None) -> list[Rule]:
+    """The rules in ``path`` (default: bench/commands/diagnose/rules.toml), each checked."""
+    path = Path(path) if path else DEFAULT_RULES
+    data = _toml(path)
+    rules = []
+    for i, raw in enumerate(data.get("rule", []), 1):
+        where = f"rules {path}, rule {i} ({raw.get('name', 'unnamed')})"
+        missing = [k for k in Rule.__dataclass_fields__ if k not in raw]
+        extra = sorted(set(raw) - set(Rule.__dataclass_fields__))
+        if missing or extra:
+            raise BenchError(f"{where}: {'missing ' + ', '.join(missing) if missing else ''}"
+                             f"{'; ' if missing and extra else ''}{'unknown ' + ', '.join(extra) if extra else ''}")
+        if raw["kind"] not in KINDS:
+            raise BenchError(f"{where}: kind must be one of {', '.join(KINDS)}")
+        if raw["figure"] not in FIGURES[raw["kind"]]:
+            raise BenchError(f"{where}: a {raw['kind']} has the figures {', '.join(FIGURES[raw['kind']])}")
+        for key, allowed in (("against", ("peers", "baseline")), ("direction", ("below", "above")),
+                             ("severity", ("error", "warning"))):
+            if raw[key] not in allowed:
+                raise BenchError(f"{where}: {key} must be {' or '.join(allowed)}")
+        tolerance = raw["tolerance"]
+        if not isinstance(tolerance, (int, float)) or not 0 < tolerance < (1 if raw["direction"] == "below" else 100):
+            raise BenchError(f"{where}: tolerance must be a number above 0 (below 1 for 'below')")
+        rules.append(Rule(**{**raw, "tolerance": float(tolerance)}))
+    if not rules:
+        raise BenchError(f"rules {path}: no [[rule]] tables")
+    return rules
+
+
+def finding(kind: str, where: str, figure: Any, expected: Any, rule: str, severity: str, **more: Any) -> dict:
+    return {"kind": kind, "where": where, "figure": figure, "expected": expected, "rule": rule,
+            "severity": severity, **more}
+
+
+def evaluate(rules: list[Rule], figures: dict[str, dict[str, dict[str, float]]],
+             baseline: dict[str, dict[str, dict[str, float]]] | None) -> list[dict[str, Any]]:
+    """Every rule over every member that has its figure; baseline rules only with a baseline."""
+    found = []
+    for rule in rules:
+        members = {m: f[rule.figure] for m, f in figures.get(rule.kind, {}).items()
+                   if f.get(rule.figure) is not None}
+        for member, value in members.items():
+            if rule.against == "peers":
+                others = [v for m, v in members.items() if m != member]
+                if len(others) < 2:
+                    continue
+                expected = statistics.median(others)
+            else:
+                if baseline is None:
+                    continue
+                known = {m: f[rule.figure] for m, f in baseline.get(rule.kind, {}).items()
+                         if f.get(rule.figure) is not None}
+                if not known:
+                    continue
+                expected = known.get(member, statistics.median(known.values()))
+            if rule.flagged(value, expected):
+                found.append(finding(rule.kind, member, value, expected, rule.text(), rule.severity,
+                                     name=rule.figure, against=rule.against))
+    return found
+
+
+def common_member(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The node in every flagged pair, when two pairs or more are flagged and exactly one node is in all."""
+    pairs = {f["where"] for f in found if f["kind"] == "pair" and f["severity"] == "error"}
+    if len(pairs) < 2:
+        return []
+    nodes = [set(p.split("+")) for p in pairs]
+    common = set.intersection(*nodes)
+    if len(common) != 1:
+        return []
+    (node,) = common
+    return [finding("node", node, len(pairs), f"{len(pairs)} flagged pairs", "common-member-of-pairs: the one node "
+                    "in every flagged pair (its link, not the pairs, is slow)", "error", pairs=sorted(pairs))]

@@ -1,0 +1,299 @@
+"""bench report DIR: results -> report.md, report.csv and PNG plots. It reads result files; it never runs anything.
+
+Formulas (each stated in the report too):
+
+* Step throughput T_n: a run's ``samples_per_sec_total`` (mean over timed windows, all ranks).
+* Wall throughput W_n: ``samples_per_sec_wall_total`` = samples after init / (init_s + train_s) (seed 003).
+* Speedup vs 1 rank of the same mode: S_n = T_n / T_1; wall speedup S^wall_n = W_n / W_1.
+* Scaling efficiency: E_n = T_n / (n * T_1) = S_n / n.
+* Speedup vs a plain single device (torch-single / tf-single, same framework, model, precision, batch,
+  image size): T_n / T_single.
+* Horovod vs native, same framework and setting at the same n: ratio T_horovod / T_native; the
+  difference is called beyond noise when the two 95% confidence intervals do not overlap.
+
+Where several results share a cell (mode, model, precision, batch, image size, n), the one with the
+most recent ``created_utc`` is used and the others are listed as repeats.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.measure.attribution import STRAGGLER_THRESHOLD
+from bench.modes import MODES
+from bench.records import files
+from bench.records.collect import Key, ci_overlap, key_of, label_of, load_results, table_cells
+from bench.records.metrics import METRICS, sample_symbol
+
+# The registry's metrics each row of report.csv carries (bench.records.metrics), beside the derived speedups.
+REPORTED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec_wall_total", "tokens_per_sec_total",
+            "model_tflops_per_gpu", "init_s", "first_step_s")
+
+
+def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+    rows = []
+    for key in sorted(chosen, key=lambda k: (k.setting, k.label)):
+        by_n = chosen[key]
+        base = by_n.get(1)
+        spec = MODES.get(key.mode)  # None: a mode of a plugin not loaded here
+        single = chosen.get(Key(spec.reference, spec.reference, *key.setting), {}).get(1) if spec else None
+        for n in sorted(by_n):
+            r = by_n[n]
+            t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
+            row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
+                   "inputs": key.inputs, "n": n, "unit": sample_symbol(r),
+                   **{name: METRICS[name].value(r) for name in REPORTED}, "ci95": r["summary"].get("ci95"),
+                   "run_id": r["run_id"], "speedup": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
+            if base is not None:
+                t1 = base["summary"]["samples_per_sec_total"]
+                row["speedup"] = t / t1
+                row["efficiency"] = t / (n * t1)
+                w1 = base["summary"].get("samples_per_sec_wall_total")
+                row["wall_speedup"] = w / w1 if w and w1 else None
+            if single is not None:
+                row["vs_single"] = t / single["summary"]["samples_per_sec_total"]
+            rows.append(row)
+    return rows
+
+
+def horovod_vs_native(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+    rows = []
+    for key, by_n in chosen.items():
+        spec = MODES.get(key.mode)
+        if spec is None or not spec.horovod or key.label != key.mode:
+            continue
+        native_mode = spec.peer
+        for native_key in [k for k in chosen if k.mode == native_mode and k.setting == key.setting]:
+            for n in sorted(set(by_n) & set(chosen[native_key])):
+                h, nat = by_n[n], chosen[native_key][n]
+                th, tn = h["summary"]["samples_per_sec_total"], nat["summary"]["samples_per_sec_total"]
+                overlap = ci_overlap(h, nat)
+                rows.append({"setting": key.setting_text(), "n": n, "horovod": key.label, "native": native_key.label,
+                             "horovod_samples_per_sec": th, "native_samples_per_sec": tn, "ratio": th / tn,
+                             "faster": key.label if th > tn else native_key.label,
+                             "by_pct": abs(th / tn - 1) * 100,
+                             "beyond_ci": None if overlap is None else not overlap})
+    return sorted(rows, key=lambda r: (r["setting"], r["horovod"], r["native"], r["n"]))
+
+
+def traffic_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every multi-process result's bytes per step, computed and measured (results that record them)."""
+    rows = []
+    for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r["world_size"])):
+        t = r.get("traffic")
+        if not t or t["computed"]["bytes_per_step"] == 0:
+            continue
+        computed = t["computed"]["bytes_per_step"]
+        measured = (t.get("measured") or {}).get("bytes_per_step")
+        rows.append({"label": label_of(r), "setting": key_of(r).setting_text(), "n": r["world_size"],
+                     "exchange": t["computed"]["exchange"], "tokens_per_sec": r["summary"].get("tokens_per_sec_total"),
+                     "computed": computed, "measured": measured, "ratio": measured / computed if measured else None})
+    return rows
+
+
+def attribution_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+    """Every rank of every multi-process cell used: its step taken apart (bench.measure.attribution), the
+    straggler named."""
+    rows = []
+    for key, by_n in sorted(chosen.items(), key=lambda kv: str(kv[0])):
+        for n, r in sorted(by_n.items()):
+            section = r.get("attribution")
+            if n < 2 or not section:
+                continue
+            base = {"label": key.label, "setting": key.setting_text(), "n": n}
+            if not section["measured"]:
+                rows.append({**base, "rank": None, "note": f"not measured: {section['reason']}"})
+                continue
+            slow = section["straggler"]
+            for p in section["per_rank"]:
+                note = ""
+                if slow is not None and slow["rank"] == p["rank"]:
+                    note = f"straggler: compute x{slow['slowdown']:.2f} the others'"
+                rows.append({**base, **{k: p[k] for k in ("rank", "host", "device", "compute_s", "exchange_s",
+                                                          "step_s", "exposed_s", "hidden_share")}, "note": note})
+    return rows
+
+
+def _fmt(x, spec=".2f", none="–"):
+    return none if x is None else format(x, spec)
+
+
+def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample") -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    series: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        if r["speedup"] is not None:
+            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["inputs"])].append(r)
+    if series:
+        max_n = max(r["n"] for rs in series.values() for r in rs)
+        for metric, name, ylabel in (("speedup", "speedup.png", "speedup vs 1 rank (step throughput)"),
+                                     ("efficiency", "efficiency.png", "scaling efficiency T_n / (n T_1)")):
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for (label, model, precision, batch, size), rs in sorted(series.items()):
+                rs = sorted(rs, key=lambda r: r["n"])
+                ax.plot([r["n"] for r in rs], [r[metric] for r in rs], marker="o",
+                        label=f"{label} ({model} {size} b{batch} {precision})")
+            ideal = list(range(1, max_n + 1))
+            ax.plot(ideal, ideal if metric == "speedup" else [1.0] * len(ideal), "k--", lw=1, label="ideal")
+            ax.set_xlabel("GPUs / ranks (n)")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / name, dpi=120)
+            plt.close(fig)
+            written.append(name)
+    tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
+    if tele:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        labels = [f"{label_of(r)} n={r['world_size']}" for r in tele]
+        ax.bar(labels, [r["telemetry"].get("energy_per_sample_j") or 0 for r in tele])
+        ax.set_ylabel(f"GPU energy per sample (J/{unit})")
+        ax.tick_params(axis="x", rotation=45)
+        fig.tight_layout()
+        fig.savefig(out / "energy_per_sample.png", dpi=120)
+        plt.close(fig)
+        written.append("energy_per_sample.png")
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for r in tele:
+            samples = Path(r["_path"]).parent / r["telemetry"].get("samples_csv", "")
+            if samples.is_file():
+                with open(samples) as f:
+                    rows_ = [x for x in csv.DictReader(f) if x["power_w"]]
+                if rows_:
+                    t0 = float(rows_[0]["t"])
+                    ax.plot([float(x["t"]) - t0 for x in rows_], [float(x["power_w"]) for x in rows_], lw=1,
+                            label=f"{label_of(r)} n={r['world_size']} gpu {rows_[0]['gpu']}")
+        ax.set_xlabel("time since the sampler started (s)")
+        ax.set_ylabel("GPU power (W)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "telemetry_power.png", dpi=120)
+        plt.close(fig)
+        written.append("telemetry_power.png")
+    return written
+
+
+def environment_text(results: list[dict]) -> list[str]:
+    envs = [r["environment"] for r in results]
+    first = envs[0]
+    hosts = sorted({rank["host"] for e in envs for rank in e.get("ranks", [])})
+    lines = [f"- hosts: {', '.join(hosts)}", f"- CPU: {first.get('cpu')} ({first.get('cpu_count')} cores)",
+             f"- Python {first.get('python')}, MPI: {first.get('mpi')}, container: {first.get('container')}"]
+    for name in ("torch", "tensorflow", "horovod"):
+        versions = sorted({str(e[name].get("version")) for e in envs if isinstance(e.get(name), dict)})
+        if versions:
+            lines.append(f"- {name}: {', '.join(versions)}")
+    gpus = sorted({g.get("name") for e in envs for g in (e.get("nvml") or {}).get("gpus", [])})
+    lines.append(f"- GPUs: {', '.join(gpus) if gpus else 'none (CPU runs)'}")
+    return lines
+
+
+def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
+    skipped: list[tuple[Path, str]] | None = None if strict else []
+    results = load_results(paths, skipped)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen, repeats = table_cells(results)
+    rows = scaling_rows(chosen)
+    versus = horovod_vs_native(chosen)
+    units = sorted({sample_symbol(r) for r in results})
+    unit = units[0] if len(units) == 1 else "sample"  # e.g. img; mixed workloads are counted in samples
+    images = plots(rows, results, out, unit)
+
+    md = ["# hvdbench report", "",
+          f"{len(results)} results from {', '.join(map(str, paths))}. Throughput T is the mean over timed "
+          f"windows of {unit}/s across all ranks (warmup excluded); every figure below is read from the result "
+          "files.", "",
+          "Formulas: speedup S_n = T_n / T_1 (same mode, model, precision, batch, image size); efficiency "
+          "E_n = T_n / (n T_1); wall speedup = W_n / W_1 with W = samples after init / (init_s + train_s); "
+          "vs single = T_n / T of torch-single or tf-single in the same setting.", "",
+          "## Scaling (the Horovod paper's table: 1 GPU, N GPUs, speedup)", "",
+          f"| mode | setting | n | {unit}/s total | {unit}/s per GPU | 95% CI (total) | speedup | efficiency "
+          "| wall speedup | vs single | init s |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ci = r["ci95"]
+        md.append(f"| {r['label']} | {r['model']} {r['inputs']} b{r['batch_size']} {r['precision']} | {r['n']} "
+                  f"| {r['samples_per_sec_total']:.2f} | {r['samples_per_sec_per_gpu']:.2f} | "
+                  f"{f'{ci[0]:.2f}–{ci[1]:.2f}' if ci else '–'} | {_fmt(r['speedup'])} | "
+                  f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "
+                  f"{r['init_s']:.1f} |")
+    md += ["", "## Horovod vs native", ""]
+    if versus:
+        md += [f"| setting | n | Horovod | {unit}/s | native | {unit}/s | Horovod / native | faster | beyond 95% CIs |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for v in versus:
+            beyond = {True: "yes", False: "no (CIs overlap)", None: "n/a"}[v["beyond_ci"]]
+            md.append(f"| {v['setting']} | {v['n']} | {v['horovod']} | {v['horovod_samples_per_sec']:.2f} | "
+                      f"{v['native']} | {v['native_samples_per_sec']:.2f} | {v['ratio']:.3f} | "
+                      f"{v['faster']} by {v['by_pct']:.1f}% | {beyond} |")
+    else:
+        md.append("No Horovod/native pair in the same setting.")
+    moved = traffic_rows(results)
+    if moved:
+        md += ["", "## Bytes moved per step (seed 004: parameter server vs allreduce)", "",
+               "Computed from the shapes (bench.measure.traffic: ring allreduce 2(n-1) D, allgather n(n-1) S, "
+               "parameter "
+               "server n (pull + push)) and measured by the hosts' interface counters over the timed windows.", "",
+               "| mode | setting | n | exchange | tokens/s total | computed MB/step | measured MB/step "
+               "| measured / computed |", "|---|---|---|---|---|---|---|---|"]
+        for r in moved:
+            md.append(f"| {r['label']} | {r['setting']} | {r['n']} | {r['exchange']} "
+                      f"| {_fmt(r['tokens_per_sec'], '.0f')} "
+                      f"| {r['computed'] / 1e6:.2f} | {_fmt(r['measured'] and r['measured'] / 1e6)} "
+                      f"| {_fmt(r['ratio'], '.3f')} |")
+    attributed = attribution_rows(chosen)
+    if attributed:
+        md += ["", "## Where each rank's step goes", "",
+               "Per rank, ms per step (bench.measure.attribution): compute with the gradient exchange skipped, "
+               "the exchange "
+               "alone, the timed step, exposed = step - compute (in or waiting for the exchange), and the share of "
+               "the exchange hidden under compute. A straggler is named when its compute is more than "
+               f"{STRAGGLER_THRESHOLD:.0%} slower than the other ranks' median.", "",
+               "| mode | setting | n | rank | host | compute | exchange alone | step | exposed | hidden | note |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for a in attributed:
+            if a["rank"] is None:
+                md.append(f"| {a['label']} | {a['setting']} | {a['n']} | – | – | – | – | – | – | – | {a['note']} |")
+                continue
+            md.append(f"| {a['label']} | {a['setting']} | {a['n']} | {a['rank']} | {a['host']} "
+                      f"| {1000 * a['compute_s']:.1f} | {1000 * a['exchange_s']:.1f} | {1000 * a['step_s']:.1f} "
+                      f"| {1000 * a['exposed_s']:.1f} | {_fmt(a['hidden_share'], '.0%')} | {a['note']} |")
+    tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
+    if tele:
+        md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",
+               "|---|---|---|---|---|---|"]
+        for r in tele:
+            t = r["telemetry"]
+            md.append(f"| {label_of(r)} | {r['world_size']} | {_fmt(t.get('energy_per_sample_j'), '.3f')} | "
+                      f"{_fmt(t.get('samples_per_sec_per_watt'), '.3f')} | "
+                      f"{_fmt(t.get('power_w_mean_total'), '.0f')} | {'yes' if t.get('throttled') else 'no'} |")
+    if images:
+        md += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
+    n_repeats = sum(len(v) for v in repeats.values())
+    if n_repeats:
+        md += ["", f"{n_repeats} older repeat(s) of a cell were not used (the newest result per cell is)."]
+    md += ["", "## Environment", ""] + environment_text(results) + [""]
+    if skipped:
+        md += ["## Files not read", "", f"{len(skipped)} file(s) in the folder(s) are not results this report "
+               "could read (bench report --strict refuses them instead):", ""]
+        md += [f"- {reason}" for _, reason in skipped] + [""]
+    path = out / "report.md"
+    files.replace(path, "\n".join(md))
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=[k for k in rows[0] if k != "ci95"] + ["ci95_low", "ci95_high"])
+    writer.writeheader()
+    for r in rows:
+        ci = r["ci95"] or [None, None]
+        writer.writerow({**{k: v for k, v in r.items() if k != "ci95"}, "ci95_low": ci[0], "ci95_high": ci[1]})
+    files.replace(out / "report.csv", table.getvalue())
+    return path

@@ -1,0 +1,282 @@
+"""bench sweep: a matrix of runs, one per cell, into one folder with a manifest; resumable.
+
+Each cell is an ordinary bench run in its own process (self-spawned here, or ``srun -n NP`` inside a
+Slurm allocation), writing its normal result into the sweep folder. A cell gets its whole run
+configuration as JSON (``configs/<cell>.json``, run with ``bench run FILE``), never as rebuilt options. The manifest
+(``manifest.json``, rewritten atomically after every cell) records each cell's status (``ok``,
+``failed``, ``timed_out``, ``interrupted``), its result file, duration, log file and, for a failure, the error
+line. Re-running the same sweep, or ``bench sweep --resume --output FOLDER`` (the manifest's own matrix),
+skips cells whose result exists and reruns every other, unless ``--redo``.
+
+Endings: Ctrl-C, SIGTERM or SIGHUP to the sweep stops the running cell (SIGTERM to its process group; the
+cell's own bench stops its ranks) and marks it ``interrupted``. ``--cell-timeout`` ends a cell that runs
+longer the same way, marks it ``timed_out`` and goes on with the next.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import SCHEMA_VERSION
+from bench.config import PLUGIN_OPTIONS, RunConfig, cli_options
+from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
+from bench.launching.slurm import inside_allocation, srun_command
+from bench.launching.supervise import SWEEP_PID_ENV, stop_processes
+from bench.modes import mode_label, variant
+from bench.records import files
+from bench.records.results import CONFIGS_DIR, MANIFEST, check_output_dir, load_result
+
+# How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
+CELL_GRACE_S = 20.0
+
+
+def common_fields() -> set[str]:
+    """Run options a sweep passes to every cell, as declared (bench.config.Option.sweep; the plugins' ones travel
+    in ``extra``); the matrix's own axes are mode, np, model, precision, batch."""
+    return {name for name, how in cli_options().items() if how.sweep and name not in PLUGIN_OPTIONS} | {"extra"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: str
+    strategy: str | None
+    np: int
+    model: str
+    precision: str
+    batch_size: int | None
+
+    @property
+    def label(self) -> str:
+        return mode_label(self.mode, self.strategy)
+
+    @property
+    def id(self) -> str:
+        batch = self.batch_size or "default"
+        return f"{self.label.replace(':', '-')}_np{self.np}_{self.model}_{self.precision}_b{batch}"
+
+    @property
+    def distributed(self) -> bool:
+        return variant(self.label).mode.distributed
+
+    def config(self, common: dict[str, Any], output: Path) -> RunConfig:
+        """The cell's run configuration: its axes, the sweep's common options, the sweep folder."""
+        return RunConfig(mode=self.mode, strategy=self.strategy, model=self.model, precision=self.precision,
+                         batch_size=self.batch_size, np=self.np, output=str(output), **common)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    modes: list[str]
+    nps: list[int]
+    models: list[str] = field(default_factory=lambda: ["vgg16"])
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    batch_sizes: list[int | None] = field(default_factory=lambda: [None])
+    common: dict[str, Any] = field(default_factory=dict)  # run options for every cell (common_fields())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.common, dict):
+            raise BenchError("this sweep was recorded by an older hvdbench (options as a list); "
+                             "start it again in a new folder")
+        unknown = set(self.common) - common_fields()
+        if unknown:
+            raise BenchError(f"a sweep cannot set {', '.join(sorted(unknown))} for every cell")
+        for label in self.modes:
+            variant(label)
+        if not self.nps or any(n < 1 for n in self.nps):
+            raise BenchError("--np needs one or more counts >= 1, e.g. 1,2,4,8")
+        if any(b is not None and b < 1 for b in self.batch_sizes):
+            raise BenchError("--batch-sizes must be >= 1")
+        for cell in self.cells():  # every cell's configuration is valid before any runs
+            cell.config(self.common, Path("."))
+
+    def cells(self) -> list[Cell]:
+        out = []
+        for label, np, model, precision, batch in itertools.product(self.modes, self.nps, self.models,
+                                                                    self.precisions, self.batch_sizes):
+            v = variant(label)
+            if not v.mode.distributed and np != 1:
+                continue  # single-device baselines exist at one device only
+            out.append(Cell(v.mode.name, v.strategy if ":" in label else None, np, model, precision, batch))
+        return out
+
+
+def parse_list(text: str, kind=str) -> list:
+    try:
+        return [kind(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BenchError(f"cannot read '{text}' as a comma-separated list of {kind.__name__}") from None
+
+
+def write_cell_config(cell: Cell, common: dict[str, Any], folder: Path) -> Path:
+    """The cell's run configuration as JSON, in ``folder/configs`` (rewritten for each attempt)."""
+    path = folder / CONFIGS_DIR / f"{cell.id}.json"
+    path.parent.mkdir(exist_ok=True)
+    files.replace(path, cell.config(common, folder).to_json() + "\n")
+    return path
+
+
+def command(cell: Cell, config_path: Path, num_ps: int | None = None) -> list[str]:
+    """One cell's command: self-spawned here, or one srun step per cell inside a Slurm allocation."""
+    bench = [sys.executable, "-m", "bench", "run", str(config_path)]
+    return srun_command(variant(cell.label), cell.np, bench, num_ps) if inside_allocation() else bench
+
+
+class Manifest:
+    def __init__(self, folder: Path, sweep: SweepConfig | None) -> None:
+        self.path = folder / MANIFEST
+        self.data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": "hvdbench-sweep", "cells": {}}
+        if self.path.exists():
+            try:
+                self.data = json.loads(self.path.read_text())
+            except json.JSONDecodeError as exc:
+                raise BenchError(f"{self.path} is not valid JSON ({exc.msg}); move it away to start afresh") from None
+            if self.data.get("kind") != "hvdbench-sweep":
+                raise BenchError(f"{self.path} is not an hvdbench sweep manifest")
+        if sweep is not None:
+            self.data["sweep"] = asdict(sweep)
+
+    def cell(self, cell: Cell) -> dict[str, Any]:
+        return self.data["cells"].setdefault(cell.id, {"cell": asdict(cell), "status": "pending"})
+
+    def save(self) -> None:
+        files.replace(self.path, json.dumps(self.data, indent=2))
+
+
+def last_error(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no output"])[-1][:300]
+
+
+def load_sweep(folder: Path) -> SweepConfig:
+    """The matrix a sweep folder's manifest records (``--resume``)."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise BenchError(f"nothing to resume: {path} does not exist")
+    data = Manifest(folder, None).data.get("sweep")
+    if not isinstance(data, dict):
+        raise BenchError(f"{path} records no sweep to resume")
+    try:
+        return SweepConfig(**data)
+    except TypeError as exc:
+        raise BenchError(f"{path} records a sweep this version cannot read ({exc})") from None
+
+
+def stop_cell(proc: subprocess.Popen, grace_s: float = CELL_GRACE_S) -> None:
+    """SIGTERM to the cell's process group (bench stops its ranks, srun its tasks); SIGKILL after the grace.
+    Ranks bench spawned die with it even then (bench.launching.supervise.die_with_parent)."""
+
+    stop_processes([proc], grace_s)
+
+
+def run_cell(cmd: list[str], log: Path, timeout_s: float | None) -> int | None:
+    """Run one cell; its exit code, or None when it ran past ``timeout_s`` and was stopped. A stop signal
+    to the sweep (raised as Stopped) stops the cell before it propagates."""
+
+    env = dict(os.environ, **{SWEEP_PID_ENV: str(os.getpid())})  # the cell dies with the sweep, even by SIGKILL
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_cell(proc)
+            return None
+        except Stopped:
+            stop_cell(proc)
+            raise
+
+
+def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bool = True,
+              cell_timeout: float | None = None) -> dict[str, Any]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+
+    if cell_timeout is not None and not cell_timeout > 0:
+        raise BenchError(f"--cell-timeout must be > 0 seconds (got {cell_timeout})")
+    check_output_dir(folder)
+    (folder / "logs").mkdir(exist_ok=True)
+    manifest = Manifest(folder, sweep)
+    cells = sweep.cells()
+    todo = [c for c in cells if redo or not (manifest.cell(c)["status"] == "ok"
+                                             and (folder / str(manifest.cell(c).get("result"))).is_file())]
+    manifest.save()
+    console = Console(stderr=True)
+    console.print(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run "
+                  f"-> {folder}")
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn(), console=console, disable=not (progress and console.is_terminal))
+    old = stop_on_signals()
+    try:
+        with bar:
+            task = bar.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
+            for cell in todo:
+                _run_one(cell, sweep, folder, manifest, cell_timeout, console, bar, task)
+                bar.advance(task)
+    finally:
+        restore_handlers(old)
+        console.print(summary_table(manifest, cells, folder))
+    statuses = [manifest.cell(c)["status"] for c in cells]
+    summary = {s: statuses.count(s) for s in sorted(set(statuses))}
+    console.print(f"sweep: done: {', '.join(f'{n} {s}' for s, n in summary.items())}; manifest {manifest.path}")
+    return summary
+
+
+def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, cell_timeout: float | None,
+             console, bar, task) -> None:
+    entry = manifest.cell(cell)
+    bar.update(task, description=cell.id)
+    if not console.is_terminal:
+        console.print(f"sweep: {cell.id}: running")
+    log = folder / "logs" / f"{cell.id}.log"
+    before = set(folder.glob("*.json"))
+    start = time.time()
+    entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None)
+    manifest.save()
+    try:
+        code = run_cell(command(cell, write_cell_config(cell, sweep.common, folder), sweep.common.get("num_ps")),
+                        log, cell_timeout)
+    except Stopped as exc:
+        entry.update(status="interrupted", seconds=round(time.time() - start, 2), error=str(exc))
+        manifest.save()
+        raise Stopped(exc.signum, f"cell {cell.id} interrupted and its processes stopped; "
+                                  f"'bench sweep --resume --output {folder}' reruns it") from None
+    new = sorted(set(folder.glob("*.json")) - before - {folder / MANIFEST})
+    entry.update(seconds=round(time.time() - start, 2), finished=time.time())
+    if code is None:
+        entry.update(status="timed_out", error=f"ran past --cell-timeout {cell_timeout:g} s; stopped")
+    elif code == 0 and len(new) == 1:
+        entry.update(status="ok", result=new[0].name)
+    else:
+        entry.update(status="failed", exit_code=code, error=last_error(log))
+    if entry["status"] != "ok":
+        console.print(f"sweep: {cell.id} {entry['status']}: {entry['error']}", highlight=False)
+    manifest.save()
+
+
+def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
+    """Every cell: status, total images/s (from its result) and seconds; the failure's line when failed."""
+    from rich.table import Table
+
+
+    table = Table("cell", "status", "img/s total", "seconds", "note", title=f"sweep {folder}")
+    for cell in cells:
+        entry = manifest.cell(cell)
+        rate = ""
+        if entry["status"] == "ok":
+            try:
+                rate = f"{load_result(folder / entry['result'])['summary']['samples_per_sec_total']:.2f}"
+            except BenchError as exc:
+                rate = f"unreadable: {exc}"
+        seconds = entry.get("seconds")
+        table.add_row(cell.id, entry["status"], rate, "" if seconds is None else f"{seconds:.0f}",
+                      (entry.get("error") or "")[:80])
+    return table

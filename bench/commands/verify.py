@@ -1,0 +1,331 @@
+"""bench verify: do the distributed modes train exactly what one process training on the global batch trains?
+
+For a model and k steps, every distributed mode of a framework runs through its normal code path
+(launcher, rendezvous, wrapping, compiled step) with
+
+* identical initial weights (same seed; Horovod also broadcasts from rank 0), checked, not assumed;
+* identical per-rank data: rank r trains on data shard r (the same shard in every mode);
+* non-determinism removed as far as the framework allows: dropout off, deterministic kernels
+  (``torch.use_deterministic_algorithms``, ``tf.config.experimental.enable_op_determinism``), no TF32.
+
+The reference is the framework's single-device mode trained on the concatenation of the shards, that
+is the global batch, with the loss averaged over it: synchronous data parallelism with averaged
+gradients is mathematically the same update. Each mode's final parameters w are compared with the
+reference's w_ref, whose own training moved them from w0::
+
+    max_abs     = max_i |w_i - w_ref,i|                                     over every parameter
+    max_rel     = max over tensors t of ||w_t - w_ref,t||_inf / ||w_ref,t||_inf
+    of_update   = max_abs / max_i |w_ref,i - w0_i|     (the difference relative to what training changed)
+
+PASS when the initial weights were identical, the ranks ended in sync, training moved the weights
+and ``of_update <= tolerance``. A mode that skipped the gradient allreduce would be off by the order
+of the update itself (of_update ~ 1), so the test separates bugs from rounding by orders of magnitude.
+
+Expected sources of difference (why the tolerance is not 0):
+* reduction order: the allreduce adds per-rank gradients in another order (ring, tree, fusion
+  buffers) than one process summing the whole batch, and float addition is not associative:
+  about 1e-7 relative per step, growing over steps;
+* ``--fp16-allreduce`` rounds every gradient to 11 significant bits (~5e-4 relative) before averaging;
+* across frameworks: other convolution and reduction kernels, so rounding differs likewise.
+
+Across frameworks, the PyTorch model's initial weights are loaded into the TensorFlow twin (conv
+OIHW -> HWIO, dense transposed, VGG's first dense re-ordered from (C, H, W) to (H, W, C) inputs), both
+train single-process on the same batch (NCHW -> NHWC) and the loss trajectories are compared.
+
+Not covered, by construction: models with batch normalisation (each rank normalises with its own
+batch's statistics, a real and intended difference from the global batch), and the parameter-server
+strategy with more than one worker (asynchronous: there is no synchronous reference), so ps runs with
+one worker and is compared with the one-shard reference.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import SCHEMA_VERSION, __version__
+from bench.commands.snapshots import differences, identical, load_parameters
+from bench.commands.sweep import last_error, run_cell
+from bench.commands.verify_cross import cross_framework
+from bench.config import Device, RunConfig, check_option, cli_options
+from bench.distributed import hvdist
+from bench.errors import BenchError, MissingDependency, restore_handlers, stop_on_signals
+from bench.hooks import FAULTS, Hooks
+from bench.launching.detect import detect
+from bench.launching.slurm import inside_allocation, srun_command
+from bench.models import MODELS
+from bench.modes import Variant, variant, variants
+from bench.records.results import check_output_dir, load_result, write_json_new
+from bench.run import run
+
+FRAMEWORK_NAMES = {"torch": "torch", "tf": "tensorflow"}  # --framework's words -> bench.modes.FRAMEWORKS
+TOLERANCE = 1e-3  # of_update, fp32 gradients (measured: reduction order gives ~1e-5 or less)
+FP16_TOLERANCE = 1e-2  # of_update with --fp16-allreduce (measured: ~4e-4 after 3 steps)
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    framework: str = "both"  # torch | tf | both
+    modes: tuple[str, ...] = ()  # default: every distributed mode of the framework(s)
+    model: str = "vgg16"
+    steps: int = 3
+    np: int = 2
+    batch_size: int = 2
+    image_size: int | None = None  # image models (default 32)
+    seq_len: int | None = None  # text models (default 8)
+    num_classes: int = 10
+    device: Device = Device.auto
+    seed: int = 42
+    fp16_allreduce: bool = False
+    sparse_embeddings: bool = False  # text models: untied, sparse embedding gradient
+    sparse_as_dense: bool = False
+    tolerance: float | None = None
+    fault: str | None = None
+    cross: bool = True  # the PyTorch vs TensorFlow loss trajectory (framework both)
+    output: str = "results"
+    keep_params: bool = False
+
+    def __post_init__(self) -> None:
+        if self.framework not in ("torch", "tf", "both"):
+            raise BenchError(f"--framework must be torch, tf or both (got '{self.framework}')")
+        verifiable = verifiable_models()
+        if self.model not in verifiable:
+            raise BenchError(f"verify supports {', '.join(verifiable)}: models with batch normalisation "
+                             "normalise each rank's batch on its own, so they differ from the global batch by design")
+        known = [v.label for f in FRAMEWORK_NAMES for v in framework_variants(f)]
+        for m in self.modes:
+            if m not in known:
+                raise BenchError(f"verify cannot check mode '{m}' (choose from: {', '.join(known)})")
+        if self.steps < 2:
+            raise BenchError(f"--steps must be >= 2 (got {self.steps})")
+        declared = cli_options()  # the run options verify shares, checked as every run checks them
+        for name in ("batch_size", "num_classes", "image_size", "seq_len"):
+            check_option(name, getattr(self, name), declared[name])
+        if self.np < 2:
+            raise BenchError(f"--np must be >= 2: one rank has nothing to average (got {self.np})")
+        spec = MODELS[self.model]
+        spec.workload.check(spec, self)
+        spec.check_embedding(self.sparse_embeddings, self.sparse_as_dense)
+        if spec.workload.kind == "image" and self.image_size is None:
+            object.__setattr__(self, "image_size", 32)
+        if spec.workload.kind == "text" and self.seq_len is None:
+            object.__setattr__(self, "seq_len", 8)
+        if self.tolerance is not None and not self.tolerance > 0:
+            raise BenchError(f"--tolerance must be > 0 (got {self.tolerance})")
+        if self.fault is not None and self.fault not in FAULTS:
+            raise BenchError(f"unknown fault '{self.fault}' (choose from: {', '.join(FAULTS)})")
+
+    @property
+    def frameworks(self) -> list[str]:
+        return list(FRAMEWORK_NAMES) if self.framework == "both" else [self.framework]
+
+    @property
+    def selected(self) -> list[Variant]:
+        chosen = [v for f in self.frameworks for v in framework_variants(f)]
+        return [v for v in chosen if not self.modes or v.label in self.modes]
+
+    @property
+    def threshold(self) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        return FP16_TOLERANCE if self.fp16_allreduce else TOLERANCE
+
+
+def verifiable_models() -> list[str]:
+    """Models without batch normalisation: only they train the same on k ranks as on one global batch."""
+    return [name for name, spec in MODELS.items() if not spec.batch_norm]
+
+
+def framework_variants(framework: str) -> list[Variant]:
+    """Every distributed variant of a framework (--framework's word: torch or tf)."""
+    return variants(FRAMEWORK_NAMES[framework], distributed=True)
+
+
+# -- orchestration (the parent process) ----------------------------------------------------------------
+def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards: int | None) -> dict[str, Any]:
+    """One ordinary bench run of variant ``v`` for vc.steps steps, with snapshot hooks; its result and snapshots."""
+
+    work.mkdir(parents=True)
+    spec = v.mode
+    cfg = RunConfig(mode=spec.name, model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
+                    seq_len=vc.seq_len,
+                    num_classes=vc.num_classes, warmup_steps=0, steps_per_window=vc.steps - 1, windows=1,
+                    np=np_, device=vc.device, seed=vc.seed, output=str(work / "result"),
+                    fp16_allreduce=vc.fp16_allreduce and spec.gradient_compression, telemetry=False,
+                    strategy=v.strategy, sparse_embeddings=vc.sparse_embeddings, sparse_as_dense=vc.sparse_as_dense,
+                    attribution_steps=0)  # verify judges the parameters: no attribution windows
+    hooks = Hooks(snapshot_dir=str(work), deterministic=True, data_shards=shards,
+                  fault=vc.fault if spec.distributed else None)
+    if inside_allocation():
+        _srun_mode(v, cfg, hooks, work)
+    else:
+        run(cfg, hooks)
+    results = sorted((work / "result").glob("*.json"))
+    if len(results) != 1:
+        raise BenchError(f"{v.label} wrote {len(results)} results in {work / 'result'}")
+    return {"result": load_result(results[0]), "initial": load_parameters(work / "initial.npz")[1],
+            "final": load_parameters(work / "final.npz")[1]}
+
+
+def _srun_mode(v: Variant, cfg, hooks: Hooks, work: Path) -> None:
+    """Inside a Slurm allocation: the run as one job step on the allocation's nodes (the reference too, so
+    that it trains on the same kind of node). The parameter snapshots go to ``work``, which must be on a
+    directory every node shares, as --output is."""
+
+    config = work / "config.json"
+    config.write_text(cfg.to_json() + "\n")
+    log = work / "srun.log"
+    old = stop_on_signals()
+    try:
+        with hooks.exported():
+            code = run_cell(srun_command(v, cfg.np or 1, [sys.executable, "-m", "bench", "run", str(config)]),
+                            log, None)
+    finally:
+        restore_handlers(old)
+    if code != 0:
+        raise BenchError(f"srun exited {code}: {last_error(log)} (log {log})")
+
+
+def _np_for(vc: VerifyConfig, v: Variant) -> int | None:
+    """verify's --np, unless the variant fixes its own count (see ModeSpec.verify_np)."""
+    return vc.np if v.verify_np == "asked" else v.verify_np
+
+
+def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    references: dict[int, dict[str, Any]] = {}
+    for v in [v for v in vc.selected if v in framework_variants(framework)]:
+        label = v.label
+        row: dict[str, Any] = {"mode": label, "framework": framework}
+        rows.append(row)
+        if vc.fp16_allreduce and not v.mode.gradient_compression:
+            row.update(status="SKIP", reason="no gradient compression in this mode")
+            continue
+        log(f"verify: {label} ...")
+        try:
+            if v.mode.horovod:  # here, before any rank starts (under srun its error would come back as text)
+                hvdist.import_hvd(v.mode.framework, label)
+            got = _run_mode(vc, v, work / label.replace(":", "-"), _np_for(vc, v), None)
+        except MissingDependency as exc:
+            row.update(status="SKIP", reason=str(exc))
+            continue
+        except BenchError as exc:
+            row.update(status="FAIL", reason=f"the run failed: {exc}")
+            continue
+        result = got["result"]
+        shards = result["world_size"]
+        row.update(world_size=shards, ranks_in_sync=result["sync"]["ranks_in_sync"],
+                   params_changed=result["sync"]["params_changed"], hosts=hosts_of(result))
+        if shards not in references:
+            reference = variant(v.mode.reference)
+            log(f"verify: reference {reference.label} on {shards} shard(s) ...")
+            references[shards] = _run_mode(vc, reference, work / f"{reference.label}-{shards}-shards", 1, shards)
+        ref = references[shards]
+        row["initial_identical"] = identical(got["initial"], ref["initial"])
+        row.update(differences(ref["initial"], ref["final"], got["final"]))
+        row["tolerance"] = vc.threshold
+        problems = [text for ok, text in (
+            (row["initial_identical"], "initial weights differ from the reference's"),
+            (row["ranks_in_sync"], "ranks ended with different parameters"),
+            (row["params_changed"], "training did not change the parameters"),
+            (row["of_update"] <= vc.threshold, f"difference {row['of_update']:.2e} of the update > "
+                                               f"tolerance {vc.threshold:.0e}"),
+        ) if not ok]
+        row.update(status="FAIL" if problems else "PASS", reason="; ".join(problems) or None)
+    return rows
+
+
+def hosts_of(result: dict[str, Any]) -> list[str]:
+    """The hosts a run's processes ran on: every measuring rank's, and every task of a parameter-server cluster."""
+    environment = result["environment"]
+    tasks = (environment.get("distribution") or {}).get("tasks") or []
+    return sorted({r["host"] for r in environment["ranks"]} | {t["host"] for t in tasks})
+
+
+def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
+    """Run every check; write ``verify-<id>.json`` into vc.output; return (report, path)."""
+
+    if detect().launcher != "none":
+        raise BenchError("bench verify starts its own ranks for every mode (in a Slurm allocation, through "
+                         "srun); run it without a launcher (not under srun, mpirun, torchrun or horovodrun)")
+    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    out = check_output_dir(vc.output)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_id = f"{stamp}-verify-{secrets.token_hex(4)}"
+    work = out / f".{run_id}-params"
+    work.mkdir()
+    try:
+        rows = []
+        for framework in vc.frameworks:
+            if any(v in framework_variants(framework) for v in vc.selected):
+                rows += verify_framework(vc, framework, work, log)
+        cross = None
+        if vc.framework == "both" and vc.cross:
+            log("verify: PyTorch vs TensorFlow from the same initial weights ...")
+
+            cross = cross_framework(vc)
+    finally:
+        if not vc.keep_params:
+            shutil.rmtree(work, ignore_errors=True)
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "verify",
+        "run_id": run_id,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hvdbench_version": __version__,
+        "config": {**asdict(vc), "device": vc.device.value, "tolerance": vc.threshold},
+        "modes": rows,
+        "cross_framework": cross,
+        "passed": all(r["status"] != "FAIL" for r in rows) and (cross is None or cross["status"] == "PASS"),
+        "definitions": {
+            "max_abs": "max |w - w_ref| over every trainable parameter after the steps",
+            "max_rel": "max over tensors of ||w - w_ref||_inf / ||w_ref||_inf",
+            "of_update": "max_abs / max |w_ref - w0|: the difference relative to the reference's own update",
+            "reference": "the single-device mode trained on the concatenation of the ranks' data shards",
+        },
+        "expected_differences": EXPECTED_DIFFERENCES,
+        "params_kept": str(work) if vc.keep_params else None,
+    }
+    path = write_json_new(out / f"{run_id}.json", report)
+    return report, path
+
+
+EXPECTED_DIFFERENCES = [
+    "reduction order: the allreduce adds per-rank gradients in another order than one process summing the "
+    "global batch; float addition is not associative (about 1e-7 relative per step, growing over steps)",
+    "--fp16-allreduce rounds each gradient to 11 significant bits (about 5e-4 relative) before averaging",
+    "PyTorch vs TensorFlow: different convolution and reduction kernels round differently",
+]
+
+
+def render(report: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table("mode", "n", "max abs diff", "max rel diff", "of update", "tolerance", "result",
+                  title=f"bench verify: {report['config']['model']}, {report['config']['steps']} steps, "
+                        f"{'fp16' if report['config']['fp16_allreduce'] else 'fp32'} allreduce, "
+                        f"fault={report['config']['fault'] or 'none'}")
+    for r in report["modes"]:
+        def f(key, r=r):
+            return f"{r[key]:.2e}" if isinstance(r.get(key), float) else "–"
+
+        table.add_row(r["mode"], str(r.get("world_size", "–")), f("max_abs"), f("max_rel"), f("of_update"),
+                      f"{r['tolerance']:.0e}" if "tolerance" in r else "–", r["status"])
+    c = report.get("cross_framework")
+    if c:
+        table.add_row("torch vs tf (loss)", "1", f"{c['max_abs_loss']:.2e}", f"{c['max_rel_loss']:.2e}", "–",
+                      f"{c['tolerance']:.0e}", c["status"])
+    return table
+
+
+def reasons(report: dict[str, Any]) -> list[str]:
+    """One line per check that did not PASS: why."""
+    rows = list(report["modes"])
+    if report.get("cross_framework"):
+        rows.append({"mode": "torch vs tf", **report["cross_framework"]})
+    return [f"{r['mode']}: {r['status']}: {r['reason']}" for r in rows if r.get("reason")]

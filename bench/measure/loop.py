@@ -1,0 +1,214 @@
+"""The experiment every mode runs: one measurement loop, shared by all frameworks.
+
+Per rank::
+
+    t_start (process start, from /proc)  -> trainer.setup()   (imports, rendezvous, model, data)
+      -> first step, synchronised          } init_s = end of first step - t_start
+      -> warmup_steps steps, each timed     } kept out of the headline figures, reported apart
+      -> windows of steps_per_window steps, each window bounded by trainer.sync()
+      -> parameter checksum, allgather of every rank's samples -> rank 0 writes the result
+
+      -> per-rank attribution windows, compute only and exchange only (bench.measure.attribution), outside every
+         headline figure and after the checksum
+
+``train_s`` is the wall time from the end of init to the end of the last window (warmup included),
+so ``init_s + train_s`` is the rank's wall time to a trained model (seed 003's two views).
+With ``--duration S`` windows run until S seconds of windows have elapsed on the slowest rank
+(agreed through an allgather after each window, outside the timed region).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any, Protocol
+
+from bench.config import RunConfig
+from bench.hooks import Hooks
+from bench.launching.detect import LaunchInfo
+from bench.measure import attribution, traffic
+from bench.measure.watchdog import Watchdog
+from bench.models import model
+
+
+class Trainer(Protocol):
+    """What a mode provides; the runner owns every timing decision."""
+
+    rank: int
+    world_size: int
+    replicas_per_process: int  # devices (or PS workers) this process's steps cover
+
+
+    def setup(self) -> None: ...
+    def step(self) -> None: ...
+    def sync(self) -> None: ...
+    def allgather(self, obj: Any) -> list[Any]: ...
+    def checksum(self) -> str: ...
+    def fingerprint(self) -> float: ...
+    def environment(self) -> dict[str, Any]: ...
+    def device_label(self) -> str: ...
+    def teardown(self) -> None: ...
+    def sync_report(self) -> dict[str, Any] | None: ...
+    def local_gpus(self) -> list[int]: ...
+    # Optional (bench.measure.attribution): attribution_unsupported() -> str | None, compute_step(), exchange().
+
+
+def process_start_time() -> float:
+    """Epoch seconds at which this process started (Linux /proc), else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, sampler=None,
+            hooks: Hooks | None = None) -> dict[str, Any] | None:
+    """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere.
+
+    ``sampler`` (bench.measure.telemetry.Sampler, on each node's local rank 0) runs from set-up to the end and
+    reads the energy counters exactly when the timed windows start and end. ``hooks`` (bench.hooks): bench
+    verify's parameter snapshots, "initial" after set-up and "final" after the last window; the slow-rank fault.
+    """
+    t_start = process_start_time()
+    trainer.setup()
+    dog = Watchdog(trainer.rank, cfg.stall_timeout, cfg.rendezvous_timeout)
+    dog.start()
+    try:
+        return _measure(trainer, cfg, launch, progress, sampler, hooks or Hooks(), t_start, dog)
+    finally:
+        dog.stop()
+
+
+def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sampler, hooks: Hooks,
+             t_start: float, dog: Watchdog) -> dict[str, Any] | None:
+    hooks.snapshot(trainer, "initial")
+    step = hooks.slowed(trainer.rank, trainer.step, trainer.sync)
+    initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
+    t_setup = time.time()
+    if sampler is not None:
+        sampler.start()
+
+    trainer.sync()
+    t0 = time.perf_counter()
+    step()
+    trainer.sync()
+    first_step_s = time.perf_counter() - t0
+    t_init_end = time.time()
+    dog.first_step_done(first_step_s, cfg.steps_per_window)
+    log = WindowLog(cfg, trainer) if progress is None and trainer.rank == 0 else None
+
+    total_steps = cfg.warmup_steps + cfg.steps_per_window * cfg.windows
+    if progress is not None:
+        progress.start(total_steps if cfg.duration is None else None)
+
+    warmup_s = []
+    for i in range(cfg.warmup_steps):
+        dog.at("warmup", 0, i)
+        t0 = time.perf_counter()
+        step()
+        trainer.sync()
+        warmup_s.append(time.perf_counter() - t0)
+        dog.progress()
+        if progress is not None:
+            progress.advance()
+
+    window_s: list[float] = []
+    timed = 0.0
+    net_before = None
+    while True:
+        trainer.sync()
+        if not window_s:
+            if launch.local_rank == 0:  # one reading per host (bench.measure.traffic)
+                net_before = traffic.tx_bytes()
+            if sampler is not None:
+                sampler.mark("start")
+        t0 = time.perf_counter()
+        for i in range(cfg.steps_per_window):
+            dog.at("window", len(window_s) + 1, i)
+            step()
+            if progress is not None:
+                progress.advance()
+        trainer.sync()
+        dt = time.perf_counter() - t0
+        window_s.append(dt)
+        timed += dt
+        dog.progress()
+        if log is not None:
+            log.window(window_s)
+        if cfg.duration is None:
+            if len(window_s) >= cfg.windows:
+                break
+        elif max(trainer.allgather(timed)) >= cfg.duration:
+            break
+    t_end = time.time()
+    net_sent = traffic.sent_between(net_before, traffic.tx_bytes()) if net_before is not None else None
+    hooks.snapshot(trainer, "final")
+    if sampler is not None:
+        sampler.mark("end")
+    checksum, final = trainer.checksum(), trainer.fingerprint()  # before the attribution's steps move them
+    if progress is not None:
+        progress.stop()
+    attributed = None
+    if cfg.attribution_steps and trainer.world_size > 1:
+        why = attribution.unsupported(trainer)
+        attributed = {"unsupported": why} if why else attribution.measure(
+            trainer, cfg.attribution_steps, hooks.slowed(trainer.rank, trainer.compute_step, trainer.sync), dog)
+    telemetry = None
+    if sampler is not None:
+        sampler.stop()
+        telemetry = {"summary": sampler.summary(), "samples": sampler.samples}
+
+    record = {
+        "rank": trainer.rank,
+        "local_rank": launch.local_rank,
+        "host": socket.gethostname(),
+        "device": trainer.device_label(),
+        "setup_s": t_setup - t_start,
+        "first_step_s": first_step_s,
+        "init_s": t_init_end - t_start,
+        "train_s": t_end - t_init_end,
+        "warmup_step_s": warmup_s,
+        "window_s": window_s,
+        "checksum": checksum,
+        "param_sum_initial": initial,
+        "param_sum_final": final,
+        "replicas": trainer.replicas_per_process,
+        "sync_report": trainer.sync_report(),
+        "telemetry": telemetry,
+        "net_sent": net_sent,
+        "attribution": attributed,
+    }
+    dog.at("gather")
+    gathered = trainer.allgather(record)
+    if trainer.rank != 0:
+        return None
+    return {"ranks": sorted(gathered, key=lambda r: r["rank"]), "environment": trainer.environment(),
+            "t_start": t_start}
+
+
+class WindowLog:
+    """Rank 0's plain progress lines on stderr when it is not a terminal (Slurm logs, CI): one when the
+    ranks have started, then one per timed window with its throughput and the running mean (all ranks)."""
+
+    def __init__(self, cfg: RunConfig, trainer: Trainer) -> None:
+        import sys
+
+
+        self.file = sys.stderr
+        self.symbol = model(cfg.model).workload.symbol
+        processes = getattr(trainer, "measuring_processes", trainer.world_size)  # tf-native ps: the coordinator
+        self.samples = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * processes
+        self.total = None if cfg.duration is not None else cfg.windows
+        print(f"{cfg.mode}: ranks started, {trainer.replicas_per_process * processes} replica(s); {cfg.model}, "
+              f"batch {cfg.batch_size}/device, first step done", file=self.file, flush=True)
+
+    def window(self, window_s: list[float]) -> None:
+        n = len(window_s)
+        of = f"/{self.total}" if self.total else ""
+        print(f"window {n}{of}: {self.samples / window_s[-1]:.2f} {self.symbol} (rank 0's clock x world), running "
+              f"{self.samples * n / sum(window_s):.2f} {self.symbol}", file=self.file, flush=True)

@@ -1,0 +1,179 @@
+"""What a device can do, to hold model TFLOP/s against: a measured matrix-multiply rate and published peaks.
+
+MFU (model FLOPs utilisation) = model TFLOP/s per device / a peak, with two peaks:
+
+* **measured** (``bench peak``): the best sustained rate of a sweep of GEMM shapes on this device, at a run's
+  precision, in the run's thread share on a CPU. Each shape is timed in repeats of at least ``seconds`` each;
+  a shape's rate is the median of its repeats, 2 x M x N x K / time; the peak is the best shape's rate. What
+  this device, driver and library reach on dense matrix products: an upper bound that the model's own
+  convolutions and attention may not reach.
+* **spec**: the vendor's dense (no structured sparsity) tensor rate for an exact device name and precision,
+  from SPEC_TFLOPS; a name not in the table gets none, never another device's figure.
+
+``bench peak`` writes its result (every repeat kept) to OUTPUT/peak/<host>-<device>-<precision>-<time>.json; a
+run whose --output is the same directory takes the newest file for its host, device and precision and records
+MFU against it (``utilisation`` in the result).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+# Dense TFLOP/s by exact NVML device name and precision: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores, no
+# sparsity). Sources: NVIDIA's A100 datasheet (2021), H100 datasheet (2023; its tensor figures are quoted with
+# sparsity: halved here), H200 datasheet (2024; the H100 SXM's rates), HGX B200 figures in NVIDIA's Blackwell
+# datasheet (2024; tensor rates only: FP32 is not given for the HGX part).
+_A100 = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}
+_H100_SXM = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}
+SPEC_TFLOPS: dict[str, dict[str, float]] = {
+    "NVIDIA A100-SXM4-40GB": _A100,
+    "NVIDIA A100-SXM4-80GB": _A100,
+    "NVIDIA A100-PCIE-40GB": _A100,
+    "NVIDIA A100 80GB PCIe": _A100,
+    "NVIDIA H100 80GB HBM3": _H100_SXM,  # H100 SXM5
+    "NVIDIA H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5},
+    "NVIDIA H200": _H100_SXM,  # H200 SXM
+    "NVIDIA B200": {"tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0},
+}
+SPEC_SOURCE = "vendor datasheet, dense (bench/measure/peak.py SPEC_TFLOPS)"
+# The GEMM a run's precision computes in. On a GPU, fp32 runs use TF32 tensor-core math (bench.modes.torch_common
+# allows it; TensorFlow's default), so their spec peak is the TF32 rate and `bench peak` measures with TF32 on.
+PRECISION_DTYPE = {"fp32": "float32", "amp-bf16": "bfloat16", "amp-fp16": "float16"}
+CPU_SHAPES = [(n, n, n) for n in (256, 512, 1024, 2048)] + [(4096, 1024, 1024), (1024, 4096, 1024)]
+GPU_SHAPES = [(n, n, n) for n in (2048, 4096, 6144, 8192, 12288, 16384)] + [(16384, 4096, 4096),
+                                                                             (4096, 16384, 4096)]
+
+
+def spec_precision(precision: str) -> str:
+    return {"fp32": "tf32", "amp-bf16": "bf16", "amp-fp16": "fp16"}[precision]
+
+
+def spec_peak(name: str | None, precision: str) -> tuple[float | None, str]:
+    """(the spec's dense TFLOP/s for a GPU name, where it comes from or why there is none)."""
+    key = spec_precision(precision)
+    if not name:
+        return None, "no GPU name (NVML did not answer, or a CPU run): no spec peak"
+    known = SPEC_TFLOPS.get(name)
+    if known is None:
+        return None, f"{name!r} is not in the table of published peaks: no spec peak"
+    if key not in known:
+        return None, f"the published figures for {name} give no {key} rate: no spec peak"
+    return known[key], f"{name}, {key}: {SPEC_SOURCE}"
+
+
+def device_slug(device: str) -> str:
+    """A file-name form of a device label: 'cpu (2 threads)' -> 'cpu-2t', 'cuda:0 NVIDIA H100 ...' -> model."""
+    m = re.match(r"cpu \((\d+) threads", device)
+    if m:
+        return f"cpu-{m.group(1)}t"
+    name = re.sub(r"^cuda:\d+ ", "", device)
+    return re.sub(r"[^A-Za-z0-9.]+", "-", name).strip("-").lower() or "device"
+
+
+def peak_stem(host: str, device: str, precision: str) -> str:
+    return f"{host}-{device_slug(device)}-{precision}"
+
+
+def write(output: str | Path, record: dict[str, Any]) -> Path:
+    """A new file per measurement (none is overwritten): OUTPUT/peak/<host>-<device>-<precision>-<UTC time>.json,
+    written whole (temporary name, then rename)."""
+    folder = Path(output) / "peak"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = folder / f"{peak_stem(record['host'], record['device'], record['precision'])}-{stamp}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = path.with_name(f"{path.stem.rsplit('.', 1)[0]}.{n}.json")
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.rename(path)
+    return path
+
+
+def latest(output: str | Path, host: str, device: str, precision: str) -> Path | None:
+    stem = peak_stem(host, device, precision)
+    found = sorted((Path(output) / "peak").glob(f"{stem}-2*.json"))  # UTC stamps sort in time order
+    return found[-1] if found else None
+
+
+def _gemm_rate(torch, dev, dtype, m: int, n: int, k: int, seconds: float, repeats: int) -> list[float]:
+    a = torch.randn(m, k, device=dev, dtype=dtype)
+    b = torch.randn(k, n, device=dev, dtype=dtype)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for _ in range(2):  # warm-up: the library picks its kernel
+        torch.matmul(a, b)
+    sync()
+    start = time.perf_counter()
+    torch.matmul(a, b)
+    sync()
+    per_call = max(time.perf_counter() - start, 1e-6)
+    calls = max(1, int(seconds / per_call))
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.matmul(a, b)
+        sync()
+        rates.append(2 * m * n * k * calls / (time.perf_counter() - start) / 1e12)
+    return rates
+
+
+def measure(device: str, precision: str, threads: int | None = None, seconds: float = 0.5, repeats: int = 3,
+            shapes: list[tuple[int, int, int]] | None = None) -> dict[str, Any]:
+    """The GEMM sweep (module docstring) on ``device`` (cpu or cuda); every repeat's rate kept."""
+    import torch
+
+    dev = torch.device("cuda:0" if device == "cuda" else "cpu")
+    if dev.type == "cpu" and threads:
+        torch.set_num_threads(threads)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # as fp32 runs do
+    dtype = getattr(torch, PRECISION_DTYPE[precision])
+    label = (f"cuda:0 {torch.cuda.get_device_name(0)}" if dev.type == "cuda"
+             else f"cpu ({torch.get_num_threads()} threads)")
+    rows = []
+    for m, n, k in shapes or (GPU_SHAPES if dev.type == "cuda" else CPU_SHAPES):
+        rates = _gemm_rate(torch, dev, dtype, m, n, k, seconds, repeats)
+        rows.append({"m": m, "n": n, "k": k, "tflops": rates, "tflops_median": statistics.median(rates)})
+    best = max(rows, key=lambda r: r["tflops_median"])
+    return {"kind": "peak", "host": socket.gethostname(), "device": label, "precision": precision,
+            "dtype": PRECISION_DTYPE[precision], "torch": torch.__version__, "seconds_per_repeat": seconds,
+            "repeats": repeats, "shapes": rows, "peak_tflops": best["tflops_median"],
+            "peak_shape": [best["m"], best["n"], best["k"]],
+            "definition": "best shape's median rate over its repeats; rate = 2 x M x N x K / time"}
+
+
+def load_measured(output: str | Path, host: str, device: str, precision: str) -> tuple[float | None, str]:
+    """The newest `bench peak` figure for this host, device and precision in OUTPUT/peak, or why there is none."""
+    path = latest(output, host, device, precision)
+    if path is None:
+        return None, (f"no {peak_stem(host, device, precision)}-*.json in {Path(output) / 'peak'}: run `bench peak` "
+                      "with the same --output, device, precision (and on a CPU, --np)")
+    try:
+        return float(json.loads(path.read_text())["peak_tflops"]), str(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{path} is not a `bench peak` result"
+
+
+def utilisation(model_tflops: float | None, precision: str, output: str | Path, host: str, device: str,
+                gpu_name: str | None) -> dict[str, Any]:
+    """The result's ``utilisation`` section: MFU against the measured peak and against the spec peak."""
+    measured, measured_source = load_measured(output, host, device, precision)
+    spec, spec_source = spec_peak(gpu_name if device.startswith("cuda") else None, precision)
+
+    def ratio(peak: float | None) -> float | None:
+        return model_tflops / peak if model_tflops and peak else None
+
+    return {"unit": "TFLOP/s", "model_tflops_per_device": model_tflops, "precision": precision,
+            "measured_peak_tflops": measured, "measured_peak_source": measured_source,
+            "mfu_measured": ratio(measured), "spec_peak_tflops": spec, "spec_peak_source": spec_source,
+            "mfu_spec": ratio(spec),
+            "definitions": {"mfu_measured": "model_tflops_per_device / measured_peak_tflops (bench peak)",
+                            "mfu_spec": "model_tflops_per_device / spec_peak_tflops (published dense rate)"}}

@@ -1,0 +1,103 @@
+"""Bytes one training step moves between processes: computed from the shapes, and measured.
+
+Computed, per step, summed over every process that sends (n ranks, W = n workers):
+
+    ring allreduce of D bytes       each rank sends 2(n-1)/n x D         total  2(n-1) x D
+    allgather of S bytes per rank   each rank's S reaches the n-1 others  total  n(n-1) x S
+    parameter server                each worker pulls the dense variables and the embedding rows it looks
+                                    up, and pushes its gradient           total  W x (pull + push)
+                                    untied: pull = 4(P - Vd) + r x 4d, push = D + S;  tied: pull = push = 4P
+
+P: the parameters; D: 4 bytes per parameter reduced densely (2 with --fp16-allreduce, which Horovod and DDP
+apply to dense gradients only). With --sparse-embeddings and without --sparse-as-dense the embedding (V x d:
+vocabulary x d_model) leaves the dense part and travels as rows: S = r x (4d + i), r = 2 x batch x seq_len
+lookups per rank and step (the source and the target read the same embedding; repeated ids counted each time,
+an upper bound where a library merges them), i = the index size (PyTorch: int64, 8 bytes; TensorFlow's
+IndexedSlices: int32, 4). Allgather-based reductions (Horovod's sparse path, Gloo's sparse allreduce under
+DDP, tf.distribute's collective for IndexedSlices) gather every rank's rows and indices; each rank then sums
+them.
+
+Measured: every network interface's transmit counter of the host (/proc/net/dev; loopback included,
+which is how ranks on one host talk) between the start and the end of the timed windows, divided by the
+timed steps. Each host's local rank 0 reads its own; the hosts' figures add. Everything the host sent is
+in it (TCP/IP headers: under 1 % at loopback's 64 KiB MTU; the collectives' small size exchanges; any
+other program's traffic), so it checks the computed figure rather than equalling it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.models import model
+from bench.modes import mode_label, variant
+
+INDEX_BYTES = {"torch": 8, "tensorflow": 4}
+FLOAT_BYTES = 4
+NET_DEV = Path("/proc/net/dev")
+
+
+def tx_bytes(path: Path = NET_DEV) -> dict[str, int] | None:
+    """Bytes each network interface has transmitted since boot; None where the counters cannot be read."""
+    try:
+        lines = path.read_text().splitlines()[2:]
+    except OSError:
+        return None
+    counters = {}
+    for line in lines:
+        name, _, fields = line.partition(":")
+        values = fields.split()
+        if len(values) >= 9:
+            counters[name.strip()] = int(values[8])  # receive: 8 fields, then transmit bytes
+    return counters
+
+
+def sent_between(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, int] | None:
+    """Bytes each interface sent between two readings (interfaces in both)."""
+    if before is None or after is None:
+        return None
+    return {name: after[name] - before[name] for name in before if name in after}
+
+
+def computed(cfg) -> dict[str, Any]:
+    """The bytes one step of ``cfg`` (resolved) moves, by path, from the model's shapes (see the module doc)."""
+
+    spec = model(cfg.model)
+    v = variant(mode_label(cfg.mode, cfg.strategy))
+    n = cfg.np
+    sparse = cfg.sparse_embeddings and not cfg.sparse_as_dense
+    params = spec.parameters(cfg.num_classes, untied=cfg.sparse_embeddings)
+    embedding = spec.per_class * cfg.num_classes if cfg.sparse_embeddings else 0
+    dense_params = params - embedding if sparse else params
+    element = 2 if cfg.fp16_allreduce else FLOAT_BYTES
+    dense = dense_params * element
+    rows = 2 * cfg.batch_size * cfg.seq_len if cfg.sparse_embeddings else 0
+    sparse_rank = rows * (FLOAT_BYTES * spec.per_class + INDEX_BYTES[v.mode.framework]) if sparse else 0
+    record: dict[str, Any] = {"exchange": v.exchange, "ranks": n, "dense_bytes": dense,
+                              "sparse_bytes_per_rank": sparse_rank, "rows_per_rank": rows}
+    if v.exchange == "collective":
+        record["allreduce_bytes"] = 2 * (n - 1) * dense
+        record["allgather_bytes"] = n * (n - 1) * sparse_rank
+        record["bytes_per_step"] = record["allreduce_bytes"] + record["allgather_bytes"]
+    elif v.exchange == "ps":
+        # Untied, the forward pass gathers its rows on the server (sparse or not); the push is the gradient.
+        looked_up = rows * spec.per_class if cfg.sparse_embeddings else 0
+        pull = (params - embedding + looked_up) * FLOAT_BYTES
+        push = dense + sparse_rank
+        record.update(pull_bytes_per_worker=pull, push_bytes_per_worker=push, bytes_per_step=n * (pull + push))
+    else:  # one process (single-device modes, mirrored): nothing crosses a process boundary
+        record["bytes_per_step"] = 0
+    return record
+
+
+def measured(ranks: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
+    """Bytes per timed step, from each host's reading (the rank records' ``net_sent``); None without one."""
+    readings = [r["net_sent"] for r in ranks if r.get("net_sent") is not None]
+    if not readings or steps < 1:
+        return None
+    by_interface: dict[str, int] = {}
+    for reading in readings:
+        for name, sent in reading.items():
+            by_interface[name] = by_interface.get(name, 0) + sent
+    return {"bytes_per_step": sum(by_interface.values()) / steps, "hosts": len(readings), "steps": steps,
+            "sent_by_interface": by_interface}

@@ -1,0 +1,160 @@
+"""Stall watchdog: a rank that sees no progress for too long ends the job instead of hanging.
+
+Progress is a completed step: warmup steps and timed windows both count, the first step included. A daemon
+thread checks the time since the last progress; past the bound it prints one line naming where this rank is
+(window, step, and whether it was inside a step or waiting for the others at the end of the run), writes the
+same as JSON to ``$HVDBENCH_STALL_DIR/rank-<N>.json`` when the self-spawner set one, and exits with
+:data:`STALL_EXIT` without unwinding (the main thread is blocked in a collective and cannot).
+
+The bound (``--stall-timeout``; formula in :func:`auto_bound`) is generous by default so that a slow but
+healthy run is never cut: ``max(120 s, 20 x first step x steps per window)``. Until the first step has finished
+(tracing, compilation, the first collectives), it is ``max(bound, 600 s, 2 x rendezvous timeout)``.
+
+The self-spawner reads the reports (:func:`diagnose`): a rank that wrote none was frozen (stopped, or stuck
+holding the interpreter) and did not arrive; a rank behind the furthest position did not arrive either. Under
+srun, where each rank speaks for itself, the line also names the step's hosts that no longer answer, with their
+ranks (:func:`bench.launching.slurm.unanswered`): a lost node or a cut link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.launching import slurm
+
+STALL_EXIT = 75  # EX_TEMPFAIL: the job may succeed when run again
+STALL_DIR_ENV = "HVDBENCH_STALL_DIR"
+FLOOR_S = 120.0
+FIRST_STEP_FLOOR_S = 600.0
+
+
+def auto_bound(first_step_s: float, steps_per_window: int) -> float:
+    """Default bound once the first step is done: 20 windows' worth of first steps, at least 120 s."""
+    return max(FLOOR_S, 20.0 * first_step_s * steps_per_window)
+
+
+class Watchdog:
+    def __init__(self, rank: int, stall_timeout: float | None, rendezvous_timeout: float,
+                 poll_s: float = 1.0) -> None:
+        self.rank = rank
+        self.explicit = stall_timeout
+        self.bound = max(stall_timeout or 0.0, FIRST_STEP_FLOOR_S, 2 * rendezvous_timeout)
+        self.where = {"phase": "first step", "window": 0, "step": 0}
+        self._last = time.monotonic()
+        self._poll_s = poll_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="hvdbench-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._last = time.monotonic()
+        self._thread.start()
+
+    def first_step_done(self, first_step_s: float, steps_per_window: int) -> None:
+        self.bound = self.explicit if self.explicit is not None else auto_bound(first_step_s, steps_per_window)
+        self.progress()
+
+    def at(self, phase: str, window: int = 0, step: int = 0) -> None:
+        """Where this rank is now (cheap: called around every step)."""
+        self.where = {"phase": phase, "window": window, "step": step}
+
+    def progress(self) -> None:
+        self._last = time.monotonic()
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self._poll_s):
+            waited = time.monotonic() - self._last
+            if waited > self.bound:
+                self._fire(waited)
+
+    def _fire(self, waited: float) -> None:
+        w = self.where
+        report = {"rank": self.rank, "waited_s": round(waited, 1), "bound_s": round(self.bound, 1), **w}
+        # under srun, the hosts of the step that no longer answer (a lost node, a cut link) are named
+        quiet = slurm.unanswered(os.environ, self.rank) if "SLURM_STEP_ID" in os.environ else ""
+        print(f"rank {self.rank}: error: stalled: no progress for {waited:.0f} s (bound {self.bound:.0f} s, "
+              f"--stall-timeout); this rank is {describe(w)}{quiet}", file=sys.stderr, flush=True)
+        folder = os.environ.get(STALL_DIR_ENV)
+        if folder:
+            try:
+                (Path(folder) / f"rank-{self.rank}.json").write_text(json.dumps(report))
+            except OSError:
+                pass
+        os._exit(STALL_EXIT)
+
+
+def describe(where: dict) -> str:
+    if where["phase"] in ("window", "warmup"):
+        return f"in {where['phase']} {where['window']}, step {where['step']}"
+    return f"in the {where['phase']}"
+
+
+def position(where: dict) -> tuple[int, int, int]:
+    """An order over positions: later phases and steps are further on."""
+    phases = {"first step": 0, "warmup": 1, "window": 2, "gather": 3}
+    return phases.get(where["phase"], 0), where.get("window", 0), where.get("step", 0)
+
+
+def read_reports(folder: Path) -> dict[int, dict]:
+    reports = {}
+    for path in folder.glob("rank-*.json"):
+        try:
+            data = json.loads(path.read_text())
+            reports[int(data["rank"])] = data
+        except (OSError, ValueError, KeyError):
+            continue
+    return reports
+
+
+def diagnose(reports: dict[int, dict], ranks: int) -> str:
+    """One line: which ranks did not arrive where the others waited."""
+    silent = [r for r in range(ranks) if r not in reports]
+    if not reports:
+        return "no rank reported"
+    furthest = max(position(w) for w in reports.values())
+    behind = sorted(r for r, w in reports.items() if position(w) < furthest)
+    lagging = sorted(silent + behind)
+    waiting = sorted(r for r in reports if r not in behind)
+    first = reports[waiting[0]]
+    where = describe(first)
+    bound = first["bound_s"]
+    if not lagging:
+        return (f"stalled: every rank waited {bound:.0f} s {where}: the collective itself hung "
+                "(network, or a peer outside this job)")
+    why = [f"{r}: frozen (stopped, or stuck without releasing the interpreter)" for r in silent]
+    why += [f"{r}: {describe(reports[r])}" for r in behind]
+    return (f"stalled: rank(s) {', '.join(map(str, lagging))} did not arrive ({'; '.join(why)}); "
+            f"rank(s) {', '.join(map(str, waiting))} waited {bound:.0f} s {where}")
+
+
+# The deadline's watcher: a shell outside this process, since the wait it bounds may hold Python's GIL.
+_DEADLINE_SH = ('for _ in $(seq "$1"); do sleep 1; kill -0 "$3" 2>/dev/null || exit 0; done; '
+                'printf "%s\\n" "$2" >&2; kill -KILL "$3"')
+
+
+@contextmanager
+def deadline(seconds: float, message: str, rank: int):
+    """Run the block; if it has not finished after ``seconds``, print ``rank N: error: MESSAGE`` and end
+    this process (SIGKILL).
+
+    For waits inside a framework's C++ code that neither a Python exception nor a Python thread can
+    interrupt: TensorFlow's multi-worker rendezvous waits forever, holding the GIL, when a worker never comes.
+    The watcher is a small shell process that polls this one each second and leaves once it is gone.
+    """
+    import subprocess
+
+    watcher = subprocess.Popen(["/bin/sh", "-c", _DEADLINE_SH, "deadline", str(max(1, round(seconds))),
+                                f"rank {rank}: error: {message}", str(os.getpid())], stdin=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        watcher.kill()
+        watcher.wait()

@@ -1,0 +1,375 @@
+"""Results: one schema-versioned JSON per run (never overwritten), one CSV row, one terminal table."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import os
+import secrets
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import SCHEMA_VERSION, __version__
+from bench.config import RunConfig
+from bench.errors import BenchError, ResultNotWhole
+from bench.launching.detect import LaunchInfo
+from bench.measure import attribution, telemetry, traffic
+from bench.measure.peak import utilisation
+from bench.measure.stats import summarize, throughput_summary
+from bench.models import describe_inputs, model
+from bench.records import files, schema
+from bench.records.metrics import METRICS, sample_symbol
+
+# A sweep folder keeps each cell's run configuration (JSON, not a result) in this subfolder; readers skip it.
+CONFIGS_DIR = "configs"
+MANIFEST = "manifest.json"  # a sweep folder's manifest (JSON, not a result)
+
+CSV_NAME = "results.csv"
+# One row per run: what identifies it, every registered metric, then the run's checks.
+CSV_FIELDS = [
+    "schema_version", "run_id", "created_utc", "status", "mode", "model", "precision", "batch_size",
+    "image_size", "seq_len", "world_size", "device", "launcher", "sample_unit", *METRICS, "ci95_low", "ci95_high",
+    "median", "ranks_in_sync", "hosts",
+]
+TELEMETRY_FIELDS = ["t", "host", "gpu", *telemetry.FIELDS]
+REQUIRED_KEYS = ["schema_version", "run_id", "status", "mode", "config", "environment", "world_size",
+                 "timing", "samples", "summary"]
+
+
+def new_run_id(mode: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{mode}-{secrets.token_hex(4)}"
+
+
+def check_output_dir(path: str | os.PathLike) -> Path:
+    """Create the output directory and prove it is writable, before any work is done."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{secrets.token_hex(4)}"
+        files.write_new(probe, "probe\n")  # the writer's own way: temporary file, then link or exclusive create
+        probe.unlink()
+    except OSError as exc:
+        raise BenchError(f"output directory '{out}' is not writable: {files.disk_reason(exc)}") from None
+    csv_path = out / CSV_NAME
+    if csv_path.exists() and csv_path.stat().st_size > 0:
+        with open(csv_path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if header != CSV_FIELDS:
+            raise BenchError(f"{csv_path} has a different column layout (another schema version); "
+                             "choose another --output")
+    return out
+
+
+def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """Assemble the result from every rank's raw samples (see bench.measure.stats for the formulas)."""
+    ranks = gathered["ranks"]
+    replicas = ranks[0]["replicas"]
+    if any(r["replicas"] != replicas for r in ranks):
+        raise BenchError("ranks drive different numbers of replicas; cannot compare their windows")
+    world = replicas * len(ranks)
+    samples_per_window = cfg.batch_size * replicas * cfg.steps_per_window
+    window_s = [r["window_s"] for r in ranks]
+    summary = throughput_summary(window_s, samples_per_window, world)
+    init_s = max(r["init_s"] for r in ranks)
+    train_s = max(r["train_s"] for r in ranks)
+    steps_after_init = len(ranks[0]["warmup_step_s"]) + len(ranks[0]["window_s"]) * cfg.steps_per_window
+    samples_after_init = world * cfg.batch_size * steps_after_init
+    warmup = [max(ts) for ts in zip(*[r["warmup_step_s"] for r in ranks], strict=True)]
+    checksums = [r["checksum"] for r in ranks]
+    extra = [r["sync_report"] for r in ranks if r.get("sync_report")]
+    summary.update({
+        # Wall-clock views (seed 003): all samples after init over the slowest rank's train time, and
+        # over init + train (time to a trained model from process start).
+        "samples_per_sec_wall_train": samples_after_init / train_s if train_s > 0 else None,
+        "samples_per_sec_wall_total": samples_after_init / (init_s + train_s),
+        "warmup_step_s": summarize(warmup) if warmup else None,
+    })
+    workload = workload_record(cfg)
+    tokens = workload["tokens_per_sample"]
+    flops = workload["train_flops_per_sample"]
+    summary.update({
+        "tokens_per_sec_total": summary["samples_per_sec_total"] * tokens if tokens else None,
+        "tokens_per_sec_per_gpu": summary["samples_per_sec_per_gpu"] * tokens if tokens else None,
+        "model_tflops_per_gpu": summary["samples_per_sec_per_gpu"] * flops / 1e12 if flops else None,
+    })
+    nodes = [r["telemetry"]["summary"] for r in ranks if r.get("telemetry")]
+    timed_samples = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
+    if nodes:
+        tele = telemetry.combine(nodes, timed_samples, summary["samples_per_sec_total"])
+        tele["samples_csv"] = f"{run_id}-telemetry.csv"
+    else:
+        tele = telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "status": "ok",
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hvdbench_version": __version__,
+        "mode": cfg.mode,
+        "config": cfg.to_dict(),
+        "launcher": launch.launcher,
+        "world_size": world,
+        "processes": len(ranks),
+        "replicas_per_process": replicas,
+        "workload": workload,
+        "environment": dict(gathered["environment"],
+                            ranks=[{k: r[k] for k in ("rank", "local_rank", "host", "device")} for r in ranks]),
+        "timing": {
+            "unit": "s",
+            "init_s": init_s,
+            "first_step_s": max(r["first_step_s"] for r in ranks),
+            "train_s": train_s,
+            "timed_windows_s": max(sum(r["window_s"]) for r in ranks),
+            "per_rank": [{k: r[k] for k in ("rank", "setup_s", "first_step_s", "init_s", "train_s")}
+                         for r in ranks],
+            "definitions": {
+                "init_s": "process start to end of the first (synchronised) training step; slowest rank",
+                "train_s": "end of init to end of the last timed window, warmup included; slowest rank",
+            },
+        },
+        "samples": {
+            "unit": "s",
+            "steps_per_window": cfg.steps_per_window,
+            "samples_per_window_per_rank": samples_per_window,
+            "replicas_per_rank": replicas,
+            "window_s": window_s,
+            "warmup_step_s": [r["warmup_step_s"] for r in ranks],
+        },
+        "summary": summary,
+        "utilisation": utilisation_record(cfg, summary["model_tflops_per_gpu"], ranks[0], gathered["environment"]),
+        "attribution": attribution.build(ranks, cfg.steps_per_window),
+        "telemetry": tele,
+        "traffic": {
+            "computed": traffic.computed(cfg),
+            "measured": traffic.measured(ranks, cfg.steps_per_window * len(window_s[0])),
+            "definition": "bytes one step moves between processes, all of them together: computed from the "
+                          "shapes, and measured by the hosts' interface counters over the timed windows "
+                          "(bench.measure.traffic)",
+        },
+        "sync": {
+            "param_checksums": checksums,
+            "ranks_in_sync": len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
+            and all(x.get("in_sync", True) for x in extra),
+            "reports": extra,
+            "param_sum_initial": [r["param_sum_initial"] for r in ranks],
+            "param_sum_final": [r["param_sum_final"] for r in ranks],
+            "params_changed": all(r["param_sum_initial"] != r["param_sum_final"] for r in ranks),
+            "definition": "param_checksums: SHA-256 of every trainable parameter after the run, per rank",
+        },
+    }
+
+
+def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: dict[str, Any],
+                       environment: dict[str, Any]) -> dict[str, Any]:
+    """MFU against this device's measured GEMM peak (`bench peak`) and its published peak (bench.measure.peak), for rank
+    0's host and device: the ranks are taken to be alike."""
+
+    device = rank0["device"]
+    gpu_name = device.split(" ", 1)[1] if device.startswith("cuda:") and " " in device else None
+    gpus = (environment.get("nvml") or {}).get("gpus") or []
+    if gpu_name is None and device.startswith("/physical_device:GPU") and gpus:
+        gpu_name = gpus[0].get("name")  # TensorFlow's label has no model name: NVML's first GPU
+        device = f"cuda:0 {gpu_name}"
+    return utilisation(model_tflops, cfg.precision.value, cfg.output, rank0["host"], device, gpu_name)
+
+
+def workload_record(cfg: RunConfig) -> dict[str, Any]:
+    """What the run trained on: the workload's kind and sample unit, the model's size and training FLOPs."""
+
+    spec = model(cfg.model)
+    w = spec.workload
+    return {"kind": w.kind, "unit": w.unit, "symbol": w.symbol, "model": spec.name,
+            "parameters": spec.parameters(cfg.num_classes, cfg.sparse_embeddings),
+            "gradient_bytes": spec.gradient_bytes(cfg.num_classes, untied=cfg.sparse_embeddings),
+            "train_flops_per_sample": spec.train_flops_per_sample(cfg), "tokens_per_sample": w.tokens_per_sample(cfg)}
+
+
+def validate_result(data: Any, where: str = "result") -> None:
+    schema.validate(data, where)
+
+
+def load_result(path: str | os.PathLike) -> dict[str, Any]:
+    """A result file, read (schema 1 upgraded to the current schema) and validated."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchError(f"cannot read result {path}: {exc}") from None
+    return upgraded(data, str(path))
+
+
+def upgraded(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A result as read from ``where``: upgraded to the current schema, then validated against it."""
+    data = schema.upgrade(data)
+    validate_result(data, where)
+    return data
+
+
+def telemetry_samples(gathered: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for r in gathered["ranks"] if r.get("telemetry") for s in r["telemetry"]["samples"]]
+
+
+class CsvNotUpdated(ResultNotWhole):
+    """The run's record was written but its results.csv row was not: the CSV is exactly as it was."""
+
+
+def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, Any]] | None = None) -> Path:
+    """Write the run as a unit: ``<run_id>.json`` (whole, never overwriting; the record), the telemetry time
+    series beside it (``<run_id>-telemetry.csv``) when there is one, and the results.csv row. The JSON lands
+    first; if the row cannot be added, the CSV is left exactly as it was and the error says what was written."""
+    validate_result(result)
+    if samples:
+        _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
+    final = write_json_new(out_dir / f"{result['run_id']}.json", result)
+    csv_path = out_dir / CSV_NAME
+    try:
+        append_csv(csv_path, csv_row(result))
+    except OSError as exc:
+        raise CsvNotUpdated(f"the result is written to {final}, but its row could not be added to {csv_path} "
+                            f"({files.disk_reason(exc)}); {csv_path.name} is as it was") from None
+    return final
+
+
+def write_json_new(final: Path, data: Any) -> Path:
+    """Write ``data`` as JSON to ``final`` atomically; refuse if the file exists (never overwritten).
+
+    If the folder cannot take the file after all (full, read-only, over quota, gone, permissions changed
+    mid-run), the record is saved under :func:`fallback_dir` and the error names that path; if no fallback
+    folder takes it either, the JSON goes to standard error: a finished measurement is never lost.
+    """
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    try:
+        files.write_new(final, text)
+    except FileExistsError:
+        raise BenchError(f"result {final} already exists; not overwritten") from None
+    except OSError as exc:
+        saved = save_fallback(final.name, text)
+        if saved is None:
+            sys.stderr.write(text)
+            where = "printed above on standard error: no fallback folder could take it either"
+        else:
+            where = f"saved to {saved} instead"
+        raise ResultNotWhole(f"could not write {final} ({files.disk_reason(exc)}); the result is {where}") from None
+    return final
+
+
+def fallback_dir() -> list[Path]:
+    """Where a result goes when its output folder cannot take it: $HVDBENCH_FALLBACK_DIR, then
+    ~/.cache/hvdbench/unsaved, then the system's temporary folder."""
+    dirs = [Path(d) for d in (os.environ.get("HVDBENCH_FALLBACK_DIR"),) if d]
+    return [*dirs, Path.home() / ".cache" / "hvdbench" / "unsaved", Path(tempfile.gettempdir()) / "hvdbench-unsaved"]
+
+
+def save_fallback(name: str, text: str) -> Path | None:
+    for folder in fallback_dir():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            if path.exists():
+                path = folder / f"{path.stem}-{secrets.token_hex(3)}{path.suffix}"
+            files.write_new(path, text)
+            return path
+        except OSError:
+            continue
+    return None
+
+
+def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    try:
+        files.write_new(path, buf.getvalue())
+    except FileExistsError:
+        raise BenchError(f"{path} already exists; not overwritten") from None
+
+
+def csv_row(result: dict[str, Any]) -> dict[str, Any]:
+    cfg, s = result["config"], result["summary"]
+    ci = s.get("ci95") or [None, None]
+    return {
+        "schema_version": result["schema_version"], "run_id": result["run_id"],
+        "created_utc": result["created_utc"], "status": result["status"], "mode": result["mode"],
+        "model": cfg["model"], "precision": cfg["precision"], "batch_size": cfg["batch_size"],
+        "image_size": cfg["image_size"], "seq_len": cfg.get("seq_len"), "world_size": result["world_size"],
+        "device": cfg["device"],
+        "launcher": result["launcher"], "sample_unit": result["workload"]["unit"],
+        **{key: metric.value(result) for key, metric in METRICS.items()},
+        "ci95_low": ci[0], "ci95_high": ci[1], "median": s["median"],
+        "ranks_in_sync": result["sync"]["ranks_in_sync"],
+        "hosts": " ".join(sorted({r["host"] for r in result["environment"]["ranks"]})),
+    }
+
+
+def append_csv(path: Path, row: dict[str, Any]) -> None:
+    """Add ``row`` to the CSV at ``path`` (made with its header if new) as a whole-file replacement under a
+    lock: a full disk or a crash leaves the previous file exactly as it was, never a torn or emptied one."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    folder = os.open(path.parent, os.O_RDONLY)  # the lock: the folder (the file itself is replaced)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        old = path.read_text() if path.exists() else ""
+        if not old:
+            writer.writeheader()
+        writer.writerow(row)
+        files.replace(path, old + buf.getvalue())
+    finally:
+        os.close(folder)
+
+
+def render_table(result: dict[str, Any]):
+    """The terminal table: every registered metric the run has, then the run's checks."""
+    from rich.table import Table
+
+
+    cfg, s = result["config"], result["summary"]
+    shape = describe_inputs(cfg)
+    symbol = sample_symbol(result)
+    title = (f"{result['mode']}  {cfg['model']} {shape}  "
+             f"batch {cfg['batch_size']}/device  {cfg['precision']}  {result['world_size']} x {cfg['device']}")
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("unit / note")
+    tele = result.get("telemetry") or {}
+    for metric in METRICS.values():
+        value = metric.value(result)
+        if not metric.in_table or (metric.section == "telemetry" and not tele.get("available")):
+            continue
+        if value is None and metric.key.startswith("tokens"):
+            continue  # not a text workload
+        table.add_row(metric.label, _num(value, metric.fmt), metric.unit_for(result))
+        if metric.key == "samples_per_sec_total":
+            ci = s.get("ci95")
+            table.add_row("  95% CI", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a", f"{symbol}/s (t-interval)")
+            table.add_row("  median / min / max",
+                          f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}", f"{symbol}/s")
+    util = result.get("utilisation") or {}
+    for which, label in (("measured", "measured peak"), ("spec", "published peak")):
+        if util.get(f"mfu_{which}") is not None:
+            table.add_row(f"MFU ({label})", f"{100 * util[f'mfu_{which}']:.1f}",
+                          f"% of {util[f'{which}_peak_tflops']:.3g} TFLOP/s")
+    table.add_row("windows x steps", f"{s['total']['n']} x {cfg['steps_per_window']}",
+                  f"+ {cfg['warmup_steps']} warmup steps")
+    table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",
+                  "parameter checksums equal")
+    for row in attribution.table_rows(result.get("attribution")):
+        table.add_row(*row)
+    if tele.get("available"):
+        table.add_row("GPU power, mean total", _num(tele.get("power_w_mean_total"), ".0f"), "W")
+        table.add_row("throttling seen", "yes" if tele["throttled"] else "no", "power/thermal slowdown reasons")
+    else:
+        table.add_row("GPU telemetry", "unavailable", tele.get("reason", ""))
+    return table
+
+
+def _num(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+

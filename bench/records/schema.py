@@ -1,0 +1,303 @@
+"""The result file, typed: pydantic models whose JSON Schema ``bench schema`` prints.
+
+Every result is validated against these models before it is written, and when it is read. Sections
+that carry free-form records (the environment, telemetry, per-rank details) keep their required keys
+typed and allow more. Results of schema 1 (image-only, before the workload and the sample unit) are
+read through :func:`upgrade`, which renames their image figures to sample figures; nothing is lost.
+
+Schema history:
+  1  image CNNs only; throughput keys ``images_per_sec_*``, energy ``energy_per_image_j``
+  2  ``workload`` section (kind, sample unit, parameters, training FLOPs per sample); throughput in
+     samples (``samples_per_sec_*``, text adds ``tokens_per_sec_*``); ``model_tflops_per_gpu``;
+     later within 2, each optional so that earlier results still read: ``traffic``, ``utilisation``,
+     ``attribution``
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bench import SCHEMA_VERSION
+from bench.errors import BenchError
+from bench.models import MODELS
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(description="what the model trains on: image, ...")
+    unit: str = Field(description="one sample: image, sequence")
+    symbol: str = Field(description="throughput's unit in tables: img/s, seq/s")
+    model: str
+    parameters: int | None = Field(description="trainable parameters at the run's class count")
+    gradient_bytes: int | None = Field(description="fp32 gradient one data-parallel step allreduces")
+    train_flops_per_sample: float | None = Field(
+        description="matmul and convolution FLOPs of forward + backward per sample (bench.models)")
+    tokens_per_sample: int | None = Field(None, description="text workloads: tokens in one sample")
+
+
+class RankInfo(_Open):
+    rank: int
+    local_rank: int
+    host: str
+    device: str
+
+
+class Environment(_Open):
+    ranks: list[RankInfo] = Field(description="every rank's host and device")
+
+
+class Timing(_Open):
+    unit: Literal["s"]
+    init_s: float
+    first_step_s: float
+    train_s: float
+    timed_windows_s: float
+    per_rank: list[dict[str, Any]]
+    definitions: dict[str, str]
+
+
+class Samples(_Open):
+    unit: Literal["s"]
+    steps_per_window: int
+    samples_per_window_per_rank: int
+    replicas_per_rank: int
+    window_s: list[list[float]] = Field(description="raw: every measuring rank's timed window durations")
+    warmup_step_s: list[list[float]]
+
+
+class Summary(_Open):
+    unit: Literal["samples/s"]
+    samples_per_sec_total: float
+    samples_per_sec_per_gpu: float
+    samples_per_sec_rank0_x_world: float
+    samples_per_sec_wall_train: float | None
+    samples_per_sec_wall_total: float
+    tokens_per_sec_total: float | None = None
+    tokens_per_sec_per_gpu: float | None = None
+    model_tflops_per_gpu: float | None = None
+    ci95: list[float] | None
+    median: float
+
+
+class Telemetry(_Open):
+    available: bool
+    energy_per_sample_j: float | None = None
+    samples_per_sec_per_watt: float | None = None
+
+
+class Traffic(_Open):
+    computed: dict[str, Any] = Field(
+        description="bytes per step by path, from the model's shapes (bench.measure.traffic)")
+    measured: dict[str, Any] | None = Field(description="bytes per timed step the hosts' interfaces sent; null "
+                                            "where the counters could not be read")
+
+
+class Sync(_Open):
+    param_checksums: list[str]
+    ranks_in_sync: bool
+    params_changed: bool
+
+
+class Utilisation(BaseModel):
+    """MFU: model FLOP/s per device against a measured and a published peak (bench.measure.peak)."""
+
+    model_config = ConfigDict(extra="forbid")
+    unit: Literal["TFLOP/s"]
+    model_tflops_per_device: float | None = Field(description="summary.model_tflops_per_gpu")
+    precision: str
+    measured_peak_tflops: float | None = Field(
+        description="best sustained GEMM rate `bench peak` measured on this host and device at this precision")
+    measured_peak_source: str = Field(description="the peak file read, or why there is none")
+    mfu_measured: float | None = Field(description="model_tflops_per_device / measured_peak_tflops (a fraction)")
+    spec_peak_tflops: float | None = Field(
+        description="the vendor's dense rate for this exact GPU name and precision; none for an unlisted device")
+    spec_peak_source: str
+    mfu_spec: float | None = Field(description="model_tflops_per_device / spec_peak_tflops (a fraction)")
+    definitions: dict[str, str]
+
+
+class _RankOf(BaseModel):
+    """Which rank: its number, host and device."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    host: str
+    device: str
+
+
+class RankAttribution(_RankOf):
+    """One rank's step, taken apart (bench.measure.attribution); seconds per step."""
+
+    compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
+    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
+    step_s: float = Field(description="per step in the timed windows (median window / steps per window)")
+    exposed_s: float = Field(description="step_s - compute_s: time in, or waiting for, the exchange")
+    hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
+    compute_step_s: list[float] = Field(description="raw: each compute-only step's wall time")
+    exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")
+
+
+class Straggler(_RankOf):
+    slowdown: float = Field(description="its compute_s / the other ranks' median compute_s")
+    compute_s: float
+    others_compute_s: float
+    wait_share: float | None = Field(description="(compute_s - others_compute_s) / step_s: the share of every "
+                                                 "step the other ranks spend waiting for it")
+
+
+class Attribution(BaseModel):
+    """Where each rank's step goes, and the straggler (bench.measure.attribution); ``measured`` false says why not."""
+
+    model_config = ConfigDict(extra="forbid")
+    measured: bool
+    reason: str | None = Field(None, description="why there are no figures (measured false)")
+    unit: Literal["s"] | None = None
+    steps: int | None = Field(None, description="compute-only steps, and exchange-only steps, per rank")
+    per_rank: list[RankAttribution] | None = None
+    straggler: Straggler | None = None
+    straggler_threshold: float | None = Field(None, description="the slowdown - 1 above which a rank is named")
+    hidden_share_median: float | None = None
+    exposed_s_median: float | None = None
+    cost_s: float | None = Field(None, description="the slowest rank's wall time for the attribution windows")
+    definitions: dict[str, str]
+
+
+class Result(BaseModel):
+    """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
+
+    model_config = ConfigDict(extra="forbid", title="hvdbench result")
+    schema_version: Literal[2]
+    run_id: str
+    status: Literal["ok"]
+    created_utc: str
+    hvdbench_version: str
+    mode: str
+    config: dict[str, Any] = Field(description="the resolved run configuration (bench.config.RunConfig)")
+    launcher: str
+    world_size: int
+    processes: int
+    replicas_per_process: int
+    workload: Workload
+    environment: Environment
+    timing: Timing
+    samples: Samples
+    summary: Summary
+    telemetry: Telemetry
+    traffic: Traffic | None = None  # added within schema 2: results written before it have none
+    utilisation: Utilisation | None = None  # added within schema 2: results written before it have none
+    attribution: Attribution | None = None  # added within schema 2; none for one process or --attribution-steps 0
+    sync: Sync
+
+
+class Finding(_Open):
+    """One thing bench diagnose found (bench/commands/diagnose/rules.py)."""
+
+    kind: Literal["device", "pair", "rank", "job", "node"] = Field(
+        description="what it is about: a device alone, a pair of nodes, a rank or the whole of the full job, or a "
+                    "node found by its pairs")
+    where: str = Field(description="the member: node or node/device, node+node, 'rank R (host)', job")
+    figure: Any = Field(description="the measured figure (null: it was not measured because the phase failed)")
+    expected: Any = Field(description="what it was held against: the peers' median or the baseline's figure")
+    rule: str = Field(description="the rule, with its threshold, or the derived check that found it")
+    severity: Literal["error", "warning"]
+    why: str | None = Field(None, description="telemetry's explanation where there is one (GPU throttle reasons)")
+
+
+class DiagnosePhase(_Open):
+    seconds: float = Field(description="wall time of the phase")
+    steps: list[dict[str, Any]] = Field(description="every command of the phase: members, command, exit code, "
+                                                    "seconds, failure (one line) and log")
+
+
+class Diagnose(BaseModel):
+    """One bench diagnose: the phases run, every member's figures, the rules and what they found."""
+
+    model_config = ConfigDict(extra="forbid", title="hvdbench diagnose record")
+    kind: Literal["diagnose"]
+    schema_version: Literal[1]
+    run_id: str
+    created_utc: str
+    hvdbench_version: str
+    config: dict[str, Any]
+    executor: Literal["slurm", "hosts"] = Field(description="srun steps in an allocation, or ssh and mpirun -H")
+    nodes: list[str]
+    left_out: list[str] = Field(description="nodes whose devices phase failed, left out of the phases after it")
+    seconds: float
+    phases: dict[str, DiagnosePhase]
+    figures: dict[str, dict[str, dict[str, Any]]] = Field(
+        description="kind -> member -> figure: device samples_per_sec; pair busbw_GBps (large size) and latency_us "
+                    "(small size); rank compute_s (attribution); job samples_per_sec")
+    rules: list[str]
+    baseline: str | None
+    findings: list[Finding]
+    passed: bool = Field(description="no finding is an error (the exit status is then 0)")
+
+
+def json_schema(kind: str = "result") -> dict[str, Any]:
+    return (Diagnose if kind == "diagnose" else Result).model_json_schema()
+
+
+def validate_diagnose(data: dict[str, Any]) -> None:
+    try:
+        Diagnose.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BenchError(f"the diagnose record does not match its schema: {'.'.join(map(str, first['loc']))}: "
+                         f"{first['msg']}") from None
+
+
+def validate(data: Any, where: str = "result") -> None:
+    """One clear error when ``data`` is not a result of this schema version."""
+    if not isinstance(data, dict):
+        raise BenchError(f"{where} is not a JSON object")
+    if "schema_version" not in data:
+        raise BenchError(f"{where} is not an hvdbench result (it has no schema_version)")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise BenchError(f"{where} has schema_version {data['schema_version']}; this hvdbench reads 1 and "
+                         f"{SCHEMA_VERSION} (a newer version wrote it?)")
+    try:
+        Result.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(p) for p in first["loc"])
+        raise BenchError(f"{where} does not match the result schema: {at}: {first['msg']} "
+                         f"({exc.error_count()} problem(s))") from None
+
+
+_V1_SUMMARY = {"images_per_sec_total": "samples_per_sec_total", "images_per_sec_per_gpu": "samples_per_sec_per_gpu",
+               "images_per_sec_rank0_x_world": "samples_per_sec_rank0_x_world",
+               "images_per_sec_wall_train": "samples_per_sec_wall_train",
+               "images_per_sec_wall_total": "samples_per_sec_wall_total",
+               "windows_total_images_per_sec": "windows_total_samples_per_sec"}
+_V1_TELEMETRY = {"energy_per_image_j": "energy_per_sample_j", "images_per_sec_per_watt": "samples_per_sec_per_watt"}
+_V1_HOOK_FIELDS = ("verify_dir", "data_shards", "fault")  # bench verify's requests, now bench.hooks
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 result as schema 2 (same figures, new names, the image workload made explicit)."""
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        return data
+
+    out = dict(data, schema_version=2)
+    out["summary"] = {_V1_SUMMARY.get(k, k): v for k, v in data.get("summary", {}).items()}
+    out["summary"]["unit"] = "samples/s"
+    out["telemetry"] = {_V1_TELEMETRY.get(k, k): v for k, v in (data.get("telemetry") or {}).items()}
+    samples = dict(data.get("samples", {}))
+    if "images_per_window_per_rank" in samples:
+        samples["samples_per_window_per_rank"] = samples.pop("images_per_window_per_rank")
+    out["samples"] = samples
+    config = {k: v for k, v in data.get("config", {}).items() if k not in _V1_HOOK_FIELDS}
+    out["config"] = config
+    spec = MODELS.get(config.get("model", ""))
+    classes = config.get("num_classes", 1000)
+    out["workload"] = {"kind": "image", "unit": "image", "symbol": "img/s", "model": config.get("model", "?"),
+                       "parameters": spec.parameters(classes) if spec else None,
+                       "gradient_bytes": spec.gradient_bytes(classes) if spec else None,
+                       "train_flops_per_sample": None, "tokens_per_sample": None}
+    return out
