@@ -140,7 +140,6 @@ def sweep_command(
     """Run a matrix of benchmarks, one run per cell, resumable (here, or one srun step per cell in Slurm)."""
     from pathlib import Path
 
-
     if resume:
         summary = run_sweep(load_sweep(Path(output)), Path(output), redo=redo, cell_timeout=cell_timeout)
         _sweep_exit(summary, output)
@@ -186,7 +185,6 @@ def report_command(
     """Write report.md, report.csv and plots from results (never re-runs anything)."""
     from pathlib import Path
 
-
     first = Path(paths[0])
     target = Path(out) if out else (first if first.is_dir() else first.parent)
     typer.echo(f"report: {write_report([Path(p) for p in paths], target, strict)}")
@@ -206,7 +204,6 @@ def compare_command(
 
     from rich.console import Console
     from rich.table import Table
-
 
     metric = find(metric).key
     rows = compare(Path(a), Path(b), strict)
@@ -254,7 +251,6 @@ def verify_command(
 ) -> None:
     """Check that every distributed mode trains what one process trains on the global batch (exit 1 on FAIL)."""
     from rich.console import Console
-
 
     if framework in FRAMEWORK_NAMES:
         envs.enter(FRAMEWORK_NAMES[framework])
@@ -312,7 +308,6 @@ def diagnose_command(
     """Find the slow node, device or link: devices alone, node pairs, the full job; rules over the figures
     (exit 3 when one finds an error)."""
     import shlex
-
 
     host_list = tuple(parse_list(hosts)) if hosts else None
     try:
@@ -398,7 +393,6 @@ def predict_command(
     """Predict images/s and scaling efficiency at N GPUs from a 1-GPU step time and the network (see formula)."""
     from rich.console import Console
 
-
     console = Console()
     fusion = int(fusion_mib * 1024**2)
     if fusion < 0:
@@ -448,7 +442,6 @@ def peak_command(
         raise BenchError("--np and --repeats must be at least 1 and --seconds above 0")
     envs.enter("torch")
     import torch
-
 
     if device == Device.auto:
         device = Device.cuda if torch.cuda.is_available() else Device.cpu

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any, Protocol
 
 from bench.config import RunConfig
 from bench.errors import STOP_SIGNALS, BenchError
@@ -14,10 +15,10 @@ from bench.measure import telemetry
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
 from bench.records import env
+from bench.records.header import new_run_id
 from bench.records.results import (
     build_result,
     check_output_dir,
-    new_run_id,
     render_table,
     telemetry_samples,
     write_result,
@@ -69,7 +70,6 @@ def start_telemetry(cfg: RunConfig, info: detect.LaunchInfo, trainer):
         return None, None
     import socket
 
-
     nvml, reason = telemetry.load_nvml()
     if nvml is None:
         return None, reason
@@ -78,43 +78,76 @@ def start_telemetry(cfg: RunConfig, info: detect.LaunchInfo, trainer):
     return telemetry.Sampler(nvml, handles, gpus, cfg.telemetry_interval, socket.gethostname()), None
 
 
+class Job(Protocol):
+    """A command whose processes measure together: how the parent starts its ranks, what each rank does."""
+
+    def spawn(self, cfg: Any, info: detect.LaunchInfo) -> None:
+        """Start every rank on this host (or through srun inside an allocation) and wait for them."""
+
+    def rank(self, cfg: Any, info: detect.LaunchInfo, out_dir: Path | None) -> Path | None:
+        """One rank's work; rank 0 writes its record into ``out_dir`` and returns the path."""
+
+
+def parent_or_rank(cfg: Any, job: Job) -> Path | None:
+    """The skeleton of every multi-process command (a training run, ``bench allreduce``).
+
+    With no launcher around, this process is the parent: it checks the output folder, then ``job.spawn``
+    starts the ranks and waits. Under a launcher (its own spawner, torchrun, mpirun, horovodrun, srun,
+    TF_CONFIG) it is a rank: it checks the rendezvous addresses it was given, takes the parent's resolved
+    config when the parent passed one (HVDBENCH_CONFIG), and does the rank's work; rank 0 writes into the
+    output folder it checked first. ``cfg`` is a frozen config with ``output`` and ``from_json``.
+    """
+    info = detect.detect()
+    if info.launcher == "none":
+        check_output_dir(cfg.output)
+        job.spawn(cfg, info)
+        return None
+    detect.validate_rendezvous(info)
+    inherited = os.environ.get(supervise.CHILD_CONFIG_ENV)
+    if inherited:
+        cfg = type(cfg).from_json(inherited)
+    return job.rank(cfg, info, check_output_dir(cfg.output) if info.rank == 0 else None)
+
+
 def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
     """Run ``cfg.mode``; returns the result path on the rank that wrote it, else None.
 
     ``hooks`` (bench verify's requests) go to the ranks this process spawns; a rank reads its own from
     the environment (bench.hooks)."""
-
-    info = detect.detect()
     spec = mode_spec(cfg.mode)
-    if info.launcher == "none":
-        hooks = hooks or Hooks.from_env()
-        hooks.check(spec)
-        check_output_dir(cfg.output)
-        mode = spec.load()
-        resolved = mode.preflight(cfg, info)
-        with hooks.exported():
-            mode.spawn(resolved)
-        return None
     hooks = hooks or Hooks.from_env()
     hooks.check(spec)
+    return parent_or_rank(cfg, Training(spec, hooks))
 
-    detect.validate_rendezvous(info)
-    inherited = os.environ.get(supervise.CHILD_CONFIG_ENV)
-    if inherited:
-        cfg = RunConfig.from_json(inherited)
-        if cfg.mode != spec.name:
-            raise BenchError(f"{supervise.CHILD_CONFIG_ENV} is for mode {cfg.mode}, not {spec.name}")
-    mode = spec.load()
+
+class Training:
+    """A training run as a :class:`Job`: the mode's spawner, then each rank's measurement loop."""
+
+    def __init__(self, spec, hooks: Hooks) -> None:
+        self.spec, self.hooks = spec, hooks
+
+    def spawn(self, cfg: RunConfig, info: detect.LaunchInfo) -> None:
+        mode = self.spec.load()
+        resolved = mode.preflight(cfg, info)
+        with self.hooks.exported():
+            mode.spawn(resolved)
+
+    def rank(self, cfg: RunConfig, info: detect.LaunchInfo, out_dir: Path | None) -> Path | None:
+        if cfg.mode != self.spec.name:
+            raise BenchError(f"{supervise.CHILD_CONFIG_ENV} is for mode {cfg.mode}, not {self.spec.name}")
+        return train(cfg, info, out_dir, self.spec.load(), self.hooks)
+
+
+def train(cfg: RunConfig, info: detect.LaunchInfo, out_dir: Path | None, mode, hooks: Hooks) -> Path | None:
+    """One rank of a training run: preflight, the measurement loop, and (rank 0) the result written whole."""
     cfg = mode.preflight(cfg, info)
     if hasattr(mode, "serve") and mode.serve(cfg, info):
         return None
-    out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
     if info.local_rank == 0:
         warn_small_shm(cfg)
     trainer = mode.make_trainer(cfg, info, hooks)
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
     progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None
-
 
     sampler, telemetry_note = start_telemetry(cfg, info, trainer)
     gathered = measure(trainer, cfg, info, progress, sampler, hooks)
@@ -126,7 +159,6 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
     import signal
 
     from rich.console import Console
-
 
     result = build_result(cfg, info, gathered, new_run_id(cfg.mode))
     # A stop signal now waits until the files are whole: the measurement is finished, it is not lost.

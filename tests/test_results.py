@@ -7,13 +7,13 @@ from bench import SCHEMA_VERSION
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launching.detect import LaunchInfo
+from bench.records.header import new_run_id
 from bench.records.results import (
     CSV_FIELDS,
     CSV_NAME,
     build_result,
     check_output_dir,
     load_result,
-    new_run_id,
     write_result,
 )
 

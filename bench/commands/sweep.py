@@ -199,7 +199,6 @@ def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bo
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-
     if cell_timeout is not None and not cell_timeout > 0:
         raise BenchError(f"--cell-timeout must be > 0 seconds (got {cell_timeout})")
     check_output_dir(folder)
@@ -265,7 +264,6 @@ def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, c
 def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
     """Every cell: status, total images/s (from its result) and seconds; the failure's line when failed."""
     from rich.table import Table
-
 
     table = Table("cell", "status", "img/s total", "seconds", "note", title=f"sweep {folder}")
     for cell in cells:

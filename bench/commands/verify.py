@@ -40,15 +40,12 @@ one worker and is compared with the one-shard reference.
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import sys
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__
 from bench.commands.snapshots import differences, identical, load_parameters
 from bench.commands.sweep import last_error, run_cell
 from bench.commands.verify_cross import cross_framework
@@ -60,6 +57,7 @@ from bench.launching.detect import detect
 from bench.launching.slurm import inside_allocation, srun_command
 from bench.models import MODELS
 from bench.modes import Variant, variant, variants
+from bench.records.header import header, new_run_id
 from bench.records.results import check_output_dir, load_result, write_json_new
 from bench.run import run
 
@@ -255,8 +253,7 @@ def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
                          "srun); run it without a launcher (not under srun, mpirun, torchrun or horovodrun)")
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = check_output_dir(vc.output)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run_id = f"{stamp}-verify-{secrets.token_hex(4)}"
+    run_id = new_run_id("verify")
     work = out / f".{run_id}-params"
     work.mkdir()
     try:
@@ -273,11 +270,7 @@ def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
         if not vc.keep_params:
             shutil.rmtree(work, ignore_errors=True)
     report = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "verify",
-        "run_id": run_id,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hvdbench_version": __version__,
+        **header(run_id, "verify"),
         "config": {**asdict(vc), "device": vc.device.value, "tolerance": vc.threshold},
         "modes": rows,
         "cross_framework": cross,

@@ -142,7 +142,6 @@ def multiworker(launch: LaunchInfo, gpu: bool, timeout_s: float):
     """
     import signal
 
-
     tf = import_tf()[0]
     impl = tf.distribute.experimental.CommunicationImplementation
     collectives = "NCCL" if gpu else "RING"

@@ -39,7 +39,6 @@ class Trainer(Protocol):
     world_size: int
     replicas_per_process: int  # devices (or PS workers) this process's steps cover
 
-
     def setup(self) -> None: ...
     def step(self) -> None: ...
     def sync(self) -> None: ...
@@ -197,7 +196,6 @@ class WindowLog:
 
     def __init__(self, cfg: RunConfig, trainer: Trainer) -> None:
         import sys
-
 
         self.file = sys.stderr
         self.symbol = model(cfg.model).workload.symbol

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.records import files
+
 # Dense TFLOP/s by exact NVML device name and precision: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores, no
 # sparsity). Sources: NVIDIA's A100 datasheet (2021), H100 datasheet (2023; its tensor figures are quoted with
 # sparsity: halved here), H200 datasheet (2024; the H100 SXM's rates), HGX B200 figures in NVIDIA's Blackwell
@@ -82,7 +84,7 @@ def peak_stem(host: str, device: str, precision: str) -> str:
 
 def write(output: str | Path, record: dict[str, Any]) -> Path:
     """A new file per measurement (none is overwritten): OUTPUT/peak/<host>-<device>-<precision>-<UTC time>.json,
-    written whole (temporary name, then rename)."""
+    written whole (bench.records.files)."""
     folder = Path(output) / "peak"
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -91,9 +93,7 @@ def write(output: str | Path, record: dict[str, Any]) -> Path:
     while path.exists():
         n += 1
         path = path.with_name(f"{path.stem.rsplit('.', 1)[0]}.{n}.json")
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.rename(path)
+    files.write_new(path, json.dumps(record, indent=2) + "\n")
     return path
 
 

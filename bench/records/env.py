@@ -313,7 +313,6 @@ def full() -> dict[str, Any]:
     ``environments`` holds one record per framework, loaded libraries included."""
     import importlib.util
 
-
     record = base()
     if envs.split():
         record["environments"] = {}

@@ -10,11 +10,9 @@ import os
 import secrets
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__
 from bench.config import RunConfig
 from bench.errors import BenchError, ResultNotWhole
 from bench.launching.detect import LaunchInfo
@@ -23,6 +21,7 @@ from bench.measure.peak import utilisation
 from bench.measure.stats import summarize, throughput_summary
 from bench.models import describe_inputs, model
 from bench.records import files, schema
+from bench.records.header import header
 from bench.records.metrics import METRICS, sample_symbol
 
 # A sweep folder keeps each cell's run configuration (JSON, not a result) in this subfolder; readers skip it.
@@ -39,11 +38,6 @@ CSV_FIELDS = [
 TELEMETRY_FIELDS = ["t", "host", "gpu", *telemetry.FIELDS]
 REQUIRED_KEYS = ["schema_version", "run_id", "status", "mode", "config", "environment", "world_size",
                  "timing", "samples", "summary"]
-
-
-def new_run_id(mode: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{mode}-{secrets.token_hex(4)}"
 
 
 def check_output_dir(path: str | os.PathLike) -> Path:
@@ -106,11 +100,8 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
     else:
         tele = telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran")
     return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
+        **header(run_id),
         "status": "ok",
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hvdbench_version": __version__,
         "mode": cfg.mode,
         "config": cfg.to_dict(),
         "launcher": launch.launcher,
@@ -327,7 +318,6 @@ def append_csv(path: Path, row: dict[str, Any]) -> None:
 def render_table(result: dict[str, Any]):
     """The terminal table: every registered metric the run has, then the run's checks."""
     from rich.table import Table
-
 
     cfg, s = result["config"], result["summary"]
     shape = describe_inputs(cfg)

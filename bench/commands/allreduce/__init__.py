@@ -35,23 +35,20 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 import re
-import secrets
 import socket
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import SCHEMA_VERSION, __version__
 from bench.config import Device
 from bench.errors import BenchError
-from bench.launching import detect, supervise
 from bench.models import MODELS
-from bench.records.results import check_output_dir, write_json_new
+from bench.records.header import header, new_run_id
+from bench.records.results import write_json_new
+from bench.run import parent_or_rank
 
 BACKENDS = {
     "torch": "bench.commands.allreduce.torch_dist",
@@ -158,38 +155,36 @@ def load_backend(name: str):
     return importlib.import_module(BACKENDS[name])
 
 
-# -- the parent ---------------------------------------------------------------------------------------
 def run(cfg: AllreduceConfig) -> Path | None:
     """Spawn the ranks (no launcher around) or be one (under a launcher); rank 0 returns the result path."""
+    return parent_or_rank(cfg, Collectives())
 
-    info = detect.detect()
-    if info.launcher == "none":
-        check_output_dir(cfg.output)
+
+class Collectives:
+    """``bench allreduce`` as a :class:`bench.run.Job`: the backend's spawner, then each rank's sizes."""
+
+    def spawn(self, cfg: AllreduceConfig, info) -> None:
         module = load_backend(cfg.backend)
-        resolved = cfg.resolve(module.default_np(cfg) if cfg.np is None else cfg.np)
-        module.spawn(resolved)
-        return None
-    inherited = os.environ.get(supervise.CHILD_CONFIG_ENV)
-    if inherited:
-        cfg = AllreduceConfig.from_json(inherited)
-    module = load_backend(cfg.backend)
-    if cfg.np is not None and cfg.np != info.world_size:
-        raise BenchError(f"--np {cfg.np} does not match the {info.world_size} ranks {info.launcher} started")
-    cfg = cfg.resolve(info.world_size) if not cfg.sizes else cfg
-    out_dir = check_output_dir(cfg.output) if info.rank == 0 else None
-    comm = module.make(cfg, info)
-    comm.setup()
-    try:
-        rows = measure(comm, cfg)
-        mine = comm.environment()
-        ranks = comm.allgather({"rank": info.rank, "local_rank": info.local_rank, "host": socket.gethostname(),
-                                "device": str(mine.get("device"))})
-        environment = {**mine, "ranks": ranks} if info.rank == 0 else None  # only rank 0 writes it
-    finally:
-        comm.teardown()
-    if info.rank != 0:
-        return None
-    return write(out_dir, build_result(cfg, info, rows, environment))
+        module.spawn(cfg.resolve(module.default_np(cfg) if cfg.np is None else cfg.np))
+
+    def rank(self, cfg: AllreduceConfig, info, out_dir: Path | None) -> Path | None:
+        module = load_backend(cfg.backend)
+        if cfg.np is not None and cfg.np != info.world_size:
+            raise BenchError(f"--np {cfg.np} does not match the {info.world_size} ranks {info.launcher} started")
+        cfg = cfg.resolve(info.world_size) if not cfg.sizes else cfg
+        comm = module.make(cfg, info)
+        comm.setup()
+        try:
+            rows = measure(comm, cfg)
+            mine = comm.environment()
+            ranks = comm.allgather({"rank": info.rank, "local_rank": info.local_rank,
+                                    "host": socket.gethostname(), "device": str(mine.get("device"))})
+            environment = {**mine, "ranks": ranks} if info.rank == 0 else None  # only rank 0 writes it
+        finally:
+            comm.teardown()
+        if info.rank != 0:
+            return None
+        return write(out_dir, build_result(cfg, info, rows, environment))
 
 
 def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
@@ -234,13 +229,8 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
 
 
 def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environment: dict[str, Any]) -> dict:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "allreduce",
-        "run_id": f"{stamp}-{cfg.op}-{cfg.backend}-{secrets.token_hex(4)}",
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hvdbench_version": __version__,
+        **header(new_run_id(f"{cfg.op}-{cfg.backend}"), "allreduce"),
         "config": {**asdict(cfg), "device": cfg.device.value},
         "launcher": info.launcher,
         "world_size": info.world_size,
@@ -269,7 +259,6 @@ DEFINITIONS = {
 
 def write(out_dir: Path, result: dict[str, Any]) -> Path:
     from rich.console import Console
-
 
     path = write_json_new(out_dir / f"{result['run_id']}.json", result)
     Console(file=sys.stdout).print(render(result))

@@ -22,16 +22,13 @@ and a terminal table say what was found. Exit status: 0 when no finding is an er
 from __future__ import annotations
 
 import json
-import secrets
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import __version__
 from bench.commands.allreduce import BACKENDS
 from bench.commands.diagnose import rules as rules_mod
 from bench.commands.diagnose.hosts import HostList, Slurm, Step, bench_argv, run_steps
@@ -40,6 +37,7 @@ from bench.errors import BenchError
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
 from bench.records import files
+from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.results import check_output_dir
 from bench.records.schema import validate_diagnose
 
@@ -97,7 +95,6 @@ class DiagnoseConfig:
 def resolve_nodes(hosts: tuple[str, ...] | None) -> tuple[str, ...]:
     """The host list, or the Slurm allocation's nodes; one line when there is neither."""
     import os
-
 
     if hosts:
         if len(set(hosts)) != len(hosts):
@@ -178,8 +175,8 @@ class Diagnosis:
 
     def __init__(self, cfg: DiagnoseConfig) -> None:
         self.cfg = cfg
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.run_id = f"{stamp}-diagnose-{secrets.token_hex(4)}"
+        stamp = utc_stamp()
+        self.run_id = new_run_id("diagnose", stamp)
         self.folder = Path(cfg.output).resolve() / f"diagnose-{stamp}-{self.run_id[-8:]}"
         nodes = list(cfg.nodes)
         self.exe = (HostList(nodes, cfg.devices_per_node, cfg.port, cfg.step_timeout) if cfg.hosts
@@ -295,8 +292,7 @@ class Diagnosis:
         self.findings += rules_mod.common_member(self.findings)
         self.findings += _throttled(self.figures["device"], self.findings)
         return {
-            "kind": "diagnose", "schema_version": SCHEMA_VERSION, "run_id": self.run_id,
-            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "hvdbench_version": __version__,
+            **header(self.run_id, "diagnose"),
             "config": {**asdict(self.cfg), "rules": str(self.cfg.rules or rules_mod.DEFAULT_RULES)},
             "executor": self.exe.name, "nodes": list(self.cfg.nodes), "left_out": sorted(set(self.cfg.nodes) -
                                                                                         set(self.healthy)),
