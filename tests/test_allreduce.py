@@ -52,6 +52,8 @@ def test_allgather_definitions_and_check():
     assert not Fake(good[::-1].copy(), "allgather").check(lambda: None, 5)  # blocks out of rank order
     assert not Fake(good[:10], "allgather").check(lambda: None, 5)
     assert Fake(np.full(5, 6.0, np.float32), "allreduce").check(lambda: None, 5)  # 1 + 2 + 3
+    assert not Fake(np.full(5, 5.0, np.float32), "allreduce").check(lambda: None, 5)
+    assert not Fake(np.full(4, 6.0, np.float32), "allreduce").check(lambda: None, 5)  # short
     with pytest.raises(BenchError, match="unknown --op"):
         AllreduceConfig(op="broadcast")
 

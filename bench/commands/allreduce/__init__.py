@@ -22,12 +22,8 @@ Definitions (nccl-tests, doc/PERFORMANCE.md)::
 busbw is comparable across rank counts and with the hardware's link bandwidth; ``bench predict``
 takes it as its bandwidth input. Raw per-rank sample times are kept in the result.
 
-``--op allgather`` measures the collective that carries sparse gradients instead: every rank contributes
-S bytes (the size in the table) holding rank + 1, and every rank must receive block r = r + 1 for all r.
-With nccl-tests' allgather definitions (their size is the gathered n S)::
-
-    algbw   = n S / t
-    busbw   = algbw * (n - 1) / n  =  (n - 1) S / t      every link carries the other ranks' S
+``--op allgather`` measures the collective that carries sparse gradients instead. Each collective is one
+object in bench.commands.allreduce.collectives: its algbw bytes, bus factor and correct result.
 """
 
 from __future__ import annotations
@@ -43,6 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.commands.allreduce.collectives import COLLECTIVES, Collective
 from bench.config import Device
 from bench.errors import BenchError
 from bench.models import MODELS
@@ -77,18 +74,17 @@ def gradient_bytes(model: str) -> int:
     return spec.gradient_bytes(spec.default_classes, BYTES_PER_ELEMENT)
 
 
-OPS = ("allreduce", "allgather")
+OPS = tuple(COLLECTIVES)
 
 
 def bus_factor(n: int, op: str = "allreduce") -> float:
-    return 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
+    return COLLECTIVES[op].bus_factor(n)
 
 
 def bandwidths(nbytes: int, seconds: float, n: int, op: str = "allreduce") -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (1e9 bytes) for ``nbytes`` allreduced (or contributed by each rank to an
-    allgather) across ``n`` ranks in ``seconds``."""
-    algbw = (nbytes if op == "allreduce" else n * nbytes) / seconds / 1e9
-    return algbw, algbw * bus_factor(n, op)
+    """(algbw, busbw) in GB/s (1e9 bytes) for ``nbytes`` per rank through collective ``op`` across ``n`` ranks
+    in ``seconds`` (bench.commands.allreduce.collectives)."""
+    return COLLECTIVES[op].bandwidths(nbytes, seconds, n)
 
 
 @dataclass(frozen=True)
@@ -140,6 +136,10 @@ class AllreduceConfig:
             s *= self.factor
         sizes += [gradient_bytes(m) for m in self.models]
         return replace(self, np=np_, sizes=tuple(sorted(set(sizes))))
+
+    @property
+    def collective(self) -> Collective:
+        return COLLECTIVES[self.op]
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "device": self.device.value})
@@ -216,7 +216,7 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
         comm.release()
         per_sample = [max(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
         t = statistics.median(per_sample)
-        algbw, busbw = bandwidths(nbytes, t, comm.world_size, cfg.op)
+        algbw, busbw = cfg.collective.bandwidths(nbytes, t, comm.world_size)
         rows.append({
             "bytes": nbytes, "count": count, "dtype": "float32", "iters": iters,
             "time_s": t, "time_mean_s": statistics.fmean(per_sample), "time_min_s": min(per_sample),
@@ -237,24 +237,8 @@ def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environ
         "environment": environment,
         "rows": rows,
         "all_correct": all(r["correct"] for r in rows),
-        "definitions": DEFINITIONS[cfg.op],
+        "definitions": cfg.collective.definitions,
     }
-
-
-DEFINITIONS = {
-    "allreduce": {
-        "time_s": "per allreduce: median over samples of the slowest rank's sample time / iters",
-        "algbw_GBps": "bytes / time_s / 1e9",
-        "busbw_GBps": "algbw * 2 (n - 1) / n (nccl-tests)",
-        "correct": "rank r contributes r + 1; every element of the SUM equals n (n + 1) / 2",
-    },
-    "allgather": {
-        "time_s": "per allgather: median over samples of the slowest rank's sample time / iters",
-        "algbw_GBps": "n x bytes (the gathered size) / time_s / 1e9",
-        "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
-        "correct": "rank r contributes bytes holding r + 1; block r of every rank's result holds r + 1",
-    },
-}
 
 
 def write(out_dir: Path, result: dict[str, Any]) -> Path:

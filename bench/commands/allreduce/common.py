@@ -15,8 +15,21 @@ class Comm:
     def setup(self) -> None: ...
 
     def prepare(self, count: int):
-        """Allocate ``count`` float32 elements holding rank + 1; return the operation (a callable): the config's
-        ``op``, an in-place SUM allreduce or an allgather."""
+        """Allocate ``count`` float32 elements holding rank + 1; return the operation (a callable) of the
+        config's collective (bench.commands.allreduce.collectives)."""
+        self.fill(count)
+        return self.cfg.collective.operation(self)
+
+    def fill(self, count: int) -> None:
+        """The buffer: ``count`` float32 elements holding rank + 1 (and no result yet)."""
+        raise NotImplementedError
+
+    def op_allreduce(self):
+        """A callable running one SUM allreduce of the buffer (its result readable by :meth:`result`)."""
+        raise NotImplementedError
+
+    def op_allgather(self):
+        """A callable running one allgather of the buffer (its result readable by :meth:`result`)."""
         raise NotImplementedError
 
     def result(self):
@@ -24,18 +37,12 @@ class Comm:
         raise NotImplementedError
 
     def check(self, op, count: int) -> bool:
-        """One SUM of rank + 1 over n ranks must give n (n + 1) / 2 everywhere (exact in float32); one
-        allgather must give block r = r + 1."""
+        """Run the operation once and hold its result to what the collective must give."""
         import numpy as np
 
         op()
         self.sync()
-        n = self.world_size
-        out = np.asarray(self.result())
-        if self.cfg.op == "allgather":
-            expected = np.repeat(np.arange(1, n + 1, dtype=np.float32), count)
-            return out.shape == expected.shape and bool((out == expected).all())
-        return bool((out == n * (n + 1) / 2).all())
+        return self.cfg.collective.correct(np.asarray(self.result()), self.world_size, count)
 
     def zero(self) -> None:
         raise NotImplementedError

@@ -26,18 +26,21 @@ class HorovodTFComm(HorovodComm):
         self.on_gpu = self.device.startswith("/gpu")
         super().setup()
 
-    def prepare(self, count: int):
+    def fill(self, count: int) -> None:
         tf = self.tf
         with tf.device(self.device):
             self.buf = tf.fill([count], tf.constant(self.rank + 1, tf.float32))
         self.out = None
 
-        def op():
-            if self.cfg.op == "allgather":
-                self.out = self.hvd.allgather(self.buf, name="bench.allgather")
-            else:
-                self.out = self.hvd.allreduce(self.buf, op=self.hvd.Sum, name="bench.allreduce")
-        return op
+    def op_allreduce(self):
+        def reduce():
+            self.out = self.hvd.allreduce(self.buf, op=self.hvd.Sum, name="bench.allreduce")
+        return reduce
+
+    def op_allgather(self):
+        def gather():
+            self.out = self.hvd.allgather(self.buf, name="bench.allgather")
+        return gather
 
     def result(self):
         return self.out.numpy()

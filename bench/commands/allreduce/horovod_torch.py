@@ -20,10 +20,11 @@ class HorovodTorchComm(HorovodComm, TorchBuffer):
         TorchBuffer.__init__(self, cfg, launch)
         self.on_gpu = self.device.type == "cuda"
 
-    def prepare(self, count: int):
-        self.fill(count)
-        if self.cfg.op == "allgather":
-            def gather():
-                self.out = self.hvd.allgather(self.buf, name="bench.allgather")
-            return gather
+    def op_allreduce(self):
+        self.out = self.buf  # in place
         return lambda: self.hvd.allreduce_(self.buf, op=self.hvd.Sum, name="bench.allreduce")
+
+    def op_allgather(self):
+        def gather():
+            self.out = self.hvd.allgather(self.buf, name="bench.allgather")
+        return gather

@@ -45,23 +45,30 @@ class TFComm(Comm):
         self.strategy, self.collectives = tfdist.multiworker(self.launch, self.device.startswith("/gpu"),
                                                              self.cfg.rendezvous_timeout)
 
-    def prepare(self, count: int):
-        tf, strategy = self.tf, self.strategy
-        with tf.device(self.device):
-            self.buf = tf.Variable(tf.fill([count], tf.constant(self.rank + 1, tf.float32)), trainable=False)
+    def fill(self, count: int) -> None:
+        with self.tf.device(self.device):
+            self.buf = self.tf.Variable(self.tf.fill([count], self.tf.constant(self.rank + 1, self.tf.float32)),
+                                        trainable=False)
         self.out = None
 
+    def op_allreduce(self):
+        tf = self.tf
+        return self._compiled(lambda ctx: ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(self.buf)))
+
+    def op_allgather(self):
+        tf = self.tf
+        return self._compiled(lambda ctx: ctx.all_gather(tf.identity(self.buf), axis=0))
+
+    def _compiled(self, collective):
+        """One compiled function per size running ``collective`` on the worker's replica context."""
+        tf, strategy = self.tf, self.strategy
+
         @tf.function
-        def reduce():
-            def replica_fn():
-                ctx = tf.distribute.get_replica_context()
-                if self.cfg.op == "allgather":
-                    return ctx.all_gather(tf.identity(self.buf), axis=0)
-                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(self.buf))
-            return strategy.run(replica_fn)
+        def run():
+            return strategy.run(lambda: collective(tf.distribute.get_replica_context()))
 
         def op():
-            self.out = reduce()
+            self.out = run()
         return op
 
     def result(self):

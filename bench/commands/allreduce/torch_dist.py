@@ -41,8 +41,7 @@ class TorchBuffer(Comm):
         self.out = None  # an allgather's result
 
     def result(self):
-        out = self.out if self.cfg.op == "allgather" else self.buf
-        return out.detach().cpu().numpy()
+        return self.out.detach().cpu().numpy()
 
     def zero(self) -> None:
         self.buf.zero_()
@@ -59,12 +58,13 @@ class TorchComm(TorchBuffer):
     def setup(self) -> None:
         self.backend = torchdist.init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
 
-    def prepare(self, count: int):
-        self.fill(count)
-        if self.cfg.op == "allgather":  # into views of one preallocated output (Horovod allocates its own)
-            self.out = torch.empty(self.world_size * count, dtype=torch.float32, device=self.device)
-            return lambda: dist.all_gather(list(self.out.chunk(self.world_size)), self.buf)
+    def op_allreduce(self):
+        self.out = self.buf  # in place
         return lambda: dist.all_reduce(self.buf)
+
+    def op_allgather(self):  # into views of one preallocated output (Horovod allocates its own)
+        self.out = torch.empty(self.world_size * self.buf.numel(), dtype=torch.float32, device=self.device)
+        return lambda: dist.all_gather(list(self.out.chunk(self.world_size)), self.buf)
 
     def barrier(self) -> None:
         dist.barrier()
