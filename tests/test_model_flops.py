@@ -3,6 +3,8 @@ in tests/test_schema.py)."""
 
 from types import SimpleNamespace
 
+import pytest
+
 
 def test_counted_flops_are_kept_by_everything_they_depend_on(tmp_path, monkeypatch):
     """The FLOP count's cache: a second run reads it without counting; another PyTorch version, input shape or
@@ -49,3 +51,25 @@ def test_counted_flops_are_kept_by_everything_they_depend_on(tmp_path, monkeypat
         assert models._flops_key("resnet50", 32, None, 10) is None  # no PyTorch: nothing read from the cache
     finally:
         models._train_flops.cache_clear()
+
+
+@pytest.mark.multiproc
+@pytest.mark.framework
+def test_a_process_without_torch_gets_the_count_from_the_torch_environment(tmp_path, monkeypatch):
+    """A TensorFlow rank in the CUDA image has no PyTorch: the count comes from the PyTorch environment's
+    interpreter (HVDBENCH_PYTHON_TORCH), the same figure as the in-process count; with no such environment,
+    none (never another model's or a guess)."""
+    import sys
+
+    from bench import models
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # a cold cache: the other interpreter really counts
+    expected = models.count_train_flops("resnet50", 32, None, 10)
+    assert expected and expected > 0
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now fails in this process
+    monkeypatch.setattr(models.envs, "interpreter", lambda framework: sys.executable)
+    assert models.count_train_flops("resnet50", 32, None, 10) == expected
+    assert list((tmp_path / "hvdbench" / "flops").glob("*.json"))  # counted and kept by the other environment
+    monkeypatch.setattr(models.envs, "interpreter", lambda framework: None)
+    assert models.count_train_flops("resnet50", 32, None, 10) is None
+    assert models.count_in_torch_environment("resnet50", 32, None, 10, python=str(tmp_path / "no-python")) is None

@@ -5,8 +5,11 @@ Training FLOPs per sample (for model FLOP/s and MFU) are counted, not estimated:
 FlopCounterMode runs one forward and backward pass of the model on the meta device (shapes only, no
 arithmetic, about a second) and counts every matmul and convolution: 2 FLOPs per multiply-add,
 forward and backward (input and weight gradients). Element-wise work (activations, norms, the
-optimizer) is not counted, as in the usual MFU definitions. The count needs PyTorch; without it
-the figure is absent. Another package adds models with :func:`register` (see bench.plugins).
+optimizer) is not counted, as in the usual MFU definitions. The count needs PyTorch: a process without
+it (a TensorFlow rank in the CUDA image, whose frameworks live in separate environments) asks the PyTorch
+environment (HVDBENCH_PYTHON_TORCH, bench.launching.envs) to count, so a TensorFlow result carries the
+same figure as its PyTorch twin; with no PyTorch anywhere the figure is absent. Another package adds
+models with :func:`register` (see bench.plugins).
 
 A count is kept in ``~/.cache/hvdbench/flops`` ($XDG_CACHE_HOME honoured; HVDBENCH_FLOPS_CACHE=off turns it
 off), keyed by everything it depends on: the model's name and input shape, the installed PyTorch's version and
@@ -23,10 +26,13 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.launching import envs
 from bench.models.workloads import IMAGES, SEQUENCES, Workload
 from bench.records import files
 
@@ -139,7 +145,7 @@ def count_train_flops(name: str, image_size: int | None, seq_len: int | None, nu
         import torch
         from torch.utils.flop_counter import FlopCounterMode
     except ImportError:
-        return None
+        return count_in_torch_environment(name, image_size, seq_len, num_classes)
     from types import SimpleNamespace
 
     from bench.models.torch_models import loss_fn
@@ -154,6 +160,29 @@ def count_train_flops(name: str, image_size: int | None, seq_len: int | None, nu
     with FlopCounterMode(display=False) as counter:
         loss_fn(net(data), target).backward()
     return counter.get_total_flops() / batch
+
+
+# Run in the PyTorch environment: the same count (and the same cache) as a PyTorch rank's.
+_COUNT = ("import json, sys; from bench import plugins; plugins.load(); from bench.models import _train_flops; "
+          "print(json.dumps(_train_flops(*json.loads(sys.argv[1]))))")
+
+
+def count_in_torch_environment(name: str, image_size: int | None, seq_len: int | None, num_classes: int,
+                               python: str | None = None, timeout_s: float = 300) -> float | None:
+    """The count from the environment that holds PyTorch (``python``, default HVDBENCH_PYTHON_TORCH when that
+    is another environment than this one); None where there is none or it cannot count."""
+    python = python or envs.interpreter("torch")
+    if python is None:
+        return None
+    try:
+        out = subprocess.run([python, "-c", _COUNT, json.dumps([name, image_size, seq_len, num_classes])],
+                             capture_output=True, text=True, timeout=timeout_s, check=True).stdout
+        value = json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        print(f"warning: no FLOPs count for {name}: the PyTorch environment ({python}) could not count it",
+              file=sys.stderr)
+        return None
+    return float(value) if value is not None else None
 
 
 def describe_inputs(config: dict) -> str:
