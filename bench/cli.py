@@ -138,7 +138,6 @@ def sweep_command(
     **passed,
 ) -> None:
     """Run a matrix of benchmarks, one run per cell, resumable (here, or one srun step per cell in Slurm)."""
-    from pathlib import Path
 
     if resume:
         summary = run_sweep(load_sweep(Path(output)), Path(output), redo=redo, cell_timeout=cell_timeout)
@@ -183,7 +182,6 @@ def report_command(
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Write report.md, report.csv and plots from results (never re-runs anything)."""
-    from pathlib import Path
 
     first = Path(paths[0])
     target = Path(out) if out else (first if first.is_dir() else first.parent)
@@ -200,7 +198,6 @@ def compare_command(
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Compare two results or sweeps metric by metric: relative change and significance (CI overlap)."""
-    from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table

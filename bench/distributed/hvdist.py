@@ -6,28 +6,28 @@ import importlib
 import os
 import socket
 from collections.abc import Callable, MutableMapping
+from contextlib import nullcontext
 from typing import Any
 
 from bench.errors import BenchError, MissingDependency
 from bench.launching.detect import LaunchInfo, detect, resolve_error
 from bench.records import env
-from bench.tfutil import import_tf
+from bench.tfutil import import_tf, quiet_startup
 
 NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
 
 def import_hvd(framework: str, mode: str):
     """horovod.torch or horovod.tensorflow, or one clear error (TensorFlow's start-up lines kept quiet)."""
+    quiet = nullcontext
     if framework == "tensorflow":
-
         try:
             import_tf()
         except BenchError as exc:  # no TensorFlow: no horovod.tensorflow either
             raise MissingDependency(str(exc)) from None
-    else:
-        from contextlib import nullcontext as quiet_startup
+        quiet = quiet_startup
     try:
-        with quiet_startup():
+        with quiet():
             return importlib.import_module(f"horovod.{framework}")
     except ImportError as exc:
         raise MissingDependency(f"{mode} needs Horovod built with {NAMES[framework]} support ({exc}); "
