@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # Command words other than bench/make/python, and the test (file::function) or make target that runs them.
 RUN_BY = {
     "docker run": "tests/test_images.py::test_torch_ddp_in_container",
@@ -148,3 +148,26 @@ def test_a_rotten_command_fails_the_check():
     docker = "docker run --gpus all hvdbench:current-cpu torch-ddp --np 2"
     assert bench_args(words(docker)) == ["torch-ddp", "--np", "2"]
     assert bench_args(words("OMP_NUM_THREADS=1 srun -n 8 python -m bench torch-ddp")) == ["torch-ddp"]
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_docs_lands():
+    """A relative link names a file that exists and, with #anchor, one of its headings (pages moved into
+    docs/measured/ keep their links)."""
+    broken = []
+    for doc in DOC_FILES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            if not dest.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+            elif anchor and dest.is_file() and anchor not in {
+                    _slug(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(), re.M)}:
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken
