@@ -36,6 +36,7 @@ from bench.records import env
 from bench.records.metrics import find
 from bench.records.results import load_result
 from bench.records.schema import json_schema
+from bench.tables import never_cut
 
 try:  # before the commands are made: plugins add modes (one command each) and models
     plugins.load()
@@ -208,7 +209,7 @@ def compare_command(
     for r in rows:
         sig = {True: "yes", False: "no", None: "n/a"}[r["significant"]]
         table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}", sig)
-    Console().print(table)
+    Console().print(never_cut(table, "cell", "metric"))
     if max_regression is not None:
         bad = regressions(rows, metric, max_regression)
         if bad:
@@ -479,8 +480,7 @@ def models_command(as_json: Annotated[bool, typer.Option("--json", help="Print J
     from rich.table import Table
 
     table = Table()
-    # The name is what users type: never cut, however narrow the terminal or pipe (the description wraps).
-    table.add_column("model", no_wrap=True, min_width=max(len(r["model"]) for r in rows))
+    table.add_column("model")  # what users type: never cut (the description wraps)
     for column in ("kind", "parameters", "default input", "min image"):
         table.add_column(column, no_wrap=True)
     table.add_column("description", overflow="fold")
@@ -489,7 +489,7 @@ def models_command(as_json: Annotated[bool, typer.Option("--json", help="Print J
                   else f"{r['default_image_size']}x{r['default_image_size']}")
         table.add_row(r["model"], r["kind"], f"{r['parameters']:,}", inputs, str(r["min_image_size"] or "–"),
                       r["description"])
-    Console().print(table)
+    Console().print(never_cut(table, "model"))
 
 
 @app.command("env")

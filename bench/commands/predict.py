@@ -52,6 +52,7 @@ from bench.models import model as model_spec
 from bench.modes import variant
 from bench.records.collect import load_results, table_cells
 from bench.records.results import load_result
+from bench.tables import never_cut
 
 BYTES_PER_ELEMENT = 4
 HOROVOD_FUSION_BYTES = 64 * 1024**2  # HOROVOD_FUSION_THRESHOLD's default
@@ -365,6 +366,7 @@ def render_published(rows: list[dict[str, Any]]) -> tuple[Any, str]:
         table.add_row(r["model"], str(r["gpus"]), f"{r['efficiency']:.1%}", f"{r['predicted_efficiency']:.1%}",
                       f"{r['error_points']:+.1f}", r["source"])
     mae = sum(abs(r["error_points"]) for r in rows) / len(rows)
+    never_cut(table, "model")
     return table, f"mean absolute error: {mae:.1f} points over {len(rows)} figures"
 
 
@@ -379,6 +381,7 @@ def render_sweep(rows: list[dict[str, Any]], folder: str):
                       f"{r['busbw_GBps']:.3f}", f"{r['latency_s'] * 1e6:.1f}",
                       f"{r['overlap']:.2f} {r['overlap_source']}", f"{r['measured_efficiency']:.1%}",
                       f"{r['predicted_efficiency']:.1%}", f"{r['error_points']:+.1f}")
+    never_cut(table, "mode", "setting")
     return table
 
 

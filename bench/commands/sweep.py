@@ -33,6 +33,7 @@ from bench.launching.supervise import SWEEP_PID_ENV, stop_processes
 from bench.modes import mode_label, variant
 from bench.records import files
 from bench.records.results import CONFIGS_DIR, MANIFEST, check_output_dir, load_result
+from bench.tables import never_cut
 
 # How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
 CELL_GRACE_S = 20.0
@@ -277,4 +278,5 @@ def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
         seconds = entry.get("seconds")
         table.add_row(cell.id, entry["status"], rate, "" if seconds is None else f"{seconds:.0f}",
                       (entry.get("error") or "")[:80])
+    never_cut(table, 'cell')
     return table

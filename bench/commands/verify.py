@@ -60,6 +60,7 @@ from bench.modes import Variant, variant, variants
 from bench.records.header import header, new_run_id
 from bench.records.results import check_output_dir, load_result, write_json_new
 from bench.run import run
+from bench.tables import never_cut
 
 FRAMEWORK_NAMES = {"torch": "torch", "tf": "tensorflow"}  # --framework's words -> bench.modes.FRAMEWORKS
 TOLERANCE = 1e-3  # of_update, fp32 gradients (measured: reduction order gives ~1e-5 or less)
@@ -313,6 +314,7 @@ def render(report: dict[str, Any]):
     if c:
         table.add_row("torch vs tf (loss)", "1", f"{c['max_abs_loss']:.2e}", f"{c['max_rel_loss']:.2e}", "–",
                       f"{c['tolerance']:.0e}", c["status"])
+    never_cut(table, "mode")
     return table
 
 

@@ -46,6 +46,7 @@ from bench.models import MODELS
 from bench.records.header import header, new_run_id
 from bench.records.results import write_json_new
 from bench.run import parent_or_rank
+from bench.tables import never_cut
 
 BACKENDS = {
     "torch": "bench.commands.allreduce.torch_dist",
@@ -273,6 +274,7 @@ def render(result: dict[str, Any]):
         table.add_row(human_bytes(r["bytes"]), str(r["bytes"]), r["model"] or "", str(r["iters"]),
                       f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
                       "yes" if r["correct"] else "NO")
+    never_cut(table, 'model gradient')
     return table
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.tables import never_cut
+
 UNITS = {"samples_per_sec": "samples/s", "busbw_GBps": "GB/s", "latency_us": "us", "compute_s": "s"}
 
 
@@ -71,10 +73,10 @@ def terminal(record: dict[str, Any]) -> None:
     table = Table("kind", "member", "figures", "verdict", title="bench diagnose: figures")
     for row in figure_rows(record):
         table.add_row(*row)
-    console.print(table)
+    console.print(never_cut(table, "member"))
     if record["findings"]:
         findings = Table("severity", "kind", "where", "figure", "expected", "rule", "why", title="findings")
         for row in finding_rows(record):
             findings.add_row(*row)
-        console.print(findings)
+        console.print(never_cut(findings, "where"))
     console.print(headline(record))
