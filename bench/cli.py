@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 import bench.run
 from bench import __version__, plugins
 from bench.commands import allreduce, predict
+from bench.commands.allreduce.common import FRAMEWORK_OF
 from bench.commands.compare import compare, regressions
 from bench.commands.diagnose import DiagnoseConfig, diagnose, resolve_nodes
 from bench.commands.report import write_report
@@ -348,8 +349,8 @@ def allreduce_command(
 ) -> None:
     """Allreduce (or allgather) microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions)."""
 
-    if backend in allreduce.FRAMEWORK_OF:
-        envs.enter(allreduce.FRAMEWORK_OF[backend])
+    if backend in FRAMEWORK_OF:
+        envs.enter(FRAMEWORK_OF[backend])
 
     allreduce.run(allreduce.AllreduceConfig(backend=backend, op=op, np=np, min_bytes=allreduce.parse_bytes(min_bytes),
                         max_bytes=allreduce.parse_bytes(max_bytes),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import Enum
 
 FRAMEWORKS = ("torch", "tensorflow")
+FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}  # as messages name them
 
 
 class Precision(str, Enum):

@@ -10,11 +10,10 @@ from contextlib import nullcontext
 from typing import Any
 
 from bench.errors import BenchError, MissingDependency
+from bench.kinds import FRAMEWORK_NAMES
 from bench.launching.detect import LaunchInfo, detect, resolve_error
 from bench.records import env
 from bench.tfutil import import_tf, quiet_startup
-
-NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
 
 def import_hvd(framework: str, mode: str):
@@ -30,7 +29,7 @@ def import_hvd(framework: str, mode: str):
         with quiet():
             return importlib.import_module(f"horovod.{framework}")
     except ImportError as exc:
-        raise MissingDependency(f"{mode} needs Horovod built with {NAMES[framework]} support ({exc}); "
+        raise MissingDependency(f"{mode} needs Horovod built with {FRAMEWORK_NAMES[framework]} support ({exc}); "
                          "run 'make venv' or use the hvdbench image") from None
 
 

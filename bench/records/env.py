@@ -272,7 +272,6 @@ def horovod_info(framework: str = "torch") -> dict[str, Any]:
 
 
 INFO = {"torch": torch_info, "tensorflow": tf_info}
-HOROVOD_MODULE = {"torch": "torch", "tensorflow": "tensorflow"}
 
 
 def framework_record(framework: str) -> dict[str, Any]:
@@ -284,7 +283,7 @@ def framework_record(framework: str) -> dict[str, Any]:
                             framework: INFO[framework]()}
     if importlib.util.find_spec("horovod"):
         try:
-            part["horovod"] = horovod_info(HOROVOD_MODULE[framework])
+            part["horovod"] = horovod_info(framework)
         except ImportError as exc:
             part["horovod"] = {"error": str(exc)}
     part["loaded_libraries"] = loaded_libraries()

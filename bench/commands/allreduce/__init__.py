@@ -54,7 +54,6 @@ BACKENDS = {
     "horovod-tf": "bench.commands.allreduce.horovod_tf",
     "tf": "bench.commands.allreduce.tf_collective",
 }
-FRAMEWORK_OF = {"torch": "torch", "horovod-torch": "torch", "horovod-tf": "tensorflow", "tf": "tensorflow"}
 BYTES_PER_ELEMENT = 4  # float32
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.commands.allreduce.common import Comm
+from bench.commands.allreduce.common import FRAMEWORK_OF, Comm
 from bench.distributed import hvdist
 from bench.launching import horovod_gloo
 from bench.records import env
 
-FRAMEWORK = {"horovod-torch": "torch", "horovod-tf": "tensorflow"}
-
 
 def spawn(cfg) -> None:
-    hvdist.import_hvd(FRAMEWORK[cfg.backend], f"allreduce --backend {cfg.backend}")
+    hvdist.import_hvd(FRAMEWORK_OF[cfg.backend], f"allreduce --backend {cfg.backend}")
     horovod_gloo.spawn("allreduce", cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 
