@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.commands.verify import hosts_of
 from bench.modes import variant
+from bench.records.results import hosts_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docker"))
 import cluster  # noqa: E402

@@ -28,6 +28,7 @@ from bench.modes import MODES
 from bench.records import files
 from bench.records.collect import Key, ci_overlap, key_of, label_of, load_results, table_cells
 from bench.records.metrics import METRICS, sample_symbol
+from bench.records.results import hosts_of
 
 # The registry's metrics each row of report.csv carries (bench.records.metrics), beside the derived speedups.
 REPORTED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec_wall_total", "tokens_per_sec_total",
@@ -186,7 +187,7 @@ def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample"
 def environment_text(results: list[dict]) -> list[str]:
     envs = [r["environment"] for r in results]
     first = envs[0]
-    hosts = sorted({rank["host"] for e in envs for rank in e.get("ranks", [])})
+    hosts = sorted({host for r in results for host in hosts_of(r)})
     lines = [f"- hosts: {', '.join(hosts)}", f"- CPU: {first.get('cpu')} ({first.get('cpu_count')} cores)",
              f"- Python {first.get('python')}, MPI: {first.get('mpi')}, container: {first.get('container')}"]
     for name in ("torch", "tensorflow", "horovod"):

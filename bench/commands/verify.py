@@ -58,7 +58,7 @@ from bench.launching.slurm import inside_allocation, srun_command
 from bench.models import MODELS
 from bench.modes import Variant, variant, variants
 from bench.records.header import header, new_run_id
-from bench.records.results import check_output_dir, load_result, write_json_new
+from bench.records.results import check_output_dir, hosts_of, load_result, write_json_new
 from bench.run import run
 from bench.tables import never_cut
 
@@ -237,13 +237,6 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
         ) if not ok]
         row.update(status="FAIL" if problems else "PASS", reason="; ".join(problems) or None)
     return rows
-
-
-def hosts_of(result: dict[str, Any]) -> list[str]:
-    """The hosts a run's processes ran on: every measuring rank's, and every task of a parameter-server cluster."""
-    environment = result["environment"]
-    tasks = (environment.get("distribution") or {}).get("tasks") or []
-    return sorted({r["host"] for r in environment["ranks"]} | {t["host"] for t in tasks})
 
 
 def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:

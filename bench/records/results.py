@@ -281,6 +281,13 @@ def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]])
         raise BenchError(f"{path} already exists; not overwritten") from None
 
 
+def hosts_of(result: dict[str, Any]) -> list[str]:
+    """The hosts a run's processes ran on: every measuring rank's, and every task of a parameter-server cluster."""
+    environment = result["environment"]
+    tasks = (environment.get("distribution") or {}).get("tasks") or []
+    return sorted({r["host"] for r in environment.get("ranks", [])} | {t["host"] for t in tasks})
+
+
 def csv_row(result: dict[str, Any]) -> dict[str, Any]:
     cfg, s = result["config"], result["summary"]
     ci = s.get("ci95") or [None, None]
@@ -294,7 +301,7 @@ def csv_row(result: dict[str, Any]) -> dict[str, Any]:
         **{key: metric.value(result) for key, metric in METRICS.items()},
         "ci95_low": ci[0], "ci95_high": ci[1], "median": s["median"],
         "ranks_in_sync": result["sync"]["ranks_in_sync"],
-        "hosts": " ".join(sorted({r["host"] for r in result["environment"]["ranks"]})),
+        "hosts": " ".join(hosts_of(result)),
     }
 
 

@@ -44,7 +44,7 @@ from bench.config import Device
 from bench.errors import BenchError
 from bench.models import MODELS
 from bench.records.header import header, new_run_id
-from bench.records.results import write_json_new
+from bench.records.results import hosts_of, write_json_new
 from bench.run import parent_or_rank
 from bench.tables import never_cut
 
@@ -268,7 +268,7 @@ def render(result: dict[str, Any]):
     table = Table("size", "bytes", "model gradient", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                   "correct", title=f"{result['config'].get('op', 'allreduce')} {result['config']['backend']} "
                                    f"({env.get('transport', '?')}), n={result['world_size']}, float32, "
-                                   f"hosts {' '.join(sorted({r['host'] for r in env.get('ranks', [])})) or '?'}")
+                                   f"hosts {' '.join(hosts_of(result)) or '?'}")
     for r in result["rows"]:
         table.add_row(human_bytes(r["bytes"]), str(r["bytes"]), r["model"] or "", str(r["iters"]),
                       f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
