@@ -54,7 +54,7 @@ help:
 	@echo "make slurm-up       start a one-node Slurm cluster here (tests use it)"
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml requirements/venv.txt scripts/setup.sh docker/build-horovod.sh $(wildcard docker/horovod/*.patch)
+$(STAMP): pyproject.toml requirements/venv.txt requirements/hybrid.txt scripts/setup.sh docker/build-horovod.sh $(wildcard docker/horovod/*.patch)
 	scripts/setup.sh $(VENV) $(PYTHON)
 	touch $(STAMP)
 

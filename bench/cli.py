@@ -102,7 +102,6 @@ def run_command(config: Annotated[str, typer.Argument(help="A run configuration 
                                                       "input, or the JSON text itself (bench sweep gives each "
                                                       "cell a file).")]) -> None:
     """Run the benchmark a JSON run configuration describes (RunConfig's fields; bench sweep writes one per cell)."""
-
     try:
         if config.lstrip().startswith("{"):
             text = config
@@ -119,7 +118,6 @@ def run_command(config: Annotated[str, typer.Argument(help="A run configuration 
 def schema_command(diagnose: Annotated[bool, typer.Option("--diagnose", help="The schema of bench diagnose's "
                                                          "record instead.")] = False) -> None:
     """Print the JSON Schema of the result file every run writes (or of bench diagnose's record)."""
-
     typer.echo(json.dumps(json_schema("diagnose" if diagnose else "result"), indent=2))
 
 
@@ -140,7 +138,6 @@ def sweep_command(
     **passed,
 ) -> None:
     """Run a matrix of benchmarks, one run per cell, resumable (here, or one srun step per cell in Slurm)."""
-
     if resume:
         summary = run_sweep(load_sweep(Path(output)), Path(output), redo=redo, cell_timeout=cell_timeout)
         _sweep_exit(summary, output)
@@ -184,7 +181,6 @@ def report_command(
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Write report.md, report.csv and plots from results (never re-runs anything)."""
-
     first = Path(paths[0])
     target = Path(out) if out else (first if first.is_dir() else first.parent)
     typer.echo(f"report: {write_report([Path(p) for p in paths], target, strict)}")
@@ -200,7 +196,6 @@ def compare_command(
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Compare two results or sweeps metric by metric: relative change and significance (CI overlap)."""
-
     from rich.console import Console
     from rich.table import Table
 
@@ -331,8 +326,9 @@ def diagnose_command(
 @app.command("allreduce")
 def allreduce_command(
     backend: Annotated[str, typer.Option(help="torch, horovod-torch, horovod-tf or tf.")] = "torch",
-    op: Annotated[str, typer.Option(help="allreduce (dense gradients) or allgather (sparse gradients: the "
-                                    "size is each rank's contribution).")] = "allreduce",
+    op: Annotated[str, typer.Option(help="allreduce (dense gradients), allgather (sparse gradients: the size is "
+                                    "each rank's contribution) or alltoall (a sharded table's rows, torch-hybrid: "
+                                    "the size is each rank's buffer).")] = "allreduce",
     np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around "
                                            "(default: every GPU, else 2).")] = None,
     min_bytes: Annotated[str, typer.Option(help="Smallest message (4K, 1M, ...).")] = "4K",
@@ -347,8 +343,8 @@ def allreduce_command(
     output: Annotated[str, typer.Option(help="Directory for the result JSON.")] = "results",
     rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")] = 120.0,
 ) -> None:
-    """Allreduce (or allgather) microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions)."""
-
+    """Allreduce (or allgather, all-to-all) microbenchmark over message sizes: time, algbw and busbw (nccl-tests
+    definitions)."""
     if backend in FRAMEWORK_OF:
         envs.enter(FRAMEWORK_OF[backend])
 
@@ -372,8 +368,9 @@ def predict_command(
     busbw: Annotated[float | None, typer.Option(help="Bus bandwidth, GB/s (nccl-tests busbw).")] = None,
     latency_us: Annotated[float | None, typer.Option(help="Latency per ring step, microseconds.")] = None,
     allreduce: Annotated[list[str] | None, typer.Option(help="Take busbw and latency from a bench allreduce "
-                                                         "result, and for sparse gradients from an --op allgather "
-                                                         "one (with --sweep: per backend; repeatable).")] = None,
+                                                         "result, for sparse gradients from an --op allgather one, "
+                                                         "for torch-hybrid's table from an --op alltoall one (with "
+                                                         "--sweep: per backend; repeatable).")] = None,
     overlap: Annotated[float | None, typer.Option(help="Fraction of the allreduce hidden under backward, 0..1 "
                                                   "(default: measured by --attribution or, with --sweep, by "
                                                   "each mode's results; else 0.5).")] = None,
@@ -410,10 +407,9 @@ def predict_command(
     base = predict.one_gpu_inputs(result, step_time, images_per_sec, batch_size, model or "vgg16", num_classes,
                             fp16_allreduce)
     net = predict.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"],
-                                 base.get("sparse_bytes", 0))
+                                 base.get("sparse_bytes", 0), base.get("alltoall_bytes", 0))
     hiding = {"overlap": 0.5}
     if attribution is not None:
-
         hiding = predict.overlap_from_attribution(load_result(attribution))
     if overlap is not None:
         hiding["overlap"] = overlap
@@ -499,7 +495,6 @@ def env_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
                                                     "loads two NCCLs or CUDA runtimes, or one from outside its "
                                                     "environment.")] = False) -> None:
     """Print the environment every result records (versions, GPUs, MPI, container, loaded libraries)."""
-
     record = env.full()
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -533,7 +528,6 @@ def out_of_memory(exc: BaseException) -> str | None:
 
 def _rank_prefix() -> str:
     try:
-
         info = detect()
     except BenchError:
         return ""
@@ -549,7 +543,6 @@ def summary_line(exc: BaseException) -> str:
 
 
 def main() -> None:
-
     supervise.die_with_parent()
     try:
         rc = app(standalone_mode=False)
@@ -564,7 +557,6 @@ def main() -> None:
         print(f"error: {exc.format_message()} (see 'bench --help')", file=sys.stderr)
         sys.exit(2)
     except Stopped as exc:
-
         why = slurm_time_limit() if exc.signum == signal.SIGTERM else None  # scancel, or the job's --time?
         print(f"{_rank_prefix()}error: {exc}" + (f" ({why})" if why else ""), file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -17,7 +17,6 @@ from bench.modes import mode, variant
 @dataclass(frozen=True)
 class Profile:
     """Defaults that depend on the device the run lands on."""
-
     name: str
     batch_size: int
     image_size: int | None  # None: the model's own default (224, 299 for Inception V3)
@@ -46,8 +45,8 @@ MOMENTUM = 0.9
 class Option:
     """How a run option shows on the command line and how it is checked: declared once, beside its field, and
     read by the mode commands, the sweep (``sweep``: passed to every cell), the JSON run file and the checks."""
-
     help: str
+
     flag: str | None = None  # the typer declaration when it is not --name (booleans: "--x" or "--x/--no-x")
     minimum: int | None = None  # integers: the smallest value allowed
     positive: bool = False  # numbers: must be > 0
@@ -63,7 +62,6 @@ def option(default: Any, help: str, **how: Any) -> Any:
 @dataclass(frozen=True)
 class PluginOption:
     """A run option a plugin adds (:func:`register_option`); its value travels in RunConfig.extra."""
-
     name: str
     type: Any
     default: Any
@@ -97,9 +95,9 @@ def check_option(name: str, value: Any, how: Option) -> None:
 class RunConfig:
     """What the user asked for. Fields left as None are filled by :meth:`resolve`. Each field declared with
     :func:`option` is a command-line option of every mode command, with the help and checks given here."""
-
     mode: str
     model: str = option("vgg16", "Model to train (bench models lists them).")
+
     batch_size: int | None = option(None, "Samples per device per step (default: 64 on GPU, 8 on CPU).", minimum=1)
     image_size: int | None = option(None, "Image models: square image side (default: the model's own (224; 299 "
                                     "for inception3) on GPU, 64 on CPU).", minimum=1, sweep=True)
@@ -152,7 +150,6 @@ class RunConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # the plugins' options (register_option), by name
 
     def __post_init__(self) -> None:
-
         spec = mode(self.mode)
         model_spec = model(self.model)
         try:
@@ -185,7 +182,6 @@ class RunConfig:
 
     def resolve(self, device: str, np: int) -> RunConfig:
         """Fill defaults for the device the run lands on ('cpu' or 'cuda') and the world size."""
-
         spec = model(self.model)
         profile = GPU_PROFILE if device == "cuda" else CPU_PROFILE
         return dataclasses.replace(

@@ -5,7 +5,6 @@ import signal
 
 class BenchError(Exception):
     """A problem the user can fix (bad option, missing dependency, unwritable output, failed rank)."""
-
     exit_code = 1
 
 
@@ -13,8 +12,8 @@ class ResultNotWhole(BenchError):
     """The run measured, but its result could not be written where asked, or not all of it: the message says
     what was written where (the record in a fallback folder or on standard error, or the record without its
     results.csv row). A rank exits with this code so that its spawner does not say "no result written"."""
-
     exit_code = 3
+
 
 
 class MissingDependency(BenchError):

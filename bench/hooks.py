@@ -99,7 +99,12 @@ class Hooks:
         return slow_step
 
     def snapshot(self, trainer, when: str) -> None:
-        """Rank 0's parameter snapshot ``when`` ('initial' or 'final'), if one was asked for."""
-        if self.snapshot_dir is not None and trainer.rank == 0:
-
-            save_parameters(Path(self.snapshot_dir), trainer.parameter_arrays(), when)
+        """Rank 0's parameter snapshot ``when`` ('initial' or 'final'), if one was asked for. A trainer whose
+        ranks hold different parts of the parameters (``gathers_parameters``: torch-hybrid's sharded table)
+        gathers them on every rank; rank 0 writes."""
+        if self.snapshot_dir is None:
+            return
+        every_rank = getattr(trainer, "gathers_parameters", False)
+        arrays = trainer.parameter_arrays() if every_rank or trainer.rank == 0 else None
+        if trainer.rank == 0:
+            save_parameters(Path(self.snapshot_dir), arrays, when)

@@ -53,7 +53,6 @@ SHM_MIN_GIB = 1.0
 
 def warn_small_shm(cfg: RunConfig) -> None:
     """NCCL's shared-memory transport fails or crawls with Docker's default 64 MiB /dev/shm."""
-
     size = env.shm_gib()
     if cfg.device.value == "cuda" and cfg.np and cfg.np > 1 and size is not None and size < SHM_MIN_GIB:
         print(f"warning: /dev/shm is {size * 1024:.0f} MiB; NCCL needs more between local GPUs. "

@@ -32,6 +32,9 @@ PY=$VENV/bin/python
 "$PY" -m pip install -q -r requirements/venv.txt
 # tf-keras without its dependencies: it would otherwise pull the non-CPU tensorflow wheel.
 "$PY" -m pip install -q --no-deps "tf-keras==$("$PY" -c 'import tensorflow as tf; print(tf.__version__)')"
+# TorchRec for torch-hybrid: its dependencies, then itself without them (requirements/hybrid.txt says why).
+"$PY" -m pip install -q -r requirements/hybrid.txt
+"$PY" -m pip install -q --no-deps torchrec==1.8.0
 "$PY" -m pip install -q --no-deps -e .
 MAKEFLAGS=${MAKEFLAGS:--j$(nproc)} docker/build-horovod.sh "$PY"
 "$VENV/bin/horovodrun" --check-build | sed -n '/Available Frameworks/,$p'

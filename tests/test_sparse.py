@@ -229,7 +229,13 @@ def test_verify_passes_with_sparse_gradients_and_catches_a_skipped_exchange(tmp_
     import json
 
     report = json.loads(next(tmp_path.glob("*verify*.json")).read_text())
-    assert [m["status"] for m in report["modes"]] == ["PASS", "PASS"]
-    out = bench(*common, "--modes", "torch-horovod", "--fault", "skip-allreduce", "--output",
+    modes = {m["mode"]: m for m in report["modes"]}
+    assert {name: m["status"] for name, m in modes.items()} == {
+        "torch-ddp": "PASS", "torch-horovod": "PASS", "torch-hybrid": "PASS"}
+    # the hybrid: the gathered table and the dense part match one process (plain SGD, as its table trains)
+    assert modes["torch-hybrid"]["initial_identical"] and modes["torch-hybrid"]["ranks_in_sync"]
+    out = bench(*common, "--modes", "torch-horovod,torch-hybrid", "--fault", "skip-allreduce", "--output",
                 str(tmp_path / "fault"))
     assert out.returncode == 1
+    faulted = json.loads(next((tmp_path / "fault").glob("*verify*.json")).read_text())
+    assert {m["mode"]: m["status"] for m in faulted["modes"]} == {"torch-horovod": "FAIL", "torch-hybrid": "FAIL"}

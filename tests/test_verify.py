@@ -99,7 +99,7 @@ def test_every_mode_passes_and_the_frameworks_agree(out):
     assert r.returncode == 0, r.stderr[-3000:]
     report = _report(out)
     modes = {m["mode"]: m for m in report["modes"]}
-    assert set(modes) == {"torch-ddp", "torch-horovod", "tf-horovod", "tf-native:multiworker",
+    assert set(modes) == {"torch-ddp", "torch-horovod", "torch-hybrid", "tf-horovod", "tf-native:multiworker",
                           "tf-native:mirrored", "tf-native:ps"}
     for name, m in modes.items():
         assert m["status"] == "PASS", (name, m)

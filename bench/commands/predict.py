@@ -13,6 +13,10 @@ The model (synchronous data parallelism, one ring allreduce of the whole gradien
               + (N - 1) * a' +  (N - 1) * S / B'                  (sparse gradients, S bytes per rank:
                                                                    a ring allgather, N-1 steps, each
                                                                    link carries the other ranks' S)
+              + 3 (N - 1) * a" + (N - 1) / N * R / B"             (torch-hybrid's sharded table: R bytes
+                                                                   per rank in three all-to-alls, ids,
+                                                                   rows and row gradients; each rank
+                                                                   keeps 1/N and sends the rest)
     t_step(N) = t1 + t_comm(N) - hidden(N)
     hidden(N) = min(overlap * t_comm(N), H)                        (overlap: fraction of the allreduce
                                                                    hidden under the backward pass; H: the
@@ -24,7 +28,8 @@ G is the dense part: with sparse embedding gradients (--sparse-embeddings) the e
 travels as S = rows x (4 d_model + index bytes) per rank (bench.measure.traffic). B' and a' come from a
 ``bench allreduce --op allgather`` measurement (busbw = (N - 1) S / t; a' = its smallest size's time /
 (N - 1)); without one, the allreduce's B and a price the allgather too. With ``--gpus-per-node`` and
-``--intra-busbw``, N within one node uses the node's own bandwidth.
+``--intra-busbw``, N within one node uses the node's own bandwidth. B" and a" come from a ``bench allreduce --op
+alltoall`` measurement (busbw = (N - 1) / N x R / t; a" = its smallest size's time / (N - 1)), else B and a.
 
 The overlap is measured, not assumed, when a distributed result with per-rank attribution is given
 (``--attribution``, or in ``--sweep`` each mode's smallest n > 1 result): overlap = its median rank's
@@ -72,6 +77,9 @@ class Inputs:
     sparse_bytes: int = 0  # S: a rank's sparse gradient (rows and indices), allgathered
     allgather_busbw_GBps: float | None = None  # B' (None: B)
     allgather_latency_s: float | None = None  # a' (None: a)
+    alltoall_bytes: int = 0  # R: a rank's all-to-all bytes per step (torch-hybrid's sharded table)
+    alltoall_busbw_GBps: float | None = None  # B" (None: B)
+    alltoall_latency_s: float | None = None  # a" (None: a)
     hidden_cap_s: float | None = None  # H: the most communication that can hide (None: no bound)
 
     def __post_init__(self) -> None:
@@ -80,6 +88,7 @@ class Inputs:
             (self.batch_size >= 1, f"the batch size must be >= 1 (got {self.batch_size})"),
             (self.gradient_bytes > 0, f"the gradient size must be > 0 bytes (got {self.gradient_bytes})"),
             (self.sparse_bytes >= 0, f"the sparse gradient size must be >= 0 bytes (got {self.sparse_bytes})"),
+            (self.alltoall_bytes >= 0, f"the all-to-all size must be >= 0 bytes (got {self.alltoall_bytes})"),
             (self.busbw_GBps > 0, f"--busbw must be > 0 GB/s (got {self.busbw_GBps})"),
             (self.latency_s >= 0, f"--latency-us must be >= 0 (got {self.latency_s * 1e6:g})"),
             (0 <= self.overlap <= 1, f"--overlap must be within [0, 1] (got {self.overlap})"),
@@ -119,7 +128,12 @@ def comm_time(inp: Inputs, n: int) -> float:
         bw_ag = inp.allgather_busbw_GBps or bw
         latency_ag = inp.latency_s if inp.allgather_latency_s is None else inp.allgather_latency_s
         allgather = (n - 1) * latency_ag + (n - 1) * inp.sparse_bytes / (bw_ag * 1e9)
-    return allreduce + allgather
+    alltoall = 0.0
+    if inp.alltoall_bytes:
+        bw_a2a = inp.alltoall_busbw_GBps or bw
+        latency_a2a = inp.latency_s if inp.alltoall_latency_s is None else inp.alltoall_latency_s
+        alltoall = 3 * (n - 1) * latency_a2a + (n - 1) / n * inp.alltoall_bytes / (bw_a2a * 1e9)
+    return allreduce + allgather + alltoall
 
 
 def hidden_time(inp: Inputs, comm: float) -> float:
@@ -172,19 +186,22 @@ def from_result(result: dict[str, Any]) -> dict[str, Any]:
     computed = (result.get("traffic") or {}).get("computed")
     if computed is not None:
         sizes = {"gradient_bytes": computed["dense_bytes"], "sparse_bytes": computed["sparse_bytes_per_rank"]}
+        if computed.get("alltoall_bytes_per_rank"):  # torch-hybrid's sharded table
+            sizes["alltoall_bytes"] = computed["alltoall_bytes_per_rank"]
     else:  # results from before bench.measure.traffic: every gradient dense
         sizes = {"gradient_bytes": gradient_bytes(cfg["model"], cfg["num_classes"], cfg.get("fp16_allreduce", False))}
     return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"], **sizes}
 
 
 def op_of(result: dict[str, Any]) -> str:
-    """allreduce or allgather: what a bench allreduce result measured."""
+    """allreduce, allgather or alltoall: what a bench allreduce result measured."""
     return result.get("config", {}).get("op", "allreduce")
 
 
 def from_allreduce(result: dict[str, Any], nbytes: int) -> dict[str, float]:
     """busbw at the measured size nearest ``nbytes`` (log scale) and the ring-step latency from the
-    smallest size: a = t_smallest / (2 (n - 1)) for an allreduce, t_smallest / (n - 1) for an allgather."""
+    smallest size: a = t_smallest / (2 (n - 1)) for an allreduce, t_smallest / (n - 1) for an allgather or an
+    all-to-all."""
     n = result["world_size"]
     if n < 2:
         raise BenchError("--allreduce needs a result from 2 or more ranks (busbw is 0 on one)")
@@ -198,13 +215,23 @@ def from_allreduce(result: dict[str, Any], nbytes: int) -> dict[str, float]:
 
 def allgather_inputs(measurement: dict[str, Any] | None, sparse_bytes: int) -> dict[str, float]:
     """B' and a' from an allgather measurement, for a run with sparse gradients (else nothing)."""
-    if measurement is None or not sparse_bytes:
+    return _second(measurement, sparse_bytes, "allgather")
+
+
+def alltoall_inputs(measurement: dict[str, Any] | None, alltoall_bytes: int) -> dict[str, float]:
+    """B" and a" from an all-to-all measurement, for torch-hybrid's sharded table (else nothing)."""
+    return _second(measurement, alltoall_bytes, "alltoall")
+
+
+def _second(measurement: dict[str, Any] | None, nbytes: int, op: str) -> dict[str, float]:
+    if measurement is None or not nbytes:
         return {}
-    net = from_allreduce(measurement, sparse_bytes)
-    return {"allgather_busbw_GBps": net["busbw_GBps"], "allgather_latency_s": net["latency_s"]}
+    net = from_allreduce(measurement, nbytes)
+    return {f"{op}_busbw_GBps": net["busbw_GBps"], f"{op}_latency_s": net["latency_s"]}
 
 
 # -- checks against measurements ----------------------------------------------------------------------
+
 def pick_allreduce(label: str, allreduces: list[dict[str, Any]], op: str = "allreduce") -> dict[str, Any] | None:
     """The ``op`` measurement of the backend that carries this mode's gradients (its ModeSpec says which); with
     a single measurement of that op, that one for every mode."""
@@ -219,9 +246,10 @@ def pick_allreduce(label: str, allreduces: list[dict[str, Any]], op: str = "allr
 
 
 def _collective(label: str) -> bool:
-    """Whether the model applies: gradients exchanged by collectives (not a parameter server, not one process)."""
+    """Whether the model applies: gradients exchanged by collectives, the hybrid's included (not a parameter
+    server, not one process)."""
     try:
-        return variant(label).exchange == "collective"
+        return variant(label).exchange in ("collective", "hybrid")
     except BenchError:  # a plugin's mode: assume collectives
         return True
 
@@ -230,7 +258,6 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
                 fusion_bytes: int) -> list[dict[str, Any]]:
     """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency. The
     overlap: ``overlap`` when given, else measured (the smallest n > 1 result's attribution), else 0.5."""
-
     chosen, _ = table_cells(results)
     rows = []
     for key, by_n in sorted(chosen.items(), key=lambda kv: str(kv[0])):
@@ -239,7 +266,8 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
             continue
         base = from_result(by_n[1])
         net = from_allreduce(allreduce, base["gradient_bytes"])
-        gather = allgather_inputs(pick_allreduce(key.label, allreduces, "allgather"), base.get("sparse_bytes", 0))
+        gather = {**allgather_inputs(pick_allreduce(key.label, allreduces, "allgather"), base.get("sparse_bytes", 0)),
+                  **alltoall_inputs(pick_allreduce(key.label, allreduces, "alltoall"), base.get("alltoall_bytes", 0))}
         hiding, source = {"overlap": 0.5 if overlap is None else overlap}, "assumed" if overlap is None else "given"
         if overlap is None:
             try:
@@ -267,7 +295,6 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]],
 
 def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
     """Predicted vs the Horovod figures (bench.commands.published), with the inputs written there."""
-
     rows = []
     for fig in FIGURES:
         t1 = STEP_TIMES[fig["model"]]
@@ -285,7 +312,6 @@ def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
 def check_sweep_folder(folder: str, allreduce_paths: list[str], overlap: float | None,
                        fusion_bytes: int) -> list[dict[str, Any]]:
     """check_sweep on a sweep folder and bench allreduce result files; an error if nothing can be checked."""
-
     rows = check_sweep(load_results([Path(folder)]), [load_allreduce(a) for a in allreduce_paths], overlap,
                        fusion_bytes)
     if not rows:
@@ -295,10 +321,10 @@ def check_sweep_folder(folder: str, allreduce_paths: list[str], overlap: float |
 
 # -- inputs from the command line ---------------------------------------------------------------------
 def one_gpu_inputs(result_path: str | None, step_time: float | None, images_per_sec: float | None,
+
                    batch_size: int, model: str, num_classes: int, fp16_allreduce: bool) -> dict[str, Any]:
     """t1, b and G: from a world-size-1 bench result, or from --step-time / --images-per-sec."""
     if result_path is not None:
-
         return from_result(load_result(result_path))
     if (step_time is None) == (images_per_sec is None):
         raise BenchError("give the 1-GPU speed: --step-time or --images-per-sec (or --result)")
@@ -311,16 +337,14 @@ def one_gpu_inputs(result_path: str | None, step_time: float | None, images_per_
 def throughput_symbol(result_path: str | None, model: str) -> str:
     """The unit predicted throughput is in: the workload's (img/s for images), from the result or the model."""
     if result_path is not None:
-
         return load_result(result_path)["workload"]["symbol"]
     return model_spec(model).workload.symbol
 
 
 def network_inputs(busbw: float | None, latency_us: float | None, allreduce_paths: list[str],
-                   nbytes: int, sparse_bytes: int = 0) -> dict[str, float]:
+                   nbytes: int, sparse_bytes: int = 0, alltoall_bytes: int = 0) -> dict[str, float]:
     """B and a (and B', a' for sparse gradients): the flags win over bench allreduce results (one allreduce
     measurement, read near ``nbytes``; optionally one allgather measurement, read near ``sparse_bytes``)."""
-
     measured = [load_allreduce(path) for path in allreduce_paths]
     by_op: dict[str, dict[str, Any]] = {}
     for m in measured:
@@ -333,7 +357,8 @@ def network_inputs(busbw: float | None, latency_us: float | None, allreduce_path
     if bw is None:
         raise BenchError("give the network: --busbw (GB/s) or --allreduce (a bench allreduce result)")
     return {"busbw_GBps": bw, "latency_s": latency_us * 1e-6 if latency_us is not None else net.get("latency_s", 0.0),
-            **allgather_inputs(by_op.get("allgather"), sparse_bytes)}
+            **allgather_inputs(by_op.get("allgather"), sparse_bytes),
+            **alltoall_inputs(by_op.get("alltoall"), alltoall_bytes)}
 
 
 # -- tables -------------------------------------------------------------------------------------------
@@ -343,7 +368,8 @@ def render_prediction(inp: Inputs, gpus: list[int], symbol: str = "img/s"):
     table = Table("GPUs", "exchange (ms)", "step (ms)", f"{symbol} total", f"{symbol} per GPU", "efficiency",
                   title=f"bench predict: t1 {inp.step_time_s * 1e3:.1f} ms, batch {inp.batch_size}, "
                         f"G {inp.gradient_bytes / 1e6:.1f} MB in {inp.messages} message(s), "
-                        + (f"S {inp.sparse_bytes / 1e6:.2f} MB allgathered, " if inp.sparse_bytes else "") +
+                        + (f"S {inp.sparse_bytes / 1e6:.2f} MB allgathered, " if inp.sparse_bytes else "")
+                        + (f"R {inp.alltoall_bytes / 1e6:.2f} MB all-to-all, " if inp.alltoall_bytes else "") +
                         f"busbw {inp.busbw_GBps:.3g} GB/s, latency {inp.latency_s * 1e6:.3g} us, "
                         f"overlap {inp.overlap:.3g}"
                         + (f" (at most {inp.hidden_cap_s * 1e3:.1f} ms hidden)" if inp.hidden_cap_s is not None

@@ -40,6 +40,7 @@ one worker and is compared with the one-shard reference.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from dataclasses import asdict, dataclass
@@ -146,9 +147,10 @@ def framework_variants(framework: str) -> list[Variant]:
 
 
 # -- orchestration (the parent process) ----------------------------------------------------------------
-def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards: int | None) -> dict[str, Any]:
-    """One ordinary bench run of variant ``v`` for vc.steps steps, with snapshot hooks; its result and snapshots."""
-
+def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards: int | None,
+              settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One ordinary bench run of variant ``v`` for vc.steps steps, with snapshot hooks; its result and snapshots.
+    ``settings``: run settings the checked mode asks for itself and its reference alike (ModeSpec.verify_settings)."""
     work.mkdir(parents=True)
     spec = v.mode
     cfg = RunConfig(mode=spec.name, model=vc.model, batch_size=vc.batch_size, image_size=vc.image_size,
@@ -158,6 +160,8 @@ def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards:
                     fp16_allreduce=vc.fp16_allreduce and spec.gradient_compression, telemetry=False,
                     strategy=v.strategy, sparse_embeddings=vc.sparse_embeddings, sparse_as_dense=vc.sparse_as_dense,
                     attribution_steps=0)  # verify judges the parameters: no attribution windows
+    if settings:
+        cfg = dataclasses.replace(cfg, **settings)
     hooks = Hooks(snapshot_dir=str(work), deterministic=True, data_shards=shards,
                   fault=vc.fault if spec.distributed else None)
     if inside_allocation():
@@ -171,11 +175,11 @@ def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards:
             "final": load_parameters(work / "final.npz")[1]}
 
 
+
 def _srun_mode(v: Variant, cfg, hooks: Hooks, work: Path) -> None:
     """Inside a Slurm allocation: the run as one job step on the allocation's nodes (the reference too, so
     that it trains on the same kind of node). The parameter snapshots go to ``work``, which must be on a
     directory every node shares, as --output is."""
-
     config = work / "config.json"
     config.write_text(cfg.to_json() + "\n")
     log = work / "srun.log"
@@ -197,7 +201,7 @@ def _np_for(vc: VerifyConfig, v: Variant) -> int | None:
 
 def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    references: dict[int, dict[str, Any]] = {}
+    references: dict[tuple, dict[str, Any]] = {}
     for v in [v for v in vc.selected if v in framework_variants(framework)]:
         label = v.label
         row: dict[str, Any] = {"mode": label, "framework": framework}
@@ -205,11 +209,15 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
         if vc.fp16_allreduce and not v.mode.gradient_compression:
             row.update(status="SKIP", reason="no gradient compression in this mode")
             continue
+        if v.mode.token_embedding_only and not MODELS[vc.model].sparse_embeddings:
+            row.update(status="SKIP", reason=f"trains only models with a token embedding ({vc.model} has none)")
+            continue
+        settings = dict(v.mode.verify_settings)
         log(f"verify: {label} ...")
         try:
             if v.mode.horovod:  # here, before any rank starts (under srun its error would come back as text)
                 hvdist.import_hvd(v.mode.framework, label)
-            got = _run_mode(vc, v, work / label.replace(":", "-"), _np_for(vc, v), None)
+            got = _run_mode(vc, v, work / label.replace(":", "-"), _np_for(vc, v), None, settings)
         except MissingDependency as exc:
             row.update(status="SKIP", reason=str(exc))
             continue
@@ -220,11 +228,14 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
         shards = result["world_size"]
         row.update(world_size=shards, ranks_in_sync=result["sync"]["ranks_in_sync"],
                    params_changed=result["sync"]["params_changed"], hosts=hosts_of(result))
-        if shards not in references:
+        key = (shards, tuple(sorted(settings.items())))
+        if key not in references:
             reference = variant(v.mode.reference)
-            log(f"verify: reference {reference.label} on {shards} shard(s) ...")
-            references[shards] = _run_mode(vc, reference, work / f"{reference.label}-{shards}-shards", 1, shards)
-        ref = references[shards]
+            log(f"verify: reference {reference.label} on {shards} shard(s)"
+                + (f" with {settings}" if settings else "") + " ...")
+            folder = f"{reference.label}-{shards}-shards" + (f"-{len(references)}" if settings else "")
+            references[key] = _run_mode(vc, reference, work / folder, 1, shards, settings)
+        ref = references[key]
         row["initial_identical"] = identical(got["initial"], ref["initial"])
         row.update(differences(ref["initial"], ref["final"], got["final"]))
         row["tolerance"] = vc.threshold
@@ -241,7 +252,6 @@ def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[
 
 def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
     """Run every check; write ``verify-<id>.json`` into vc.output; return (report, path)."""
-
     if detect().launcher != "none":
         raise BenchError("bench verify starts its own ranks for every mode (in a Slurm allocation, through "
                          "srun); run it without a launcher (not under srun, mpirun, torchrun or horovodrun)")

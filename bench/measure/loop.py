@@ -34,7 +34,6 @@ from bench.models import model
 
 class Trainer(Protocol):
     """What a mode provides; the runner owns every timing decision."""
-
     rank: int
     world_size: int
     replicas_per_process: int  # devices (or PS workers) this process's steps cover

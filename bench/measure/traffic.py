@@ -7,12 +7,18 @@ Computed, per step, summed over every process that sends (n ranks, W = n workers
     parameter server                each worker pulls the dense variables and the embedding rows it looks
                                     up, and pushes its gradient           total  W x (pull + push)
                                     untied: pull = 4(P - Vd) + r x 4d, push = D + S;  tied: pull = push = 4P
+    hybrid (torch-hybrid)           the table sharded row-wise over the n ranks; a rank's r lookups go to
+                                    their owners ((n-1)/n of them to another rank, for ids spread evenly
+                                    over the rows): the ids out (i each), the rows back (4d), in the
+                                    backward pass the rows' gradients out (4d); the rest allreduced
+                                                                          total  (n-1) x r (i + 8d) + 2(n-1) x D
 
 P: the parameters; D: 4 bytes per parameter reduced densely (2 with --fp16-allreduce, which Horovod and DDP
 apply to dense gradients only). With --sparse-embeddings and without --sparse-as-dense the embedding (V x d:
 vocabulary x d_model) leaves the dense part and travels as rows: S = r x (4d + i), r = 2 x batch x seq_len
 lookups per rank and step (the source and the target read the same embedding; repeated ids counted each time,
-an upper bound where a library merges them), i = the index size (PyTorch: int64, 8 bytes; TensorFlow's
+an upper bound where a library merges them; the hybrid's lengths, 4 bytes per sample and feature, are left
+out), i = the index size (PyTorch: int64, 8 bytes; TensorFlow's
 IndexedSlices: int32, 4). Allgather-based reductions (Horovod's sparse path, Gloo's sparse allreduce under
 DDP, tf.distribute's collective for IndexedSlices) gather every rank's rows and indices; each rank then sums
 them.
@@ -61,7 +67,6 @@ def sent_between(before: dict[str, int] | None, after: dict[str, int] | None) ->
 
 def computed(cfg) -> dict[str, Any]:
     """The bytes one step of ``cfg`` (resolved) moves, by path, from the model's shapes (see the module doc)."""
-
     spec = model(cfg.model)
     v = variant(mode_label(cfg.mode, cfg.strategy))
     n = cfg.np
@@ -79,6 +84,12 @@ def computed(cfg) -> dict[str, Any]:
         record["allreduce_bytes"] = 2 * (n - 1) * dense
         record["allgather_bytes"] = n * (n - 1) * sparse_rank
         record["bytes_per_step"] = record["allreduce_bytes"] + record["allgather_bytes"]
+    elif v.exchange == "hybrid":
+        # Sharded table: no row is reduced; each all-to-all carries a rank's r ids, rows or row gradients.
+        per_rank = rows * (INDEX_BYTES[v.mode.framework] + 2 * FLOAT_BYTES * spec.per_class)
+        record.update(sparse_bytes_per_rank=0, alltoall_bytes_per_rank=per_rank,
+                      alltoall_bytes=(n - 1) * per_rank, allreduce_bytes=2 * (n - 1) * dense)
+        record["bytes_per_step"] = record["alltoall_bytes"] + record["allreduce_bytes"]
     elif v.exchange == "ps":
         # Untied, the forward pass gathers its rows on the server (sparse or not); the push is the gradient.
         looked_up = rows * spec.per_class if cfg.sparse_embeddings else 0

@@ -128,7 +128,6 @@ def _train_flops(name: str, image_size: int | None, seq_len: int | None, num_cla
             pass
     flops = count_train_flops(name, image_size, seq_len, num_classes)
     if key is not None and flops is not None:
-
         try:  # a cache: a disk that refuses it costs the next run a count, never this run its result
             folder.mkdir(parents=True, exist_ok=True)
             files.replace(folder / f"{key}.json", json.dumps(

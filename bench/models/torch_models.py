@@ -401,11 +401,16 @@ class Transformer(nn.Module):
             self.output = nn.Linear(d_model, vocab, bias=False)
             nn.init.normal_(self.output.weight, 0, d_model ** -0.5)
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.position(self.embedding(tokens) * self.d_model ** 0.5))
+    def embed(self, vectors: torch.Tensor) -> torch.Tensor:
+        """Looked-up embedding rows (B, L, d_model) scaled, with positions, into the first layer."""
+        return self.drop(self.position(vectors * self.d_model ** 0.5))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        source, target = tokens[:, 0], tokens[:, 1]
+        return self.from_vectors(self.embedding(tokens[:, 0]), self.embedding(tokens[:, 1]))
+
+    def from_vectors(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Logits from the source's and the target's looked-up rows: the model after its embedding lookup
+        (torch-hybrid looks the rows up in a table sharded over the ranks)."""
         memory = self.embed(source)
         for layer in self.encoder:
             memory = layer(memory)

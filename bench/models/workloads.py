@@ -58,7 +58,6 @@ class ImageClassification(Workload):
         return {"image_size": max(size, spec.min_image_size), "seq_len": None}
 
     def check(self, spec, cfg):
-
         if cfg.seq_len is not None:
             raise BenchError(f"--seq-len applies to text models; {spec.name} trains on images")
         if cfg.image_size is not None and cfg.image_size < spec.min_image_size:
@@ -99,7 +98,6 @@ class TokenSequences(Workload):
         return {"image_size": None, "seq_len": cfg.seq_len or profile.seq_len or spec.default_seq_len}
 
     def check(self, spec, cfg):
-
         if cfg.image_size is not None:
             raise BenchError(f"--image-size applies to image models; {spec.name} trains on token sequences "
                              "(--seq-len)")

@@ -20,6 +20,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 from bench.errors import BenchError
 from bench.kinds import FRAMEWORKS
@@ -41,8 +42,12 @@ class ModeSpec:
     verify_np: Mapping[str | None, int | None] = field(default_factory=dict)  # strategy -> ranks (None: the mode's)
     options: tuple[str, ...] = ()  # config fields only this mode takes
     # strategy -> how gradients cross processes: "collective" (allreduce/allgather, the default for a
-    # distributed mode), "ps" (pushed to parameter servers) or "local" (one process drives every device)
+    # distributed mode), "ps" (pushed to parameter servers), "hybrid" (a sharded table's rows by all-to-all,
+    # the rest by allreduce) or "local" (one process drives every device)
     exchange: Mapping[str | None, str] = field(default_factory=dict)
+    token_embedding_only: bool = False  # trains only models with a token embedding (the text models)
+    # Run settings bench verify gives this mode and its reference alike (the hybrid's table has no momentum)
+    verify_settings: Mapping[str, Any] = field(default_factory=dict)
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -70,7 +75,6 @@ def mode_label(mode: str, strategy: str | None) -> str:
 @dataclass(frozen=True)
 class Variant:
     """A mode, with one of its strategies for modes that have them: what a label such as tf-native:ps names."""
-
     mode: ModeSpec
     strategy: str | None
 
@@ -163,6 +167,11 @@ for _spec in (
              # worker has a synchronous reference.
              verify_np={"mirrored": None, "ps": 1}, options=("strategy", "num_ps"),
              exchange={"mirrored": "local", "ps": "ps"}),
+    ModeSpec("torch-hybrid", "torch", "bench.modes.torch_hybrid",
+             "PyTorch hybrid (TorchRec): the token embedding sharded row-wise over the ranks, its rows by all-to-all; "
+             "the rest under DDP",
+             library="native", reference="torch-single", allreduce={None: "torch"}, exchange={None: "hybrid"},
+             token_embedding_only=True, verify_settings={"momentum": 0.0, "sparse_embeddings": True}),
     ModeSpec("torch-single", "torch", "bench.modes.torch_single",
              "PyTorch on one device, no distribution library: the single-GPU baseline",
              library="none", reference="torch-single"),

@@ -57,7 +57,6 @@ def optimizer_variables(opt) -> list:
 
 class TFTrainer:
     """Base for the TensorFlow modes. Subclasses create the strategy (if any) and the compiled step."""
-
     replicas_per_process = 1
     # --sparse-as-dense: the library densifies the embedding's IndexedSlices itself (Horovod's tape);
     # otherwise the step converts them to a dense tensor before the strategy reduces or the optimizer applies.

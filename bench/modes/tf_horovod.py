@@ -70,7 +70,6 @@ class HorovodTFTrainer(TFTrainer):
             self._first = False
 
     def attribution_unsupported(self) -> str | None:
-
         return sparse_exchange(self.cfg)
 
     def compute_step(self) -> None:

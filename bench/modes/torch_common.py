@@ -47,7 +47,6 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
 
 class TorchTrainer:
     """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""
-
     # --sparse-as-dense: the library densifies the sparse gradient itself (Horovod); otherwise the model's
     # embedding makes a dense gradient to begin with (the same untied model, the same arithmetic).
     densifies_sparse = False
@@ -126,7 +125,6 @@ class TorchTrainer:
 
     # -- per-rank attribution (bench.measure.attribution) -------------------------------------------
     def attribution_unsupported(self) -> str | None:
-
         return sparse_exchange(self.cfg)
 
     def compute_step(self) -> None:

@@ -108,7 +108,6 @@ def topology() -> str | None:
 
 def nvml_gpus() -> dict[str, Any]:
     """Every GPU NVML sees: name, memory, compute capability, ECC, power limit, plus the driver."""
-
     nvml, reason = load_nvml()
     if nvml is None:
         return {"available": False, "reason": reason}
@@ -248,7 +247,6 @@ def torch_info() -> dict[str, Any]:
 
 
 def tf_info() -> dict[str, Any]:
-
     tf, keras = import_tf()
     build = tf.sysconfig.get_build_info()
     gpus = []

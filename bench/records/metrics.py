@@ -76,7 +76,6 @@ OLD_NAMES = {"images_per_sec_total": "samples_per_sec_total", "images_per_sec_pe
 
 
 def find(name: str) -> Metric:
-
     metric = METRICS.get(OLD_NAMES.get(name, name))
     if metric is None:
         raise BenchError(f"unknown metric '{name}' (choose from: {', '.join(METRICS)})")

@@ -172,7 +172,6 @@ def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: dict[s
 
 def workload_record(cfg: RunConfig) -> dict[str, Any]:
     """What the run trained on: the workload's kind and sample unit, the model's size and training FLOPs."""
-
     spec = model(cfg.model)
     w = spec.workload
     return {"kind": w.kind, "unit": w.unit, "symbol": w.symbol, "model": spec.name,

@@ -106,7 +106,6 @@ class Sync(_Open):
 
 class Utilisation(BaseModel):
     """MFU: model FLOP/s per device against a measured and a published peak (bench.measure.peak)."""
-
     model_config = ConfigDict(extra="forbid")
     unit: Literal["TFLOP/s"]
     model_tflops_per_device: float | None = Field(description="summary.model_tflops_per_gpu")
@@ -124,7 +123,6 @@ class Utilisation(BaseModel):
 
 class _RankOf(BaseModel):
     """Which rank: its number, host and device."""
-
     model_config = ConfigDict(extra="forbid")
     rank: int
     host: str
@@ -133,7 +131,6 @@ class _RankOf(BaseModel):
 
 class RankAttribution(_RankOf):
     """One rank's step, taken apart (bench.measure.attribution); seconds per step."""
-
     compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
     exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
     step_s: float = Field(description="per step in the timed windows (median window / steps per window)")
@@ -153,7 +150,6 @@ class Straggler(_RankOf):
 
 class Attribution(BaseModel):
     """Where each rank's step goes, and the straggler (bench.measure.attribution); ``measured`` false says why not."""
-
     model_config = ConfigDict(extra="forbid")
     measured: bool
     reason: str | None = Field(None, description="why there are no figures (measured false)")
@@ -170,7 +166,6 @@ class Attribution(BaseModel):
 
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
-
     model_config = ConfigDict(extra="forbid", title="hvdbench result")
     schema_version: Literal[2]
     run_id: str
@@ -197,7 +192,6 @@ class Result(BaseModel):
 
 class Finding(_Open):
     """One thing bench diagnose found (bench/commands/diagnose/rules.py)."""
-
     kind: Literal["device", "pair", "rank", "job", "node"] = Field(
         description="what it is about: a device alone, a pair of nodes, a rank or the whole of the full job, or a "
                     "node found by its pairs")
@@ -217,7 +211,6 @@ class DiagnosePhase(_Open):
 
 class Diagnose(BaseModel):
     """One bench diagnose: the phases run, every member's figures, the rules and what they found."""
-
     model_config = ConfigDict(extra="forbid", title="hvdbench diagnose record")
     kind: Literal["diagnose"]
     schema_version: Literal[1]

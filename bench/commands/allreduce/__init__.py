@@ -110,6 +110,8 @@ class AllreduceConfig:
             raise BenchError(f"unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
         if self.op not in OPS:
             raise BenchError(f"unknown --op '{self.op}' (choose from: {', '.join(OPS)})")
+        if self.backend in COLLECTIVES[self.op].backends_without:
+            raise BenchError(f"--backend {self.backend} has no {self.op} (choose another backend)")
         object.__setattr__(self, "device", Device(self.device))
         for m in self.models:
             if m not in MODELS:
@@ -191,7 +193,8 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
     """Every size on this rank; rank 0 gets the gathered rows (others get theirs, unused)."""
     rows = []
     for nbytes in cfg.sizes:
-        count = nbytes // BYTES_PER_ELEMENT
+        count = cfg.collective.elements(nbytes // BYTES_PER_ELEMENT, comm.world_size)
+        nbytes = count * BYTES_PER_ELEMENT
         op = comm.prepare(count)
         correct = comm.check(op, count)
         comm.zero()

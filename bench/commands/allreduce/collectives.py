@@ -7,6 +7,8 @@ Per rank a buffer of S bytes (float32) holding rank + 1; n ranks; t the time of 
                 correct: every element of the SUM is n (n + 1) / 2 (exact in float32)
     allgather   algbw = n S / t     busbw = algbw * (n - 1) / n     (every link carries the other ranks' S)
                 correct: block r of the gathered n S holds r + 1, on every rank
+    alltoall    algbw = S / t       busbw = algbw * (n - 1) / n     (each rank keeps 1/n of its S, sends the rest)
+                correct: rank r's block j (S / n bytes) is what rank j sent it: j + 1
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from typing import Any
 class Collective:
     name: str
     definitions: dict[str, str]
+    backends_without: tuple[str, ...] = ()  # bench allreduce backends whose library has no such collective
+
+    def elements(self, count: int, n: int) -> int:
+        """The float32 elements one rank's buffer holds for a size of ``count`` (all-to-all: whole blocks)."""
+        return count
 
     def algbw_bytes(self, nbytes: int, n: int) -> int:
         """The bytes algbw counts for ``nbytes`` per rank."""
@@ -73,6 +80,28 @@ class Allgather(Collective):
         return comm.op_allgather()
 
 
+class Alltoall(Collective):
+    """Every rank sends block j of its buffer to rank j (a sharded table's lookups and rows travel so)."""
+
+    def elements(self, count: int, n: int) -> int:
+        return count - count % n
+
+    def algbw_bytes(self, nbytes: int, n: int) -> int:
+        return nbytes
+
+    def bus_factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def correct(self, out: Any, n: int, count: int) -> bool:
+        import numpy as np
+
+        expected = np.repeat(np.arange(1, n + 1, dtype=np.float32), count // n)
+        return out.shape == expected.shape and bool((out == expected).all())
+
+    def operation(self, comm: Any):
+        return comm.op_alltoall()
+
+
 ALLREDUCE = Allreduce("allreduce", {
     "time_s": "per allreduce: median over samples of the slowest rank's sample time / iters",
     "algbw_GBps": "bytes / time_s / 1e9",
@@ -85,4 +114,10 @@ ALLGATHER = Allgather("allgather", {
     "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
     "correct": "rank r contributes bytes holding r + 1; block r of every rank's result holds r + 1",
 })
-COLLECTIVES = {c.name: c for c in (ALLREDUCE, ALLGATHER)}
+ALLTOALL = Alltoall("alltoall", {
+    "time_s": "per all-to-all: median over samples of the slowest rank's sample time / iters",
+    "algbw_GBps": "bytes (each rank's buffer, n blocks) / time_s / 1e9",
+    "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
+    "correct": "rank r sends r + 1 in every block; block j of every rank's result holds j + 1",
+}, backends_without=("tf",))  # tf.distribute's replica context has no all-to-all
+COLLECTIVES = {c.name: c for c in (ALLREDUCE, ALLGATHER, ALLTOALL)}

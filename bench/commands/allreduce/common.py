@@ -11,7 +11,6 @@ FRAMEWORK_OF = {"torch": "torch", "horovod-torch": "torch", "horovod-tf": "tenso
 
 class Comm:
     """One rank's collective. Subclasses fill the buffer, run the operation and synchronise."""
-
     rank: int
     world_size: int
 
@@ -33,6 +32,10 @@ class Comm:
 
     def op_allgather(self):
         """A callable running one allgather of the buffer (its result readable by :meth:`result`)."""
+        raise NotImplementedError
+
+    def op_alltoall(self):
+        """A callable running one all-to-all of the buffer's n blocks (its result readable by :meth:`result`)."""
         raise NotImplementedError
 
     def result(self):

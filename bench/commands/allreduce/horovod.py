@@ -22,7 +22,6 @@ def spawn(cfg) -> None:
 
 class HorovodComm(Comm):
     """hvd.init, Horovod's allgather and shutdown; subclasses set ``framework`` and ``on_gpu``."""
-
     framework = "torch"
     on_gpu = False
 

@@ -62,6 +62,10 @@ class TorchComm(TorchBuffer):
         self.out = self.buf  # in place
         return lambda: dist.all_reduce(self.buf)
 
+    def op_alltoall(self):
+        self.out = torch.empty_like(self.buf)
+        return lambda: dist.all_to_all_single(self.out, self.buf)
+
     def op_allgather(self):  # into views of one preallocated output (Horovod allocates its own)
         self.out = torch.empty(self.world_size * self.buf.numel(), dtype=torch.float32, device=self.device)
         return lambda: dist.all_gather(list(self.out.chunk(self.world_size)), self.buf)

@@ -71,7 +71,6 @@ class DiagnoseConfig:
     nodes: tuple[str, ...] = field(default=())  # resolved: the allocation's or the host list
 
     def check(self) -> None:
-
         if self.mode.split(":")[0] not in MODES:
             raise BenchError(f"unknown mode '{self.mode}' (choose from {', '.join(MODES)})")
         bad = [p for p in self.phases if p not in PHASES]
@@ -166,7 +165,6 @@ def _one_result(folder: Path) -> dict[str, Any] | None:
 
 
 def _mpi(name: str) -> bool:
-
     return MODES[name.split(":")[0]].needs_mpi
 
 
@@ -279,7 +277,6 @@ class Diagnosis:
                 "compute_s": p["compute_s"], "exposed_s": p["exposed_s"], "step_s": p["step_s"]}
 
     def run(self) -> dict[str, Any]:
-
         rules = rules_mod.load(self.cfg.rules)
         baseline = load_baseline(self.cfg)
         check_output_dir(self.cfg.output)
@@ -340,7 +337,6 @@ def baseline_record(record: dict[str, Any], cfg: DiagnoseConfig) -> dict[str, An
 
 def write(record: dict[str, Any], folder: Path) -> Path:
     """diagnose.json and diagnose.md in ``folder``; the JSON's path."""
-
     validate_diagnose(record)
     path = folder / "diagnose.json"
     files.write_new(path, json.dumps(record, indent=2) + "\n")
@@ -350,7 +346,6 @@ def write(record: dict[str, Any], folder: Path) -> Path:
 
 def diagnose(cfg: DiagnoseConfig) -> int:
     """Run, write, print; the exit status (0 healthy, FINDINGS_EXIT with an error finding)."""
-
     cfg.check()
     if cfg.save_baseline and Path(cfg.save_baseline).exists():
         raise BenchError(f"baseline {cfg.save_baseline} already exists; not overwritten")

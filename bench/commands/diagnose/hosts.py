@@ -29,7 +29,6 @@ GRACE_S = 10.0
 @dataclass
 class Step:
     """One command of a phase and where it runs (``members``: node names, or a pair)."""
-
     label: str
     members: tuple[str, ...]
     argv: list[str]
@@ -56,7 +55,6 @@ class Step:
 
 def run_steps(steps: list[Step], timeout_s: float) -> None:
     """Start every step at once, wait for all (each at most ``timeout_s``); a stop signal ends them all."""
-
     start = time.monotonic()
     for s in steps:
         s.log.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +81,6 @@ def bench_argv(*args: str) -> list[str]:
 
 class Slurm:
     """Inside an allocation (salloc, sbatch): each command one srun step on the named nodes."""
-
     name = "slurm"
 
     def __init__(self, nodes: list[str], devices_per_node: int) -> None:
@@ -113,10 +110,10 @@ class Slurm:
 class HostList:
     """No Slurm: ssh for one node, mpirun -H for a job over several (torch.distributed's rendezvous on the
     first host, at ``port``)."""
-
     name = "hosts"
 
     def __init__(self, nodes: list[str], devices_per_node: int, port: int, timeout_s: float) -> None:
+
         self.nodes, self.dpn, self.port, self.timeout_s = nodes, devices_per_node, port, timeout_s
 
     def gone(self) -> str | None:
