@@ -28,7 +28,7 @@ help:
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
 	@echo "make bench-overhead torch-ddp, tf-horovod and tf-native vs their bare loops (DDP, Horovod TF, tf.distribute)"
 	@echo "make bench-reference tf-horovod and torch-horovod vs Horovod's own synthetic benchmarks, alternated (ARGS=...)"
-	@echo "make sparse-study   seed 004: Transformer tokens/s and bytes per step, dense vs sparse, PS vs allreduce"
+	@echo "make sparse-study   the Parallax study: Transformer tokens/s and bytes per step; allreduce, allgather, PS, hybrid"
 	@echo "make bench-allreduce allreduce time/algbw/busbw through every backend, up to the VGG-16 gradient"
 	@echo "make bench-attribution  per-rank attribution of each mode at np 2, plain and with a slowed rank"
 	@echo "make bench-publish  push and pull times of an image through a registry here, from empty (benchmarks/publish.py)"

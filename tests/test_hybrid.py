@@ -118,3 +118,16 @@ def test_verify_skips_it_for_a_model_without_a_token_embedding(tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads(next(tmp_path.glob("*verify*.json")).read_text())
     assert report["modes"][0]["status"] == "SKIP" and "token embedding" in report["modes"][0]["reason"]
+
+
+@pytest.mark.framework
+def test_without_torchrec_it_is_one_line_naming_the_install(monkeypatch):
+    import sys
+
+    from bench.errors import MissingDependency
+    from bench.launching.detect import LaunchInfo
+    from bench.modes import torch_hybrid
+
+    monkeypatch.setitem(sys.modules, "torchrec", None)
+    with pytest.raises(MissingDependency, match="pip install -r requirements/hybrid.txt"):
+        torch_hybrid.preflight(RunConfig(mode="torch-hybrid", model="transformer-small"), LaunchInfo("none"))

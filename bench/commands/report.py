@@ -241,10 +241,10 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
         md.append("No Horovod/native pair in the same setting.")
     moved = traffic_rows(results)
     if moved:
-        md += ["", "## Bytes moved per step (seed 004: parameter server vs allreduce)", "",
+        md += ["", "## Bytes moved per step (the Parallax study: allreduce, allgather, parameter server, hybrid)", "",
                "Computed from the shapes (bench.measure.traffic: ring allreduce 2(n-1) D, allgather n(n-1) S, "
-               "parameter "
-               "server n (pull + push)) and measured by the hosts' interface counters over the timed windows.", "",
+               "parameter server n (pull + push), hybrid (n-1) r (i + 8d) + 2(n-1) D) and measured by the "
+               "hosts' interface counters over the timed windows.", "",
                "| mode | setting | n | exchange | tokens/s total | computed MB/step | measured MB/step "
                "| measured / computed |", "|---|---|---|---|---|---|---|---|"]
         for r in moved:

@@ -278,5 +278,5 @@ def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
         seconds = entry.get("seconds")
         table.add_row(cell.id, entry["status"], rate, "" if seconds is None else f"{seconds:.0f}",
                       (entry.get("error") or "")[:80])
-    never_cut(table, 'cell')
+    never_cut(table, "cell")
     return table

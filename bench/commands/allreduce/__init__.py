@@ -268,15 +268,16 @@ def render(result: dict[str, Any]):
     from rich.table import Table
 
     env = result["environment"]
-    table = Table("size", "bytes", "model gradient", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
-                  "correct", title=f"{result['config'].get('op', 'allreduce')} {result['config']['backend']} "
-                                   f"({env.get('transport', '?')}), n={result['world_size']}, float32, "
-                                   f"hosts {' '.join(hosts_of(result)) or '?'}")
+    # Headers short enough that every figure fits whole in 80 columns (a pipe): model = whose gradient this is.
+    title = (f"{result['config'].get('op', 'allreduce')} {result['config']['backend']} "
+             f"({env.get('transport', '?')}), n={result['world_size']}, float32, bandwidths in GB/s, "
+             f"hosts {' '.join(hosts_of(result)) or '?'}")
+    table = Table("size", "bytes", "model", "iters", "time (us)", "algbw", "busbw", "ok", title=title)
     for r in result["rows"]:
         table.add_row(human_bytes(r["bytes"]), str(r["bytes"]), r["model"] or "", str(r["iters"]),
                       f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
                       "yes" if r["correct"] else "NO")
-    never_cut(table, 'model gradient')
+    never_cut(table, "size", "bytes", "model", "iters", "time (us)")
     return table
 
 

@@ -32,6 +32,18 @@ class HorovodComm(Comm):
     def allgather(self, obj: Any) -> list[Any]:
         return self.hvd.allgather_object(obj)
 
+    # Horovod's allgather and all-to-all return a new tensor, from either framework alike (self.buf: the
+    # framework's tensor, made by the subclass's fill).
+    def op_alltoall(self):
+        def exchange():
+            self.out = self.hvd.alltoall(self.buf, name="bench.alltoall")
+        return exchange
+
+    def op_allgather(self):
+        def gather():
+            self.out = self.hvd.allgather(self.buf, name="bench.allgather")
+        return gather
+
     def environment(self) -> dict[str, Any]:
         info = hvdist.environment(self.hvd, self.framework, self.on_gpu)
         controller = info["distribution"]["controller"]

@@ -37,16 +37,6 @@ class HorovodTFComm(HorovodComm):
             self.out = self.hvd.allreduce(self.buf, op=self.hvd.Sum, name="bench.allreduce")
         return reduce
 
-    def op_alltoall(self):
-        def exchange():
-            self.out = self.hvd.alltoall(self.buf, name="bench.alltoall")
-        return exchange
-
-    def op_allgather(self):
-        def gather():
-            self.out = self.hvd.allgather(self.buf, name="bench.allgather")
-        return gather
-
     def result(self):
         return self.out.numpy()
 

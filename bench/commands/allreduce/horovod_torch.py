@@ -23,13 +23,3 @@ class HorovodTorchComm(HorovodComm, TorchBuffer):
     def op_allreduce(self):
         self.out = self.buf  # in place
         return lambda: self.hvd.allreduce_(self.buf, op=self.hvd.Sum, name="bench.allreduce")
-
-    def op_alltoall(self):
-        def exchange():
-            self.out = self.hvd.alltoall(self.buf, name="bench.alltoall")
-        return exchange
-
-    def op_allgather(self):
-        def gather():
-            self.out = self.hvd.allgather(self.buf, name="bench.allgather")
-        return gather
