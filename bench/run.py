@@ -83,8 +83,9 @@ class Job(Protocol):
     def spawn(self, cfg: Any, info: detect.LaunchInfo) -> None:
         """Start every rank on this host (or through srun inside an allocation) and wait for them."""
 
-    def rank(self, cfg: Any, info: detect.LaunchInfo, out_dir: Path | None) -> Path | None:
-        """One rank's work; rank 0 writes its record into ``out_dir`` and returns the path."""
+    def rank(self, cfg: Any, info: detect.LaunchInfo) -> Path | None:
+        """One rank's work, its own checks first; rank 0 writes its record (into :func:`rank_output`) and
+        returns the path."""
 
 
 def parent_or_rank(cfg: Any, job: Job) -> Path | None:
@@ -93,8 +94,8 @@ def parent_or_rank(cfg: Any, job: Job) -> Path | None:
     With no launcher around, this process is the parent: it checks the output folder, then ``job.spawn``
     starts the ranks and waits. Under a launcher (its own spawner, torchrun, mpirun, horovodrun, srun,
     TF_CONFIG) it is a rank: it checks the rendezvous addresses it was given, takes the parent's resolved
-    config when the parent passed one (HVDBENCH_CONFIG), and does the rank's work; rank 0 writes into the
-    output folder it checked first. ``cfg`` is a frozen config with ``output`` and ``from_json``.
+    config when the parent passed one (HVDBENCH_CONFIG), and does the rank's work. ``cfg`` is a frozen config
+    with ``output`` and ``from_json``.
     """
     info = detect.detect()
     if info.launcher == "none":
@@ -105,7 +106,13 @@ def parent_or_rank(cfg: Any, job: Job) -> Path | None:
     inherited = os.environ.get(supervise.CHILD_CONFIG_ENV)
     if inherited:
         cfg = type(cfg).from_json(inherited)
-    return job.rank(cfg, info, check_output_dir(cfg.output) if info.rank == 0 else None)
+    return job.rank(cfg, info)
+
+
+def rank_output(cfg: Any, info: detect.LaunchInfo) -> Path | None:
+    """Rank 0's output folder, made and proven writable once the rank's own checks passed (a run its launcher
+    started wrongly leaves no folder behind); None on the other ranks."""
+    return check_output_dir(cfg.output) if info.rank == 0 else None
 
 
 def run(cfg: RunConfig, hooks: Hooks | None = None) -> Path | None:
@@ -131,17 +138,18 @@ class Training:
         with self.hooks.exported():
             mode.spawn(resolved)
 
-    def rank(self, cfg: RunConfig, info: detect.LaunchInfo, out_dir: Path | None) -> Path | None:
+    def rank(self, cfg: RunConfig, info: detect.LaunchInfo) -> Path | None:
         if cfg.mode != self.spec.name:
             raise BenchError(f"{supervise.CHILD_CONFIG_ENV} is for mode {cfg.mode}, not {self.spec.name}")
-        return train(cfg, info, out_dir, self.spec.load(), self.hooks)
+        return train(cfg, info, self.spec.load(), self.hooks)
 
 
-def train(cfg: RunConfig, info: detect.LaunchInfo, out_dir: Path | None, mode, hooks: Hooks) -> Path | None:
+def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path | None:
     """One rank of a training run: preflight, the measurement loop, and (rank 0) the result written whole."""
     cfg = mode.preflight(cfg, info)
     if hasattr(mode, "serve") and mode.serve(cfg, info):
         return None
+    out_dir = rank_output(cfg, info)
     if info.local_rank == 0:
         warn_small_shm(cfg)
     trainer = mode.make_trainer(cfg, info, hooks)

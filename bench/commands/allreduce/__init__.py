@@ -45,7 +45,7 @@ from bench.errors import BenchError
 from bench.models import MODELS
 from bench.records.header import header, new_run_id
 from bench.records.results import hosts_of, write_json_new
-from bench.run import parent_or_rank
+from bench.run import parent_or_rank, rank_output
 from bench.tables import never_cut
 
 BACKENDS = {
@@ -169,11 +169,12 @@ class Collectives:
         module = load_backend(cfg.backend)
         module.spawn(cfg.resolve(module.default_np(cfg) if cfg.np is None else cfg.np))
 
-    def rank(self, cfg: AllreduceConfig, info, out_dir: Path | None) -> Path | None:
+    def rank(self, cfg: AllreduceConfig, info) -> Path | None:
         module = load_backend(cfg.backend)
         if cfg.np is not None and cfg.np != info.world_size:
             raise BenchError(f"--np {cfg.np} does not match the {info.world_size} ranks {info.launcher} started")
         cfg = cfg.resolve(info.world_size) if not cfg.sizes else cfg
+        out_dir = rank_output(cfg, info)
         comm = module.make(cfg, info)
         comm.setup()
         try:
