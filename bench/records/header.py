@@ -20,10 +20,11 @@ def new_run_id(label: str, stamp: str | None = None) -> str:
     return f"{stamp or utc_stamp()}-{label}-{secrets.token_hex(4)}"
 
 
-def header(run_id: str, kind: str | None = None) -> dict[str, Any]:
-    """The fields every record carries first: schema version, kind (absent for a run's result), run id, creation
-    time and the hvdbench version that wrote it."""
-    fields: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+def header(run_id: str, kind: str | None = None, schema_version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """The fields every record carries first: its schema's version (a run's result's by default; bench diagnose's
+    record has its own), kind (absent for a run's result), run id, creation time and the hvdbench version that
+    wrote it."""
+    fields: dict[str, Any] = {"schema_version": schema_version}
     if kind is not None:
         fields["kind"] = kind
     fields.update(run_id=run_id, created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),

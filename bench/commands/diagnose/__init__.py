@@ -289,7 +289,7 @@ class Diagnosis:
         self.findings += rules_mod.common_member(self.findings)
         self.findings += _throttled(self.figures["device"], self.findings)
         return {
-            **header(self.run_id, "diagnose"),
+            **header(self.run_id, "diagnose", SCHEMA_VERSION),
             "config": {**asdict(self.cfg), "rules": str(self.cfg.rules or rules_mod.DEFAULT_RULES)},
             "executor": self.exe.name, "nodes": list(self.cfg.nodes), "left_out": sorted(set(self.cfg.nodes) -
                                                                                         set(self.healthy)),
