@@ -46,36 +46,34 @@ COMMON = ["--model", "transformer-small", "--batch-size", "8", "--seq-len", "32"
           "--steps-per-window", "4", "--windows", "4"]
 
 
-def command(label: str, extra: list[str], vocab: int, np_: int, out: Path, cluster: bool) -> list[str]:
+def local_command(label: str, extra: list[str], vocab: int, np_: int, out: Path) -> list[str]:
     mode, _, strategy = label.partition(":")
-    args = [mode, *(["--strategy", strategy] if strategy else []), *COMMON, *extra, "--num-classes", str(vocab),
-            "--output", str(out)]
-    if not cluster:
-        return [str(ROOT / ".venv" / "bin" / "bench"), *args, "--np", str(np_)]
+    return [str(ROOT / ".venv" / "bin" / "bench"), mode, *(["--strategy", strategy] if strategy else []), *COMMON,
+            *extra, "--num-classes", str(vocab), "--np", str(np_), "--output", str(out)]
+
+
+def placement(label: str, np_: int) -> str:
+    """srun's placement on the cluster: one rank per node; the parameter server's chief and server on node1
+    and its workers on node2 (at np 1 everything on node1)."""
     from bench.modes import variant
 
     v = variant(label)
     tasks = v.processes(np_)
-    if v.exchange == "ps":  # chief and server on node1, the workers on node2 (one node at np 1: all on node1)
-        placement = f"-N2 -n{tasks} --ntasks-per-node={tasks - np_}" if np_ > 1 else f"-N1 -n{tasks}"
-    else:
-        placement = f"-N{np_} -n{np_} --ntasks-per-node=1"
-    mpi = "--mpi=pmix" if v.mode.needs_mpi else ""
-    return [f"OMP_NUM_THREADS=1 srun {placement} {mpi} --kill-on-bad-exit=1 bench {shlex.join(args)}"]
+    if v.exchange == "ps":
+        return f"-N2 -n{tasks} --ntasks-per-node={tasks - np_}" if np_ > 1 else f"-N1 -n{tasks}"
+    return f"-N{np_} -n{np_} --ntasks-per-node=1"
 
 
-def run_once(cmd: list[str], out: Path, cluster: bool) -> dict:
-    if cluster:
-        sys.path.insert(0, str(ROOT / "docker"))
-        import cluster as cluster_mod
+def run_once(label: str, extra: list[str], vocab: int, np_: int, out: Path, on_cluster: bool) -> dict:
+    if on_cluster:  # the srun step and its one result, as benchmarks/cluster_modes.py runs them
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import cluster_modes
 
-        done = cluster_mod.run_on(cmd[0], capture_output=True, text=True, errors="replace", timeout=900)
-        folder = cluster_mod.shared_dir() / out
-    else:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                              env=dict(os.environ, OMP_NUM_THREADS="1"))
-        folder = out
-    files = sorted(folder.glob("*.json"))
+        args = shlex.join([*COMMON, *extra, "--num-classes", str(vocab)])
+        return cluster_modes.run(label, placement(label, np_), args, str(out))
+    cmd = local_command(label, extra, vocab, np_, out)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    files = sorted(out.glob("*.json"))
     if done.returncode != 0 or len(files) != 1:
         lines = [x for x in (done.stdout + done.stderr).splitlines() if "error" in x.lower()] or ["no output"]
         raise SystemExit(f"hybrid_study: error: {' '.join(cmd)[:120]} exited {done.returncode}: {lines[-1]}")
@@ -100,7 +98,7 @@ def main() -> None:
         for arch, vocab, np_ in cells:
             label, extra = ARCHITECTURES[arch]
             out = base / f"{arch.replace(' ', '-')}-v{vocab}-n{np_}-r{r}"
-            result = run_once(command(label, extra, vocab, np_, out, a.cluster), out, a.cluster)
+            result = run_once(label, extra, vocab, np_, out, a.cluster)
             got[(arch, vocab, np_)].append(result)
             print(f"hybrid_study: {arch} vocab {vocab} np {np_} repeat {r + 1}: "
                   f"{result['summary']['tokens_per_sec_total']:.0f} tokens/s", file=sys.stderr, flush=True)
