@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from bench.config import RunConfig
 from bench.errors import STOP_SIGNALS, BenchError
 from bench.hooks import Hooks
-from bench.launching import detect, supervise
+from bench.launching import detect, kubernetes, supervise
 from bench.measure import telemetry
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
@@ -95,8 +95,13 @@ def parent_or_rank(cfg: Any, job: Job) -> Path | None:
     starts the ranks and waits. Under a launcher (its own spawner, torchrun, mpirun, horovodrun, srun,
     TF_CONFIG) it is a rank: it checks the rendezvous addresses it was given, takes the parent's resolved
     config when the parent passed one (HVDBENCH_CONFIG), and does the rank's work. ``cfg`` is a frozen config
-    with ``output`` and ``from_json``.
+    with ``output``, ``rendezvous_timeout`` and ``from_json``. A pod of the tf-native indexed Job builds its
+    TF_CONFIG from its name first (bench.launching.kubernetes).
     """
+    tf_config = kubernetes.pod_tf_config(dict(os.environ))
+    if tf_config:
+        kubernetes.wait_resolvable(tf_config, cfg.rendezvous_timeout)
+        os.environ["TF_CONFIG"] = tf_config
     info = detect.detect()
     if info.launcher == "none":
         check_output_dir(cfg.output)
