@@ -12,7 +12,7 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
 
-.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test sif-pull-test test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test diagnose-test cluster-down cluster-exec docker-up singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
+.PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test sif-pull-test test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test diagnose-test k8s-test cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -23,7 +23,7 @@ help:
 	@echo "make test-unit      the unit tier: in process, no framework, no subprocess (under a minute)"
 	@echo "make test-fast      the unit and framework tiers (a few minutes)"
 	@echo "make test-multiproc real multi-process runs under every launcher, endings and faults"
-	@echo "make test-system    Slurm, the CPU and CUDA images, the cluster of containers, the SIFs"
+	@echo "make test-system    Slurm, the CPU and CUDA images, Kubernetes pods, the cluster of containers, the SIFs"
 	@echo "make test-times     each tier's wall time and the 20 slowest tests of the last make test"
 	@echo "make lint           ruff on the package and tests, bash -n on scripts"
 	@echo "make bench-overhead torch-ddp, tf-horovod and tf-native vs their bare loops (DDP, Horovod TF, tf.distribute)"
@@ -88,6 +88,7 @@ test-multiproc: venv
 test-system: venv
 	$(MAKE) --no-print-directory slurm-test
 	$(MAKE) --no-print-directory image-test
+	$(MAKE) --no-print-directory k8s-test
 	$(MAKE) --no-print-directory cluster-test
 	$(MAKE) --no-print-directory diagnose-test
 	$(MAKE) --no-print-directory image-cuda-test
@@ -132,6 +133,12 @@ image-test: venv docker-up registry-up
 	@$(TIER_CACHE) fresh image || { $(PY) docker/images.py base && $(PY) docker/images.py build $(IMAGE_TEST_BUILD) \
 	  && $(RUN_TESTS) image -m image $(PYTEST_ARGS) && $(TIER_CACHE) record image; }
 
+# After image-test (it needs the CPU image): the pods of bench k8s's MPIJob, TrainJob and indexed Job, started as
+# their operators would start them (tests/test_kubernetes_pods.py); no control plane here.
+k8s-test: venv docker-up
+	@$(TIER_CACHE) fresh kubernetes || { $(RUN_TESTS) kubernetes -m kubernetes $(PYTEST_ARGS) \
+	  && $(TIER_CACHE) record kubernetes; }
+
 # The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed) with one mode per
 # framework environment, and the tier's tests run the other two modes in the built image.
 image-cuda-test: venv docker-up
@@ -160,6 +167,20 @@ cluster-down: venv
 
 cluster-exec: venv
 	$(PY) docker/cluster.py exec -- "$$CMD"
+
+# Kubernetes (docs/kubernetes.md): the example manifests, one per workload, as bench k8s renders them; and the
+# offline check of manifests against the Kubernetes schemas and the vendored CRDs (K8S_FILES, default the examples).
+K8S_IMAGE ?= registry.example.com/hvdbench:current-cuda
+K8S_FILES ?= k8s/examples/*.yaml
+k8s-examples: venv
+	$(VENV)/bin/bench k8s tf-horovod --image $(K8S_IMAGE) --nodes 2 --gpus-per-node 8 > k8s/examples/mpijob-tf-horovod.yaml
+	$(VENV)/bin/bench k8s torch-horovod --image $(K8S_IMAGE) --nodes 2 --gpus-per-node 8 \
+	  > k8s/examples/mpijob-torch-horovod.yaml
+	$(VENV)/bin/bench k8s torch-ddp --image $(K8S_IMAGE) --nodes 2 --gpus-per-node 8 > k8s/examples/trainjob-torch-ddp.yaml
+	$(VENV)/bin/bench k8s tf-native --image $(K8S_IMAGE) --nodes 2 --gpus-per-node 8 > k8s/examples/job-tf-native.yaml
+
+k8s-check: venv
+	$(PY) k8s/validate.py $(K8S_FILES)
 
 singularity: venv
 	$(PY) singularity/generate.py

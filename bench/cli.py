@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 import bench.run
 from bench import __version__, plugins
 from bench.commands import allreduce, predict
+from bench.commands import kubernetes as k8s
 from bench.commands.allreduce.common import FRAMEWORK_OF
 from bench.commands.compare import compare, regressions
 from bench.commands.diagnose import DiagnoseConfig, diagnose, resolve_nodes
@@ -458,6 +459,47 @@ def peak_command(
     console.print(table)
     console.print(f"peak: {record['peak_tflops']:.4g} TFLOP/s at {'x'.join(map(str, record['peak_shape']))}")
     console.print(f"result: {path}")
+
+
+def k8s_command(
+    ctx: typer.Context,
+    mode: Annotated[str, typer.Argument(help="The mode to run: a Horovod mode (MPIJob), torch-ddp or torch-hybrid "
+                                        "(TrainJob), tf-native (indexed Job).")],
+    image: Annotated[str, typer.Option(help="The image every pod runs (a published hvdbench image, "
+                                       "docs/images.md).")],
+    nodes: Annotated[int, typer.Option(help="Nodes (pods of ranks; tf-native: one pod per device).")] = 2,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node, one rank each (0: a CPU run, one rank per "
+                                               "node).")] = 0,
+    name: Annotated[str | None, typer.Option(help="The job's name (default hvdbench-MODE).")] = None,
+    namespace: Annotated[str, typer.Option(help="The namespace it runs in.")] = "default",
+    results_claim: Annotated[str, typer.Option(help="A PersistentVolumeClaim (ReadWriteMany) mounted at /results; "
+                                               "results go to /results/NAME.")] = "hvdbench-results",
+    shm_size: Annotated[str | None, typer.Option(help="/dev/shm per pod (default 2Gi per GPU, 1Gi on "
+                                                 "CPU).")] = None,
+    env_vars: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE in every pod (e.g. "
+                                                       "NCCL_SOCKET_IFNAME=eth0); repeat it.")] = None,
+    **options,
+) -> None:
+    """Print the Kubernetes manifests that run MODE (docs/kubernetes.md): kubectl apply -f - reads them."""
+    import shlex
+
+    if mode not in MODES:
+        raise BenchError(f"unknown mode '{mode}' (choose from {', '.join(MODES)})")
+    pairs = []
+    for item in env_vars or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise BenchError(f"--env takes NAME=VALUE (got {item!r})")
+        pairs.append((key, value))
+    cfg = k8s.K8sConfig(run=RunConfig(mode=mode, **config_arguments(options)), image=image, nodes=nodes,
+                    gpus_per_node=gpus_per_node, name=name, namespace=namespace, results_claim=results_claim,
+                    shm_size=shm_size, env=tuple(pairs))
+    typer.echo(k8s.render(cfg, shlex.join(["bench", *sys.argv[1:]])), nl=False)
+
+
+k8s_command.__signature__ = inspect.Signature([
+    *list(inspect.signature(k8s_command, eval_str=True).parameters.values())[:-1], *option_parameters()])
+app.command("k8s")(k8s_command)
 
 
 @app.command("models")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from bench.errors import BenchError
@@ -243,3 +244,20 @@ def option_specs() -> list[tuple[str, Any, Any, Option]]:
     specs = [(f.name, hints[f.name], f.default, f.metadata["option"]) for f in dataclasses.fields(RunConfig)
              if "option" in f.metadata]
     return specs + [(p.name, p.type, p.default, p.option) for p in PLUGIN_OPTIONS.values()]
+
+
+def command_line(cfg: RunConfig) -> list[str]:
+    """The mode command and the flags that give ``cfg`` back (options at their defaults left out): what a
+    manifest runs (bench k8s). Parsing them with the mode command makes the same RunConfig."""
+    args = [cfg.mode]
+    for name, _, default, how in option_specs():
+        value = cfg.extra.get(name, default) if name in PLUGIN_OPTIONS else getattr(cfg, name)
+        if value == default:
+            continue
+        flag = how.flag or f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            on, _, off = flag.partition("/")
+            args.append(on if value else off)
+        else:
+            args += [flag, str(value.value if isinstance(value, Enum) else value)]
+    return args
