@@ -39,6 +39,7 @@ INPUTS = {
     "cluster": ["docker", "singularity/slurm", "tests/test_cluster.py", "benchmarks/shaped_links.py",
                 "benchmarks/cluster_modes.py"],
     "image_cuda": ["docker", "tests/test_image_cuda.py"],
+    "kubernetes": ["docker", "k8s", "tests/test_kubernetes_pods.py"],
     "apptainer": ["docker", "singularity", "tests/test_apptainer.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
     "sif_pull": ["docker", "singularity/sif.py", "bench/records/env.py", "Makefile", "pyproject.toml",
@@ -57,6 +58,7 @@ TOOLS = {
     "image": [["docker", "version", "--format", "{{.Server.Version}}"]],
     "cluster": [["docker", "version", "--format", "{{.Server.Version}}"], ["docker-compose", "version", "--short"]],
     "image_cuda": [["docker", "version", "--format", "{{.Server.Version}}"]],
+    "kubernetes": [["docker", "version", "--format", "{{.Server.Version}}"]],
     "apptainer": [["docker", "version", "--format", "{{.Server.Version}}"], ["srun", "--version"]],
     "sif_pull": [["docker", "version", "--format", "{{.Server.Version}}"]],
     "diagnose": [["docker", "version", "--format", "{{.Server.Version}}"], ["docker-compose", "version", "--short"]],

@@ -177,7 +177,7 @@ def has_cuda() -> bool:
 # -- tiers (docs/development.md) -------------------------------------------------------------------------
 # Each test runs in exactly one tier, the costliest its marks name: system (the markers of what it needs),
 # multiproc, framework, else unit. The Makefile's TIER_* expressions select each tier without the costlier ones.
-SYSTEM = ("image", "image_cuda", "apptainer", "sif_pull", "cluster", "diagnose", "slurm")
+SYSTEM = ("image", "image_cuda", "apptainer", "sif_pull", "cluster", "diagnose", "kubernetes", "slurm")
 TIERS = ("unit", "framework", "multiproc", "system")
 FRAMEWORKS = ("torch", "tensorflow", "horovod", "keras", "tf_keras")
 
