@@ -39,9 +39,11 @@ NOT_RUN_HERE = {
     "apptainer run --nv": "no GPU here; `apptainer exec` runs in tests/test_apptainer.py",
     "srun -N2": "GPUs per node: none here; `srun -N2 -n2` across two container nodes runs in tests/test_cluster.py",
     "srun --mpi=pmix -N2": "GPUs per node: none here; `srun -N2 --mpi=pmix` runs in tests/test_cluster.py",
+    "kubectl": "no Kubernetes control plane here: tests/test_kubernetes.py checks the manifests offline and "
+               "tests/test_kubernetes_pods.py starts their pods as the operators would",
 }
 COMMAND_WORDS = {"bench", "make", "python", "docker", "srun", "sbatch", "salloc", "apptainer", "singularity",
-                 "torchrun", "horovodrun", "mpirun", "pip"}
+                 "torchrun", "horovodrun", "mpirun", "pip", "kubectl"}
 LAUNCHERS = {"srun", "torchrun", "horovodrun", "mpirun", "salloc"}
 
 

@@ -150,6 +150,23 @@ def test_the_examples_are_what_bench_k8s_renders(cli):
         assert not validate.check_text(text, path.name)
 
 
+def test_the_docs_quote_the_rendered_command_lines():
+    """docs/kubernetes.md shows what the examples' pods run, word for word."""
+    docs = " ".join((ROOT / "docs" / "kubernetes.md").read_text().split())
+    by_name = {p.name: [d for d in yaml.safe_load_all(p.read_text()) if d] for p in EXAMPLES}
+    (mpijob,) = by_name["mpijob-tf-horovod.yaml"]
+    (trainjob,) = by_name["trainjob-torch-ddp.yaml"]
+    containers = [mpijob["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+                  for role in ("Launcher", "Worker")]
+    for shown in [*containers, trainjob["spec"]["trainer"]]:
+        line = shlex.join([*shown["command"], *shown["args"]])
+        assert line in docs, f"docs/kubernetes.md does not show {line}"
+
+
+def test_the_results_claim_validates():
+    assert validate.check_text((ROOT / "k8s" / "results-claim.yaml").read_text(), "results-claim.yaml") == []
+
+
 @pytest.mark.parametrize("edit, found", [
     (lambda d: d["spec"].update(slotPerWorker=1), "'slotPerWorker' was unexpected"),
     (lambda d: d["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(volumeMount=[]),

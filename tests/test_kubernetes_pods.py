@@ -24,14 +24,18 @@ and pass the ranks-in-sync check.
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMALL, assert_valid_run, built_image, only_result
+from conftest import SMALL, assert_valid_run, built_image, only_result, run_container
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.multiproc]
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
+import validate  # noqa: E402
 
 IMAGE = os.environ.get("HVDBENCH_TEST_IMAGE", "hvdbench:current-cpu")
 NAMESPACE = "default"
@@ -194,3 +198,12 @@ def test_indexed_job_pods_build_tf_config_from_their_names(cluster):
     result = assert_both_hosts(cluster[2], name, "tf-native", "tf-config", set(hosts))
     assert result["config"]["strategy"] == "multiworker"
     assert "result:" in logs[0]  # rank 0 (pod 0) wrote it
+
+
+def test_the_image_renders_manifests_that_validate(dk):
+    """docker run IMAGE k8s ...: the image has what bench k8s needs (PyYAML through Horovod)."""
+    code, out = run_container(dk, IMAGE, ["k8s", "tf-horovod", "--image", IMAGE, "--gpus-per-node", "2"],
+                              stdout_only=True)
+    assert code == 0, out
+    assert validate.check_text(out, "from the image") == []
+    assert out.startswith("# Rendered by hvdbench 0.1.0: bench k8s tf-horovod --image")
