@@ -117,3 +117,17 @@ def test_the_partly_self_tested_image_is_not_published(dk):
                        timeout=300)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "ran only part of its self-test (modes: torch-ddp tf-horovod)" in r.stderr and "nothing pushed" in r.stderr
+
+
+def test_commands_over_ssh_get_the_images_environment(dk):
+    """The MPIJob worker's side (docs/kubernetes.md): as mpiuser, the image's sshd from its own configuration,
+    and a command over SSH finds bench and both framework environments (without the SetEnv line it would get
+    sshd's bare PATH and no bench)."""
+    script = ('set -e; mkdir /tmp/k; ssh-keygen -q -t ecdsa -b 521 -m PEM -N "" -f /tmp/k/id_rsa; '
+              "cp /tmp/k/id_rsa.pub /tmp/k/authorized_keys; /usr/sbin/sshd -f /home/mpiuser/.sshd_config "
+              "-o HostKey=/tmp/k/id_rsa -o AuthorizedKeysFile=/tmp/k/authorized_keys -o PidFile=/tmp/k/pid "
+              "2>/dev/null; ssh -i /tmp/k/id_rsa 127.0.0.1 "
+              "'id -un; command -v bench; echo $HVDBENCH_PYTHON_TF; echo $HVDBENCH_IMAGE_FLAVOR'")
+    code, out = run(dk, ["-c", script], user="1000:1000", entrypoint="bash", stdout_only=True)
+    assert code == 0, out
+    assert out.split() == ["mpiuser", "/opt/hvdbench/torch/bin/bench", "/opt/hvdbench/tf/bin/python", "cuda"]
