@@ -462,7 +462,6 @@ def peak_command(
 
 
 def k8s_command(
-    ctx: typer.Context,
     mode: Annotated[str, typer.Argument(help="The mode to run: a Horovod mode (MPIJob), torch-ddp or torch-hybrid "
                                         "(TrainJob), tf-native (indexed Job).")],
     image: Annotated[str, typer.Option(help="The image every pod runs (a published hvdbench image, "
@@ -492,8 +491,8 @@ def k8s_command(
             raise BenchError(f"--env takes NAME=VALUE (got {item!r})")
         pairs.append((key, value))
     cfg = k8s.K8sConfig(run=RunConfig(mode=mode, **config_arguments(options)), image=image, nodes=nodes,
-                    gpus_per_node=gpus_per_node, name=name, namespace=namespace, results_claim=results_claim,
-                    shm_size=shm_size, env=tuple(pairs))
+                        gpus_per_node=gpus_per_node, name=name, namespace=namespace, results_claim=results_claim,
+                        shm_size=shm_size, env=tuple(pairs))
     typer.echo(k8s.render(cfg, shlex.join(["bench", *sys.argv[1:]])), nl=False)
 
 

@@ -215,3 +215,26 @@ def test_telemetry_says_why_a_gpu_is_slow_and_warns_of_one_that_throttled_unflag
     assert by_where["n1/1"]["severity"] == "warning" and "sw_thermal_slowdown" in by_where["n1/1"]["why"]
     assert set(by_where) == {"n2/0", "n1/1"}
     assert _device_telemetry({"telemetry": {"available": False}}) == {}
+
+
+@pytest.mark.parametrize("state, why", [
+    ("RUNNING", None),
+    ("COMPLETING", "the Slurm allocation 12 ended (COMPLETING)"),  # revoked: its steps die ("job 12 has expired")
+    ("TIMEOUT", "the Slurm allocation 12 ended (TIMEOUT)"),
+    ("", "the Slurm allocation 12 ended (gone)"),
+])
+def test_a_failed_step_is_the_allocations_end_unless_it_still_runs(monkeypatch, state, why):
+    import subprocess
+
+    from bench.commands.diagnose.hosts import Slurm
+
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    asked = []
+
+    def squeue(cmd, **kwargs):
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, f"{state}\n", "")
+
+    monkeypatch.setattr(subprocess, "run", squeue)
+    assert Slurm(["node1"], 1).gone() == why
+    assert asked == [["squeue", "-h", "-j", "12", "-o", "%T"]]

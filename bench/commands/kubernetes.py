@@ -12,10 +12,11 @@ multiworker)                  each building TF_CONFIG from its stable name (benc
 ============================  ===========================================================================
 
 Every pod mounts the results claim at /results (bench writes to /results/<name>), a memory-backed /dev/shm
-(NCCL between local GPUs), asks ``nvidia.com/gpu`` of the device plugin, and runs as the image's non-root user
-(uid 1000) with fsGroup 1000, so the claim is writable. ``--env NAME=VALUE`` sets the network settings in
-every pod (and mpirun forwards them with ``-x``). The run options are the mode command's, checked here as
-they would be at the start of the run, and written back as the flags that give the same configuration.
+(NCCL between local GPUs), asks the device plugin for ``nvidia.com/gpu`` when the run has GPUs, and runs as the
+image's non-root user (uid 1000) with fsGroup 1000, so the claim is writable. ``--env NAME=VALUE`` sets the
+network settings in every pod (and mpirun forwards them with ``-x``). The run options are the mode command's,
+checked here as they would be at the start of the run, and written back as the flags that give the same
+configuration.
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ from bench.kinds import Device
 from bench.launching import kubernetes as pod
 from bench.modes import mode as mode_spec
 
-USER = 1000  # the image's non-root user (mpiuser): docker/k8s-ssh.sh
+USER = 1000  # the image's non-root user (mpiuser): docker/mpijob-ssh.sh
 SSH_DIR = "/home/mpiuser/.ssh"  # where the MPI Operator mounts the job's SSH keys (sshAuthMountPath)
 SSHD_CONFIG = "/home/mpiuser/.sshd_config"  # the worker's sshd, as that user
 SSH_PORT = 2222  # a non-root sshd's port; the image's ssh client uses it for every host
-TRAINER_PORT = 29500  # Kubeflow Trainer's torch runtime: PET_MASTER_PORT
 RESULTS = "/results"
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -117,7 +117,7 @@ def workload(mode: str) -> str | None:
     if spec.horovod:
         return "MPIJob"
     if spec.library == "native":
-        return {"torch": "TrainJob", "tensorflow": "Job"}[spec.framework]
+        return {"torch": "TrainJob", "tensorflow": "Job"}.get(spec.framework)
     return None
 
 

@@ -88,14 +88,15 @@ class Slurm:
 
     def gone(self) -> str | None:
         """Why the allocation no longer runs (scancel, its time limit, salloc stopped), or None while it does:
-        then a failed step is the allocation's end, not a node's fault."""
+        then a failed step is the allocation's end, not a node's fault. COMPLETING is an end too: a job whose
+        allocation was revoked shows it while its steps die ("job N has expired")."""
         job = os.environ.get("SLURM_JOB_ID", "")
         try:
             state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True,
                                    timeout=30).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             return None  # cannot tell: the steps' own failures stand
-        return None if state in ("RUNNING", "COMPLETING") else f"the Slurm allocation {job} ended ({state or 'gone'})"
+        return None if state == "RUNNING" else f"the Slurm allocation {job} ended ({state or 'gone'})"
 
     def alone(self, node: str, argv: list[str]) -> list[str]:
         """``argv`` once per device of ``node``, each task on its own (bench.commands.diagnose.alone)."""
