@@ -9,8 +9,9 @@ ARGS ?=
 PYTEST_ARGS ?=
 STACK ?= current
 FLAVOR ?= cuda
-# The image tests build the CPU flavour on a debootstrapped bookworm with this machine's wheels.
-IMAGE_TEST_BUILD ?= --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
+# The image tests build the CPU flavour exactly as `make publish STACK=current FLAVOR=cpu` does (the stack's base, or
+# the debootstrapped bookworm where no registry serves it; PyTorch's CPU wheel staged by docker/images.py).
+IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 
 .PHONY: help venv bench test test-unit test-framework test-multiproc test-system slurm-test sif-pull-test test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images image-test image-cuda-test cluster-up cluster-test diagnose-test k8s-test cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up apptainer-test slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif

@@ -585,6 +585,7 @@ def summary_line(exc: BaseException) -> str:
 
 def main() -> None:
     supervise.die_with_parent()
+    supervise.report_faults()
     try:
         rc = app(standalone_mode=False)
     except typer.Exit as exc:

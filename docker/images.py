@@ -136,24 +136,35 @@ def stage_sdist(stack: str, python: str = sys.executable, directory: Path = WHEE
                         str(directory), f"horovod=={version}"], check=True)
 
 
-def offline_args(stack: str) -> dict[str, str]:
-    """--offline-wheels: stage this machine's wheels (stage_wheels) and the build args that use no PyTorch index."""
-    stage_wheels(stack)
-    return {"TORCH_INDEX_URL": ""}
+# The CPU image's Python: Debian bookworm's python3 (the base of every stack's CPU flavour).
+CPU_IMAGE_PYTHON = "3.11"
 
 
-def stage_wheels(stack: str, python: str = sys.executable) -> None:
-    """Put into docker/wheelhouse what this machine already has: the torch wheel pip resolves here
-    (a local CPU wheel where pip's config points at one), Horovod's sdist, and the Horovod wheels the
-    venv built (reused by the image build only when their cache key matches)."""
-    values = read_stack(stack)
+def stage_wheels(stack: str, python: str = sys.executable) -> Path:
+    """Put into docker/wheelhouse what every CPU image build installs first: PyTorch's CPU wheel for the image's
+    Python (from the stack's TORCH_INDEX_URL, or a local CPU wheel where pip's config points at one), Horovod's
+    sdist, and the Horovod wheels the venv built (reused by the image build only when their cache key matches).
+    The publish path and the image tests build through this one function, so the image users pull is the one
+    the tests test. PyPI's torch is the CUDA build and brings Triton and the nvidia-* libraries: a CPU image
+    never takes it (ImageError here, before any build, and the Dockerfile's own check after its installs)."""
+    values = build_args(stack, "cpu")
+    version = values["TORCH_VERSION"]
     WHEELHOUSE.mkdir(exist_ok=True)
-    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "-d", str(WHEELHOUSE),
-                    f"torch=={values['TORCH_VERSION']}"], check=True)
+    index = ["--extra-index-url", values["TORCH_INDEX_URL"]] if values.get("TORCH_INDEX_URL") else []
+    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                    "--implementation", "cp", "--python-version", CPU_IMAGE_PYTHON, "-d", str(WHEELHOUSE),
+                    *index, f"torch=={version}"], check=True)
+    tag = "cp" + CPU_IMAGE_PYTHON.replace(".", "")
+    wheels = sorted(WHEELHOUSE.glob(f"torch-{version}*-{tag}-*.whl"))
+    if not any(w.name.startswith(f"torch-{version}+cpu-") for w in wheels):
+        raise ImageError(f"the CPU image needs PyTorch's CPU wheel torch=={version}+cpu for Python "
+                         f"{CPU_IMAGE_PYTHON}, and pip here found only {', '.join(w.name for w in wheels) or 'none'} "
+                         f"(TORCH_INDEX_URL={values.get('TORCH_INDEX_URL') or 'unset'} did not answer?)")
     stage_sdist(stack, python)
     cache = Path(os.environ.get("HVDBENCH_WHEEL_CACHE", Path.home() / ".cache/hvdbench/wheels"))
     if cache.is_dir():
         shutil.copytree(cache, WHEELHOUSE / "horovod", dirs_exist_ok=True)
+    return WHEELHOUSE
 
 
 # -- build --------------------------------------------------------------------------------------------
@@ -239,6 +250,7 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
     if dockerfile.name == "Dockerfile.cuda":
         stage_sdist(stack, directory=WHEELHOUSE / "sdist")
     else:
+        stage_wheels(stack)
         # docker/Dockerfile binds all of docker/wheelhouse into its frameworks step, so the CUDA recipe's sdist/
         # there (left by an earlier CUDA build) would change that step's cache key: rebuilt for nothing.
         shutil.rmtree(WHEELHOUSE / "sdist", ignore_errors=True)
@@ -381,9 +393,6 @@ def main() -> None:
     bd.add_argument("--stack", default="current")
     bd.add_argument("--flavor", default="cuda")
     bd.add_argument("--base", help="base image instead of the stack's (e.g. hvdbench-base:bookworm)")
-    bd.add_argument("--offline-wheels", action="store_true",
-                    help="stage this machine's torch wheel, Horovod sdist and Horovod wheels in docker/wheelhouse "
-                         "and use no PyTorch index")
     bd.add_argument("--self-test-modes", help="the CUDA image's self-test: the modes whose 2-process CPU run it "
                     "makes (default: every mode)")
     cs = sub.add_parser("check-secrets", help="fail if an image layer holds the CA bundle's private certificates")
@@ -396,8 +405,6 @@ def main() -> None:
             make_base(a.tag)
         elif a.command == "build":
             extra = {}
-            if a.offline_wheels:
-                extra.update(offline_args(a.stack))
             if a.self_test_modes:
                 known = {"torch-ddp", "torch-horovod", "tf-horovod", "tf-native"}
                 modes = a.self_test_modes.split()

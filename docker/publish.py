@@ -151,10 +151,9 @@ def push(image: str, refs: list[str]) -> list[dict]:
 
 
 def publish(registry: str, stacks: list[str], flavors: list[str], dry_run: bool = False,
-            base: str | None = None, image: str | None = None, offline_wheels: bool = False) -> list[dict]:
+            base: str | None = None, image: str | None = None) -> list[dict]:
     # Every reference is checked before anything is built.
-    plans = [plan(registry, s, f, base, {"TORCH_INDEX_URL": ""} if offline_wheels else None)
-             for s in stacks for f in flavors]
+    plans = [plan(registry, s, f, base) for s in stacks for f in flavors]
     if dry_run:
         for p in plans:
             print(json.dumps(p, indent=2))
@@ -168,8 +167,6 @@ def publish(registry: str, stacks: list[str], flavors: list[str], dry_run: bool 
     for p in plans:
         if image is None:
             extra = {k: p["build_args"][k] for k in ("HVDBENCH_REVISION", "HVDBENCH_SOURCE")}
-            if offline_wheels:
-                extra.update(images.offline_args(p["stack"]))
             images.build(p["stack"], p["flavor"], base, extra)
         pushed = push(image or p["image"], p["push"])
         done.append({**p, "pushed": pushed})
@@ -194,7 +191,6 @@ def main() -> None:
     p.add_argument("--stack", default="current", help="a stack, a comma-separated list, or all")
     p.add_argument("--flavor", default="cuda", help="cpu, cuda, cpu,cuda or all")
     p.add_argument("--base", help="base image instead of the stack's (as images.py build --base)")
-    p.add_argument("--offline-wheels", action="store_true", help="as images.py build --offline-wheels")
     p.add_argument("--image", help="push this image, already built, instead of building (one stack and flavour)")
     p.add_argument("--dry-run", action="store_true", help="print what each would use; build and push nothing")
     p.add_argument("--json", type=Path, help="also write what was pushed (references, digests, times) here")
@@ -204,7 +200,7 @@ def main() -> None:
         flavors = choices(a.flavor, FLAVORS, "flavor")
         if a.image and len(stacks) * len(flavors) != 1:
             raise ImageError("--image pushes one image: name one --stack and one --flavor")
-        done = publish(a.registry, stacks, flavors, a.dry_run, a.base, a.image, a.offline_wheels)
+        done = publish(a.registry, stacks, flavors, a.dry_run, a.base, a.image)
         if a.json and not a.dry_run:
             a.json.parent.mkdir(parents=True, exist_ok=True)
             a.json.write_text(json.dumps(done, indent=2) + "\n")

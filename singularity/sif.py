@@ -1,7 +1,7 @@
 """Host side of the SIFs: build one from the local Docker image, or from a generated definition file.
 
     python singularity/sif.py image --stack current --flavor cpu     # hvdbench:current-cpu -> hvdbench-current-cpu.sif
-    python singularity/sif.py def --stack current --flavor cpu --base hvdbench-base:bookworm --offline-wheels
+    python singularity/sif.py def --stack current --flavor cpu --base hvdbench-base:bookworm
     python singularity/sif.py pull --registry ghcr.io/OWNER --stack current --flavor cpu   # the published image
     python singularity/sif.py runtime                                 # the apptainer/singularity used
 
@@ -237,15 +237,15 @@ def _files_digest(text: str, h, skip: tuple[str, ...] = ()) -> None:
 
 
 def from_definition(stack: str, flavor: str, out: Path | None = None, base: str | None = None,
-                    offline_wheels: bool = False, force: bool = False, cache: str = "inputs") -> Path:
+                    force: bool = False, cache: str = "inputs") -> Path:
     """Build singularity/hvdbench-<stack>-<flavor>.def (optionally on a local Docker base image)."""
     definition = ROOT / "singularity" / f"hvdbench-{stack}-{flavor}.def"
     if not definition.is_file():
         raise SifError(f"no definition file {definition.relative_to(ROOT)} (make singularity)")
     out = Path(out or default_output(stack, flavor)).resolve()
     text = definition.read_text()
-    if offline_wheels:
-        images.stage_wheels(stack)
+    if flavor == "cpu":
+        images.stage_wheels(stack)  # the CPU definition installs PyTorch's CPU wheel from it, as the CPU image does
     h = hashlib.sha256(text.encode())
     _files_digest(text, h, PACKAGE_SOURCES if cache == "frameworks" else ())
     key = f"definition {definition.name} {cache} base {image_id(base) if base else 'registry'} {h.hexdigest()}"
@@ -279,8 +279,6 @@ def main() -> None:
                        help="what keys the skip: every input (default), or the frameworks part alone (tests)")
         if name == "def":
             s.add_argument("--base", help="a local Docker image as the base (e.g. hvdbench-base:bookworm)")
-            s.add_argument("--offline-wheels", action="store_true",
-                           help="stage this machine's torch wheel and Horovod wheels in docker/wheelhouse")
     pl = sub.add_parser("pull", help="pull the published REGISTRY/hvdbench:STACK-FLAVOR into a SIF, by digest")
     pl.add_argument("--registry", required=True, help="HOST[:PORT][/path], e.g. ghcr.io/owner or 127.0.0.1:5000")
     pl.add_argument("--stack", default="current")
@@ -294,7 +292,7 @@ def main() -> None:
             images.build_args(a.stack, a.flavor)  # validates the stack and flavour
             from_image(a.stack, a.flavor, a.output, a.force, a.cache)
         elif a.command == "def":
-            from_definition(a.stack, a.flavor, a.output, a.base, a.offline_wheels, a.force, a.cache)
+            from_definition(a.stack, a.flavor, a.output, a.base, a.force, a.cache)
         elif a.command == "pull":
             pull(a.registry, a.stack, a.flavor, a.output, a.force)
         else:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import SCHEMA_VERSION
+
 # Small, fast, still real: ResNet-50 (25.6 M parameters, 100 MB of gradients per allreduce) at 32x32.
 SMALL = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--num-classes", "10",
          "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"]
@@ -289,4 +291,4 @@ def _is_result(path: Path) -> bool:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and "run_id" in data and data.get("schema_version") == 2 and "kind" not in data
+    return isinstance(data, dict) and "run_id" in data and data.get("schema_version") == SCHEMA_VERSION and "kind" not in data

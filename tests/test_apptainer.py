@@ -84,7 +84,7 @@ def def_sif(host_env):
     """singularity/hvdbench-current-cpu.def built by apptainer, on the local debootstrapped base image."""
     out = SIF_DIR / "hvdbench-current-cpu-def.sif"
     r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "def", "--stack", "current", "--flavor", "cpu",
-            "--base", "hvdbench-base:bookworm", "--offline-wheels", *SIF_CACHE, "--output", str(out)], env=host_env,
+            "--base", "hvdbench-base:bookworm", *SIF_CACHE, "--output", str(out)], env=host_env,
            cwd=ROOT, timeout=2400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(r.stdout.strip().splitlines()[-1])

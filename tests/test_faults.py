@@ -186,3 +186,30 @@ def test_the_spawners_line_names_the_rank_then_the_advice(monkeypatch, code, kil
     with pytest.raises(BenchError) as got:
         supervise.wait_all([_Ended(None), _Ended(code)], oom_before=4)
     assert str(got.value) == line
+
+
+def test_a_rank_that_dies_of_a_fatal_signal_is_named_with_where_it_died(tmp_path, monkeypatch):
+    """A rank killed by SIGSEGV while loading a library (as PyPI's Triton did beside TensorFlow) leaves Python's
+    traceback in its fault file (supervise.report_faults); the spawner's one line names the signal and the package
+    it died in, and no result."""
+    from bench.errors import BenchError
+    from bench.launching import supervise
+
+    package = tmp_path / "site-packages" / "crashlib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import ctypes\n\nctypes.string_at(0)\n")  # a read at address 0
+    fault = tmp_path / "fault-1.txt"
+    child = subprocess.run(
+        [sys.executable, "-c", "from bench.launching import supervise; supervise.report_faults(); import crashlib"],
+        env=dict(bench_env(), HVDBENCH_FAULT_FILE=str(fault), PYTHONPATH=os.pathsep.join(
+            [str(tmp_path / "site-packages"), bench_env().get("PYTHONPATH", "")])),
+        capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGSEGV, child.stderr[-2000:]
+    assert supervise.crash_site(fault) == " in crashlib (.../site-packages/crashlib/__init__.py:3, while importing)"
+    monkeypatch.setattr(supervise, "stop_processes", lambda procs, grace_s: None)
+    with pytest.raises(BenchError) as got:
+        supervise.wait_all([_Ended(None), _Ended(-signal.SIGSEGV)], stall_dir=tmp_path)
+    assert str(got.value) == ("rank 1 was killed by signal 11 (SIGSEGV) in crashlib (.../site-packages/crashlib/"
+                              "__init__.py:3, while importing), first of the ranks; stopped the others, no result "
+                              "written")
+    assert supervise.crash_site(tmp_path / "no-such-report.txt") == ""

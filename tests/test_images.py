@@ -152,6 +152,18 @@ def run_offline(dk, args: list[str], results: Path) -> tuple[int, str]:
         container.remove(force=True)
 
 
+def test_the_cpu_image_holds_no_gpu_package(dk):
+    """The CPU flavour carries only what a CPU image needs: PyPI's torch is the CUDA build and brings the nvidia-*,
+    cuda-* and Triton packages (Triton's library, loaded beside TensorFlow, killed TensorFlow ranks)."""
+    probe = ["python", "-c", "import importlib.metadata as md, json, torch; print(json.dumps([torch.__version__, "
+             "torch.version.cuda, sorted(d.metadata['Name'] for d in md.distributions())]))"]
+    out = dk.containers.run(IMAGE, [], entrypoint=probe, network_mode="none", remove=True).decode()
+    version, cuda, names = json.loads(out.strip().splitlines()[-1])
+    assert version.endswith("+cpu") and cuda is None, (version, cuda)
+    assert not [n for n in names if n.lower().startswith(("nvidia-", "cuda-", "triton"))], names
+    print(f"{IMAGE}: {dk.images.get(IMAGE).attrs['Size'] / 1e9:.2f} GB, {len(names)} distributions, torch {version}")
+
+
 def test_no_network_container_cannot_resolve_its_name(dk, tmp_path):
     """The premise of the tests below: without it they would prove nothing about the Gloo fix."""
     import docker

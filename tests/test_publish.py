@@ -182,14 +182,13 @@ def registry():
 
 @pytest.fixture(scope="module")
 def published(registry, tmp_path_factory):
-    """The CPU image through the publish path (built as `make image-test` builds it, so every layer but the stamp
-    is cached), pushed to the registry here: what publish.py wrote to --json."""
+    """The CPU image through the publish path, as `make publish STACK=current FLAVOR=cpu` runs it (`make image-test`
+    built it through the same inputs, so every layer but the stamp is cached), pushed to the registry here: what publish.py wrote to --json."""
     record = tmp_path_factory.mktemp("publish") / "published.json"
     dk = images.client()
     local = images.tags("current", "cpu")[0]
     before = dk.images.get(local)
-    r = publish_cli("--registry", registry, "--stack", "current", "--flavor", "cpu", "--base",
-                    "hvdbench-base:bookworm", "--offline-wheels", "--json", str(record))
+    r = publish_cli("--registry", registry, "--stack", "current", "--flavor", "cpu", "--json", str(record))
     try:
         assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
         print(r.stdout[-1500:])

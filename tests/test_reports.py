@@ -115,7 +115,7 @@ def test_report_bad_inputs(tmp_path):
     data = json.loads(first.read_text())
     data["schema_version"] = 99
     first.write_text(json.dumps(data))
-    assert "has schema_version 99; this hvdbench reads 1 and 2" in one_line(bench("report", str(mixed), "--strict"))
+    assert "has schema_version 99; this hvdbench reads 1 to 3" in one_line(bench("report", str(mixed), "--strict"))
     # without --strict a file it cannot read is skipped with a warning (tests/test_files.py), and the rest reported
     assert "does not exist" in one_line(bench("compare", str(A), str(tmp_path / "nope")))
     assert "unknown metric" in one_line(bench("compare", str(A), str(B), "--metric", "speed"))

@@ -10,6 +10,7 @@ from bench.launching.detect import LaunchInfo
 from bench.records.header import new_run_id
 from bench.records.results import (
     CSV_FIELDS,
+    CSV_LOCK_NAME,
     CSV_NAME,
     build_result,
     check_output_dir,
@@ -41,8 +42,9 @@ def test_result_figures_follow_the_formulas():
     r = make()
     # 2 ranks x 4 images x 5 steps = 40 images per window; slowest rank per window: 1, 2, 1 s
     assert r["summary"]["windows_total_samples_per_sec"] == [40.0, 20.0, 40.0]
-    assert r["summary"]["samples_per_sec_total"] == pytest.approx(100 / 3)
-    assert r["summary"]["samples_per_sec_per_gpu"] == pytest.approx(50 / 3)
+    # the headline: 3 windows x 40 images over the slowest rank's 4 s (not the mean of the rates, 33.3)
+    assert r["summary"]["samples_per_sec_total"] == pytest.approx(30.0)
+    assert r["summary"]["samples_per_sec_per_gpu"] == pytest.approx(15.0)
     assert r["timing"]["init_s"] == 3.0  # slowest rank
     # images after init: 2 ranks x 4 x (1 warmup + 3 windows x 5 steps) = 128 over 4 s of train time
     assert r["summary"]["samples_per_sec_wall_train"] == pytest.approx(32.0)
@@ -109,7 +111,8 @@ def test_write_without_hard_links_is_whole_and_never_overwrites(tmp_path, monkey
     assert load_result(path) == json.loads(json.dumps(result))
     with pytest.raises(BenchError, match="already exists; not overwritten"):
         write_result(out, result)
-    assert sorted(p.name for p in out.iterdir()) == sorted([path.name, CSV_NAME])  # no temporary left
+    # no temporary left; the CSV's lock file stays (a lock, not a temporary)
+    assert sorted(p.name for p in out.iterdir()) == sorted([path.name, CSV_NAME, CSV_LOCK_NAME])
 
 
 def test_write_without_rename_either(tmp_path, monkeypatch):
@@ -144,3 +147,64 @@ def test_a_result_the_folder_cannot_take_goes_to_the_fallback(tmp_path, monkeypa
         write_json_new(out / "r.json", {"a": 1})
     assert json.loads((spare / "r.json").read_text()) == {"a": 1}
     assert not os.listdir(out)
+
+
+def test_a_disk_that_refuses_the_telemetry_series_keeps_the_result(tmp_path, monkeypatch, capsys):
+    """Finding 3: the record is written before the telemetry time series; a full or over-quota disk (ENOSPC,
+    EDQUOT, EROFS) that refuses the series costs a warning, never the finished measurement (before: the
+    series went first and only FileExistsError was caught, so the JSON was never written)."""
+    import errno
+
+    from bench.records import files, results
+
+    out = check_output_dir(tmp_path / "out")
+    result = make()
+    result["telemetry"] = {**(result.get("telemetry") or {}), "samples_csv": f"{result['run_id']}-telemetry.csv"}
+    real = files.write_new
+
+    def quota(path, text):
+        if str(path).endswith("-telemetry.csv"):
+            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+        return real(path, text)
+
+    monkeypatch.setattr(files, "write_new", quota)
+    monkeypatch.setattr(results, "validate_result", lambda *a, **k: None)
+    path = write_result(out, result, samples=[{"t_s": 0.0}])
+    assert json.loads(path.read_text())["run_id"] == result["run_id"]
+    assert "telemetry time series" in capsys.readouterr().err
+    assert (out / CSV_NAME).exists()
+
+
+def test_results_csv_is_locked_through_a_file_opened_for_writing(tmp_path, monkeypatch):
+    """Finding 4: NFS (and Lustre without flock) emulates flock with fcntl locks, which need a file opened for
+    writing: the lock is a POSIX lock on a sidecar file opened for writing, tried by check_output_dir before
+    any training; a folder whose files cannot be locked is refused there in one line."""
+    import errno
+    import os
+
+    from bench.records import results
+
+    seen = []
+    real_lockf = results.fcntl.lockf
+
+    def lockf(fd, how):
+        flags = results.fcntl.fcntl(fd, results.fcntl.F_GETFL)
+        seen.append(flags & os.O_ACCMODE)  # as NFS would: a lock on a file not opened for writing fails
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        return real_lockf(fd, how)
+
+    monkeypatch.setattr(results.fcntl, "lockf", lockf)
+    monkeypatch.setattr(results.fcntl, "flock", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOLCK, "no")))
+    out = check_output_dir(tmp_path / "out")
+    write_result(out, make())
+    assert seen and all(m == os.O_WRONLY for m in seen)
+    assert sorted(p.name for p in out.iterdir() if p.suffix != ".json") == sorted([CSV_NAME, CSV_LOCK_NAME])
+
+    def no_locks(fd, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(results.fcntl, "lockf", no_locks)
+    with pytest.raises(BenchError, match="cannot lock a file for results.csv.*No locks available"):
+        check_output_dir(tmp_path / "nolocks")
+    assert not list((tmp_path / "nolocks").iterdir())  # the probe is gone

@@ -54,3 +54,22 @@ def test_summary_reports_rank0_times_world_apart_from_measured_total():
 def test_ranks_with_different_window_counts_are_rejected():
     with pytest.raises(ValueError):
         window_throughput([[1.0, 1.0], [1.0]], 10)
+
+
+def test_the_headline_is_a_ratio_of_totals_not_a_mean_of_rates():
+    """Numbers issue, finding 7: windows of 1, 1, 1, 1 and 3 s of 100 samples each are 500 samples in 7 s,
+    71.4/s; the mean of the per-window rates says 86.7/s. The slowest rank's total time bounds the job, and the
+    interval comes from its window times."""
+    from bench.measure.stats import throughput_summary
+
+    s = throughput_summary([[1, 1, 1, 1, 3], [1, 1, 1, 1, 2]], 50)
+    assert s["samples_per_sec_total"] == pytest.approx(500 / 7)
+    assert s["total"]["mean"] == pytest.approx(86.67, abs=0.01)  # the biased figure, kept only as a spread
+    assert s["samples_per_sec_per_gpu"] == pytest.approx(250 / 7)
+    low, high = s["ci95"]
+    half = 2.776 * statistics.stdev([1, 1, 1, 1, 3]) / math.sqrt(5)
+    assert low == pytest.approx(100 / (1.4 + half)) and high == pytest.approx(100 / (1.4 - half))
+    assert low < s["samples_per_sec_total"] < high and s["ci95_kind"] == "within-run"
+    even = throughput_summary([[2.0, 2.0, 2.0]], 10)
+    assert even["samples_per_sec_total"] == 5.0 and even["ci95"] == [5.0, 5.0]
+    assert throughput_summary([[1.0, 9.0]], 10)["ci95"] is None  # m - h <= 0: no upper bound to give

@@ -7,6 +7,7 @@ watchdog reported); SIGINT, SIGTERM or SIGHUP stop every rank; each rank dies wi
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,6 +28,9 @@ THREAD_SHARE_ENV = "HVDBENCH_THREAD_SHARE"
 PARENT_PID_ENV = "HVDBENCH_PARENT_PID"
 # The sweep's pid, set for each cell it runs (see die_with_parent).
 SWEEP_PID_ENV = "HVDBENCH_SWEEP_PID"
+# Where a rank bench spawned writes Python's traceback if a fatal signal kills it (see report_faults).
+FAULT_FILE_ENV = "HVDBENCH_FAULT_FILE"
+FAULT_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
 PR_SET_PDEATHSIG = 1
 
 
@@ -83,8 +87,10 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
         base[watchdog.STALL_DIR_ENV] = stall_dir
         try:
             oom_before = oom_kills()  # a rank killed by SIGKILL later: was it the out-of-memory killer?
-            for env in rank_envs:
-                procs.append(subprocess.Popen(child_argv(argv), env=dict(base, **env), start_new_session=True))
+            for i, env in enumerate(rank_envs):
+                fault = {FAULT_FILE_ENV: str(Path(stall_dir) / f"fault-{i}.txt")}
+                procs.append(subprocess.Popen(child_argv(argv), env=dict(base, **env, **fault),
+                                              start_new_session=True))
             return wait_all(procs, grace_s, servers, Path(stall_dir), oom_before)
         except Stopped as exc:
             stop_processes(procs, grace_s)
@@ -116,6 +122,47 @@ def die_with_parent(env: dict[str, str] | None = None) -> None:
         return
     if parent is not None and os.getppid() != int(parent):  # the spawner died before the request took effect
         os._exit(128 + signal.SIGKILL)
+
+
+def report_faults() -> None:
+    """In a rank bench spawned: have Python write its traceback into HVDBENCH_FAULT_FILE when a fatal signal
+    (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) kills this process, so that the spawner's line can name where it
+    died (:func:`crash_site`). The process still dies by the signal."""
+    path = os.environ.get(FAULT_FILE_ENV)
+    if not path:
+        return
+    import faulthandler
+
+    try:
+        report = open(path, "w")  # noqa: SIM115  (open for the life of the process: the handler writes to it)
+    except OSError:
+        return
+    faulthandler.enable(file=report, all_threads=False)
+
+
+def crash_site(report: Path) -> str:
+    """Where a fatal signal struck, from a rank's faulthandler report: the innermost frame in an installed package
+    (site-packages; else the innermost frame of Python code, frozen import machinery skipped), and the package,
+    e.g. " in triton (.../triton/knobs.py:12, while importing)"; "" where there is no report."""
+    try:
+        lines = report.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    frames = []  # most recent call first
+    for line in lines:
+        match = re.match(r'\s*File "([^"<][^"]*)", line (\d+)', line)
+        if match:
+            frames.append((Path(match.group(1)).parts, match.group(2)))
+    if not frames:
+        return ""
+    installed = [(parts, n) for parts, n in frames
+                 if any(d in parts[:-1] for d in ("site-packages", "dist-packages"))]
+    parts, line = (installed or frames)[0]
+    top = next((i for i, d in enumerate(parts) if d in ("site-packages", "dist-packages")), None)
+    package = parts[top + 1] if top is not None else parts[-2] if parts[-1] == "__init__.py" else parts[-1]
+    importing = any("importlib._bootstrap" in line for line in lines)
+    return (f" in {package.removesuffix('.py')} (.../{'/'.join(parts[-3:])}:{line}"
+            f"{', while importing' if importing else ''})")
 
 
 def oom_kills() -> int | None:
@@ -175,6 +222,8 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
         raise BenchError(f"rank {rank} could not write the whole result (its error above says what was written "
                          "where); stopped the other ranks")
     how = killed_how(-code, oom_before) if code < 0 else f"exited with code {code}"
+    if code < 0 and -code in FAULT_SIGNALS and stall_dir is not None:
+        how += crash_site(stall_dir / f"fault-{rank}.txt")
     advice = "; try a smaller --batch-size" if "out of memory" in how or "out-of-memory" in how else ""
     raise BenchError(f"rank {rank} {how}, first of the ranks; stopped the others, no result written{advice}")
 

@@ -30,6 +30,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench.errors import BenchError
 from bench.launching import envs
@@ -139,13 +140,18 @@ def _train_flops(name: str, image_size: int | None, seq_len: int | None, num_cla
 
 
 def count_train_flops(name: str, image_size: int | None, seq_len: int | None, num_classes: int) -> float | None:
-    """Count the training FLOPs per sample with PyTorch's FlopCounterMode (module docstring); None without it."""
-    try:
-        import torch
-        from torch.utils.flop_counter import FlopCounterMode
-    except ImportError:
-        return count_in_torch_environment(name, image_size, seq_len, num_classes)
-    from types import SimpleNamespace
+    """Count the training FLOPs per sample with PyTorch's FlopCounterMode (module docstring); None without it.
+
+    A process that has TensorFlow loaded never loads PyTorch: the two frameworks' native libraries are not built
+    to share a process (PyPI's PyTorch brings Triton, whose library crashed TensorFlow ranks with SIGSEGV when
+    loaded beside TensorFlow's), so such a process counts in a child interpreter: the PyTorch environment's, or
+    its own where it holds PyTorch too."""
+    torch_here = _importable("torch")
+    if not torch_here or "tensorflow" in sys.modules:
+        python = envs.interpreter("torch") or (sys.executable if torch_here else None)
+        return count_in_torch_environment(name, image_size, seq_len, num_classes, python=python)
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     from bench.models.torch_models import loss_fn
 
@@ -161,6 +167,13 @@ def count_train_flops(name: str, image_size: int | None, seq_len: int | None, nu
     return counter.get_total_flops() / batch
 
 
+def _importable(name: str) -> bool:
+    """Whether ``import name`` would find the module, without importing it."""
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    return importlib.util.find_spec(name) is not None
+
+
 # Run in the PyTorch environment: the same count (and the same cache) as a PyTorch rank's.
 _COUNT = ("import json, sys; from bench import plugins; plugins.load(); from bench.models import _train_flops; "
           "print(json.dumps(_train_flops(*json.loads(sys.argv[1]))))")
@@ -168,9 +181,8 @@ _COUNT = ("import json, sys; from bench import plugins; plugins.load(); from ben
 
 def count_in_torch_environment(name: str, image_size: int | None, seq_len: int | None, num_classes: int,
                                python: str | None = None, timeout_s: float = 300) -> float | None:
-    """The count from the environment that holds PyTorch (``python``, default HVDBENCH_PYTHON_TORCH when that
-    is another environment than this one); None where there is none or it cannot count."""
-    python = python or envs.interpreter("torch")
+    """The count from a child interpreter that holds PyTorch (``python``: HVDBENCH_PYTHON_TORCH's, or this one's
+    for a TensorFlow process); None where there is none or it cannot count."""
     if python is None:
         return None
     try:
@@ -187,8 +199,6 @@ def count_in_torch_environment(name: str, image_size: int | None, seq_len: int |
 def describe_inputs(config: dict) -> str:
     """A run's input shape, from its config record, in its workload's words: '64x64', 'seq 32' (a model this
     installation does not know: its image size)."""
-    from types import SimpleNamespace
-
     spec = MODELS.get(config["model"])
     if spec is None:
         return f"{config.get('image_size')}x{config.get('image_size')}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import io
@@ -47,9 +48,16 @@ def check_output_dir(path: str | os.PathLike) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{secrets.token_hex(4)}"
         files.write_new(probe, "probe\n")  # the writer's own way: temporary file, then link or exclusive create
-        probe.unlink()
     except OSError as exc:
         raise BenchError(f"output directory '{out}' is not writable: {files.disk_reason(exc)}") from None
+    try:
+        with csv_lock(out, probe):  # the lock results.csv is added under (csv_lock), tried before any work
+            pass
+    except OSError as exc:
+        raise BenchError(f"output directory '{out}' cannot lock a file for results.csv ({files.disk_reason(exc)}): "
+                         "a file system without POSIX locks; choose another --output") from None
+    finally:
+        probe.unlink(missing_ok=True)
     csv_path = out / CSV_NAME
     if csv_path.exists() and csv_path.stat().st_size > 0:
         with open(csv_path, newline="") as f:
@@ -211,11 +219,17 @@ class CsvNotUpdated(ResultNotWhole):
 def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, Any]] | None = None) -> Path:
     """Write the run as a unit: ``<run_id>.json`` (whole, never overwriting; the record), the telemetry time
     series beside it (``<run_id>-telemetry.csv``) when there is one, and the results.csv row. The JSON lands
-    first; if the row cannot be added, the CSV is left exactly as it was and the error says what was written."""
+    first (with its fallback folder when the output refuses it); a time series the disk refuses is a warning; if
+    the row cannot be added, the CSV is left exactly as it was and the error says what was written."""
     validate_result(result)
-    if samples:
-        _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
     final = write_json_new(out_dir / f"{result['run_id']}.json", result)
+    if samples:  # after the record: a disk that refuses the time series costs a warning, never the result
+        try:
+            _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
+        except (OSError, BenchError) as exc:
+            reason = files.disk_reason(exc) if isinstance(exc, OSError) else str(exc)
+            print(f"warning: the telemetry time series {result['telemetry']['samples_csv']} was not written "
+                  f"({reason}); the result {final} is whole", file=sys.stderr)
     csv_path = out_dir / CSV_NAME
     try:
         append_csv(csv_path, csv_row(result))
@@ -304,21 +318,33 @@ def csv_row(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The lock results.csv is replaced under: a file of its own beside it, opened for writing, because the CSV itself is
+# replaced whole and NFS (and Lustre without flock) emulates flock with fcntl locks, which need a file opened for
+# writing (a folder opened read-only, the lock before, fails there).
+CSV_LOCK_NAME = ".results.csv.lock"
+
+
+@contextlib.contextmanager
+def csv_lock(folder: Path, name: str | Path = CSV_LOCK_NAME):
+    fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)  # POSIX record lock: NFS and Lustre carry it to the server
+        yield
+    finally:
+        os.close(fd)
+
+
 def append_csv(path: Path, row: dict[str, Any]) -> None:
     """Add ``row`` to the CSV at ``path`` (made with its header if new) as a whole-file replacement under a
     lock: a full disk or a crash leaves the previous file exactly as it was, never a torn or emptied one."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
-    folder = os.open(path.parent, os.O_RDONLY)  # the lock: the folder (the file itself is replaced)
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
+    with csv_lock(path.parent):
         old = path.read_text() if path.exists() else ""
         if not old:
             writer.writeheader()
         writer.writerow(row)
         files.replace(path, old + buf.getvalue())
-    finally:
-        os.close(folder)
 
 
 def render_table(result: dict[str, Any]):
@@ -344,8 +370,9 @@ def render_table(result: dict[str, Any]):
         table.add_row(metric.label, _num(value, metric.fmt), metric.unit_for(result))
         if metric.key == "samples_per_sec_total":
             ci = s.get("ci95")
-            table.add_row("  95% CI", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a", f"{symbol}/s (t-interval)")
-            table.add_row("  median / min / max",
+            table.add_row("  95% CI, within run", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a",
+                          f"{symbol}/s (windows of this launch; repeats give the run-to-run spread)")
+            table.add_row("  per window: median / min / max",
                           f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}", f"{symbol}/s")
     util = result.get("utilisation") or {}
     for which, label in (("measured", "measured peak"), ("spec", "published peak")):

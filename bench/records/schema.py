@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchError
+from bench.measure.stats import ratio_of_totals
 from bench.models import MODELS
 
 
@@ -81,7 +82,9 @@ class Summary(_Open):
     tokens_per_sec_total: float | None = None
     tokens_per_sec_per_gpu: float | None = None
     model_tflops_per_gpu: float | None = None
-    ci95: list[float] | None
+    ci95: list[float] | None = Field(description="95% interval of samples_per_sec_total within this run (from the "
+                                     "slowest rank's window times); not run-to-run variation")
+    ci95_kind: Literal["within-run"] = "within-run"
     median: float
 
 
@@ -167,7 +170,7 @@ class Attribution(BaseModel):
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
     model_config = ConfigDict(extra="forbid", title="hvdbench result")
-    schema_version: Literal[2]
+    schema_version: Literal[3]
     run_id: str
     status: Literal["ok"]
     created_utc: str
@@ -252,7 +255,7 @@ def validate(data: Any, where: str = "result") -> None:
     if "schema_version" not in data:
         raise BenchError(f"{where} is not an hvdbench result (it has no schema_version)")
     if data["schema_version"] != SCHEMA_VERSION:
-        raise BenchError(f"{where} has schema_version {data['schema_version']}; this hvdbench reads 1 and "
+        raise BenchError(f"{where} has schema_version {data['schema_version']}; this hvdbench reads 1 to "
                          f"{SCHEMA_VERSION} (a newer version wrote it?)")
     try:
         Result.model_validate(data)
@@ -273,10 +276,46 @@ _V1_HOOK_FIELDS = ("verify_dir", "data_shards", "fault")  # bench verify's reque
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A schema-1 result as schema 2 (same figures, new names, the image workload made explicit)."""
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
-        return data
+    """A result of an older schema as the current one: 1 -> 2 -> 3."""
+    if isinstance(data, dict) and data.get("schema_version") == 1:
+        data = _upgrade_1(data)
+    if isinstance(data, dict) and data.get("schema_version") == 2:
+        data = _upgrade_2(data)
+    return data
 
+
+# What follows the headline throughput in a result: each is proportional to it (bench.records.results).
+_FOLLOW_HEADLINE = (("summary", "tokens_per_sec_total"), ("summary", "tokens_per_sec_per_gpu"),
+                    ("summary", "model_tflops_per_gpu"), ("telemetry", "samples_per_sec_per_watt"),
+                    ("utilisation", "model_tflops_per_device"), ("utilisation", "mfu_measured"),
+                    ("utilisation", "mfu_spec"))
+
+
+def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 -> 3: the headline throughput changed meaning, from the mean of the per-window rates (biased
+    upward) to every timed sample over the slowest rank's total time (bench.measure.stats), with the interval from
+    that rank's window times. Recomputed from the raw window times every result keeps; each figure proportional
+    to it (tokens/s, model TFLOP/s, MFU, samples/s per watt) is scaled by the same ratio."""
+    out = dict(data, schema_version=3, summary=dict(data.get("summary") or {}))
+    samples, summary = data.get("samples") or {}, out["summary"]
+    windows, per_rank = samples.get("window_s"), samples.get("samples_per_window_per_rank")
+    old = summary.get("samples_per_sec_total")
+    if not windows or not per_rank or not old:
+        return out  # validation names what is missing
+    headline, ci = ratio_of_totals(windows, len(windows) * per_rank)
+    ratio = headline / old
+    summary.update(samples_per_sec_total=headline, samples_per_sec_per_gpu=headline / (data.get("world_size") or 1),
+                   ci95=ci, ci95_kind="within-run")
+    for part, key in _FOLLOW_HEADLINE:
+        section = out.get(part)
+        if isinstance(section, dict) and isinstance(section.get(key), (int, float)):
+            out[part] = section = dict(section)
+            section[key] *= ratio
+    return out
+
+
+def _upgrade_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 result as schema 2 (same figures, new names, the image workload made explicit)."""
     out = dict(data, schema_version=2)
     out["summary"] = {_V1_SUMMARY.get(k, k): v for k, v in data.get("summary", {}).items()}
     out["summary"]["unit"] = "samples/s"
