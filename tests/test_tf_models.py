@@ -36,3 +36,34 @@ def test_keras_is_tf_keras():
     model = MODELS["resnet50"].build_tf(10, 32)
     assert type(model).__module__.startswith("tf_keras.")
     assert tf_models.keras.__version__.startswith("2.")
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_the_transformer_trains_under_mixed_precision(policy):
+    """Numbers issue, finding 1: under a mixed policy the float32 positional encoding met a bf16/fp16 tensor
+    ("cannot compute AddV2 ... expected bfloat16"), and the causal mask's -1e9 became -inf in fp16, so 0 x -inf
+    gave NaN and the loss-scale optimizer would have skipped every update. Forward and backward are finite, and
+    a masked position gets no weight."""
+    keras = tf_models.keras
+    tf = tf_models.tf
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = MODELS["transformer-small"].build_tf(100, None)
+        tokens = tf.random.stateless_uniform([2, 2, 8], [1, 2], 0, 100, tf.int32)
+        with tf.GradientTape() as tape:
+            out = model(tokens, training=True)
+            loss = tf.reduce_mean(tf.cast(out, tf.float32))
+        grads = tape.gradient(loss, model.trainable_variables)
+        assert out.dtype == keras.mixed_precision.global_policy().compute_dtype
+        assert np.isfinite(out.numpy().astype("float32")).all()
+        for g in grads:
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            assert np.isfinite(values.numpy().astype("float32")).all()
+        attention = model.decoder[0].self_attn
+        x = tf.cast(tf.random.stateless_normal([1, 4, 64], [3, 4]), out.dtype)
+        first = attention(x, x, True)[:, 0]  # position 0 sees only itself: later positions must not move it
+        moved = tf.concat([x[:, :1], x[:, 1:] + tf.cast(5.0, x.dtype)], axis=1)
+        np.testing.assert_allclose(first.numpy().astype("float32"),
+                                   attention(moved, moved, True)[:, 0].numpy().astype("float32"), rtol=0, atol=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

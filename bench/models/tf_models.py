@@ -244,10 +244,10 @@ class _Attention(layers.Layer):
 
         q, k, v = split(self.q(x)), split(self.k(memory)), split(self.v(memory))
         scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(d // h)
-        if causal:
+        if causal:  # masked out by selection, never by adding -1e9: in fp16 that is -inf, and 0 x -inf is NaN
             t = tf.shape(scores)[-1]
-            mask = tf.linalg.band_part(tf.ones([t, t], scores.dtype), -1, 0)
-            scores = scores + (1.0 - mask) * tf.cast(-1e9, scores.dtype)
+            keep = tf.cast(tf.linalg.band_part(tf.ones([t, t], tf.int8), -1, 0), tf.bool)
+            scores = tf.where(keep, scores, tf.constant(scores.dtype.min, scores.dtype))
         weights = self.drop(tf.nn.softmax(scores, axis=-1), training=training)
         out = tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3])
         return self.o(tf.reshape(out, [tf.shape(x)[0], -1, d]))
@@ -292,8 +292,9 @@ class Transformer(keras.Model):
             vocab, use_bias=False, kernel_initializer=keras.initializers.RandomNormal(0, d_model ** -0.5))
 
     def _embed(self, tokens, training):
-        x = self.embedding(tokens) * math.sqrt(self.d_model)
-        return self.drop(x + _positional_encoding(tf.shape(tokens)[1], self.d_model), training=training)
+        x = self.embedding(tokens) * math.sqrt(self.d_model)  # the compute dtype (bf16/fp16 under mixed precision)
+        return self.drop(x + tf.cast(_positional_encoding(tf.shape(tokens)[1], self.d_model), x.dtype),
+                         training=training)
 
     def call(self, tokens, training=None):
         memory = self._embed(tokens[:, 0], training)
@@ -304,7 +305,7 @@ class Transformer(keras.Model):
             x = layer(x, memory, training=training)
         if self.output_projection is not None:
             return self.output_projection(x)
-        return tf.matmul(x, self.embedding.embeddings, transpose_b=True)
+        return tf.matmul(x, tf.cast(self.embedding.embeddings, x.dtype), transpose_b=True)
 
 
 def _built_transformer(vocab: int, embedding: str, *dims) -> keras.Model:
