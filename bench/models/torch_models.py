@@ -19,6 +19,38 @@ _VGG_CFG = {
 }
 
 
+class AdaptiveAvgPool(nn.Module):
+    """``nn.AdaptiveAvgPool2d((n, n))`` written as two fixed averaging matrices, as the TensorFlow twin pools
+    (bench.models.tf_models.AdaptiveAvgPool2D): output bin i averages rows floor(i*H/n) .. ceil((i+1)*H/n) - 1.
+    The same numbers, and a backward that is a matmul: adaptive_avg_pool2d's CUDA backward has no deterministic
+    kernel, so under bench verify's ``torch.use_deterministic_algorithms(True)`` VGG (7x7 bins) raised on a GPU.
+    Where the input already has n x n (224-pixel images) it is the identity, as the pooling would be."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self._matrices: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @staticmethod
+    def matrix(n_out: int, n_in: int) -> torch.Tensor:
+        m = torch.zeros(n_out, n_in)
+        for i in range(n_out):
+            start, end = (i * n_in) // n_out, math.ceil((i + 1) * n_in / n_out)
+            m[i, start:end] = 1.0 / (end - start)
+        return m
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        if (h, w) == (self.n, self.n):
+            return x
+        key = (h, w, x.device, x.dtype)
+        if key not in self._matrices:
+            self._matrices[key] = (self.matrix(self.n, h).to(x.device, x.dtype),
+                                   self.matrix(self.n, w).to(x.device, x.dtype))
+        ph, pw = self._matrices[key]
+        return torch.einsum("ih,bchw,jw->bcij", ph, x, pw)
+
+
 class VGG(nn.Module):
     def __init__(self, cfg: list, num_classes: int) -> None:
         super().__init__()
@@ -31,7 +63,7 @@ class VGG(nn.Module):
                 layers += [nn.Conv2d(channels, v, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
                 channels = v
         self.features = nn.Sequential(*layers)
-        self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
+        self.avgpool = AdaptiveAvgPool(7)
         self.classifier = nn.Sequential(
             nn.Linear(512 * 7 * 7, 4096), nn.ReLU(True), nn.Dropout(),
             nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(),
