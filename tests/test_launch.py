@@ -39,6 +39,18 @@ def test_horovodrun_mpirun_srun():
     assert s.master_addr == "gpu07" and s.master_port == 20000 + 64 * (1234 % 190)
 
 
+@pytest.mark.parametrize("layout,node,expected", [("8(x2)", "1", 8), ("3(x2),2", "2", 2), ("3(x2),2", "0", 3),
+                                                  ("garbled", "0", 16)])
+def test_srun_ranks_per_node_come_from_the_steps_layout(layout, node, expected):
+    """Numbers issue, finding 5: `srun -N2 -n16 --gpus-per-node=8` sets no SLURM_NTASKS_PER_NODE, and the job-wide
+    SLURM_NTASKS (16) was taken as the ranks on this node ("16 ranks on this node but 8 GPU(s)"); the step's own
+    layout says 8 on each node."""
+    s = detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
+                "SLURM_STEP_TASKS_PER_NODE": layout, "SLURM_NODEID": node, "SLURM_STEP_NODELIST": "gpu[07-09]",
+                "SLURM_JOB_ID": "1234"})
+    assert s.local_world_size == expected
+
+
 def test_slurm_jobs_get_port_ranges_that_do_not_overlap_and_the_batch_scripts_agree():
     """Job N's ports are [base, base + 64): consecutive jobs never share one (job N's second task used to take
     job N+1's only port), the ranges stay below the ephemeral ports, and common.sh computes the same base."""

@@ -79,6 +79,30 @@ def parse_tf_config(text: str) -> tuple[dict[str, list[str]], str, int]:
 
 
 
+def expand_tasks_per_node(spec: str) -> list[int]:
+    """Slurm's compressed tasks-per-node list, one entry per node: "8(x2),3" -> [8, 8, 3]."""
+    counts = []
+    for part in spec.split(","):
+        count, _, repeat = part.strip().partition("(x")
+        counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
+    return counts
+
+
+def slurm_tasks_on_this_node(env: dict[str, str]) -> int:
+    """Tasks of this srun step on this node: the step's own layout (SLURM_STEP_TASKS_PER_NODE, e.g. "8(x2)", at
+    SLURM_NODEID), which srun sets however the tasks were asked for (``-N2 -n16`` has no --ntasks-per-node, and
+    the job-wide SLURM_NTASKS would claim all 16 on one node); else --ntasks-per-node; else the step's tasks."""
+    try:
+        counts = expand_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""))
+        node = int(env.get("SLURM_NODEID", "0"))
+        if 0 <= node < len(counts):
+            return counts[node]
+    except ValueError:
+        pass
+    per_node = env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    return int(per_node) if per_node.isdigit() and int(per_node) > 0 else _int(env, "SLURM_NTASKS")
+
+
 def detect(env: dict[str, str] | None = None) -> LaunchInfo:
     env = dict(os.environ if env is None else env)
     self_spawned = env.get("HVDBENCH_LAUNCHER") == "self"
@@ -102,9 +126,7 @@ def detect(env: dict[str, str] | None = None) -> LaunchInfo:
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost"
         job = int(env.get("SLURM_JOB_ID", "0") or 0)
         info = LaunchInfo("srun", _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"),
-                          _int(env, "SLURM_LOCALID"),
-                          int(env.get("SLURM_NTASKS_PER_NODE", "0").split("(")[0] or 0)
-                          or _int(env, "SLURM_NTASKS"),
+                          _int(env, "SLURM_LOCALID"), slurm_tasks_on_this_node(env),
                           env.get("MASTER_ADDR") or first_slurm_host(nodelist),
                           _port(env) or job_port_base(job))
     elif "TF_CONFIG" in env:
