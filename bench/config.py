@@ -169,6 +169,12 @@ class RunConfig:
         if unknown:
             raise BenchError(f"unknown run option(s) in extra: {', '.join(sorted(unknown))}")
         model_spec.check_embedding(self.sparse_embeddings, self.sparse_as_dense)
+        if self.channels_last and spec.framework != "torch":
+            raise BenchError(f"--channels-last applies to the PyTorch modes; {self.mode} is TensorFlow, whose "
+                             "images are always NHWC")
+        if self.channels_last and model_spec.workload.kind != "image":
+            raise BenchError(f"--channels-last applies to image models; {self.model} trains on "
+                             f"{model_spec.workload.units}")
         if not self.is_resolved:
             model_spec.workload.check(model_spec, self)
 

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from bench.config import CPU_PROFILE, GPU_PROFILE, Device, Precision, RunConfig
@@ -45,3 +47,17 @@ def test_json_round_trip_and_frozen():
         RunConfig.from_dict({"mode": "torch-ddp", "bogus": 1})
     with pytest.raises(BenchError, match="not valid JSON"):
         RunConfig.from_json("{")
+
+
+@pytest.mark.parametrize("mode,model,message", [
+    ("tf-horovod", "resnet50", "--channels-last applies to the PyTorch modes; tf-horovod is TensorFlow"),
+    ("tf-single", "vgg16", "--channels-last applies to the PyTorch modes; tf-single is TensorFlow"),
+    ("torch-ddp", "transformer-small", "--channels-last applies to image models; transformer-small trains on "
+                                       "sequences"),
+])
+def test_channels_last_is_refused_where_it_cannot_work(mode, model, message):
+    """Numbers issue, finding 11: with a Transformer it failed after the rendezvous; TensorFlow modes ignored it
+    while the result recorded it as set. Refused in the config check, before anything starts."""
+    with pytest.raises(BenchError, match=re.escape(message)):
+        RunConfig(mode=mode, model=model, channels_last=True)
+    assert RunConfig(mode="torch-ddp", model="resnet50", channels_last=True).channels_last

@@ -108,7 +108,7 @@ def test_the_flags_give_the_same_run_back(cli, monkeypatch):
     import bench.run
 
     cfg = RunConfig(mode="tf-native", model="resnet50", batch_size=16, image_size=32, precision="amp-bf16",
-                    channels_last=True, telemetry=False, windows=3, duration=12.5, strategy="multiworker",
+                    telemetry=False, windows=3, duration=12.5, strategy="multiworker",
                     attribution_steps=0)
     seen = []
     monkeypatch.setattr(bench.run, "run", seen.append)
