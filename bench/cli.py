@@ -196,7 +196,7 @@ def compare_command(
                                                          "many percent in any cell.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
-    """Compare two results or sweeps metric by metric: relative change and significance (CI overlap)."""
+    """Compare two results or sweeps metric by metric: relative change, and significance from repeated runs."""
     from rich.console import Console
     from rich.table import Table
 
@@ -205,6 +205,8 @@ def compare_command(
     table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{a} -> {b}")
     for r in rows:
         sig = {True: "yes", False: "no", None: "n/a"}[r["significant"]]
+        if r["runs"] and r["significant"] is None:
+            sig = f"n/a ({r['runs'][0]} vs {r['runs'][1]} runs; needs 2+ each)"
         table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}", sig)
     Console().print(never_cut(table, "cell", "metric"))
     if max_regression is not None:

@@ -2,17 +2,19 @@
 
 Formulas (each stated in the report too):
 
-* Step throughput T_n: a run's ``samples_per_sec_total`` (mean over timed windows, all ranks).
+* Step throughput T_n: a run's ``samples_per_sec_total`` (every timed sample over the slowest rank's timed time).
 * Wall throughput W_n: ``samples_per_sec_wall_total`` = samples after init / (init_s + train_s) (seed 003).
 * Speedup vs 1 rank of the same mode: S_n = T_n / T_1; wall speedup S^wall_n = W_n / W_1.
 * Scaling efficiency: E_n = T_n / (n * T_1) = S_n / n.
 * Speedup vs a plain single device (torch-single / tf-single, same framework, model, precision, batch,
   image size): T_n / T_single.
 * Horovod vs native, same framework and setting at the same n: ratio T_horovod / T_native; the
-  difference is called beyond noise when the two 95% confidence intervals do not overlap.
+  difference is called beyond noise only from repeated runs: two or more runs a side and between-run 95%
+  intervals that do not overlap (bench.records.collect.significant); with one run a side it is not decided.
 
-Where several results share a cell (mode, model, precision, batch, image size, n), the one with the
-most recent ``created_utc`` is used and the others are listed as repeats.
+Where several results share a cell (mode, model, precision, batch, image size, classes, device and GPU model,
+--fp16-allreduce, --channels-last, n), the one with the most recent ``created_utc`` is used and the others, on the
+same hosts, are its repeats.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
 from bench.records import files
-from bench.records.collect import Key, ci_overlap, key_of, label_of, load_results, table_cells
+from bench.records.collect import Key, key_of, label_of, load_results, significant, table_cells
 from bench.records.metrics import METRICS, sample_symbol
 from bench.records.results import hosts_of
 
@@ -41,7 +44,8 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
         by_n = chosen[key]
         base = by_n.get(1)
         spec = MODES.get(key.mode)  # None: a mode of a plugin not loaded here
-        single = chosen.get(Key(spec.reference, spec.reference, *key.setting), {}).get(1) if spec else None
+        reference = replace(key, label=spec.reference, mode=spec.reference, fp16_allreduce=False) if spec else None
+        single = chosen.get(reference, {}).get(1) if spec else None
         for n in sorted(by_n):
             r = by_n[n]
             t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
@@ -61,7 +65,7 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
     return rows
 
 
-def horovod_vs_native(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list[dict[str, Any]]:
     rows = []
     for key, by_n in chosen.items():
         spec = MODES.get(key.mode)
@@ -72,12 +76,13 @@ def horovod_vs_native(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]
             for n in sorted(set(by_n) & set(chosen[native_key])):
                 h, nat = by_n[n], chosen[native_key][n]
                 th, tn = h["summary"]["samples_per_sec_total"], nat["summary"]["samples_per_sec_total"]
-                overlap = ci_overlap(h, nat)
+                decided = significant([h, *repeats[(key, n)]], [nat, *repeats[(native_key, n)]])
                 rows.append({"setting": key.setting_text(), "n": n, "horovod": key.label, "native": native_key.label,
                              "horovod_samples_per_sec": th, "native_samples_per_sec": tn, "ratio": th / tn,
                              "faster": key.label if th > tn else native_key.label,
                              "by_pct": abs(th / tn - 1) * 100,
-                             "beyond_ci": None if overlap is None else not overlap})
+                             "beyond_noise": decided,
+                             "runs": (1 + len(repeats[(key, n)]), 1 + len(repeats[(native_key, n)]))})
     return sorted(rows, key=lambda r: (r["setting"], r["horovod"], r["native"], r["n"]))
 
 
@@ -205,7 +210,7 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     chosen, repeats = table_cells(results)
     rows = scaling_rows(chosen)
-    versus = horovod_vs_native(chosen)
+    versus = horovod_vs_native(chosen, repeats)
     units = sorted({sample_symbol(r) for r in results})
     unit = units[0] if len(units) == 1 else "sample"  # e.g. img; mixed workloads are counted in samples
     images = plots(rows, results, out, unit)
@@ -218,7 +223,7 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
           "E_n = T_n / (n T_1); wall speedup = W_n / W_1 with W = samples after init / (init_s + train_s); "
           "vs single = T_n / T of torch-single or tf-single in the same setting.", "",
           "## Scaling (the Horovod paper's table: 1 GPU, N GPUs, speedup)", "",
-          f"| mode | setting | n | {unit}/s total | {unit}/s per GPU | 95% CI (total) | speedup | efficiency "
+          f"| mode | setting | n | {unit}/s total | {unit}/s per GPU | 95% CI within run | speedup | efficiency "
           "| wall speedup | vs single | init s |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -230,10 +235,12 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                   f"{r['init_s']:.1f} |")
     md += ["", "## Horovod vs native", ""]
     if versus:
-        md += [f"| setting | n | Horovod | {unit}/s | native | {unit}/s | Horovod / native | faster | beyond 95% CIs |",
-               "|---|---|---|---|---|---|---|---|---|"]
+        md += [f"| setting | n | Horovod | {unit}/s | native | {unit}/s | Horovod / native | faster | "
+               "beyond run-to-run noise |", "|---|---|---|---|---|---|---|---|---|"]
         for v in versus:
-            beyond = {True: "yes", False: "no (CIs overlap)", None: "n/a"}[v["beyond_ci"]]
+            runs = f"{v['runs'][0]} and {v['runs'][1]} runs"
+            beyond = {True: f"yes ({runs})", False: f"no: between-run 95% intervals overlap ({runs})",
+                      None: f"not decided: {runs}; needs 2+ each"}[v["beyond_noise"]]
             md.append(f"| {v['setting']} | {v['n']} | {v['horovod']} | {v['horovod_samples_per_sec']:.2f} | "
                       f"{v['native']} | {v['native_samples_per_sec']:.2f} | {v['ratio']:.3f} | "
                       f"{v['faster']} by {v['by_pct']:.1f}% | {beyond} |")

@@ -1,6 +1,6 @@
 """Results read back together, for bench report, compare and predict: the result files under folders (one
 bad file skipped with a warning, or fatal with --strict), each result's cell key, the newest result per cell
-and its repeats, and whether two cells' confidence intervals overlap. Each file is read as
+and its repeats, and whether two cells differ beyond run-to-run noise. Each file is read as
 :func:`bench.records.results.load_result` reads one."""
 
 from __future__ import annotations
@@ -13,36 +13,63 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
-from bench.models import describe_inputs
+from bench.measure.stats import summarize
+from bench.models import MODELS, describe_inputs
 from bench.modes import mode_label
-from bench.records.results import CONFIGS_DIR, MANIFEST, upgraded
+from bench.records.results import CONFIGS_DIR, MANIFEST, hosts_of, upgraded
 
 
 @dataclass(frozen=True)
 class Key:
+    """A cell: what must be equal for two runs to be the same experiment (n apart). Runs that differ in the
+    device (CPU or the GPU model), the gradient exchange's precision (--fp16-allreduce), the memory format
+    (--channels-last) or the class count are different cells, never one cell's repeats."""
     label: str  # mode, or mode:strategy for modes with strategies
     mode: str
     model: str
     precision: str
     batch_size: int
     inputs: str  # the workload's input shape in words: 224x224, seq 128
+    classes: int | None = None
+    device: str = "cpu"  # cpu, or cuda and the GPU model: "cuda NVIDIA H100 80GB HBM3"
+    fp16_allreduce: bool = False
+    channels_last: bool = False
 
     @property
     def setting(self) -> tuple:
-        return self.model, self.precision, self.batch_size, self.inputs
+        return (self.model, self.precision, self.batch_size, self.inputs, self.classes, self.device,
+                self.fp16_allreduce, self.channels_last)
 
     def setting_text(self) -> str:
-        return f"{self.model} {self.inputs}, batch {self.batch_size}/device, {self.precision}"
+        spec = MODELS.get(self.model)
+        extra = [f"{self.classes} classes"] if spec and self.classes not in (None, spec.default_classes) else []
+        extra += ["fp16 allreduce"] * self.fp16_allreduce + ["channels-last"] * self.channels_last
+        return (f"{self.model} {self.inputs}, batch {self.batch_size}/device, {self.precision}, {self.device}"
+                + "".join(f", {e}" for e in extra))
 
 
 def label_of(result: dict[str, Any]) -> str:
     return mode_label(result["mode"], result["config"].get("strategy"))
 
 
+def device_of(result: dict[str, Any]) -> str:
+    """The kind of device a run measured: "cpu", or "cuda" and the GPU model(s) its ranks used (NVML's names
+    where a TensorFlow rank's device label carries none)."""
+    device = result["config"].get("device") or "cpu"
+    if device != "cuda":
+        return device
+    ranks = result["environment"].get("ranks") or []
+    names = {r["device"].split(" ", 1)[1] for r in ranks if r.get("device", "").startswith("cuda") and
+             " " in r["device"]}
+    if not names:
+        names = {g.get("name") for g in ((result["environment"].get("nvml") or {}).get("gpus") or []) if g.get("name")}
+    return " ".join(["cuda", "+".join(sorted(names))]) if names else "cuda"
+
+
 def key_of(result: dict[str, Any]) -> Key:
     c = result["config"]
-    return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], describe_inputs(c))
-
+    return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], describe_inputs(c),
+               c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")))
 
 
 OTHER_KINDS = ("verify", "allreduce", "peak")
@@ -107,7 +134,10 @@ def _read_result(f: Path) -> dict[str, Any] | None:
 
 
 def table_cells(results: list[dict[str, Any]]) -> tuple[dict[Key, dict[int, dict]], dict]:
-    """{key: {n: result}} using the newest result per cell, and {(key, n): [older results]}."""
+    """{key: {n: result}} using the newest result per cell, and {(key, n): [older results on the same hosts]}.
+
+    A run of the same cell on other hosts is not a repeat (another machine is another experiment): it is left
+    out of both, with one warning line naming it."""
     cells: dict[Key, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for r in results:
         cells[key_of(r)][r["world_size"]].append(r)
@@ -116,13 +146,35 @@ def table_cells(results: list[dict[str, Any]]) -> tuple[dict[Key, dict[int, dict
         chosen[key] = {}
         for n, rs in by_n.items():
             rs.sort(key=lambda r: r["created_utc"])
-            chosen[key][n] = rs[-1]
-            repeats[(key, n)] = rs[:-1]
+            newest = chosen[key][n] = rs[-1]
+            hosts = hosts_of(newest)
+            repeats[(key, n)] = [r for r in rs[:-1] if hosts_of(r) == hosts]
+            others = sorted({" ".join(hosts_of(r)) for r in rs[:-1] if hosts_of(r) != hosts})
+            if others:
+                print(f"warning: {key.label} {key.setting_text()} n={n} also ran on other hosts ({'; '.join(others)}) "
+                      f"than its newest run ({' '.join(hosts)}): not counted as repeats; compare them with bench "
+                      "compare from separate folders", file=sys.stderr)
     return chosen, repeats
 
 
-def ci_overlap(a: dict, b: dict) -> bool | None:
-    ca, cb = a["summary"].get("ci95"), b["summary"].get("ci95")
-    if not ca or not cb:
+def between_runs(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run-to-run view of a cell's headline throughput from its repeated runs (one launch each): mean, and
+    the 95% Student-t interval of that mean over the runs; None for fewer than two runs. Only this interval holds
+    what changes from launch to launch (NCCL's algorithm choice, cuDNN autotuning, clocks, heat); a run's own
+    ``ci95`` is within that launch."""
+    values = [r["summary"]["samples_per_sec_total"] for r in runs]
+    if len(values) < 2:
         return None
-    return not (ca[1] < cb[0] or cb[1] < ca[0])
+    s = summarize(values)
+    return {"runs": len(values), "mean": s["mean"], "ci95": s["ci95"]}
+
+
+def significant(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]]) -> bool | None:
+    """Whether two cells' headline throughputs differ beyond run-to-run noise: their between-run 95% intervals do
+    not overlap. None (not decided) unless each side has at least two runs: within-run intervals of one launch
+    each leave out run-to-run variance and would overclaim."""
+    a, b = between_runs(a_runs), between_runs(b_runs)
+    if a is None or b is None:
+        return None
+    (a_low, a_high), (b_low, b_high) = a["ci95"], b["ci95"]
+    return a_high < b_low or b_high < a_low
