@@ -60,19 +60,19 @@ def warn_small_shm(cfg: RunConfig) -> None:
 
 
 def start_telemetry(cfg: RunConfig, info: detect.LaunchInfo, trainer):
-    """(sampler or None, reason when there is none). One sampler per node, on its local rank 0."""
+    """(sampler or None, reason when there is none). Every process samples the GPUs it drives itself (one for a
+    rank per GPU, all its GPUs for a process that drives several): under srun --gpus-per-task=1 no process sees
+    another's GPU, and one sampler per node would miss all but its own."""
     if not cfg.telemetry:
         return None, "turned off (--no-telemetry)"
     if cfg.device.value != "cuda":
         return None, f"no GPU in use (device {cfg.device.value})"
-    if info.local_rank != 0:
-        return None, None
     import socket
 
     nvml, reason = telemetry.load_nvml()
     if nvml is None:
         return None, reason
-    gpus = trainer.local_gpus()
+    gpus = trainer.own_gpus()
     handles = telemetry.physical_indices(gpus, nvml)
     return telemetry.Sampler(nvml, handles, gpus, cfg.telemetry_interval, socket.gethostname()), None
 

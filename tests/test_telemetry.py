@@ -155,3 +155,29 @@ def test_gpu_run_records_physical_telemetry(out):
     gpu = tele["nodes"][0]["gpus"][0]
     assert 10 < gpu["power_w_mean"] < 1500 and gpu["util_gpu_pct_max"] > 0  # physically plausible
     assert (out / only_result(out)["telemetry"]["samples_csv"]).is_file()
+
+
+def test_every_rank_samples_its_own_gpu_and_a_partial_count_gives_no_per_sample_figure(monkeypatch):
+    """Numbers issue, finding 6: under srun --gpus-per-task=1 each task sees one GPU; only local rank 0 sampled,
+    and one GPU's energy was divided by every GPU's samples (N times too low). Every process now samples the
+    GPU it drives, and telemetry that misses a device is marked partial with no per-sample figure."""
+    from bench import run
+    from bench.launching.detect import own_gpu_indices
+
+    assert own_gpu_indices(LaunchInfo("srun", 1, 2, 1, 2), 2) == [1]
+    assert own_gpu_indices(LaunchInfo("srun", 1, 2, 1, 2), 1) == [0]  # --gpus-per-task=1: its own, as device 0
+    nvml = FakeNVML([FakeGPU(power_w=250.0), FakeGPU(power_w=200.0)])
+    monkeypatch.setattr(telemetry, "load_nvml", lambda: (nvml, None))
+
+    class Trainer:
+        def own_gpus(self):
+            return [1]
+
+    cfg = RunConfig(mode="torch-ddp").resolve("cuda", 2)
+    sampler, reason = run.start_telemetry(cfg, LaunchInfo("self", 1, 2, 1, 2), Trainer())
+    assert sampler is not None and reason is None and sampler.labels == [1]  # local rank 1 samples its GPU
+    one = {"gpus": [{"energy_j": 600.0, "power_w_mean": 300.0, "throttled": False}]}
+    partial = telemetry.combine([one], samples=2000, samples_per_sec_total=1000.0, devices=2)
+    assert partial["partial"] and partial["energy_per_sample_j"] is None and partial["samples_per_sec_per_watt"] is None
+    whole = telemetry.combine([one, one], samples=2000, samples_per_sec_total=1000.0, devices=2)
+    assert whole["partial"] is None and whole["energy_per_sample_j"] == 0.6

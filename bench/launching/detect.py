@@ -199,7 +199,7 @@ def check_gpus_per_node(info: LaunchInfo, gpus: int, env: dict[str, str] | None 
                      "srun --gpus-per-task=1)")
 
 
-def local_gpu_indices(info: LaunchInfo, device_count: int) -> list[int]:
-    """CUDA indices this node's ranks use: local rank r pins device r mod the device count."""
-    return sorted({r % device_count for r in range(max(1, info.local_world_size))}) if device_count else []
+def own_gpu_indices(info: LaunchInfo, device_count: int) -> list[int]:
+    """The CUDA index this rank drives: local rank r pins device r mod the device count (as each mode pins)."""
+    return [info.local_rank % device_count] if device_count else []
 

@@ -48,7 +48,7 @@ class Trainer(Protocol):
     def device_label(self) -> str: ...
     def teardown(self) -> None: ...
     def sync_report(self) -> dict[str, Any] | None: ...
-    def local_gpus(self) -> list[int]: ...
+    def own_gpus(self) -> list[int]: ...
     # Optional (bench.measure.attribution): attribution_unsupported() -> str | None, compute_step(), exchange().
 
 
@@ -68,7 +68,7 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
             hooks: Hooks | None = None) -> dict[str, Any] | None:
     """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere.
 
-    ``sampler`` (bench.measure.telemetry.Sampler, on each node's local rank 0) runs from set-up to the end and
+    ``sampler`` (bench.measure.telemetry.Sampler, in every process: the GPUs it drives) runs from set-up to the end and
     reads the energy counters exactly when the timed windows start and end. ``hooks`` (bench.hooks): bench
     verify's parameter snapshots, "initial" after set-up and "final" after the last window; the slow-rank fault.
     """

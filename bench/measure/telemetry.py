@@ -1,6 +1,7 @@
 """GPU telemetry through NVML (nvidia-ml-py): a sampler per node, summaries aligned with the timed windows.
 
-One sampler runs on each node's local rank 0, in a daemon thread: NVML calls go through ctypes, which
+One sampler runs in every process, on the GPUs that process drives (its own GPU for a rank per GPU; all its
+GPUs for a process that drives several), in a daemon thread: NVML calls go through ctypes, which
 releases the GIL while the driver answers, so sampling does not stall the training loop. Each sample
 holds, per GPU: utilisation (GPU, memory), memory used, power, SM and memory clocks, temperature,
 clock-event (throttle) reasons, PCIe TX/RX and, where the GPU has it, NVLink TX/RX.
@@ -19,6 +20,9 @@ Summary formulas (timed windows only: from the first window's start to the last 
 * energy per sample (J/sample; J/img for images) = sum of energy over all GPUs of all nodes / samples processed in
   the timed windows.
 * samples/s per watt = total samples/s / sum over GPUs of mean power in the interval.
+* Both are given only when the GPUs sampled are exactly the run's devices (one per replica); otherwise the
+  telemetry is marked ``partial`` and neither is given: one GPU's energy over every GPU's samples would
+  under-report N times.
 """
 
 from __future__ import annotations
@@ -236,20 +240,29 @@ def summarize_node(samples: list[dict], marks: dict, unavailable: dict, power_so
             "power_source": power_source, "unavailable": unavailable, "gpus": per_gpu}
 
 
-def combine(nodes: list[dict], samples: int, samples_per_sec_total: float) -> dict[str, Any]:
-    """Run-level figures from every node's summary."""
+def combine(nodes: list[dict], samples: int, samples_per_sec_total: float, devices: int | None = None
+            ) -> dict[str, Any]:
+    """Run-level figures from every sampler's summary (one per process that drives GPUs); ``devices`` is the
+    run's device count (its world size in replicas): the per-sample figures need every one of them sampled."""
     gpus = [g for n in nodes for g in n["gpus"]]
     energies = [g["energy_j"] for g in gpus]
     powers = [g["power_w_mean"] for g in gpus]
+    partial = None
+    if devices is not None and len(gpus) != devices:
+        partial = (f"{len(gpus)} GPU(s) sampled for a run on {devices}: no energy per sample or samples/s per "
+                   "watt (the sums would cover other GPUs than the samples)")
     energy = sum(energies) if gpus and all(e is not None for e in energies) else None
     power = sum(powers) if gpus and all(p is not None for p in powers) else None
+    whole = partial is None
     return {
         "available": True,
+        "partial": partial,
+        "gpus_sampled": len(gpus),
         "nodes": nodes,
         "energy_j": energy,
-        "energy_per_sample_j": energy / samples if energy is not None and samples else None,
+        "energy_per_sample_j": energy / samples if whole and energy is not None and samples else None,
         "power_w_mean_total": power,
-        "samples_per_sec_per_watt": samples_per_sec_total / power if power else None,
+        "samples_per_sec_per_watt": samples_per_sec_total / power if whole and power else None,
         "throttled": any(g["throttled"] for g in gpus),
         "definitions": {
             "energy_per_sample_j": "sum of GPU energy over the timed windows / samples in the timed windows",

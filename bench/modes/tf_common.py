@@ -12,7 +12,7 @@ from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.kinds import Device, Precision
-from bench.launching.detect import LaunchInfo, check_gpus_per_node, local_gpu_indices
+from bench.launching.detect import LaunchInfo, check_gpus_per_node, own_gpu_indices
 from bench.models import model as model_spec
 from bench.records import env
 from bench.tfutil import import_tf
@@ -174,8 +174,8 @@ class TFTrainer:
         return ("tf.distribute reduces the gradients inside its strategy's step: its compute and its exchange "
                 "are not timed apart")
 
-    def local_gpus(self) -> list[int]:
-        return local_gpu_indices(self.launch, len(tfdist.gpus()))
+    def own_gpus(self) -> list[int]:
+        return own_gpu_indices(self.launch, len(tfdist.gpus()))
 
     def teardown(self) -> None:
         pass

@@ -204,7 +204,7 @@ class MirroredTrainer(_SyncStrategyTrainer):
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
 
-    def local_gpus(self) -> list[int]:
+    def own_gpus(self) -> list[int]:
         return list(range(self.cfg.np))
 
 
@@ -253,7 +253,7 @@ class ParameterServerTrainer(TFTrainer):
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]  # the coordinator is the one measuring process
 
-    def local_gpus(self) -> list[int]:
+    def own_gpus(self) -> list[int]:
         return list(range(min(self.replicas_per_process, len(tfdist.gpus()))))  # the workers' GPUs
 
     def _variable_copies(self) -> list[list]:

@@ -13,7 +13,7 @@ from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.kinds import Device, Precision
-from bench.launching.detect import LaunchInfo, check_gpus_per_node, local_gpu_indices
+from bench.launching.detect import LaunchInfo, check_gpus_per_node, own_gpu_indices
 from bench.measure.attribution import sparse_exchange
 from bench.models import model as model_spec
 from bench.models.torch_models import loss_fn
@@ -194,8 +194,8 @@ class TorchTrainer:
     def sync_report(self) -> dict[str, Any] | None:
         return None
 
-    def local_gpus(self) -> list[int]:
-        return local_gpu_indices(self.launch, torch.cuda.device_count())
+    def own_gpus(self) -> list[int]:
+        return own_gpu_indices(self.launch, torch.cuda.device_count())
 
     def teardown(self) -> None:
         pass

@@ -103,7 +103,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
     nodes = [r["telemetry"]["summary"] for r in ranks if r.get("telemetry")]
     timed_samples = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
     if nodes:
-        tele = telemetry.combine(nodes, timed_samples, summary["samples_per_sec_total"])
+        tele = telemetry.combine(nodes, timed_samples, summary["samples_per_sec_total"], world)
         tele["samples_csv"] = f"{run_id}-telemetry.csv"
     else:
         tele = telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran")
