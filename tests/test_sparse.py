@@ -153,8 +153,28 @@ def test_interface_counters_are_read_and_differenced(tmp_path):
     assert sent == {"lo": 4000, "eth0": 0}
     assert traffic.tx_bytes(tmp_path / "missing") is None
     ranks = [{"net_sent": sent}, {"net_sent": None}, {"net_sent": {"lo": 1000}}]  # two hosts measured
-    assert traffic.measured(ranks, 10) == {"bytes_per_step": 500.0, "hosts": 2, "steps": 10,
-                                           "sent_by_interface": {"lo": 5000, "eth0": 0}}
+    assert traffic.measured(ranks, 10, "cpu", {}) == {
+        "bytes_per_step": 500.0, "hosts": 2, "steps": 10, "sent_by_interface": {"lo": 5000, "eth0": 0},
+        "comparable": True, "not_comparable": None}
+
+
+def test_a_gpu_runs_interface_counters_are_not_compared_with_the_computed_bytes(tmp_path):
+    """Numbers issue, finding 9: NCCL moves a GPU run's gradients over NVLink, P2P, shared memory or RDMA, which
+    /proc/net/dev never sees; the report printed a ratio far below 1 as a failed check. The reading is kept,
+    marked not comparable, and the report says so instead of a ratio (unless NCCL was told to use sockets)."""
+    from bench.commands.report import traffic_rows
+    from bench.measure import traffic
+
+    gpu = traffic.measured([{"net_sent": {"lo": 1000}}], 10, "cuda", {})
+    assert gpu["comparable"] is False and "NCCL" in gpu["not_comparable"]
+    sockets = traffic.measured([{"net_sent": {"lo": 1000}}], 10, "cuda", dict(traffic.NCCL_ALL_SOCKETS))
+    assert sockets["comparable"] is True
+    result = {"mode": "torch-ddp", "world_size": 2, "config": {"model": "vgg16", "precision": "fp32",
+                                                               "batch_size": 2, "image_size": 32, "strategy": None},
+              "summary": {}, "traffic": {"computed": {"bytes_per_step": 1e6, "exchange": "allreduce"},
+                                         "measured": gpu}}
+    (row,) = traffic_rows([result])
+    assert row["ratio"] is None and row["not_comparable"] and row["measured"] == 100.0
 
 
 def test_predict_adds_an_allgather_for_sparse_bytes():

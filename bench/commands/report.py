@@ -94,10 +94,14 @@ def traffic_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not t or t["computed"]["bytes_per_step"] == 0:
             continue
         computed = t["computed"]["bytes_per_step"]
-        measured = (t.get("measured") or {}).get("bytes_per_step")
+        reading = t.get("measured") or {}
+        measured = reading.get("bytes_per_step")
+        comparable = reading.get("comparable", True)
         rows.append({"label": label_of(r), "setting": key_of(r).setting_text(), "n": r["world_size"],
                      "exchange": t["computed"]["exchange"], "tokens_per_sec": r["summary"].get("tokens_per_sec_total"),
-                     "computed": computed, "measured": measured, "ratio": measured / computed if measured else None})
+                     "computed": computed, "measured": measured,
+                     "ratio": measured / computed if measured and comparable else None,
+                     "not_comparable": None if comparable else reading.get("not_comparable")})
     return rows
 
 
@@ -258,7 +262,7 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
             md.append(f"| {r['label']} | {r['setting']} | {r['n']} | {r['exchange']} "
                       f"| {_fmt(r['tokens_per_sec'], '.0f')} "
                       f"| {r['computed'] / 1e6:.2f} | {_fmt(r['measured'] and r['measured'] / 1e6)} "
-                      f"| {_fmt(r['ratio'], '.3f')} |")
+                      f"| {'not comparable (NCCL)' if r['not_comparable'] else _fmt(r['ratio'], '.3f')} |")
     attributed = attribution_rows(chosen)
     if attributed:
         md += ["", "## Where each rank's step goes", "",

@@ -28,10 +28,17 @@ which is how ranks on one host talk) between the start and the end of the timed 
 timed steps. Each host's local rank 0 reads its own; the hosts' figures add. Everything the host sent is
 in it (TCP/IP headers: under 1 % at loopback's 64 KiB MTU; the collectives' small size exchanges; any
 other program's traffic), so it checks the computed figure rather than equalling it.
+
+The check holds only where the exchange goes through the hosts' network stack: Gloo and MPI over TCP (every CPU
+run). On GPUs NCCL carries it over NVLink, PCIe peer-to-peer, shared memory or InfiniBand/RoCE RDMA, none of
+which /proc/net/dev counts, so a GPU run's reading is kept but marked ``comparable: false`` (with the reason),
+and no ratio to the computed figure is drawn from it; unless NCCL was told to use sockets for everything
+(NCCL_NET=Socket with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +108,22 @@ def computed(cfg) -> dict[str, Any]:
     return record
 
 
-def measured(ranks: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
-    """Bytes per timed step, from each host's reading (the rank records' ``net_sent``); None without one."""
+# NCCL's settings under which it sends everything through sockets, which the interface counters see.
+NCCL_ALL_SOCKETS = {"NCCL_NET": "Socket", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+
+
+def not_comparable(device: str, env: dict[str, str]) -> str | None:
+    """Why the interface counters cannot check a run's exchange (None where they can: module docstring)."""
+    if device != "cuda" or all(env.get(k) == v for k, v in NCCL_ALL_SOCKETS.items()):
+        return None
+    return ("NCCL carries a GPU run's exchange over NVLink, PCIe peer-to-peer, shared memory or RDMA, which the "
+            "interface counters (/proc/net/dev) do not count")
+
+
+def measured(ranks: list[dict[str, Any]], steps: int, device: str = "cpu",
+             env: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """Bytes per timed step, from each host's reading (the rank records' ``net_sent``); None without one.
+    ``comparable`` says whether the figure can check the computed one (:func:`not_comparable`)."""
     readings = [r["net_sent"] for r in ranks if r.get("net_sent") is not None]
     if not readings or steps < 1:
         return None
@@ -110,5 +131,6 @@ def measured(ranks: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
     for reading in readings:
         for name, sent in reading.items():
             by_interface[name] = by_interface.get(name, 0) + sent
+    why = not_comparable(device, os.environ if env is None else env)
     return {"bytes_per_step": sum(by_interface.values()) / steps, "hosts": len(readings), "steps": steps,
-            "sent_by_interface": by_interface}
+            "sent_by_interface": by_interface, "comparable": why is None, "not_comparable": why}

@@ -146,7 +146,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         "telemetry": tele,
         "traffic": {
             "computed": traffic.computed(cfg),
-            "measured": traffic.measured(ranks, cfg.steps_per_window * len(window_s[0])),
+            "measured": traffic.measured(ranks, cfg.steps_per_window * len(window_s[0]), cfg.device.value),
             "definition": "bytes one step moves between processes, all of them together: computed from the "
                           "shapes, and measured by the hosts' interface counters over the timed windows "
                           "(bench.measure.traffic)",
