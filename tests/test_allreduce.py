@@ -145,3 +145,46 @@ def test_allgather_two_ranks_each_backend(backend, out):
     for row in result["rows"]:
         assert row["algbw_GBps"] == pytest.approx(2 * row["bytes"] / row["time_s"] / 1e9)  # n S / t
         assert row["busbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)  # (n - 1) S / t
+
+
+def test_the_time_is_the_ranks_mean_as_nccl_tests_reports_it():
+    """Numbers issue, finding 12: nccl-tests averages each rank's time over the ranks (`-a 1`, its default); the
+    figure took the slowest rank's. Now time_s follows nccl-tests, and the slowest rank's is kept beside it."""
+    from dataclasses import replace
+
+    from bench.commands.allreduce import measure
+
+    class Gathered:
+        """Rank 0's view of a 2-rank job: its own samples 1 s each, rank 1's 3 s each."""
+        world_size = 2
+
+        def prepare(self, count):
+            return lambda: None
+
+        def check(self, op, count):
+            return True
+
+        def zero(self):
+            pass
+
+        def clock(self):
+            return 0.0
+
+        def sync(self):
+            pass
+
+        def barrier(self):
+            pass
+
+        def release(self):
+            pass
+
+        def allgather(self, value):
+            if isinstance(value, dict):
+                return [{"samples": [1.0] * 3, "correct": True}, {"samples": [3.0] * 3, "correct": True}]
+            return [value, value]
+
+    cfg = replace(AllreduceConfig(samples=3, warmup=1), sizes=(4096,))
+    (row,) = measure(Gathered(), cfg)
+    assert row["time_s"] == 2.0 and row["time_slowest_rank_s"] == 3.0
+    assert row["algbw_GBps"] == pytest.approx(4096 / 2.0 / 1e9)

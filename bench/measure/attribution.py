@@ -16,12 +16,16 @@ pace, never a wait for another rank. Per rank, in seconds per step::
 
     compute_s   = the fastest compute-only step
     exchange_s  = the fastest exchange-only step
-    step_s      = median timed window / steps per window        (the headline windows, every rank alike)
-    exposed_s   = step_s - compute_s     the part of a step the rank spends on, or waiting in, the exchange
+    step_s      = fastest timed window / steps per window       (the headline windows: the same statistic as
+                                                                  compute_s, so the difference below is one
+                                                                  pace minus another)
+    exposed_s   = max(0, step_s - compute_s)   the part of a step the rank spends on, or waiting in, the exchange
     hidden_share = 1 - exposed_s / exchange_s, clipped to [0, 1]
                  the share of the exchange that the backward pass hid (1: all of it, 0: none)
 
-compute_s + exposed_s = step_s by construction; what is measured apart is compute_s and exchange_s.
+compute_s + exposed_s = step_s by construction, except where a compute-only step ran slower than a whole
+timed step (noise larger than the exchange): exposed_s is then 0, never negative, and ``exposed_clipped`` says so.
+What is measured apart is compute_s and exchange_s.
 
 The fastest, not the median: interference (another process on the core, a page fault, the first use of a
 buffer) only ever adds time, so a rank's fastest step is its own pace, and two steps of each kind are enough
@@ -54,8 +58,8 @@ DEFINITIONS = {
     "compute_s": "seconds per step with the gradient exchange skipped (the fastest compute-only step)",
     "exchange_s": "seconds per gradient exchange alone, same tensors and communicator (the fastest exchange-only "
                   "step)",
-    "step_s": "seconds per step in the timed windows (median window / steps per window)",
-    "exposed_s": "step_s - compute_s: the step's time in, or waiting for, the exchange",
+    "step_s": "seconds per step in the timed windows (fastest window / steps per window)",
+    "exposed_s": "max(0, step_s - compute_s): the step's time in, or waiting for, the exchange",
     "hidden_share": "1 - exposed_s / exchange_s, clipped to [0, 1]: the share of the exchange hidden by compute",
     "straggler": f"the rank whose compute_s exceeds the other ranks' median by more than "
                  f"{STRAGGLER_THRESHOLD:.0%}; slowdown = its compute_s / that median, wait_share = (its compute_s"
@@ -121,11 +125,12 @@ def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] 
     for r, a in zip(ranks, raw, strict=True):
         compute = min(a["compute_step_s"])
         exchange = min(a["exchange_step_s"])
-        step = statistics.median(r["window_s"]) / steps_per_window
-        exposed = step - compute
+        step = min(r["window_s"]) / steps_per_window  # the fastest, as compute_s and exchange_s are
+        exposed = max(0.0, step - compute)
         hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
         per_rank.append({"rank": r["rank"], "host": r["host"], "device": r["device"], "compute_s": compute,
                          "exchange_s": exchange, "step_s": step, "exposed_s": exposed, "hidden_share": hidden,
+                         "exposed_clipped": step < compute,
                          "compute_step_s": a["compute_step_s"], "exchange_step_s": a["exchange_step_s"]})
     return {"measured": True, "unit": "s", "steps": raw[0]["steps"], "per_rank": per_rank,
             "straggler": straggler(per_rank), "straggler_threshold": STRAGGLER_THRESHOLD,

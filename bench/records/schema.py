@@ -15,6 +15,7 @@ Schema history:
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -136,8 +137,9 @@ class RankAttribution(_RankOf):
     """One rank's step, taken apart (bench.measure.attribution); seconds per step."""
     compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
     exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
-    step_s: float = Field(description="per step in the timed windows (median window / steps per window)")
-    exposed_s: float = Field(description="step_s - compute_s: time in, or waiting for, the exchange")
+    step_s: float = Field(description="per step in the timed windows (fastest window / steps per window)")
+    exposed_s: float = Field(description="max(0, step_s - compute_s): time in, or waiting for, the exchange")
+    exposed_clipped: bool = Field(False, description="step_s < compute_s (noise above the exchange): exposed_s is 0")
     hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
     compute_step_s: list[float] = Field(description="raw: each compute-only step's wall time")
     exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")
@@ -292,7 +294,9 @@ _FOLLOW_HEADLINE = (("summary", "tokens_per_sec_total"), ("summary", "tokens_per
 
 
 def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2 -> 3: the headline throughput changed meaning, from the mean of the per-window rates (biased
+    """Schema 2 -> 3: the attribution's step_s is the fastest window (was the median) and exposed_s is never
+    negative (bench.measure.attribution), recomputed from the raw windows; and the headline throughput changed
+    meaning, from the mean of the per-window rates (biased
     upward) to every timed sample over the slowest rank's total time (bench.measure.stats), with the interval from
     that rank's window times. Recomputed from the raw window times every result keeps; each figure proportional
     to it (tokens/s, model TFLOP/s, MFU, samples/s per watt) is scaled by the same ratio."""
@@ -311,6 +315,20 @@ def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(section, dict) and isinstance(section.get(key), (int, float)):
             out[part] = section = dict(section)
             section[key] *= ratio
+    attribution = out.get("attribution")
+    if isinstance(attribution, dict) and attribution.get("per_rank") and samples.get("steps_per_window"):
+        # step_s was the median window, exposed_s could go negative: both as bench.measure.attribution has them now
+        ranks = []
+        for entry in attribution["per_rank"]:
+            step = min(windows[entry["rank"]]) / samples["steps_per_window"]
+            exposed = max(0.0, step - entry["compute_s"])
+            hidden = (min(1.0, max(0.0, 1.0 - exposed / entry["exchange_s"])) if entry["exchange_s"] > 0 else None)
+            ranks.append(dict(entry, step_s=step, exposed_s=exposed, hidden_share=hidden,
+                              exposed_clipped=step < entry["compute_s"]))
+        shares = sorted(r["hidden_share"] for r in ranks if r["hidden_share"] is not None)
+        out["attribution"] = dict(attribution, per_rank=ranks,
+                                  exposed_s_median=statistics.median(r["exposed_s"] for r in ranks),
+                                  hidden_share_median=statistics.median(shares) if shares else None)
     return out
 
 

@@ -14,7 +14,9 @@ Per size S bytes (float32, S/4 elements), on every rank:
 
 Definitions (nccl-tests, doc/PERFORMANCE.md)::
 
-    time    t = the slowest rank's sample time / iters, median over samples   (per operation)
+    time    t = the ranks' mean sample time / iters, median over samples      (per operation; nccl-tests'
+                default, -a 1: each rank's time averaged over the ranks; the slowest rank's is kept beside it
+                as time_slowest_rank_s, which on a straggler can be far above)
     algbw   = S / t                                                              (GB/s, 1 GB = 1e9 bytes)
     busbw   = algbw * 2 (n - 1) / n          the per-link rate a ring allreduce needs: it moves
                                              2 (n - 1) / n * S bytes through every rank's link
@@ -218,12 +220,14 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
             samples.append((comm.clock() - t0) / iters)
         gathered = comm.allgather({"samples": samples, "correct": correct})
         comm.release()
-        per_sample = [max(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
+        per_sample = [statistics.fmean(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
+        slowest = [max(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
         t = statistics.median(per_sample)
         algbw, busbw = cfg.collective.bandwidths(nbytes, t, comm.world_size)
         rows.append({
             "bytes": nbytes, "count": count, "dtype": "float32", "iters": iters,
             "time_s": t, "time_mean_s": statistics.fmean(per_sample), "time_min_s": min(per_sample),
+            "time_slowest_rank_s": statistics.median(slowest),
             "algbw_GBps": algbw, "busbw_GBps": busbw,
             "correct": all(rank["correct"] for rank in gathered),
             "model": next((m for m in cfg.models if gradient_bytes(m) == nbytes), None),

@@ -103,19 +103,19 @@ class Alltoall(Collective):
 
 
 ALLREDUCE = Allreduce("allreduce", {
-    "time_s": "per allreduce: median over samples of the slowest rank's sample time / iters",
+    "time_s": "per allreduce: median over samples of the ranks' mean sample time / iters (nccl-tests' -a 1)",
     "algbw_GBps": "bytes / time_s / 1e9",
     "busbw_GBps": "algbw * 2 (n - 1) / n (nccl-tests)",
     "correct": "rank r contributes r + 1; every element of the SUM equals n (n + 1) / 2",
 })
 ALLGATHER = Allgather("allgather", {
-    "time_s": "per allgather: median over samples of the slowest rank's sample time / iters",
+    "time_s": "per allgather: median over samples of the ranks' mean sample time / iters (nccl-tests' -a 1)",
     "algbw_GBps": "n x bytes (the gathered size) / time_s / 1e9",
     "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
     "correct": "rank r contributes bytes holding r + 1; block r of every rank's result holds r + 1",
 })
 ALLTOALL = Alltoall("alltoall", {
-    "time_s": "per all-to-all: median over samples of the slowest rank's sample time / iters",
+    "time_s": "per all-to-all: median over samples of the ranks' mean sample time / iters (nccl-tests' -a 1)",
     "algbw_GBps": "bytes (each rank's buffer, n blocks) / time_s / 1e9",
     "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
     "correct": "rank r sends r + 1 in every block; block j of every rank's result holds j + 1",
