@@ -291,4 +291,5 @@ def _is_result(path: Path) -> bool:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and "run_id" in data and data.get("schema_version") == SCHEMA_VERSION and "kind" not in data
+    return (isinstance(data, dict) and "run_id" in data and data.get("schema_version") == SCHEMA_VERSION
+            and "kind" not in data)

@@ -182,8 +182,9 @@ def registry():
 
 @pytest.fixture(scope="module")
 def published(registry, tmp_path_factory):
-    """The CPU image through the publish path, as `make publish STACK=current FLAVOR=cpu` runs it (`make image-test`
-    built it through the same inputs, so every layer but the stamp is cached), pushed to the registry here: what publish.py wrote to --json."""
+    """The CPU image through the publish path, as `make publish STACK=current FLAVOR=cpu` runs it (`make
+    image-test` built it through the same inputs, so every layer but the stamp is cached), pushed to the registry
+    here: what publish.py wrote to --json."""
     record = tmp_path_factory.mktemp("publish") / "published.json"
     dk = images.client()
     local = images.tags("current", "cpu")[0]
