@@ -91,8 +91,25 @@ def test_a_slow_link_is_named_as_the_node_in_every_flagged_pair():
 
 
 def test_no_common_member_when_the_flagged_pairs_share_none():
-    found = [R.finding("pair", "a+b", 1, 2, "r", "error"), R.finding("pair", "c+d", 1, 2, "r", "error")]
+    found = [R.finding("pair", "a+b", 1, 2, "r", "error", "r", "peers"),
+             R.finding("pair", "c+d", 1, 2, "r", "error", "r", "peers")]
     assert R.common_member(found) == []
+
+
+def test_every_finding_kind_has_the_same_keys():
+    """A did-not-run finding had no `against` key (the diagnose tier's test failed on a KeyError): every finding,
+    ruled or derived, carries the same keys, and the schema requires them."""
+    from bench.records.schema import Finding
+
+    figures = {"rank": {f"rank {r} (node{r + 1})": {"compute_s": c} for r, c in enumerate([0.50, 0.52, 1.1, 0.49])}}
+    ruled = R.evaluate(R.load(), figures, None)
+    pairs = [R.finding("pair", p, 1, 2, "r", "error", "r", "peers") for p in ("n1+n4", "n2+n4")]
+    derived = [*R.common_member(pairs), R.finding("job", "job", None, "a result", "did-not-run: x", "error",
+                                                  "did-not-run", None, phase="job")]
+    keys = {"kind", "where", "figure", "expected", "rule", "severity", "name", "against"}
+    for f in [*ruled, *pairs, *derived]:
+        assert keys <= set(f), f
+        Finding.model_validate(f)
 
 
 def test_a_straggler_rank_is_flagged_by_its_compute():

@@ -1,4 +1,6 @@
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -239,3 +241,67 @@ def test_a_sigterm_at_the_jobs_end_time_is_said_to_be_the_time_limit():
         raise subprocess.TimeoutExpired(cmd, 3)
 
     assert slurm.slurm_time_limit(job, at_end, gone) is None
+
+
+def test_rendezvous_ports_are_below_the_ephemeral_range(tmp_path):
+    """Gate issue, item 1: free_port() bound port 0 (an ephemeral port), closed it and handed the number to ranks
+    that bind it seconds later; any outgoing connection in between could take it (EADDRINUSE, seen in the
+    diagnose tier). Ports now come from below the kernel's ephemeral range, which outgoing connections never
+    take, and are drawn at random so that two runs started together differ."""
+    import random
+
+    from bench.launching import supervise
+
+    low, _ = supervise.ephemeral_ports()
+    ports = [supervise.free_port(random.Random(seed)) for seed in range(50)]
+    assert all(supervise.LOCAL_PORTS[0] <= p < min(supervise.LOCAL_PORTS[1], low) for p in ports)
+    assert len(set(ports)) > 40
+    (tmp_path / "range").write_text("12000\t60999\n")
+    assert supervise.ephemeral_ports(tmp_path / "range") == (12000, 60999)
+    assert supervise.ephemeral_ports(tmp_path / "missing") == (32768, 60999)
+
+
+@pytest.mark.multiproc
+def test_self_spawned_runs_meet_while_the_node_opens_connections(tmp_path):
+    """Two self-spawned runs started together while a thread opens and closes outgoing connections as fast as it
+    can (each takes an ephemeral source port): both rendezvous, no EADDRINUSE."""
+    import socket
+    import threading
+
+    from conftest import SMALL, bench_env
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(512)
+    stop = threading.Event()
+    opened = []
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+            except OSError:
+                pass
+
+    def churn():
+        while not stop.is_set():
+            with socket.create_connection(server.getsockname()) as c:
+                opened.append(c.getsockname()[1])
+
+    threads = [threading.Thread(target=accept, daemon=True), threading.Thread(target=churn, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        runs = [subprocess.Popen([sys.executable, "-m", "bench", "torch-ddp", "--np", "2", "--device", "cpu", *SMALL,
+                                  "--attribution-steps", "0", "--output", str(tmp_path / f"out{i}")],
+                                 env=bench_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i in range(2)]
+        outputs = [r.communicate(timeout=300) for r in runs]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+        server.close()
+    for r, (_, err) in zip(runs, outputs, strict=True):
+        assert r.returncode == 0 and "EADDRINUSE" not in err, err[-2000:]
+    assert len(opened) > 100  # the churn really ran beside the runs

@@ -7,6 +7,7 @@ watchdog reported); SIGINT, SIGTERM or SIGHUP stop every rank; each rank dies wi
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -44,7 +45,36 @@ def cpu_thread_share(local_world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, local_world_size))
 
 
-def free_port() -> int:
+# Self-spawned runs take their rendezvous ports from here: below Slurm jobs' ranges (bench.launching.slurm,
+# from 20000) and below the kernel's ephemeral range, from which it picks the source port of every outgoing
+# connection. A port handed to ranks that bind it seconds later (after importing their framework) could
+# otherwise be taken in between by any connection the node opens (EADDRINUSE at the rendezvous).
+LOCAL_PORTS = (10000, 20000)
+
+
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The kernel's range for the source ports of outgoing connections (Linux's default where unreadable)."""
+    try:
+        low, high = (int(v) for v in path.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(rng: random.Random | None = None) -> int:
+    """A free TCP port for a rendezvous on this host that no outgoing connection can take before the ranks bind
+    it: drawn at random from LOCAL_PORTS (below the ephemeral range; the draw keeps two runs started together
+    apart) and tried by binding it; outside the range only if none of 200 draws is free."""
+    rng = rng or random.SystemRandom()
+    low, high = LOCAL_PORTS[0], min(LOCAL_PORTS[1], ephemeral_ports()[0])
+    for _ in range(200 if high > low else 0):
+        port = rng.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

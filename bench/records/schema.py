@@ -205,6 +205,9 @@ class Finding(_Open):
     expected: Any = Field(description="what it was held against: the peers' median or the baseline's figure")
     rule: str = Field(description="the rule, with its threshold, or the derived check that found it")
     severity: Literal["error", "warning"]
+    name: str = Field(description="the figure a rule holds, or the derived check (did-not-run, common-member-of-pairs)")
+    against: Literal["peers", "baseline"] | None = Field(description="what a rule held the figure against; null for "
+                                                         "a derived check")
     why: str | None = Field(None, description="telemetry's explanation where there is one (GPU throttle reasons)")
 
 

@@ -205,7 +205,8 @@ class Diagnosis:
 
     def _did_not_run(self, kind: str, where: str, step: Step) -> None:
         self.findings.append(rules_mod.finding(kind, where, None, "a result", "did-not-run: the phase's command "
-                                               f"failed: {step.failure()}", "error", phase=step.label))
+                                               f"failed: {step.failure()}", "error", "did-not-run", None,
+                                               phase=step.label))
 
     def devices(self) -> None:
         out = self.folder / "devices"
@@ -251,7 +252,7 @@ class Diagnosis:
                                             "all_correct": result["all_correct"]}
             if not result["all_correct"]:
                 self.findings.append(rules_mod.finding("pair", member, False, True, "allreduce-correct: the sum "
-                                                       "came back wrong", "error"))
+                                                       "came back wrong", "error", "allreduce-correct", None))
 
     def job(self) -> None:
         out = self.folder / "job"
@@ -326,7 +327,7 @@ def _throttled(devices: dict[str, dict[str, Any]], found: list[dict[str, Any]]) 
         if member not in flagged:
             extra.append(rules_mod.finding("device", member, figs["throttle_reasons"], "no slowdown reasons",
                                            "throttled: the GPU slowed its clocks in the timed windows", "warning",
-                                           why=why))
+                                           "throttle_reasons", None, why=why))
     return extra
 
 

@@ -98,9 +98,12 @@ def load(path: str | Path | None = None) -> list[Rule]:
     return rules
 
 
-def finding(kind: str, where: str, figure: Any, expected: Any, rule: str, severity: str, **more: Any) -> dict:
+def finding(kind: str, where: str, figure: Any, expected: Any, rule: str, severity: str, name: str,
+            against: str | None, **more: Any) -> dict:
+    """One finding; every kind has the same keys (a reader never meets a KeyError): ``name`` is the figure or the
+    derived check, ``against`` the peers, the baseline or None (a derived check holds nothing against)."""
     return {"kind": kind, "where": where, "figure": figure, "expected": expected, "rule": rule,
-            "severity": severity, **more}
+            "severity": severity, "name": name, "against": against, **more}
 
 
 def evaluate(rules: list[Rule], figures: dict[str, dict[str, dict[str, float]]],
@@ -126,7 +129,7 @@ def evaluate(rules: list[Rule], figures: dict[str, dict[str, dict[str, float]]],
                 expected = known.get(member, statistics.median(known.values()))
             if rule.flagged(value, expected):
                 found.append(finding(rule.kind, member, value, expected, rule.text(), rule.severity,
-                                     name=rule.figure, against=rule.against))
+                                     rule.figure, rule.against))
     return found
 
 
@@ -141,4 +144,5 @@ def common_member(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return []
     (node,) = common
     return [finding("node", node, len(pairs), f"{len(pairs)} flagged pairs", "common-member-of-pairs: the one node "
-                    "in every flagged pair (its link, not the pairs, is slow)", "error", pairs=sorted(pairs))]
+                    "in every flagged pair (its link, not the pairs, is slow)", "error", "common-member-of-pairs",
+                    None, pairs=sorted(pairs))]
