@@ -51,7 +51,7 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     except OSError as exc:
         raise BenchError(f"output directory '{out}' is not writable: {files.disk_reason(exc)}") from None
     try:
-        with csv_lock(out, probe):  # the lock results.csv is added under (csv_lock), tried before any work
+        with csv_lock(out, probe.name):  # the lock results.csv is added under (csv_lock), tried before any work
             pass
     except OSError as exc:
         raise BenchError(f"output directory '{out}' cannot lock a file for results.csv ({files.disk_reason(exc)}): "
@@ -325,7 +325,7 @@ CSV_LOCK_NAME = ".results.csv.lock"
 
 
 @contextlib.contextmanager
-def csv_lock(folder: Path, name: str | Path = CSV_LOCK_NAME):
+def csv_lock(folder: Path, name: str = CSV_LOCK_NAME):
     fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT, 0o666)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX)  # POSIX record lock: NFS and Lustre carry it to the server
