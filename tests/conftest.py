@@ -63,7 +63,8 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
 
 def assert_attribution_adds_up(result: dict) -> None:
     """A distributed run carries its per-rank attribution (bench.measure.attribution), or says why it has none; where
-    measured, every rank's parts add up: compute + exposed = the timed step, and each part was measured."""
+    measured, every rank's parts add up: compute + exposed = the timed step (exposed 0 where noise made compute the
+    longer), and each part was measured."""
     section = result.get("attribution")
     if section is None:
         assert result["processes"] < 2 or not result["config"].get("attribution_steps"), "no attribution"
@@ -74,7 +75,11 @@ def assert_attribution_adds_up(result: dict) -> None:
     assert [p["rank"] for p in section["per_rank"]] == list(range(result["processes"]))
     for p in section["per_rank"]:
         assert p["compute_s"] > 0 and p["exchange_s"] > 0, p
-        assert abs(p["compute_s"] + p["exposed_s"] - p["step_s"]) <= 1e-9 * p["step_s"], p
+        assert p["exposed_s"] >= 0, p  # never negative (numbers issue, finding 12)
+        if p["exposed_clipped"]:  # a compute-only step slower than a whole timed step: noise, exposed 0
+            assert p["exposed_s"] == 0 and p["compute_s"] > p["step_s"], p
+        else:
+            assert abs(p["compute_s"] + p["exposed_s"] - p["step_s"]) <= 1e-9 * p["step_s"], p
     assert 0 < section["cost_s"]
 
 

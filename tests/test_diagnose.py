@@ -149,7 +149,7 @@ def test_a_baseline_measured_differently_is_refused(tmp_path):
     with pytest.raises(BenchError, match="measured differently \\(large_bytes\\)"):
         load_baseline(cfg)
     (tmp_path / "base.json").write_text("{}")
-    with pytest.raises(BenchError, match="is not a diagnose baseline"):
+    with pytest.raises(BenchError, match="is not a record of hvdbench.*--save-baseline writes a baseline"):
         load_baseline(cfg)
 
 

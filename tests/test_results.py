@@ -85,10 +85,10 @@ def test_unwritable_output_and_foreign_csv(tmp_path):
 def test_load_rejects_foreign_json(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"hello": 1}')
-    with pytest.raises(BenchError, match="is not an hvdbench result"):
+    with pytest.raises(BenchError, match="is not a record of hvdbench"):
         load_result(p)
     p.write_text("[1]")
-    with pytest.raises(BenchError, match="not a JSON object"):
+    with pytest.raises(BenchError, match="is not a record of hvdbench"):
         load_result(p)
 
 

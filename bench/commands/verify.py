@@ -58,8 +58,9 @@ from bench.launching.detect import detect
 from bench.launching.slurm import inside_allocation, srun_command
 from bench.models import MODELS
 from bench.modes import Variant, variant, variants
+from bench.records import store
 from bench.records.header import header, new_run_id
-from bench.records.results import check_output_dir, hosts_of, load_result, write_json_new
+from bench.records.results import check_output_dir, hosts_of, load_result
 from bench.run import run
 from bench.tables import never_cut
 
@@ -274,7 +275,7 @@ def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
         if not vc.keep_params:
             shutil.rmtree(work, ignore_errors=True)
     report = {
-        **header(run_id, "verify"),
+        **header(run_id, store.Kind.VERIFY),
         "config": {**asdict(vc), "device": vc.device.value, "tolerance": vc.threshold},
         "modes": rows,
         "cross_framework": cross,
@@ -288,7 +289,7 @@ def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
         "expected_differences": EXPECTED_DIFFERENCES,
         "params_kept": str(work) if vc.keep_params else None,
     }
-    path = write_json_new(out / f"{run_id}.json", report)
+    path = store.write(out / f"{run_id}.json", report)
     return report, path
 
 

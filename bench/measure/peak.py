@@ -17,7 +17,6 @@ MFU against it (``utilisation`` in the result).
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import statistics
@@ -25,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.records import files
+from bench.errors import BenchError
+from bench.records import store
+from bench.records.header import header, new_run_id, utc_stamp
 
 # Dense TFLOP/s by exact NVML device name and precision: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores, no
 # sparsity). Sources: NVIDIA's A100 datasheet (2021), H100 datasheet (2023; its tensor figures are quoted with
@@ -87,14 +88,12 @@ def write(output: str | Path, record: dict[str, Any]) -> Path:
     written whole (bench.records.files)."""
     folder = Path(output) / "peak"
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = folder / f"{peak_stem(record['host'], record['device'], record['precision'])}-{stamp}.json"
+    path = folder / f"{peak_stem(record['host'], record['device'], record['precision'])}-{utc_stamp()}.json"
     n = 1
     while path.exists():
         n += 1
         path = path.with_name(f"{path.stem.rsplit('.', 1)[0]}.{n}.json")
-    files.write_new(path, json.dumps(record, indent=2) + "\n")
-    return path
+    return store.write(path, record)
 
 
 def latest(output: str | Path, host: str, device: str, precision: str) -> Path | None:
@@ -143,7 +142,8 @@ def measure(device: str, precision: str, threads: int | None = None, seconds: fl
         rates = _gemm_rate(torch, dev, dtype, m, n, k, seconds, repeats)
         rows.append({"m": m, "n": n, "k": k, "tflops": rates, "tflops_median": statistics.median(rates)})
     best = max(rows, key=lambda r: r["tflops_median"])
-    return {"kind": "peak", "host": socket.gethostname(), "device": label, "precision": precision,
+    return {**header(new_run_id("peak"), store.Kind.PEAK), "host": socket.gethostname(), "device": label,
+            "precision": precision,
             "dtype": PRECISION_DTYPE[precision], "torch": torch.__version__, "seconds_per_repeat": seconds,
             "repeats": repeats, "shapes": rows, "peak_tflops": best["tflops_median"],
             "peak_shape": [best["m"], best["n"], best["k"]],
@@ -157,8 +157,8 @@ def load_measured(output: str | Path, host: str, device: str, precision: str) ->
         return None, (f"no {peak_stem(host, device, precision)}-*.json in {Path(output) / 'peak'}: run `bench peak` "
                       "with the same --output, device, precision (and on a CPU, --np)")
     try:
-        return float(json.loads(path.read_text())["peak_tflops"]), str(path)
-    except (OSError, ValueError, KeyError, TypeError):
+        return float(store.read(path, store.Kind.PEAK)["peak_tflops"]), str(path)
+    except (BenchError, ValueError, KeyError, TypeError):
         return None, f"{path} is not a `bench peak` result"
 
 

@@ -17,6 +17,7 @@ from bench.measure.stats import summarize
 from bench.models import MODELS, describe_inputs
 from bench.modes import mode_label
 from bench.records.results import CONFIGS_DIR, MANIFEST, hosts_of, upgraded
+from bench.records.store import Kind, kind_of
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,6 @@ def key_of(result: dict[str, Any]) -> Key:
                c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")))
 
 
-OTHER_KINDS = ("verify", "allreduce", "peak")
 
 
 def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
@@ -124,8 +124,8 @@ def _read_result(f: Path) -> dict[str, Any] | None:
         data = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BenchError(f"{f} is not readable JSON ({exc})") from None
-    if isinstance(data, dict) and data.get("kind") in OTHER_KINDS:
-        return None  # bench verify / allreduce / peak records sharing the folder: not training runs
+    if kind_of(data) not in (None, Kind.RESULT):
+        return None  # the records of bench verify, allreduce, peak, diagnose sharing the folder: not training runs
     if not isinstance(data, dict) or "schema_version" not in data or "run_id" not in data:
         raise BenchError(f"{f} is not an hvdbench result")
     data = upgraded(data, str(f))

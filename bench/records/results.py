@@ -6,11 +6,9 @@ import contextlib
 import csv
 import fcntl
 import io
-import json
 import os
 import secrets
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from bench.measure import attribution, telemetry, traffic
 from bench.measure.peak import utilisation
 from bench.measure.stats import summarize, throughput_summary
 from bench.models import describe_inputs, model
-from bench.records import files, schema
+from bench.records import files, schema, store
 from bench.records.header import header
 from bench.records.metrics import METRICS, sample_symbol
 
@@ -193,12 +191,8 @@ def validate_result(data: Any, where: str = "result") -> None:
 
 
 def load_result(path: str | os.PathLike) -> dict[str, Any]:
-    """A result file, read (schema 1 upgraded to the current schema) and validated."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchError(f"cannot read result {path}: {exc}") from None
-    return upgraded(data, str(path))
+    """A result file, read (older schemas upgraded to the current one) and validated."""
+    return upgraded(store.read(path, store.Kind.RESULT), str(path))
 
 
 def upgraded(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -222,7 +216,7 @@ def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, 
     first (with its fallback folder when the output refuses it); a time series the disk refuses is a warning; if
     the row cannot be added, the CSV is left exactly as it was and the error says what was written."""
     validate_result(result)
-    final = write_json_new(out_dir / f"{result['run_id']}.json", result)
+    final = store.write(out_dir / f"{result['run_id']}.json", result)
     if samples:  # after the record: a disk that refuses the time series costs a warning, never the result
         try:
             _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
@@ -237,50 +231,6 @@ def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, 
         raise CsvNotUpdated(f"the result is written to {final}, but its row could not be added to {csv_path} "
                             f"({files.disk_reason(exc)}); {csv_path.name} is as it was") from None
     return final
-
-
-def write_json_new(final: Path, data: Any) -> Path:
-    """Write ``data`` as JSON to ``final`` atomically; refuse if the file exists (never overwritten).
-
-    If the folder cannot take the file after all (full, read-only, over quota, gone, permissions changed
-    mid-run), the record is saved under :func:`fallback_dir` and the error names that path; if no fallback
-    folder takes it either, the JSON goes to standard error: a finished measurement is never lost.
-    """
-    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-    try:
-        files.write_new(final, text)
-    except FileExistsError:
-        raise BenchError(f"result {final} already exists; not overwritten") from None
-    except OSError as exc:
-        saved = save_fallback(final.name, text)
-        if saved is None:
-            sys.stderr.write(text)
-            where = "printed above on standard error: no fallback folder could take it either"
-        else:
-            where = f"saved to {saved} instead"
-        raise ResultNotWhole(f"could not write {final} ({files.disk_reason(exc)}); the result is {where}") from None
-    return final
-
-
-def fallback_dir() -> list[Path]:
-    """Where a result goes when its output folder cannot take it: $HVDBENCH_FALLBACK_DIR, then
-    ~/.cache/hvdbench/unsaved, then the system's temporary folder."""
-    dirs = [Path(d) for d in (os.environ.get("HVDBENCH_FALLBACK_DIR"),) if d]
-    return [*dirs, Path.home() / ".cache" / "hvdbench" / "unsaved", Path(tempfile.gettempdir()) / "hvdbench-unsaved"]
-
-
-def save_fallback(name: str, text: str) -> Path | None:
-    for folder in fallback_dir():
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / name
-            if path.exists():
-                path = folder / f"{path.stem}-{secrets.token_hex(3)}{path.suffix}"
-            files.write_new(path, text)
-            return path
-        except OSError:
-            continue
-    return None
 
 
 def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:

@@ -45,8 +45,9 @@ from bench.commands.allreduce.collectives import COLLECTIVES, Collective
 from bench.config import Device
 from bench.errors import BenchError
 from bench.models import MODELS
+from bench.records import store
 from bench.records.header import header, new_run_id
-from bench.records.results import hosts_of, write_json_new
+from bench.records.results import hosts_of
 from bench.run import parent_or_rank, rank_output
 from bench.tables import never_cut
 
@@ -238,7 +239,7 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
 
 def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environment: dict[str, Any]) -> dict:
     return {
-        **header(new_run_id(f"{cfg.op}-{cfg.backend}"), "allreduce"),
+        **header(new_run_id(f"{cfg.op}-{cfg.backend}"), store.Kind.ALLREDUCE),
         "config": {**asdict(cfg), "device": cfg.device.value},
         "launcher": info.launcher,
         "world_size": info.world_size,
@@ -252,7 +253,7 @@ def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environ
 def write(out_dir: Path, result: dict[str, Any]) -> Path:
     from rich.console import Console
 
-    path = write_json_new(out_dir / f"{result['run_id']}.json", result)
+    path = store.write(out_dir / f"{result['run_id']}.json", result)
     Console(file=sys.stdout).print(render(result))
     print(f"result: {path}")
     if not result["all_correct"]:
@@ -288,10 +289,7 @@ def render(result: dict[str, Any]):
 
 def load(path: str | Path) -> dict[str, Any]:
     """An allreduce result file, checked."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchError(f"cannot read allreduce result {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("kind") != "allreduce" or not data.get("rows"):
-        raise BenchError(f"{path} is not a bench allreduce result")
+    data = store.read(path, store.Kind.ALLREDUCE)
+    if not data.get("rows"):
+        raise BenchError(f"{path} is a bench allreduce record without rows")
     return data

@@ -36,7 +36,7 @@ from bench.commands.diagnose.report import markdown, terminal
 from bench.errors import BenchError
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
-from bench.records import files
+from bench.records import files, store
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.results import check_output_dir
 from bench.records.schema import validate_diagnose
@@ -147,11 +147,9 @@ def load_baseline(cfg: DiagnoseConfig) -> dict[str, Any] | None:
     if cfg.baseline is None:
         return None
     try:
-        data = json.loads(Path(cfg.baseline).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchError(f"cannot read baseline {cfg.baseline}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not isinstance(data, dict) or data.get("kind") != "diagnose-baseline":
-        raise BenchError(f"{cfg.baseline} is not a diagnose baseline (bench diagnose --save-baseline writes one)")
+        data = store.read(cfg.baseline, store.Kind.BASELINE)
+    except BenchError as exc:
+        raise BenchError(f"{exc} (bench diagnose --save-baseline writes a baseline)") from None
     if data.get("signature") != signature(cfg):
         differ = [k for k, v in signature(cfg).items() if data.get("signature", {}).get(k) != v]
         raise BenchError(f"baseline {cfg.baseline} was measured differently ({', '.join(differ)}): diagnose with "
@@ -290,7 +288,7 @@ class Diagnosis:
         self.findings += rules_mod.common_member(self.findings)
         self.findings += _throttled(self.figures["device"], self.findings)
         return {
-            **header(self.run_id, "diagnose", SCHEMA_VERSION),
+            **header(self.run_id, store.Kind.DIAGNOSE, SCHEMA_VERSION),
             "config": {**asdict(self.cfg), "rules": str(self.cfg.rules or rules_mod.DEFAULT_RULES)},
             "executor": self.exe.name, "nodes": list(self.cfg.nodes), "left_out": sorted(set(self.cfg.nodes) -
                                                                                         set(self.healthy)),
@@ -332,15 +330,14 @@ def _throttled(devices: dict[str, dict[str, Any]], found: list[dict[str, Any]]) 
 
 
 def baseline_record(record: dict[str, Any], cfg: DiagnoseConfig) -> dict[str, Any]:
-    return {"kind": "diagnose-baseline", "from_run": record["run_id"], "created_utc": record["created_utc"],
+    return {"kind": store.Kind.BASELINE.value, "from_run": record["run_id"], "created_utc": record["created_utc"],
             "nodes": record["nodes"], "signature": signature(cfg), "figures": record["figures"]}
 
 
 def write(record: dict[str, Any], folder: Path) -> Path:
     """diagnose.json and diagnose.md in ``folder``; the JSON's path."""
     validate_diagnose(record)
-    path = folder / "diagnose.json"
-    files.write_new(path, json.dumps(record, indent=2) + "\n")
+    path = store.write(folder / "diagnose.json", record)
     files.write_new(folder / "diagnose.md", markdown(record))
     return path
 
@@ -359,7 +356,7 @@ def diagnose(cfg: DiagnoseConfig) -> int:
         if not record["passed"]:
             print(f"baseline not saved: this run has findings ({cfg.save_baseline} needs a healthy run)")
         else:
-            files.write_new(Path(cfg.save_baseline), json.dumps(baseline_record(record, cfg), indent=2) + "\n")
+            store.write(Path(cfg.save_baseline), baseline_record(record, cfg))
             print(f"baseline: {cfg.save_baseline}")
     return 0 if record["passed"] else FINDINGS_EXIT
 
