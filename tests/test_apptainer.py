@@ -1,5 +1,5 @@
-"""The SIFs, for real: `make apptainer-test` sets up Apptainer (scripts/apptainer-up.sh), needs the CPU image
-from `make image-test`, and builds the SIF from that image (`make sif`) and from the generated definition file.
+"""The SIFs, for real: `make test-apptainer` sets up Apptainer (scripts/apptainer-up.sh), needs the CPU image
+from `make test-image`, and builds the SIF from that image (`make sif`) and from the generated definition file.
 
 Runs inside one container (self-spawned ranks), the batch scripts under sbatch (their srun starts every task
 as an `apptainer exec`; for the Horovod modes the host's PMIx and the container's Open MPI join them), a
@@ -67,7 +67,7 @@ SIF_CACHE = ["--cache", "frameworks"]
 
 @pytest.fixture(scope="module")
 def sif(host_env):
-    """The SIF of the CPU image (built by `make image-test`), as `make sif` builds it."""
+    """The SIF of the CPU image (built by `make test-image`), as `make sif` builds it."""
     SIF_DIR.mkdir(parents=True, exist_ok=True)
     SIF_DIR.chmod(0o755)
     out = SIF_DIR / "hvdbench-current-cpu.sif"

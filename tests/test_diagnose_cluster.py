@@ -3,7 +3,7 @@ CLUSTER_CPUS=0.4`), healthy and then broken on purpose: one node's CPU quota cut
 node's link capped (tc tbf), a host that does not exist. Each diagnose runs as users run it, `salloc -N4 bench
 diagnose` on the controller (or --hosts over ssh), and its record is read back from the shared folder.
 
-Its own tier (make diagnose-test): keyed by what diagnose runs (scripts/tier-cache.py), not by all of bench.
+Its own tier (make test-diagnose): keyed by what diagnose runs (scripts/tier-cache.py), not by all of bench.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""The CUDA image, built here without a GPU: `make image-cuda-test` builds it first (docker/Dockerfile.cuda).
+"""The CUDA image, built here without a GPU: `make test-image-cuda` builds it first (docker/Dockerfile.cuda).
 
 Its build already ran the self-test (Horovod's build check per environment, bench env --check, a 2-process CPU
 run of every mode); these tests check what a user meets: the message without a GPU, the two environments,
@@ -27,7 +27,7 @@ CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
 
 @pytest.fixture(scope="module")
 def dk():
-    return built_image(IMAGE, "image-cuda-test")
+    return built_image(IMAGE, "test-image-cuda")
 
 
 def run(dk, args, results: Path | None = None, timeout: int = 600, **options):

@@ -1,4 +1,4 @@
-"""The CPU image, for real: `make image-test` starts an engine and builds it first (docker/images.py).
+"""The CPU image, for real: `make test-image` starts an engine and builds it first (docker/images.py).
 
 Containers run through the Docker SDK; the two-node run through docker-compose and compose.yaml.
 """
@@ -25,7 +25,7 @@ CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
 
 @pytest.fixture(scope="module")
 def dk():
-    return built_image(IMAGE, "image-test")
+    return built_image(IMAGE, "test-image")
 
 
 def run(dk, args, results: Path | None = None, timeout: int = 600, **options):

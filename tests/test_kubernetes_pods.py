@@ -1,4 +1,4 @@
-"""The image's side of each Kubernetes contract, for real (make k8s-test): containers of the CPU image started as
+"""The image's side of each Kubernetes contract, for real (make test-k8s): containers of the CPU image started as
 the operators would start the pods of the manifests bench k8s renders (docs/kubernetes.md).
 
 No control plane can be installed here, so this file plays the operators' part, from their sources

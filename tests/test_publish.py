@@ -183,7 +183,7 @@ def registry():
 @pytest.fixture(scope="module")
 def published(registry, tmp_path_factory):
     """The CPU image through the publish path, as `make publish STACK=current FLAVOR=cpu` runs it (`make
-    image-test` built it through the same inputs, so every layer but the stamp is cached), pushed to the registry
+    test-image` built it through the same inputs, so every layer but the stamp is cached), pushed to the registry
     here: what publish.py wrote to --json."""
     record = tmp_path_factory.mktemp("publish") / "published.json"
     dk = images.client()
@@ -196,7 +196,7 @@ def published(registry, tmp_path_factory):
         yield json.loads(record.read_text())[0]
     finally:
         # Publishing built the stamped image under the local name too; the tiers after this one expect the image
-        # `make image-test` built (the SIFs and the cluster's nodes are keyed by its ID): give the name back.
+        # `make test-image` built (the SIFs and the cluster's nodes are keyed by its ID): give the name back.
         before.tag(*local.split(":"))
 
 

@@ -1,4 +1,4 @@
-"""`make sif-pull` for real (`make sif-pull-test`): the CPU image published to the registry here, pulled back by
+"""`make sif-pull` for real (`make test-sif-pull`): the CPU image published to the registry here, pulled back by
 digest into a SIF, and a run in it that names the digest.
 
 Its own tier, keyed by the pull path's files (scripts/tier-cache.py): the pull converts the whole image (about
