@@ -13,7 +13,7 @@ FLAVOR ?= cuda
 # the debootstrapped bookworm where no registry serves it; PyTorch's CPU wheel staged by docker/images.py).
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 
-.PHONY: help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -206,6 +206,12 @@ verify: venv ## every distributed mode against one process on the global batch (
 
 predict-published: venv ## the scaling model against Horovod's published efficiencies
 	$(VENV)/bin/bench predict --published $(ARGS)
+
+gpu-check-prepare: venv ## here, before a GPU check: the wheels and Horovod's sdist the GPU machine lacks, into .gpu-check/
+	scripts/gpu-check-prepare.sh .gpu-check $(PY)
+
+gpu-check: ## on a GPU machine: every GPU path of bench, into OUT (default results/gpu-check): docs/gpu-check.md
+	scripts/gpu-check.sh $(if $(SHORT),--short) $(or $(OUT),results/gpu-check)
 
 clean: ## remove the venv and the caches of pytest and ruff
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

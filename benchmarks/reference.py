@@ -18,8 +18,8 @@ both alike:
   (slowest rank per window) is shown beside it.
 
 Ratio = bench / reference per repeat (bench run i against reference run i); the table gives the median
-ratio and its range. Goal: >= 0.99. Each run's device is the CPU here (``--no-cuda``; bench ``--device``
-follows the machine: pass ``-- --device cpu`` to force it).
+ratio and its range. Goal: >= 0.99. Both run on the CPU (the scripts' ``--no-cuda``, bench's ``--device cpu``),
+or with ``--cuda`` on the GPUs (scripts/gpu-check.sh).
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ SCRIPT_MODEL = {"tf": {"vgg16": "VGG16", "resnet50": "ResNet50"}, "torch": {"vgg
 
 
 def run_reference(fw: str, model: str, batch: int, np: int, a) -> float:
-    cmd = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(np), "--gloo", sys.executable,
-           str(REFERENCE[fw]), "--model", SCRIPT_MODEL[fw][model], "--batch-size", str(batch), "--no-cuda",
+    horovodrun = Path(sys.executable).parent / "horovodrun"
+    cmd = [str(horovodrun) if horovodrun.exists() else "horovodrun", "-np", str(np), "--gloo", sys.executable,
+           str(REFERENCE[fw]), "--model", SCRIPT_MODEL[fw][model], "--batch-size", str(batch),
+           *([] if a.cuda else ["--no-cuda"]),
            "--num-warmup-batches", str(a.warmup), "--num-batches-per-iter", str(a.batches_per_iter),
            "--num-iters", str(a.iters)]
     # The scripts import bench only for torch models when torchvision is missing.
@@ -62,7 +64,8 @@ def run_bench(fw: str, model: str, batch: int, np: int, a, out: Path) -> tuple[f
     before = set(out.glob("*.json"))
     cmd = [sys.executable, "-m", "bench", MODE[fw], "--np", str(np), "--model", model, "--image-size", "224",
            "--batch-size", str(batch), "--warmup-steps", str(a.warmup), "--steps-per-window",
-           str(a.batches_per_iter), "--windows", str(a.iters), "--output", str(out), *a.bench_args]
+           str(a.batches_per_iter), "--windows", str(a.iters), "--output", str(out), "--device",
+           "cuda" if a.cuda else "cpu", *a.bench_args]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"bench {MODE[fw]} {model} b{batch} np{np} failed:\n{r.stdout[-2000:]}{r.stderr[-3000:]}")
@@ -83,6 +86,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--batches-per-iter", type=int, default=2)
     p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--cuda", action="store_true", help="on the GPUs: the scripts without --no-cuda, bench with "
+                   "--device cuda (default: both on the CPU)")
     p.add_argument("--json", type=Path, help="also write every measurement here")
     p.add_argument("bench_args", nargs="*", help="extra options for bench (after --)")
     a = p.parse_args()

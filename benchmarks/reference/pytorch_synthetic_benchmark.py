@@ -15,9 +15,10 @@ try:
 except ImportError:  # hvdbench change 1
     import types
 
-    from bench.models.torch_models import build
+    from bench.models import model
 
-    models = types.SimpleNamespace(**{n: (lambda n=n: build(n)) for n in ('vgg16', 'vgg19', 'resnet50', 'resnet101')})
+    models = types.SimpleNamespace(**{n: (lambda n=n: model(n).build_torch(1000))
+                                      for n in ('vgg16', 'vgg19', 'resnet50', 'resnet101')})
 import horovod.torch as hvd
 import timeit
 import numpy as np

@@ -1,0 +1,94 @@
+"""The GPU check's summary table (scripts/gpu-check.sh): every step's exit, the measured peaks, every run's
+throughput, MFU, power and energy, Horovod against its own script, and bench verify, as Markdown on stdout.
+
+    python scripts/gpu_check_summary.py RESULTS STATUS_TSV
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from bench.records import store
+from bench.records.collect import load_results
+
+
+def _f(value, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _traffic(result: dict) -> str:
+    """The interface counters against the computed bytes: the ratio, or why there is none (NCCL's paths)."""
+    measured = (result.get("traffic") or {}).get("measured") or {}
+    computed = ((result.get("traffic") or {}).get("computed") or {}).get("bytes_per_step")
+    if not measured or not computed:
+        return "-"
+    if not measured.get("comparable", True):
+        return "not comparable (NCCL)"
+    return f"{measured['bytes_per_step'] / computed:.3f}"
+
+
+def records(folder: Path, kind: store.Kind) -> list[dict]:
+    found = []
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            found.append(store.read(path, kind))
+        except Exception:  # another kind, or not a record
+            continue
+    return found
+
+
+def main() -> None:
+    results, status = Path(sys.argv[1]), Path(sys.argv[2])
+    md = ["# GPU check", ""]
+    runs = load_results([results], []) if list(results.glob("*.json")) else []
+    if runs:
+        env = runs[0]["environment"]
+        torch = env.get("torch") or {}
+        gpus = (env.get("nvml") or {}).get("gpus") or []
+        md += [f"Host {env.get('hostname')}: {len(gpus)} GPU(s) {', '.join(sorted({g.get('name', '?') for g in gpus}))}"
+               f"{', driver ' + str(gpus[0].get('driver')) if gpus and gpus[0].get('driver') else ''}; "
+               f"torch {torch.get('version')}, CUDA {torch.get('cuda')}, cuDNN {torch.get('cudnn')}, "
+               f"NCCL {torch.get('nccl')}.", ""]
+    md += ["## Steps", "", "| step | exit | seconds | first error line |", "|---|---|---|---|"]
+    for line in status.read_text().splitlines() if status.exists() else []:
+        name, rc, seconds, *error = line.split("\t")
+        md.append(f"| {name} | {'ok' if rc == '0' else rc} | {seconds} | {(error or [''])[0]} |")
+    peaks = records(results, store.Kind.PEAK)
+    if peaks:
+        md += ["", "## Measured peak (bench peak)", "", "| device | precision | TFLOP/s |", "|---|---|---|"]
+        md += [f"| {p['device']} | {p['precision']} | {p['peak_tflops']:.4g} |" for p in peaks]
+    if runs:
+        md += ["", "## Runs", "", "| mode | model | precision | layout | np | samples/s total | per GPU | MFU measured "
+               "| MFU spec | W total | J/sample | throttled | GPUs sampled | traffic check |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(runs, key=lambda r: (r["config"]["model"], r["mode"], r["config"]["precision"],
+                                             r["world_size"])):
+            c, s, t, u = r["config"], r["summary"], r["telemetry"], r.get("utilisation") or {}
+            md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | "
+                      f"{'channels-last' if c.get('channels_last') else '-'} | {r['world_size']} | "
+                      f"{s['samples_per_sec_total']:.1f} | {s['samples_per_sec_per_gpu']:.1f} | "
+                      f"{_f(u.get('mfu_measured') and 100 * u['mfu_measured'])}% | "
+                      f"{_f(u.get('mfu_spec') and 100 * u['mfu_spec'])}% | {_f(t.get('power_w_mean_total'))} | "
+                      f"{_f(t.get('energy_per_sample_j'), '.3g')} | {t.get('throttled', '-')} | "
+                      f"{t.get('gpus_sampled', '-')} of {r['world_size']} | {_traffic(r)} |")
+    reference = results / "reference.json"
+    if reference.exists():
+        md += ["", "## torch-horovod against Horovod's own PyTorch benchmark (alternated)", "",
+               "| model | batch | np | bench img/s/rank | reference img/s/rank | ratio median | ratio range |",
+               "|---|---|---|---|---|---|---|"]
+        for row in json.loads(reference.read_text()):
+            ratios = row["ratios"]
+            md.append(f"| {row['model']} | {row['batch']} | {row['np']} | {statistics.median(row['bench_rank0']):.1f} "
+                      f"| {statistics.median(row['reference']):.1f} | {statistics.median(ratios):.3f} "
+                      f"| {min(ratios):.3f}-{max(ratios):.3f} |")
+    for v in records(results, store.Kind.VERIFY):
+        md += ["", f"## bench verify: {'PASS' if v['passed'] else 'FAIL'}", ""]
+        md += [f"- {m.get('label', m.get('mode'))}: {m['status']}" for m in v["modes"]]
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
