@@ -120,9 +120,9 @@ def test_write_without_rename_either(tmp_path, monkeypatch):
 
     no_hard_links(monkeypatch)
     monkeypatch.setattr(os, "replace", lambda *_: (_ for _ in ()).throw(OSError(1, "refused")))
-    from bench.records.results import write_json_new
+    from bench.records import store
 
-    path = write_json_new(tmp_path / "r.json", {"a": 1})
+    path = store.write(tmp_path / "r.json", {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
@@ -130,7 +130,7 @@ def test_a_result_the_folder_cannot_take_goes_to_the_fallback(tmp_path, monkeypa
     import errno
     import os
 
-    from bench.records.results import write_json_new
+    from bench.records import store
 
     out, spare = tmp_path / "out", tmp_path / "spare"
     out.mkdir()
@@ -144,7 +144,7 @@ def test_a_result_the_folder_cannot_take_goes_to_the_fallback(tmp_path, monkeypa
     monkeypatch.setattr("tempfile.mkstemp", full)
     monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(spare))
     with pytest.raises(BenchError, match=f"No space left on device.*saved to {spare}/r.json instead"):
-        write_json_new(out / "r.json", {"a": 1})
+        store.write(out / "r.json", {"a": 1})
     assert json.loads((spare / "r.json").read_text()) == {"a": 1}
     assert not os.listdir(out)
 
