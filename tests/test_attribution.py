@@ -37,12 +37,15 @@ def test_the_parts_add_up_and_the_hidden_share_is_clipped():
 
 
 def test_the_step_and_the_compute_are_the_same_statistic():
-    """Numbers issue, finding 12: exposed_s was a median window minus a fastest compute step, so a rank whose
-    windows varied showed exchange time it never spent; now both are the fastest (a rank's own pace)."""
-    r = rank(0, 0.30, 0.35)
-    r["window_s"] = [0.70, 1.30, 0.90]  # one window disturbed (0.65 s a step): the fastest is 0.35 s a step
-    (p,) = attribution.build([r], 2)["per_rank"]
-    assert p["step_s"] == pytest.approx(0.35) and p["exposed_s"] == pytest.approx(0.05)
+    """Numbers issue, finding 12: exposed_s was a median window minus a fastest compute step, so a job whose
+    windows varied showed exchange time it never spent; now both are the fastest, and the step is the job's
+    (each window as long as its slowest rank's), the same for every rank."""
+    a, b = rank(0, 0.30, 0.35), rank(1, 0.31, 0.35)
+    a["window_s"] = [0.70, 1.30, 0.90]  # one window disturbed (0.65 s a step)
+    b["window_s"] = [0.74, 1.10, 0.72]
+    first, second = attribution.build([a, b], 2)["per_rank"]
+    assert first["step_s"] == second["step_s"] == pytest.approx(0.37)  # window 1: max(0.70, 0.74) / 2
+    assert first["exposed_s"] == pytest.approx(0.07) and second["exposed_s"] == pytest.approx(0.06)
 
 
 def test_a_straggler_is_named_only_beyond_the_threshold():

@@ -16,9 +16,9 @@ pace, never a wait for another rank. Per rank, in seconds per step::
 
     compute_s   = the fastest compute-only step
     exchange_s  = the fastest exchange-only step
-    step_s      = fastest timed window / steps per window       (the headline windows: the same statistic as
-                                                                  compute_s, so the difference below is one
-                                                                  pace minus another)
+    step_s      = fastest timed window of the job / steps per window   (a window of the job lasts as long as
+                  its slowest rank's; the fastest of those, the same statistic as compute_s, so the difference
+                  below is one pace minus another; the same for every rank, as a synchronous step is)
     exposed_s   = max(0, step_s - compute_s)   the part of a step the rank spends on, or waiting in, the exchange
     hidden_share = 1 - exposed_s / exchange_s, clipped to [0, 1]
                  the share of the exchange that the backward pass hid (1: all of it, 0: none)
@@ -58,7 +58,8 @@ DEFINITIONS = {
     "compute_s": "seconds per step with the gradient exchange skipped (the fastest compute-only step)",
     "exchange_s": "seconds per gradient exchange alone, same tensors and communicator (the fastest exchange-only "
                   "step)",
-    "step_s": "seconds per step in the timed windows (fastest window / steps per window)",
+    "step_s": "seconds per step in the timed windows (the job's fastest window, each window as long as its slowest "
+              "rank's, / steps per window)",
     "exposed_s": "max(0, step_s - compute_s): the step's time in, or waiting for, the exchange",
     "hidden_share": "1 - exposed_s / exchange_s, clipped to [0, 1]: the share of the exchange hidden by compute",
     "straggler": f"the rank whose compute_s exceeds the other ranks' median by more than "
@@ -112,6 +113,11 @@ def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
             "cost_s": time.perf_counter() - t_begin}
 
 
+def job_step(ranks: list[dict[str, Any]], steps_per_window: int) -> float:
+    """The job's fastest timed window (each as long as its slowest rank's) per step: the step every rank shares."""
+    return min(max(times) for times in zip(*(r["window_s"] for r in ranks), strict=True)) / steps_per_window
+
+
 def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] | None:
     """The result's ``attribution`` section from every rank's record (None: not asked for)."""
     raw = [r.get("attribution") for r in ranks]
@@ -121,11 +127,11 @@ def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] 
     if reasons or any(a is None for a in raw):
         return {"measured": False, "reason": "; ".join(sorted(reasons)) or "not every rank measured it",
                 "definitions": DEFINITIONS}
+    step = job_step(ranks, steps_per_window)
     per_rank = []
     for r, a in zip(ranks, raw, strict=True):
         compute = min(a["compute_step_s"])
         exchange = min(a["exchange_step_s"])
-        step = min(r["window_s"]) / steps_per_window  # the fastest, as compute_s and exchange_s are
         exposed = max(0.0, step - compute)
         hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
         per_rank.append({"rank": r["rank"], "host": r["host"], "device": r["device"], "compute_s": compute,

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchError
+from bench.measure.attribution import job_step
 from bench.measure.stats import ratio_of_totals
 from bench.models import MODELS
 
@@ -137,7 +138,7 @@ class RankAttribution(_RankOf):
     """One rank's step, taken apart (bench.measure.attribution); seconds per step."""
     compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
     exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
-    step_s: float = Field(description="per step in the timed windows (fastest window / steps per window)")
+    step_s: float = Field(description="per step in the timed windows (the job's fastest window / steps per window)")
     exposed_s: float = Field(description="max(0, step_s - compute_s): time in, or waiting for, the exchange")
     exposed_clipped: bool = Field(False, description="step_s < compute_s (noise above the exchange): exposed_s is 0")
     hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
@@ -322,8 +323,8 @@ def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(attribution, dict) and attribution.get("per_rank") and samples.get("steps_per_window"):
         # step_s was the median window, exposed_s could go negative: both as bench.measure.attribution has them now
         ranks = []
+        step = job_step([{"window_s": w} for w in windows], samples["steps_per_window"])
         for entry in attribution["per_rank"]:
-            step = min(windows[entry["rank"]]) / samples["steps_per_window"]
             exposed = max(0.0, step - entry["compute_s"])
             hidden = (min(1.0, max(0.0, 1.0 - exposed / entry["exchange_s"])) if entry["exchange_s"] > 0 else None)
             ranks.append(dict(entry, step_s=step, exposed_s=exposed, hidden_share=hidden,
