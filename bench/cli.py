@@ -7,26 +7,27 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.exceptions import TyperException
 
 import bench.run
 from bench import __version__, plugins
-from bench.commands import allreduce, predict
+from bench.commands import allreduce, predict, verify
 from bench.commands import kubernetes as k8s
-from bench.commands.allreduce.common import FRAMEWORK_OF
 from bench.commands.compare import compare, regressions
-from bench.commands.diagnose import DiagnoseConfig, diagnose, resolve_nodes
+from bench.commands.diagnose import DiagnoseConfig
+from bench.commands.diagnose import main as diagnose_main
 from bench.commands.report import write_report
 from bench.commands.sweep import SweepConfig, load_sweep, parse_list, run_sweep
-from bench.commands.verify import EXPECTED_DIFFERENCES, FRAMEWORK_NAMES, VerifyConfig, reasons, render, run_verify
-from bench.config import PLUGIN_OPTIONS, RunConfig, option_specs
+from bench.commands.verify import VerifyConfig
+from bench.config import PLUGIN_OPTIONS, RunConfig, declared, option_specs
 from bench.deps import missing_message
-from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
+from bench.errors import BenchError, Stopped
 from bench.kinds import Device, Precision
 from bench.launching import envs, supervise
 from bench.launching.detect import detect
@@ -74,6 +75,36 @@ def option_parameters(only_sweep: bool = False) -> list[inspect.Parameter]:
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                         annotation=Annotated[type_, typer.Option(*decls, help=text)]))
     return params
+
+
+def command_parameters(cls: type) -> list[inspect.Parameter]:
+    """The typer parameters of every option a command's configuration dataclass declares (bench.config.option):
+    its help, its flag, and for an option the command line writes as text (a list, a size) the text's default."""
+    params = []
+    for name, type_, default, how in declared(cls):
+        if how.parse is not None:
+            type_ = str | None if default is None else str
+            default = default if how.shown is None else how.shown
+        decls = [how.flag] if how.flag else []
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                        annotation=Annotated[type_, typer.Option(*decls, help=how.help)]))
+    return params
+
+
+def declared_command(name: str, cls: type, main: Callable[[Any], int | None], help: str) -> None:
+    """Register ``bench NAME``: its flags are ``cls``'s declared options, its body builds the configuration
+    (validated on construction) and hands it to ``main``, which renders its own output; an int it returns is the
+    exit status."""
+    parsers = {field: how.parse for field, _, _, how in declared(cls) if how.parse is not None}
+
+    def command(**options: Any) -> None:
+        values = {k: parsers[k](v) if k in parsers and isinstance(v, str) else v for k, v in options.items()}
+        code = main(cls(**values))
+        if code:
+            raise typer.Exit(code)
+
+    command.__signature__ = inspect.Signature(command_parameters(cls))
+    app.command(name, help=help)(command)
 
 
 def config_arguments(values: dict) -> dict:
@@ -217,145 +248,12 @@ def compare_command(
                              f"(more than {max_regression:g}% allowed)")
 
 
-@app.command("verify")
-def verify_command(
-    framework: Annotated[str, typer.Option(help="torch, tf or both (both adds PyTorch vs TensorFlow).")] = "both",
-    modes: Annotated[str, typer.Option(help="Comma-separated subset, e.g. torch-ddp,tf-native:ps "
-                                       "(default: every distributed mode of the framework).")] = "",
-    model: Annotated[str, typer.Option(help="A model without batch normalisation: vgg16, vgg19, transformer-small, "
-                                       "transformer-base.")] = "vgg16",
-    steps: Annotated[int, typer.Option(help="Training steps per run.")] = 3,
-    np: Annotated[int, typer.Option("--np", help="Ranks of the distributed runs.")] = 2,
-    batch_size: Annotated[int, typer.Option(help="Images per rank per step.")] = 2,
-    image_size: Annotated[int | None, typer.Option(help="Square image side (image models; default 32).")] = None,
-    seq_len: Annotated[int | None, typer.Option(help="Tokens per sequence (text models; default 8).")] = None,
-    num_classes: Annotated[int, typer.Option(help="Classifier outputs.")] = 10,
-    device: Annotated[Device, typer.Option(help="Where the runs train.")] = Device.auto,
-    seed: Annotated[int, typer.Option(help="Seed for weights and data.")] = 42,
-    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Compress gradients to fp16 (modes "
-                                                 "that can); the tolerance widens.")] = False,
-    sparse_embeddings: Annotated[bool, typer.Option("--sparse-embeddings", help="Text models: an untied output "
-                                                    "projection and a sparse embedding gradient.")] = False,
-    sparse_as_dense: Annotated[bool, typer.Option("--sparse-as-dense", help="With --sparse-embeddings: reduce "
-                                                  "it as a dense tensor.")] = False,
-    tolerance: Annotated[float | None, typer.Option(help="Max difference as a fraction of the reference's own "
-                                                    "update (default 1e-3; 1e-2 with --fp16-allreduce).")] = None,
-    fault: Annotated[str | None, typer.Option(help="Inject a bug to prove the check fails: skip-allreduce.")] = None,
-    cross: Annotated[bool, typer.Option("--cross/--no-cross", help="With --framework both, also PyTorch vs "
-                                        "TensorFlow from the same weights.")] = True,
-    output: Annotated[str, typer.Option(help="Directory for verify-<id>.json.")] = "results",
-    keep_params: Annotated[bool, typer.Option("--keep-params", help="Keep the parameter snapshots (.npz).")] = False,
-) -> None:
-    """Check that every distributed mode trains what one process trains on the global batch (exit 1 on FAIL)."""
-    from rich.console import Console
-
-    if framework in FRAMEWORK_NAMES:
-        envs.enter(FRAMEWORK_NAMES[framework])
-    elif framework == "both" and envs.split():
-        raise BenchError("PyTorch and TensorFlow live in separate environments here (the CUDA image): run "
-                         "bench verify --framework torch and --framework tf; the PyTorch-vs-TensorFlow check needs "
-                         "both in one environment (the CPU image or the local venv)")
-
-    vc = VerifyConfig(framework=framework, modes=tuple(parse_list(modes)), model=model, steps=steps, np=np,
-                      batch_size=batch_size, image_size=image_size, seq_len=seq_len, num_classes=num_classes,
-                      device=device, seed=seed,
-                      fp16_allreduce=fp16_allreduce, sparse_embeddings=sparse_embeddings,
-                      sparse_as_dense=sparse_as_dense, tolerance=tolerance, fault=fault, cross=cross, output=output,
-                      keep_params=keep_params)
-    report, path = run_verify(vc)
-    console = Console()
-    console.print(render(report))
-    for line in reasons(report):
-        console.print(line, highlight=False)
-    console.print("Expected sources of difference: " + "; ".join(EXPECTED_DIFFERENCES) + ".")
-    console.print(f"verify: {path}")
-    failed = [r["mode"] for r in report["modes"] if r["status"] == "FAIL"]
-    if report["cross_framework"] and report["cross_framework"]["status"] == "FAIL":
-        failed.append("torch vs tf")
-    if failed:
-        raise BenchError(f"verify FAILED for {', '.join(failed)} (see {path})")
-
-
-@app.command("diagnose")
-def diagnose_command(
-    mode: Annotated[str, typer.Option(help="The mode of the devices and job phases.")] = "torch-ddp",
-    run_args: Annotated[str, typer.Option(help="More arguments of those runs, as one string (e.g. '--model "
-                                          "resnet50 --image-size 32 --batch-size 4').")] = "",
-    phases: Annotated[str, typer.Option(help="Comma-separated: devices, network, job.")] = "devices,network,job",
-    hosts: Annotated[str | None, typer.Option(help="Comma-separated nodes, without Slurm (ssh, mpirun -H); "
-                                              "default: the Slurm allocation's.")] = None,
-    devices_per_node: Annotated[int, typer.Option(help="Devices (GPUs, or 1 on CPU) per node.")] = 1,
-    pairs: Annotated[str, typer.Option(help="Node pairs of the network phase: all, ring, or auto (all up to 8 "
-                                       "nodes).")] = "auto",
-    backend: Annotated[str, typer.Option(help="bench allreduce backend of the network phase.")] = "torch",
-    small_bytes: Annotated[str, typer.Option(help="The network phase's latency size.")] = "4K",
-    large_bytes: Annotated[str, typer.Option(help="Its bandwidth size (a multiple of the small one).")] = "64M",
-    samples: Annotated[int, typer.Option(help="Timed samples per size and pair.")] = 3,
-    attribution_steps: Annotated[int, typer.Option(help="Attribution steps of each kind in the job phase (the "
-                                                   "fastest counts).")] = 5,
-    rules: Annotated[str | None, typer.Option(
-        help="A rules file (default: bench/commands/diagnose/rules.toml).")] = None,
-    baseline: Annotated[str | None, typer.Option(help="Hold every figure against this saved baseline too.")] = None,
-    save_baseline: Annotated[str | None, typer.Option(help="Save this run's figures as a baseline (a run without "
-                                                      "findings only; never overwritten).")] = None,
-    output: Annotated[str, typer.Option(help="Directory (seen by every node) for diagnose-<stamp>/.")] = "results",
-    step_timeout: Annotated[float, typer.Option(help="Seconds one phase's command may take.")] = 900.0,
-    port: Annotated[int, typer.Option(help="With --hosts: torch.distributed's rendezvous port.")] = 29500,
-) -> None:
-    """Find the slow node, device or link: devices alone, node pairs, the full job; rules over the figures
-    (exit 3 when one finds an error)."""
-    import shlex
-
-    host_list = tuple(parse_list(hosts)) if hosts else None
-    try:
-        extra = tuple(shlex.split(run_args))
-    except ValueError as exc:
-        raise BenchError(f"--run-args: {exc}") from None
-    cfg = DiagnoseConfig(mode=mode, run_args=extra, phases=tuple(parse_list(phases)), hosts=host_list,
-                         devices_per_node=devices_per_node, pairs=pairs, backend=backend,
-                         small_bytes=allreduce.parse_bytes(small_bytes),
-                         large_bytes=allreduce.parse_bytes(large_bytes), samples=samples,
-                         attribution_steps=attribution_steps, rules=rules, baseline=baseline,
-                         save_baseline=save_baseline, output=output, step_timeout=step_timeout, port=port,
-                         nodes=resolve_nodes(host_list))
-    old = stop_on_signals()
-    try:
-        code = diagnose(cfg)
-    finally:
-        restore_handlers(old)
-    raise typer.Exit(code)
-
-
-@app.command("allreduce")
-def allreduce_command(
-    backend: Annotated[str, typer.Option(help="torch, horovod-torch, horovod-tf or tf.")] = "torch",
-    op: Annotated[str, typer.Option(help="allreduce (dense gradients), allgather (sparse gradients: the size is "
-                                    "each rank's contribution) or alltoall (a sharded table's rows, torch-hybrid: "
-                                    "the size is each rank's buffer).")] = "allreduce",
-    np: Annotated[int | None, typer.Option("--np", help="Ranks to spawn when no launcher is around "
-                                           "(default: every GPU, else 2).")] = None,
-    min_bytes: Annotated[str, typer.Option(help="Smallest message (4K, 1M, ...).")] = "4K",
-    max_bytes: Annotated[str, typer.Option(help="Largest power-series message.")] = "256M",
-    factor: Annotated[int, typer.Option(help="Size multiplier between messages.")] = 4,
-    models: Annotated[str, typer.Option(help="Also each of these models' fp32 gradient size (comma-separated; "
-                                        "empty for none).")] = "vgg16,resnet101,inception3",
-    warmup: Annotated[int, typer.Option(help="Untimed operations per size.")] = 2,
-    samples: Annotated[int, typer.Option(help="Timed samples per size.")] = 5,
-    target_sample_s: Annotated[float, typer.Option(help="Seconds one sample should last.")] = 0.2,
-    device: Annotated[Device, typer.Option(help="Where the buffers live.")] = Device.auto,
-    output: Annotated[str, typer.Option(help="Directory for the result JSON.")] = "results",
-    rendezvous_timeout: Annotated[float, typer.Option(help="Seconds to wait for all ranks to meet.")] = 120.0,
-) -> None:
-    """Allreduce (or allgather, all-to-all) microbenchmark over message sizes: time, algbw and busbw (nccl-tests
-    definitions)."""
-    if backend in FRAMEWORK_OF:
-        envs.enter(FRAMEWORK_OF[backend])
-
-    allreduce.run(allreduce.AllreduceConfig(backend=backend, op=op, np=np, min_bytes=allreduce.parse_bytes(min_bytes),
-                        max_bytes=allreduce.parse_bytes(max_bytes),
-                        factor=factor, models=tuple(parse_list(models)), warmup=warmup, samples=samples,
-                        target_sample_s=target_sample_s, device=device, output=output,
-                        rendezvous_timeout=rendezvous_timeout))
+declared_command("verify", VerifyConfig, verify.main, "Check that every distributed mode trains what one process "
+                 "trains on the global batch (exit 1 on FAIL).")
+declared_command("diagnose", DiagnoseConfig, diagnose_main, "Find the slow node, device or link: devices alone, "
+                 "node pairs, the full job; rules over the figures (exit 3 when one finds an error).")
+declared_command("allreduce", allreduce.AllreduceConfig, allreduce.main, "Allreduce (or allgather, all-to-all) "
+                 "microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions).")
 
 
 @app.command("predict")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -53,11 +56,39 @@ class Option:
     positive: bool = False  # numbers: must be > 0
     unit: str = ""  # said after the bound in the error line ("seconds")
     sweep: bool = False  # `bench sweep` takes it and passes it to every cell
+    parse: Callable[[str], Any] | None = None  # the command line's text -> the field's value (a list, a size)
+    shown: str | None = None  # with parse: the default as the command line writes it ("4K", "a,b")
 
 
 def option(default: Any, help: str, **how: Any) -> Any:
-    """A RunConfig field that is also a command-line option (see :class:`Option`)."""
+    """A field of a command's configuration (RunConfig, and every other command's) that is also a command-line
+    option of that command (see :class:`Option`): the one place it is declared."""
     return field(default=default, metadata={"option": Option(help, **how)})
+
+
+def declared(cls: type) -> list[tuple[str, Any, Any, Option]]:
+    """(name, type, default, declaration) of every option a configuration dataclass declares, in field order:
+    what a command's flags are built from (bench.cli.command_parameters)."""
+    hints = typing.get_type_hints(cls)
+    return [(f.name, hints[f.name], f.default, f.metadata["option"]) for f in dataclasses.fields(cls)
+            if "option" in f.metadata]
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list on the command line: 'a, b,' -> ('a', 'b')."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
+
+
+def byte_size(text: str) -> int:
+    """'4K' -> 4096, '256M' -> 268435456, '553430176' -> 553430176 (binary units, as nccl-tests' -b/-e)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise BenchError(f"cannot read '{text}' as a size (examples: 4096, 4K, 256M, 1G)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 @dataclass(frozen=True)
@@ -244,12 +275,7 @@ def cli_options() -> dict[str, Option]:
 
 def option_specs() -> list[tuple[str, Any, Any, Option]]:
     """(name, type, default, declaration) of every run option, for the commands that build flags from them."""
-    import typing
-
-    hints = typing.get_type_hints(RunConfig)
-    specs = [(f.name, hints[f.name], f.default, f.metadata["option"]) for f in dataclasses.fields(RunConfig)
-             if "option" in f.metadata]
-    return specs + [(p.name, p.type, p.default, p.option) for p in PLUGIN_OPTIONS.values()]
+    return declared(RunConfig) + [(p.name, p.type, p.default, p.option) for p in PLUGIN_OPTIONS.values()]
 
 
 def command_line(cfg: RunConfig) -> list[str]:

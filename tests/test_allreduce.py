@@ -7,7 +7,8 @@ import sys
 import pytest
 from conftest import bench, run
 
-from bench.commands.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes, parse_bytes
+from bench.commands.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes
+from bench.config import byte_size as parse_bytes
 from bench.errors import BenchError
 
 

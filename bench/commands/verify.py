@@ -50,10 +50,11 @@ from typing import Any
 from bench.commands.snapshots import differences, identical, load_parameters
 from bench.commands.sweep import last_error, run_cell
 from bench.commands.verify_cross import cross_framework
-from bench.config import Device, RunConfig, check_option, cli_options
+from bench.config import Device, RunConfig, check_option, cli_options, comma_list, option
 from bench.distributed import hvdist
 from bench.errors import BenchError, MissingDependency, restore_handlers, stop_on_signals
 from bench.hooks import FAULTS, Hooks
+from bench.launching import envs
 from bench.launching.detect import detect
 from bench.launching.slurm import inside_allocation, srun_command
 from bench.models import MODELS
@@ -71,25 +72,33 @@ FP16_TOLERANCE = 1e-2  # of_update with --fp16-allreduce (measured: ~4e-4 after 
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    framework: str = "both"  # torch | tf | both
-    modes: tuple[str, ...] = ()  # default: every distributed mode of the framework(s)
-    model: str = "vgg16"
-    steps: int = 3
-    np: int = 2
-    batch_size: int = 2
-    image_size: int | None = None  # image models (default 32)
-    seq_len: int | None = None  # text models (default 8)
-    num_classes: int = 10
-    device: Device = Device.auto
-    seed: int = 42
-    fp16_allreduce: bool = False
-    sparse_embeddings: bool = False  # text models: untied, sparse embedding gradient
-    sparse_as_dense: bool = False
-    tolerance: float | None = None
-    fault: str | None = None
-    cross: bool = True  # the PyTorch vs TensorFlow loss trajectory (framework both)
-    output: str = "results"
-    keep_params: bool = False
+    """bench verify's configuration: each option declared once, here (the command's flags come from it)."""
+    framework: str = option("both", "torch, tf or both (both adds PyTorch vs TensorFlow).")
+    modes: tuple[str, ...] = option((), "Comma-separated subset, e.g. torch-ddp,tf-native:ps (default: every "
+                                    "distributed mode of the framework).", parse=comma_list, shown="")
+    model: str = option("vgg16", "A model without batch normalisation: vgg16, vgg19, transformer-small, "
+                        "transformer-base.")
+    steps: int = option(3, "Training steps per run.")
+    np: int = option(2, "Ranks of the distributed runs.", flag="--np")
+    batch_size: int = option(2, "Images per rank per step.")
+    image_size: int | None = option(None, "Square image side (image models; default 32).")
+    seq_len: int | None = option(None, "Tokens per sequence (text models; default 8).")
+    num_classes: int = option(10, "Classifier outputs.")
+    device: Device = option(Device.auto, "Where the runs train.")
+    seed: int = option(42, "Seed for weights and data.")
+    fp16_allreduce: bool = option(False, "Compress gradients to fp16 (modes that can); the tolerance widens.",
+                                  flag="--fp16-allreduce")
+    sparse_embeddings: bool = option(False, "Text models: an untied output projection and a sparse embedding "
+                                     "gradient.", flag="--sparse-embeddings")
+    sparse_as_dense: bool = option(False, "With --sparse-embeddings: reduce it as a dense tensor.",
+                                   flag="--sparse-as-dense")
+    tolerance: float | None = option(None, "Max difference as a fraction of the reference's own update (default "
+                                     "1e-3; 1e-2 with --fp16-allreduce).")
+    fault: str | None = option(None, "Inject a bug to prove the check fails: skip-allreduce.")
+    cross: bool = option(True, "With --framework both, also PyTorch vs TensorFlow from the same weights.",
+                         flag="--cross/--no-cross")
+    output: str = option("results", "Directory for verify-<id>.json.")
+    keep_params: bool = option(False, "Keep the parameter snapshots (.npz).", flag="--keep-params")
 
     def __post_init__(self) -> None:
         if self.framework not in ("torch", "tf", "both"):
@@ -299,6 +308,30 @@ EXPECTED_DIFFERENCES = [
     "--fp16-allreduce rounds each gradient to 11 significant bits (about 5e-4 relative) before averaging",
     "PyTorch vs TensorFlow: different convolution and reduction kernels round differently",
 ]
+
+
+def main(vc: VerifyConfig) -> None:
+    """`bench verify`: in the framework's environment, every run; the table, the reasons, exit 1 on FAIL."""
+    from rich.console import Console
+
+    if vc.framework in FRAMEWORK_NAMES:
+        envs.enter(FRAMEWORK_NAMES[vc.framework])
+    elif vc.framework == "both" and envs.split():
+        raise BenchError("PyTorch and TensorFlow live in separate environments here (the CUDA image): run "
+                         "bench verify --framework torch and --framework tf; the PyTorch-vs-TensorFlow check needs "
+                         "both in one environment (the CPU image or the local venv)")
+    report, path = run_verify(vc)
+    console = Console()
+    console.print(render(report))
+    for line in reasons(report):
+        console.print(line, highlight=False)
+    console.print("Expected sources of difference: " + "; ".join(EXPECTED_DIFFERENCES) + ".")
+    console.print(f"verify: {path}")
+    failed = [r["mode"] for r in report["modes"] if r["status"] == "FAIL"]
+    if report["cross_framework"] and report["cross_framework"]["status"] == "FAIL":
+        failed.append("torch vs tf")
+    if failed:
+        raise BenchError(f"verify FAILED for {', '.join(failed)} (see {path})")
 
 
 def render(report: dict[str, Any]):

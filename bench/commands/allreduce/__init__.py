@@ -33,7 +33,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import re
 import socket
 import statistics
 import sys
@@ -42,8 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.commands.allreduce.collectives import COLLECTIVES, Collective
-from bench.config import Device
+from bench.commands.allreduce.common import FRAMEWORK_OF
+from bench.config import Device, byte_size, comma_list, option
 from bench.errors import BenchError
+from bench.launching import envs
 from bench.models import MODELS
 from bench.records import store
 from bench.records.header import header, new_run_id
@@ -58,18 +59,6 @@ BACKENDS = {
     "tf": "bench.commands.allreduce.tf_collective",
 }
 BYTES_PER_ELEMENT = 4  # float32
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-          "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
-
-
-def parse_bytes(text: str) -> int:
-    """'4K' -> 4096, '256M' -> 268435456, '553430176' -> 553430176 (binary units, as nccl-tests' -b/-e)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).upper() not in _UNITS:
-        raise BenchError(f"cannot read '{text}' as a size (examples: 4096, 4K, 256M, 1G)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
 def gradient_bytes(model: str) -> int:
     """The fp32 gradient of ``model`` at its own class count (1000 for the CNNs) or vocabulary: what one
     data-parallel step allreduces."""
@@ -92,20 +81,26 @@ def bandwidths(nbytes: int, seconds: float, n: int, op: str = "allreduce") -> tu
 
 @dataclass(frozen=True)
 class AllreduceConfig:
-    backend: str = "torch"
-    op: str = "allreduce"  # or "allgather" (OPS)
-    np: int | None = None
-    min_bytes: int = 4096
-    max_bytes: int = 256 * 1024**2
-    factor: int = 4
-    models: tuple[str, ...] = ("vgg16", "resnet101", "inception3")
-    warmup: int = 2
-    samples: int = 5
-    target_sample_s: float = 0.2
+    """bench allreduce's configuration: each option declared once, here (the command's flags come from it)."""
+    backend: str = option("torch", "torch, horovod-torch, horovod-tf or tf.")
+    op: str = option("allreduce", "allreduce (dense gradients), allgather (sparse gradients: the size is each "
+                     "rank's contribution) or alltoall (a sharded table's rows, torch-hybrid: the size is each "
+                     "rank's buffer).")
+    np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
+                            flag="--np")
+    min_bytes: int = option(4096, "Smallest message (4K, 1M, ...).", parse=byte_size, shown="4K")
+    max_bytes: int = option(256 * 1024**2, "Largest power-series message.", parse=byte_size, shown="256M")
+    factor: int = option(4, "Size multiplier between messages.")
+    models: tuple[str, ...] = option(("vgg16", "resnet101", "inception3"), "Also each of these models' fp32 "
+                                     "gradient size (comma-separated; empty for none).", parse=comma_list,
+                                     shown="vgg16,resnet101,inception3")
+    warmup: int = option(2, "Untimed operations per size.")
+    samples: int = option(5, "Timed samples per size.")
+    target_sample_s: float = option(0.2, "Seconds one sample should last.")
     max_iters: int = 1000
-    device: Device = Device.auto
-    output: str = "results"
-    rendezvous_timeout: float = 120.0
+    device: Device = option(Device.auto, "Where the buffers live.")
+    output: str = option("results", "Directory for the result JSON.")
+    rendezvous_timeout: float = option(120.0, "Seconds to wait for all ranks to meet.")
     sizes: tuple[int, ...] = field(default=())  # filled by resolve()
 
     def __post_init__(self) -> None:
@@ -285,6 +280,13 @@ def render(result: dict[str, Any]):
                       "yes" if r["correct"] else "NO")
     never_cut(table, "size", "bytes", "model", "iters", "time (us)")
     return table
+
+
+def main(cfg: AllreduceConfig) -> None:
+    """`bench allreduce`: in the backend's framework environment, every size; the table."""
+    if cfg.backend in FRAMEWORK_OF:
+        envs.enter(FRAMEWORK_OF[cfg.backend])
+    run(cfg)
 
 
 def load(path: str | Path) -> dict[str, Any]:

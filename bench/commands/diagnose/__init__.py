@@ -22,10 +22,11 @@ and a terminal table say what was found. Exit status: 0 when no finding is an er
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from bench.commands.allreduce import BACKENDS
 from bench.commands.diagnose import rules as rules_mod
 from bench.commands.diagnose.hosts import HostList, Slurm, Step, bench_argv, run_steps
 from bench.commands.diagnose.report import markdown, terminal
-from bench.errors import BenchError
+from bench.config import byte_size, comma_list, option
+from bench.errors import BenchError, restore_handlers, stop_on_signals
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
 from bench.records import files, store
@@ -49,26 +51,44 @@ ALL_PAIRS_UP_TO = 8
 RUN_DEFAULTS = ("--warmup-steps", "1", "--steps-per-window", "4", "--windows", "3")
 
 
+def _arguments(text: str) -> tuple[str, ...]:
+    """--run-args as the shell would split it."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise BenchError(f"--run-args: {exc}") from None
+
+
+def _hosts(text: str | None) -> tuple[str, ...] | None:
+    return comma_list(text) or None if text else None
+
+
 @dataclass(frozen=True)
 class DiagnoseConfig:
-    mode: str = "torch-ddp"
-    run_args: tuple[str, ...] = ()
-    phases: tuple[str, ...] = PHASES
-    hosts: tuple[str, ...] | None = None
-    devices_per_node: int = 1
-    pairs: str = "auto"
-    backend: str = "torch"
-    small_bytes: int = 4096
-    large_bytes: int = 64 << 20
-    samples: int = 3
-    attribution_steps: int = 5
-    rules: str | None = None
-    baseline: str | None = None
-    save_baseline: str | None = None
-    output: str = "results"
-    step_timeout: float = 900.0
-    port: int = 29500
-    nodes: tuple[str, ...] = field(default=())  # resolved: the allocation's or the host list
+    """bench diagnose's configuration: each option declared once, here (the command's flags come from it)."""
+    mode: str = option("torch-ddp", "The mode of the devices and job phases.")
+    run_args: tuple[str, ...] = option((), "More arguments of those runs, as one string (e.g. '--model resnet50 "
+                                       "--image-size 32 --batch-size 4').", parse=_arguments, shown="")
+    phases: tuple[str, ...] = option(PHASES, "Comma-separated: devices, network, job.", parse=comma_list,
+                                     shown=",".join(PHASES))
+    hosts: tuple[str, ...] | None = option(None, "Comma-separated nodes, without Slurm (ssh, mpirun -H); default: "
+                                           "the Slurm allocation's.", parse=_hosts)
+    devices_per_node: int = option(1, "Devices (GPUs, or 1 on CPU) per node.")
+    pairs: str = option("auto", "Node pairs of the network phase: all, ring, or auto (all up to 8 nodes).")
+    backend: str = option("torch", "bench allreduce backend of the network phase.")
+    small_bytes: int = option(4096, "The network phase's latency size.", parse=byte_size, shown="4K")
+    large_bytes: int = option(64 << 20, "Its bandwidth size (a multiple of the small one).", parse=byte_size,
+                              shown="64M")
+    samples: int = option(3, "Timed samples per size and pair.")
+    attribution_steps: int = option(5, "Attribution steps of each kind in the job phase (the fastest counts).")
+    rules: str | None = option(None, "A rules file (default: bench/commands/diagnose/rules.toml).")
+    baseline: str | None = option(None, "Hold every figure against this saved baseline too.")
+    save_baseline: str | None = option(None, "Save this run's figures as a baseline (a run without findings only; "
+                                       "never overwritten).")
+    output: str = option("results", "Directory (seen by every node) for diagnose-<stamp>/.")
+    step_timeout: float = option(900.0, "Seconds one phase's command may take.")
+    port: int = option(29500, "With --hosts: torch.distributed's rendezvous port.")
+    nodes: tuple[str, ...] = field(default=())  # resolved: the allocation's or the host list (main)
 
     def check(self) -> None:
         if self.mode.split(":")[0] not in MODES:
@@ -340,6 +360,17 @@ def write(record: dict[str, Any], folder: Path) -> Path:
     path = store.write(folder / "diagnose.json", record)
     files.write_new(folder / "diagnose.md", markdown(record))
     return path
+
+
+def main(cfg: DiagnoseConfig) -> int:
+    """`bench diagnose`: the nodes resolved, then every phase, the record and the report; the exit status. A stop
+    signal stops the phase's processes (the steps' own handling) and then this command."""
+    cfg = replace(cfg, nodes=resolve_nodes(cfg.hosts))
+    old = stop_on_signals()
+    try:
+        return diagnose(cfg)
+    finally:
+        restore_handlers(old)
 
 
 def diagnose(cfg: DiagnoseConfig) -> int:
