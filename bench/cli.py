@@ -17,7 +17,7 @@ from typer.exceptions import TyperException
 
 import bench.run
 from bench import __version__, plugins
-from bench.commands import allreduce, predict, verify
+from bench.commands import allreduce, data, predict, verify
 from bench.commands import kubernetes as k8s
 from bench.commands.compare import compare, regressions
 from bench.commands.diagnose import DiagnoseConfig
@@ -26,6 +26,8 @@ from bench.commands.report import write_report
 from bench.commands.sweep import SweepConfig, load_sweep, parse_list, run_sweep
 from bench.commands.verify import VerifyConfig
 from bench.config import PLUGIN_OPTIONS, RunConfig, declared, option_specs
+from bench.data import make
+from bench.data.make import MakeConfig
 from bench.deps import missing_message
 from bench.errors import BenchError, Stopped
 from bench.kinds import Device, Precision
@@ -86,12 +88,16 @@ def command_parameters(cls: type) -> list[inspect.Parameter]:
             type_ = str | None if default is None else str
             default = default if how.shown is None else how.shown
         decls = [how.flag] if how.flag else []
+        kind = typer.Argument(help=how.help) if how.argument else typer.Option(*decls, help=how.help)
+        if how.argument and default in ("", None):
+            default = inspect.Parameter.empty  # a required argument
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                        annotation=Annotated[type_, typer.Option(*decls, help=how.help)]))
+                                        annotation=Annotated[type_, kind]))
     return params
 
 
-def declared_command(name: str, cls: type, main: Callable[[Any], int | None], help: str) -> None:
+def declared_command(name: str, cls: type, main: Callable[[Any], int | None], help: str,
+                     on: typer.Typer | None = None) -> None:
     """Register ``bench NAME``: its flags are ``cls``'s declared options, its body builds the configuration
     (validated on construction) and hands it to ``main``, which renders its own output; an int it returns is the
     exit status."""
@@ -104,7 +110,7 @@ def declared_command(name: str, cls: type, main: Callable[[Any], int | None], he
             raise typer.Exit(code)
 
     command.__signature__ = inspect.Signature(command_parameters(cls))
-    app.command(name, help=help)(command)
+    (on or app).command(name, help=help)(command)
 
 
 def config_arguments(values: dict) -> dict:
@@ -254,6 +260,13 @@ declared_command("diagnose", DiagnoseConfig, diagnose_main, "Find the slow node,
                  "node pairs, the full job; rules over the figures (exit 3 when one finds an error).")
 declared_command("allreduce", allreduce.AllreduceConfig, allreduce.main, "Allreduce (or allgather, all-to-all) "
                  "microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions).")
+data_app = typer.Typer(help="Datasets on disk: make one, and measure what input pipelines read from it.",
+                       no_args_is_help=True)
+app.add_typer(data_app, name="data")
+declared_command("make", MakeConfig, make.main, "Write a dataset for trials and tests (ImageNet folder, TFRecord, "
+                 "CIFAR-10 or tokens; synthetic or scikit-learn's real digits), deterministic by seed.", data_app)
+declared_command("bench", data.DataBenchConfig, data.main, "The input pipeline alone, no model: images/s of each "
+                 "loader with 1..K workers, the decode rate per core and the cores that feed a node's GPUs.", data_app)
 
 
 @app.command("predict")

@@ -58,6 +58,7 @@ class Option:
     sweep: bool = False  # `bench sweep` takes it and passes it to every cell
     parse: Callable[[str], Any] | None = None  # the command line's text -> the field's value (a list, a size)
     shown: str | None = None  # with parse: the default as the command line writes it ("4K", "a,b")
+    argument: bool = False  # a positional argument (bench data make PATH), not a --flag
 
 
 def option(default: Any, help: str, **how: Any) -> Any:

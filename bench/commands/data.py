@@ -1,0 +1,182 @@
+"""``bench data bench PATH``: the input pipeline alone, no model: images/s each loader gives with 1..K workers, so
+that a user learns before training whether a node can feed its devices.
+
+Each loader runs in a child process of its framework's environment (a TensorFlow process never loads
+PyTorch), one after the other. Per worker count, the pipeline reads the training split as a rank of ``--np``
+would (its shard: rank 0 of ``--np``, so each worker count reads the same files), ``--warmup`` batches untimed
+(the workers start, the page cache fills), then ``--batches`` timed: rate = timed images / their wall time.
+``--repeats`` rounds run the worker counts in turn (ABAB: a drift on the machine hits each alike); the table
+gives the median rate.
+
+    decode rate per core = the median rate with 1 worker (one core decodes and crops; the main process only
+                           collates)
+    cores to feed G GPUs = ceil(G x R / decode rate per core), R the img/s one GPU trains at (--gpu-rate, or
+                           the published H100 figures: ResNet-50 at 1895 img/s in TF32 and 2791 with AMP)
+
+A loader's figure holds for the machine's own cores: on a shared or throttled node, `bench diagnose` compares
+the nodes' pipelines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.config import comma_list, option
+from bench.data import datasets
+from bench.data.loaders import LOADERS, loader
+from bench.errors import BenchError
+from bench.launching import envs
+from bench.records import store
+from bench.records.header import header, new_run_id
+from bench.records.results import check_output_dir
+
+# ResNet-50 training throughput per H100 GPU as published by Lambda (img/s): the rates the data must keep up with.
+PUBLISHED_GPU_RATES = {"H100 TF32": 1895.0, "H100 AMP": 2791.0}
+
+
+def _workers(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(x) for x in comma_list(text))
+    except ValueError:
+        raise BenchError(f"--workers takes a comma-separated list of counts (got '{text}')") from None
+    if not counts or min(counts) < 0:
+        raise BenchError(f"--workers takes counts >= 0 (got '{text}')")
+    return counts
+
+
+@dataclass(frozen=True)
+class DataBenchConfig:
+    """bench data bench's configuration: each option declared once, here (the command's flags come from it)."""
+    path: str = option("", "The dataset's folder (bench data make writes one).", argument=True)
+    loaders: tuple[str, ...] = option(tuple(LOADERS), f"Comma-separated loaders: {', '.join(LOADERS)}.",
+                                      parse=comma_list, shown=",".join(LOADERS))
+    workers: tuple[int, ...] = option((1, 2), "Comma-separated worker counts (processes for torch, tf.data "
+                                      "threads for tf).", parse=_workers, shown="1,2")
+    image_size: int = option(224, "Side of the crops the pipeline makes.")
+    batch_size: int = option(32, "Images per batch.")
+    batches: int = option(8, "Timed batches per measurement.")
+    warmup: int = option(2, "Untimed batches first.")
+    repeats: int = option(3, "Rounds over every loader and worker count, in turn.")
+    np: int = option(1, "Ranks the dataset is sharded for (the measurement reads rank 0's shard).", flag="--np")
+    gpus: int = option(8, "GPUs per node to size the cores for.")
+    gpu_rate: float | None = option(None, "Images/s one GPU trains at (default: the published H100 ResNet-50 "
+                                    "rates, TF32 and AMP).")
+    seed: int = option(0, "Seed of the shuffle and the crops.")
+    output: str = option("results", "Directory for the record.")
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise BenchError("bench data bench needs the dataset's folder: bench data bench PATH")
+        for name in self.loaders:
+            loader(name)
+        for name in ("image_size", "batch_size", "batches", "repeats", "np", "gpus"):
+            if getattr(self, name) < 1:
+                raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.warmup < 0:
+            raise BenchError(f"--warmup must be >= 0 (got {self.warmup})")
+        if self.gpu_rate is not None and self.gpu_rate <= 0:
+            raise BenchError(f"--gpu-rate must be > 0 img/s (got {self.gpu_rate})")
+
+
+def measure_once(cfg: DataBenchConfig, dataset: datasets.Dataset, name: str, workers: int, round_: int) -> float:
+    """Images/s of one loader at one worker count: warmup batches, then the timed ones."""
+    batches = loader(name).batches(dataset, "train", cfg.image_size, cfg.batch_size, workers, cfg.seed, 0, cfg.np,
+                                   epoch=round_)
+    need = cfg.warmup + cfg.batches
+    t0 = None
+    seen = 0
+    for i, (images, _) in enumerate(batches):
+        if i == cfg.warmup:
+            t0 = time.perf_counter()
+        if i >= cfg.warmup:
+            seen += int(images.shape[0])
+        if i + 1 == need:
+            break
+    if t0 is None or seen < cfg.batches * cfg.batch_size:
+        raise BenchError(f"{name}: the training split gave fewer than {need} batches of {cfg.batch_size} to rank 0 "
+                         f"of {cfg.np}: make a larger dataset, or lower --batches, --warmup or --batch-size")
+    return seen / (time.perf_counter() - t0)
+
+
+def cores_needed(per_core: float, gpus: int, gpu_rates: dict[str, float]) -> dict[str, int]:
+    """ceil(G x R / decode rate per core), for each GPU rate (module docstring)."""
+    return {label: math.ceil(gpus * rate / per_core) for label, rate in gpu_rates.items()}
+
+
+def loader_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
+    """One loader's rates per worker count over the rounds, in this process."""
+    dataset = datasets.load(cfg.path)
+    rates: dict[int, list[float]] = {w: [] for w in cfg.workers}
+    for r in range(cfg.repeats):
+        for w in cfg.workers:
+            rates[w].append(measure_once(cfg, dataset, name, w, r))
+            print(f"data: round {r + 1}/{cfg.repeats} {name} {w} worker(s): {rates[w][-1]:.1f} img/s",
+                  file=sys.stderr, flush=True)
+    return rates
+
+
+# A loader measured in a child process of its framework's environment: a TensorFlow process never loads PyTorch.
+_CHILD = ("import json, sys; from bench.commands.data import DataBenchConfig, loader_rates; "
+          "cfg = DataBenchConfig(**json.loads(sys.argv[1])); "
+          "print(json.dumps(loader_rates(cfg, cfg.loaders[0])))")
+
+
+def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
+    config = {**asdict(cfg), "loaders": [name]}
+    python = envs.interpreter(LOADERS[name].framework) or sys.executable
+    done = subprocess.run([python, "-c", _CHILD, json.dumps(config)], stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise BenchError(f"the {name} loader failed (exit {done.returncode}; its error is above)")
+    return {int(w): v for w, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
+def run(cfg: DataBenchConfig) -> dict[str, Any]:
+    """Every loader in a child process of its own (one at a time, so they never compete for the cores)."""
+    dataset = datasets.load(cfg.path)
+    if dataset.format == "cifar" and cfg.image_size != 32:
+        print("data: CIFAR images are 32 x 32; --image-size resizes them after the crop", file=sys.stderr)
+    rates = {name: child_rates(cfg, name) for name in cfg.loaders}
+    rows = [{"loader": n, "workers": w, "images_per_sec": statistics.median(v), "raw": v}
+            for n in cfg.loaders for w, v in rates[n].items()]
+    per_core = {n: statistics.median(rates[n][1]) for n in cfg.loaders if 1 in rates[n]}
+    gpu_rates = {"given": cfg.gpu_rate} if cfg.gpu_rate else PUBLISHED_GPU_RATES
+    return {
+        **header(new_run_id("data-bench"), store.Kind.DATA_BENCH),
+        "config": asdict(cfg), "format": dataset.format, "train_samples": len(dataset.splits["train"]),
+        "rows": rows, "decode_rate_per_core": per_core,
+        "cores_to_feed": {n: cores_needed(rate, cfg.gpus, gpu_rates) for n, rate in per_core.items()},
+        "gpu_rates": gpu_rates,
+        "definitions": {
+            "images_per_sec": "timed images / their wall time, median over the rounds",
+            "decode_rate_per_core": "images_per_sec with 1 worker",
+            "cores_to_feed": "ceil(gpus x gpu rate / decode_rate_per_core)",
+        },
+    }
+
+
+def main(cfg: DataBenchConfig) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    out = check_output_dir(cfg.output)
+    record = run(cfg)
+    path = store.write(out / f"{record['run_id']}.json", record)
+    table = Table("loader", "workers", "img/s (median)", "rounds", title=f"{cfg.path}: {record['format']}, "
+                  f"{cfg.image_size} x {cfg.image_size}, batch {cfg.batch_size}")
+    for row in record["rows"]:
+        table.add_row(row["loader"], str(row["workers"]), f"{row['images_per_sec']:.1f}",
+                      " ".join(f"{x:.1f}" for x in row["raw"]))
+    console = Console()
+    console.print(table)
+    for name, needs in record["cores_to_feed"].items():
+        console.print(f"{name}: {record['decode_rate_per_core'][name]:.1f} img/s per core; to feed {cfg.gpus} GPUs: "
+                      + ", ".join(f"{n} cores at {record['gpu_rates'][k]:g} img/s per GPU ({k})"
+                                  for k, n in needs.items()))
+    console.print(f"record: {path}")

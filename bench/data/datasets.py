@@ -1,0 +1,116 @@
+"""A dataset on disk as its samples: file paths or in-memory arrays, with labels, per split, and each rank's
+shard of them (no framework imported here: the loaders read these).
+
+Sharding, as DistributedSampler and tf.data's shard do it and the same for both frameworks: every epoch the
+split's indices are shuffled by (seed, epoch), rank r takes positions r, r + W, r + 2W, ... (W ranks), so no two
+ranks read the same sample in an epoch, and each rank's shard is cut to whole batches of equal count on every
+rank (the last partial batch dropped) so that ranks stay in step.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.data import IMAGE_SUFFIXES, detect_format, meta
+from bench.errors import BenchError
+
+
+@dataclass
+class Split:
+    """One split of an image dataset: ``paths`` (image files; None for in-memory data) or ``arrays`` (N x H x W x 3
+    uint8), and ``labels`` from 0."""
+    labels: np.ndarray
+    paths: list[str] | None = None
+    arrays: np.ndarray | None = None
+    shards: list[str] = field(default_factory=list)  # tfrecord: the shard files (samples counted in meta.json)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class Dataset:
+    root: Path
+    format: str
+    classes: int
+    splits: dict[str, Split]
+    label_offset: int = 0  # tfrecord: ImageNet's scripts count labels from 1
+
+
+def _imagefolder(root: Path, name: str) -> Split:
+    folder = root / name
+    if not folder.is_dir():
+        return Split(np.zeros(0, np.int64), paths=[])
+    classes = sorted(d.name for d in folder.iterdir() if d.is_dir())
+    paths, labels = [], []
+    for label, c in enumerate(classes):
+        for f in sorted((folder / c).iterdir()):
+            if f.suffix.lower() in IMAGE_SUFFIXES:
+                paths.append(str(f))
+                labels.append(label)
+    return Split(np.asarray(labels, np.int64), paths=paths)
+
+
+def _cifar(root: Path, train: bool) -> Split:
+    folder = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
+    files = sorted(folder.glob("data_batch_*")) if train else [folder / "test_batch"]
+    rows, labels = [], []
+    for f in files:
+        if not f.is_file():
+            continue
+        try:
+            with open(f, "rb") as handle:
+                batch = pickle.load(handle, encoding="bytes")
+            rows.append(np.asarray(batch[b"data"], np.uint8))
+            labels += list(batch[b"labels"])
+        except (OSError, pickle.UnpicklingError, KeyError, EOFError, ValueError) as exc:
+            raise BenchError(f"--data {f}: not a CIFAR-10 batch ({exc})") from None
+    if not rows:
+        return Split(np.zeros(0, np.int64), arrays=np.zeros((0, 32, 32, 3), np.uint8))
+    data = np.concatenate(rows)
+    if data.shape[1] != 3072:
+        raise BenchError(f"--data {folder}: CIFAR-10 rows hold 3072 bytes (got {data.shape[1]})")
+    return Split(np.asarray(labels, np.int64), arrays=data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+
+def load(path: str | Path) -> Dataset:
+    """The dataset at ``path`` (an image format: imagefolder, tfrecord, cifar), checked: labels within the class
+    count, a training split that is not empty."""
+    root = Path(path)
+    fmt = detect_format(root)
+    info = meta(root)
+    if fmt == "imagefolder":
+        splits = {"train": _imagefolder(root, "train"), "val": _imagefolder(root, "val")}
+        classes = len([d for d in (root / "train").iterdir() if d.is_dir()])
+    elif fmt == "cifar":
+        splits = {"train": _cifar(root, True), "val": _cifar(root, False)}
+        classes = int(info.get("classes", 10))
+    elif fmt == "tfrecord":
+        counts = info.get("counts", {})
+        splits = {name: Split(np.zeros(counts.get(key, 0), np.int64),
+                              shards=sorted(str(p) for p in root.glob(f"{prefix}-*-of-*")))
+                  for name, key, prefix in (("train", "train", "train"), ("val", "val", "validation"))}
+        classes = int(info.get("classes", 1000))
+    else:
+        raise BenchError(f"--data {root}: a {fmt} dataset holds token ids, not images")
+    train = splits["train"]
+    if len(train) == 0 and not train.shards:
+        raise BenchError(f"--data {root}: the training split has no samples")
+    bad = [int(x) for x in np.unique(train.labels) if not 0 <= x < classes] if len(train.labels) else []
+    if bad:
+        raise BenchError(f"--data {root}: labels {bad[:5]} are outside 0..{classes - 1}")
+    return Dataset(root, fmt, classes, splits, int(info.get("label_offset", 1 if fmt == "tfrecord" else 0)))
+
+
+def shard(n: int, rank: int, world: int, batch_size: int, seed: int, epoch: int = 0) -> np.ndarray:
+    """Rank ``rank``'s sample indices for ``epoch`` (module docstring); an error when the split cannot give every
+    rank one whole batch."""
+    per_rank = (n // world) // batch_size * batch_size
+    if per_rank == 0:
+        raise BenchError(f"the split has {n} samples: fewer than {world} rank(s) x batch {batch_size}")
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    return order[rank::world][:per_rank]

@@ -1,0 +1,200 @@
+"""Input pipelines, one object per loader, registered by name (``--loader``): each reads a rank's shard of a split
+(bench.data.datasets.shard) as the field builds the pipeline for its framework, and yields batches of
+``batch_size`` images at ``image_size`` x ``image_size``, normalised with ImageNet's mean and deviation.
+
+Training augmentation, the same in both: decode, a random crop of 8-100% of the area at an aspect ratio of 3/4
+to 4/3 resized to the run's size (Inception's "random resized crop", ResNet's standard), a horizontal flip half
+the time, normalise; CIFAR-size images (32 x 32 in memory): a random 32 x 32 crop of the image padded by 4, and
+the flip. Held-out split: the centre crop of 87.5% resized, no flip.
+
+* ``torch``: torch.utils.data.DataLoader with ``workers`` worker processes (each one core), pinned memory on a
+  GPU, two batches prefetched per worker; decoding and cropping with Pillow (torchvision's own transforms do the
+  same through Pillow; PyPI's torchvision is the CUDA build and cannot load beside a CPU PyTorch).
+* ``tf``: tf.data: the file names shuffled and sharded, ``map`` with ``workers`` parallel calls
+  (decode_and_crop_jpeg: only the crop is decoded, as TensorFlow's ResNet pipeline does), batch, prefetch;
+  tf.data's own thread pool held to ``workers`` threads so that the count means what it means for DataLoader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from bench.data.datasets import Dataset, shard
+from bench.errors import BenchError
+
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+
+
+def crop_box(rng: np.random.Generator, width: int, height: int) -> tuple[int, int, int, int]:
+    """A random resized crop's box (left, top, width, height): torchvision's algorithm (10 tries at a random area
+    and log-uniform aspect ratio, else the centre crop at the nearest allowed ratio)."""
+    area = width * height
+    for _ in range(10):
+        target = area * rng.uniform(*SCALE)
+        ratio = math.exp(rng.uniform(math.log(RATIO[0]), math.log(RATIO[1])))
+        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1)), w, h
+    ratio = min(max(width / height, RATIO[0]), RATIO[1])
+    w, h = (width, round(width / ratio)) if width / height < RATIO[0] else (round(height * ratio), height)
+    w, h = min(w, width), min(h, height)
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+class TorchImages:
+    """A map-style dataset of one rank's shard: sample i decoded, cropped, flipped and normalised, with a
+    generator seeded by (seed, epoch, index) so that any worker gives the same sample."""
+
+    def __init__(self, dataset: Dataset, split: str, indices: np.ndarray, size: int, train: bool, seed: int,
+                 epoch: int) -> None:
+        self.split, self.indices, self.size, self.train = dataset.splits[split], indices, size, train
+        self.seed, self.epoch = seed, epoch
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def image(self, i: int):
+        from PIL import Image
+
+        if self.split.paths is not None:
+            path = self.split.paths[i]
+            try:
+                with Image.open(path) as im:
+                    return im.convert("RGB")
+            except OSError as exc:
+                raise BenchError(f"cannot decode {path}: {exc}") from None
+        return Image.fromarray(self.split.arrays[i])
+
+    def __getitem__(self, k: int):
+        import torch
+        from PIL import Image
+
+        i = int(self.indices[k])
+        rng = np.random.default_rng([self.seed, self.epoch, i])
+        im = self.image(i)
+        if self.split.arrays is not None and im.size[0] <= 64:  # CIFAR-size: pad 4, random crop, flip
+            pixels = np.pad(np.asarray(im), ((4, 4), (4, 4), (0, 0)))
+            if self.train:
+                x, y = rng.integers(0, 9, 2)
+                pixels = pixels[y:y + 32, x:x + 32]
+            else:
+                pixels = pixels[4:36, 4:36]
+            if self.size != 32:
+                pixels = np.asarray(Image.fromarray(pixels).resize((self.size, self.size), Image.BILINEAR))
+        else:
+            w, h = im.size
+            if self.train:
+                left, top, cw, ch = crop_box(rng, w, h)
+            else:
+                side = round(min(w, h) * 0.875)
+                left, top, cw, ch = (w - side) // 2, (h - side) // 2, side, side
+            pixels = np.asarray(im.resize((self.size, self.size), Image.BILINEAR, box=(left, top, left + cw,
+                                                                                      top + ch)))
+        if self.train and rng.random() < 0.5:
+            pixels = pixels[:, ::-1]
+        x = (pixels.astype(np.float32) / 255.0 - MEAN) / STD
+        return torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1))), int(self.split.labels[i])
+
+
+class TorchLoader:
+    name = "torch"
+    framework = "torch"
+
+    def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
+                rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu") -> Iterator[tuple[Any, Any]]:
+        import torch
+
+        if dataset.format == "tfrecord":
+            raise BenchError("the torch loader reads imagefolder and cifar datasets; TFRecord shards: --loader tf")
+        indices = shard(len(dataset.splits[split]), rank, world, batch_size, seed, epoch)
+        data = TorchImages(dataset, split, indices, size, split == "train", seed, epoch)
+        loader = torch.utils.data.DataLoader(
+            data, batch_size=batch_size, shuffle=False, num_workers=workers, drop_last=True,
+            pin_memory=device == "cuda", prefetch_factor=2 if workers else None, persistent_workers=False)
+        yield from loader
+
+
+class TFLoader:
+    name = "tf"
+    framework = "tensorflow"
+
+    def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
+                rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu") -> Iterator[tuple[Any, Any]]:
+        from bench.tfutil import import_tf
+
+        tf, _ = import_tf()
+        train = split == "train"
+        part = dataset.splits[split]
+        parallel = workers or tf.data.AUTOTUNE
+        mean, std = tf.constant(MEAN * 255), tf.constant(STD * 255)
+
+        def crop_decode(encoded):
+            shape = tf.io.extract_jpeg_shape(encoded)
+            if train:
+                begin, box, _ = tf.image.sample_distorted_bounding_box(
+                    shape, tf.zeros([1, 0, 4]), min_object_covered=0.0, aspect_ratio_range=RATIO, area_range=SCALE,
+                    max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
+                window = tf.stack([begin[0], begin[1], box[0], box[1]])
+            else:
+                side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * 0.875, tf.int32)
+                window = tf.stack([(shape[0] - side) // 2, (shape[1] - side) // 2, side, side])
+            image = tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
+            return tf.image.resize(image, [size, size], method="bilinear")
+
+        def finish(image, label):
+            if train:
+                image = tf.image.random_flip_left_right(image, seed=seed)
+            return (tf.cast(image, tf.float32) - mean) / std, label
+
+        if dataset.format == "tfrecord":
+            files = tf.data.Dataset.from_tensor_slices(part.shards).shard(world, rank)
+            cycle = max(1, min(len(part.shards), workers or 4))
+            records = files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=parallel,
+                                       deterministic=False)
+            spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+                    "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+
+            def parse(record):
+                ex = tf.io.parse_single_example(record, spec)
+                return crop_decode(ex["image/encoded"]), ex["image/class/label"] - dataset.label_offset
+
+            ds = records.shuffle(4 * batch_size, seed=seed + epoch) if train else records
+            ds = ds.map(lambda r: finish(*parse(r)), num_parallel_calls=parallel)
+        else:
+            indices = shard(len(part), rank, world, batch_size, seed, epoch)
+            labels = part.labels[indices]
+            if part.paths is not None:
+                paths = [part.paths[i] for i in indices]
+                ds = tf.data.Dataset.from_tensor_slices((paths, labels))
+                ds = ds.map(lambda p, y: finish(crop_decode(tf.io.read_file(p)), y), num_parallel_calls=parallel)
+            else:
+                ds = tf.data.Dataset.from_tensor_slices((part.arrays[indices], labels))
+
+                def small(image, label):
+                    padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
+                    image = tf.image.random_crop(padded, [32, 32, 3], seed=seed) if train else image
+                    return tf.image.resize(image, [size, size]) if size != 32 else tf.cast(image, tf.float32), label
+
+                ds = ds.map(lambda x, y: finish(*small(x, y)), num_parallel_calls=parallel)
+        ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        if workers:
+            options = tf.data.Options()
+            options.threading.private_threadpool_size = workers
+            ds = ds.with_options(options)
+        for images, labels in ds:
+            yield images, labels
+
+
+LOADERS = {loader.name: loader for loader in (TorchLoader(), TFLoader())}
+
+
+def loader(name: str):
+    if name not in LOADERS:
+        raise BenchError(f"unknown --loader '{name}' (choose from: {', '.join(LOADERS)})")
+    return LOADERS[name]
