@@ -121,14 +121,17 @@ cluster-up: venv docker-up ## a Slurm cluster of containers here: controller hea
 	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
 	$(PY) docker/cluster.py up $(if $(CLUSTER_NODES),--nodes $(CLUSTER_NODES)) $(if $(CLUSTER_CPUS),--cpus $(CLUSTER_CPUS))
 
+# The cluster tiers take their cluster down however they end (a failed tier left 4 nodes running).
 test-cluster: venv ## system tier: multi-node runs and faults on the cluster of containers
 	@$(TIER_CACHE) fresh cluster || { $(MAKE) --no-print-directory cluster-up \
-	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(PYTEST_ARGS) && $(TIER_CACHE) record cluster; }
+	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(PYTEST_ARGS) && $(TIER_CACHE) record cluster; \
+	  rc=$$?; $(PY) docker/cluster.py down >/dev/null; exit $$rc; }
 
 # bench diagnose on the cluster made 4 nodes of 0.4 of a core each, broken on purpose; keyed by what diagnose runs.
 test-diagnose: venv ## system tier: bench diagnose on the cluster made 4 nodes and broken on purpose
 	@$(TIER_CACHE) fresh diagnose || { $(MAKE) --no-print-directory cluster-up CLUSTER_NODES=4 CLUSTER_CPUS=0.4 \
-	  && $(RUN_TESTS) diagnose -m diagnose $(PYTEST_ARGS) && $(TIER_CACHE) record diagnose; }
+	  && $(RUN_TESTS) diagnose -m diagnose $(PYTEST_ARGS) && $(TIER_CACHE) record diagnose; \
+	  rc=$$?; $(PY) docker/cluster.py down >/dev/null; exit $$rc; }
 
 cluster-down: venv ## stop and remove the cluster of containers
 	$(PY) docker/cluster.py down

@@ -25,6 +25,7 @@ import numpy as np
 
 from bench.data.datasets import Dataset, shard
 from bench.errors import BenchError
+from bench.tfutil import import_tf
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -126,8 +127,6 @@ class TFLoader:
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu") -> Iterator[tuple[Any, Any]]:
-        from bench.tfutil import import_tf
-
         tf, _ = import_tf()
         train = split == "train"
         part = dataset.splits[split]

@@ -29,6 +29,7 @@ import numpy as np
 from bench.config import option
 from bench.data import FORMATS
 from bench.errors import BenchError, MissingDependency
+from bench.tfutil import import_tf
 
 WIDTH, HEIGHT, QUALITY = 500, 375, 90
 # The texture's share of each pixel, and its grain (pixels per random value): ~110 KB at quality 90.
@@ -179,8 +180,6 @@ def write_cifar(root: Path, images, labels: np.ndarray, cfg: MakeConfig) -> dict
 
 def write_tfrecord(root: Path, images, labels: np.ndarray, cfg: MakeConfig) -> dict[str, int]:
     """TFRecord shards as TensorFlow's ImageNet scripts write them (image/encoded, image/class/label from 1)."""
-    from bench.tfutil import import_tf
-
     tf, _ = import_tf()
     n_val = split(len(labels), cfg.val_fraction)
     parts = {"train": np.arange(n_val, len(labels)), "validation": np.arange(n_val)}
