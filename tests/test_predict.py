@@ -145,7 +145,7 @@ def test_cli_prints_a_table_and_rejects_bad_input(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text(json.dumps({"kind": "other"}))
     r = bench("predict", "--step-time", "1", "--allreduce", str(bad))
-    assert r.returncode == 1 and "not a bench allreduce result" in r.stderr
+    assert r.returncode == 1 and "is not a record of hvdbench" in r.stderr
 
 
 @pytest.mark.multiproc
