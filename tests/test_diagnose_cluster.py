@@ -135,11 +135,13 @@ def test_a_host_that_cannot_be_reached_is_a_finding_and_the_others_go_on(shared)
     """Without Slurm: ssh to each node, mpirun -H for the job; node9 does not exist."""
     r, record = diagnose(shared, "--hosts", "node1,node2,node3,node9", "--phases", "devices,job", how="")
     assert r.returncode == 3 and record["executor"] == "hosts"
-    # the unreachable host is the one that did not run (on 0.4 of a shared core, a rank's compute may also
-    # stray past its rule now and then: that finding is noise here, not what this test is about)
+    # the unreachable host is the one that did not run (on 0.4 of a shared core, under the CFS quota, a reachable
+    # node's device run or a rank's compute may also stray past its peers' rule now and then: seen once each in
+    # fresh-clone runs; that finding is noise here, not what this test is about, and it never names node9)
     (f,) = [f for f in record["findings"] if f["rule"].startswith("did-not-run")]
     assert f["where"] == "node9" and f["kind"] == "device" and f["figure"] is None
-    assert [g["kind"] for g in record["findings"] if g is not f] in ([], ["rank"])
+    noise = [g for g in record["findings"] if g is not f]
+    assert all(g["against"] == "peers" and "node9" not in g["where"] for g in noise), noise
     assert sorted(record["figures"]["device"]) == ["node1", "node2", "node3"]
     assert record["left_out"] == ["node9"]
     assert sorted(record["figures"]["rank"]) == ["rank 0 (node1)", "rank 1 (node2)", "rank 2 (node3)"]
