@@ -246,6 +246,9 @@ def compare_command(
             sig = f"n/a ({r['runs'][0]} vs {r['runs'][1]} runs; needs 2+ each)"
         table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}", sig)
     Console().print(never_cut(table, "cell", "metric"))
+    for r in rows:
+        if r.get("input_cost") is not None:
+            print(f"input pipeline: costs {r['input_cost']:.1%} of the synthetic throughput in {r['cell']}")
     if max_regression is not None:
         bad = regressions(rows, metric, max_regression)
         if bad:

@@ -155,7 +155,15 @@ class RunConfig:
     np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
                             flag="--np", minimum=1)
     device: Device = option(Device.auto, "Where to train.", sweep=True)
-    seed: int = option(42, "Seed for weights and synthetic data.")
+    seed: int = option(42, "Seed for weights, synthetic data, and --data's shuffle and crops.")
+    data: str | None = option(None, "Train from the dataset in this folder (ImageNet folder, TFRecord shards or "
+                              "CIFAR-10; bench data make writes one; docs/data.md) instead of one synthetic batch.",
+                              sweep=True)
+    loader: str | None = option(None, "--data's input pipeline: torch (DataLoader) for the PyTorch modes, tf "
+                                "(tf.data) for the TensorFlow ones (default: the mode's framework's).", sweep=True)
+    loader_workers: int | None = option(None, "--data: loader workers per rank (processes for torch, tf.data "
+                                        "threads for tf; default: the rank's share of the node's cores).",
+                                        minimum=0, sweep=True)
     output: str = option("results", "Directory for result JSON files and results.csv.")
     fp16_allreduce: bool = option(False, "Compress gradients to fp16 for the allreduce.", flag="--fp16-allreduce")
     # Text models: an untied output projection and a sparse embedding gradient (only the rows looked up);
@@ -209,6 +217,28 @@ class RunConfig:
                              f"{model_spec.workload.units}")
         if not self.is_resolved:
             model_spec.workload.check(model_spec, self)
+        self._check_data(spec, model_spec)
+
+    def _check_data(self, spec, model_spec) -> None:
+        """--data and its loader: one line for a mode, model or loader that cannot read it (the dataset's own
+        checks, which read it, run once the world size is known: bench.data.feed.check)."""
+        if self.data is None:
+            for name in ("loader", "loader_workers"):
+                if getattr(self, name) is not None:
+                    raise BenchError(f"--{name.replace('_', '-')} applies to runs with --data PATH")
+            return
+        if spec.no_data:
+            raise BenchError(spec.no_data)
+        if model_spec.workload.kind != "image":
+            raise BenchError(f"--data reads image datasets; {self.model} trains on {model_spec.workload.units}")
+        from bench.data import detect_format
+        from bench.data.loaders import loader
+
+        if detect_format(self.data) == "tokens":
+            raise BenchError(f"--data {self.data} holds token ids; the training modes read image datasets so far")
+        if self.loader is not None and loader(self.loader).framework != spec.framework:
+            raise BenchError(f"--loader {self.loader} feeds {loader(self.loader).framework}; {self.mode} is "
+                             f"{spec.framework} (its loader: {default_loader(spec.framework)})")
 
     @property
     def embedding(self) -> str:
@@ -228,7 +258,7 @@ class RunConfig:
             device=Device(device),
             np=np,
             batch_size=self.batch_size or profile.batch_size,
-            num_classes=self.num_classes or spec.default_classes,
+            num_classes=self.num_classes or (data_classes(self.data) if self.data else spec.default_classes),
             **spec.workload.resolve(spec, self, profile),
             warmup_steps=profile.warmup_steps if self.warmup_steps is None else self.warmup_steps,
             steps_per_window=self.steps_per_window or profile.steps_per_window,
@@ -238,6 +268,7 @@ class RunConfig:
                                if self.attribution_steps is None else self.attribution_steps),
             profile=profile.name,
             strategy=self.strategy or mode(self.mode).default_variant().strategy,
+            loader=(self.loader or default_loader(mode(self.mode).framework)) if self.data else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -266,6 +297,18 @@ class RunConfig:
         if not isinstance(data, dict):
             raise BenchError("config JSON must be an object")
         return cls.from_dict(data)
+
+
+def data_classes(path: str) -> int:
+    """A --data run's classifier outputs by default: the dataset's classes."""
+    from bench.data.datasets import class_count
+
+    return class_count(path)
+
+
+def default_loader(framework: str) -> str:
+    """The input pipeline a mode of ``framework`` reads --data through unless told (bench.data.loaders)."""
+    return "torch" if framework == "torch" else "tf"
 
 
 def cli_options() -> dict[str, Option]:

@@ -140,6 +140,10 @@ class Training:
     def spawn(self, cfg: RunConfig, info: detect.LaunchInfo) -> None:
         mode = self.spec.load()
         resolved = mode.preflight(cfg, info)
+        if resolved.data:
+            from bench.data.feed import check
+
+            check(resolved)  # the dataset's own checks, once, before any rank starts
         with self.hooks.exported():
             mode.spawn(resolved)
 
@@ -152,6 +156,10 @@ class Training:
 def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path | None:
     """One rank of a training run: preflight, the measurement loop, and (rank 0) the result written whole."""
     cfg = mode.preflight(cfg, info)
+    if cfg.data and info.launcher != "self":  # started by another launcher: no parent checked the dataset
+        from bench.data.feed import check
+
+        check(cfg)
     if hasattr(mode, "serve") and mode.serve(cfg, info):
         return None
     out_dir = rank_output(cfg, info)

@@ -5,12 +5,17 @@ A throughput change is called significant only from repeated runs: when each sid
 cell (on the same hosts) and the between-run 95% intervals of their mean throughput do not overlap
 (bench.records.collect.significant). One run a side gives only within-run intervals, which leave out what changes
 from launch to launch (NCCL's algorithm choice, cuDNN autotuning, clocks, heat): shown as n/a, with the number of
-runs each side had; other metrics are n/a too. With ``--max-regression PCT`` the
+runs each side had; other metrics are n/a too.
+
+A run that read a dataset (``--data``) and a synthetic run of the same settings are paired when each side has
+just that one input for the cell; their headline row then carries the share of throughput the input pipeline
+costs: ``input_cost = 1 - data run's throughput / synthetic run's throughput``. With ``--max-regression PCT`` the
 command exits 1 when the chosen metric regressed by more than PCT percent in any cell (for CI use).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +33,11 @@ def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:
     chosen_a, repeats_a = table_cells(load_results([a], None if strict else []))
     chosen_b, repeats_b = table_cells(load_results([b], None if strict else []))
     rows = []
-    for key in sorted(set(chosen_a) & set(chosen_b), key=lambda k: (k.setting, k.label)):
-        for n in sorted(set(chosen_a[key]) & set(chosen_b[key])):
-            ra, rb = chosen_a[key][n], chosen_b[key][n]
-            runs_a, runs_b = [ra, *repeats_a[(key, n)]], [rb, *repeats_b[(key, n)]]
+    for key_a, key_b in _pairs(chosen_a, chosen_b):
+        key = key_b
+        for n in sorted(set(chosen_a[key_a]) & set(chosen_b[key_b])):
+            ra, rb = chosen_a[key_a][n], chosen_b[key_b][n]
+            runs_a, runs_b = [ra, *repeats_a[(key_a, n)]], [rb, *repeats_b[(key_b, n)]]
             for name in COMPARED:
                 metric = METRICS[name]
                 va, vb = metric.value(ra), metric.value(rb)
@@ -39,13 +45,48 @@ def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:
                     continue
                 change = (vb - va) / va
                 headline = name == "samples_per_sec_total"
-                rows.append({"cell": f"{key.label} {key.setting_text()} n={n}", "metric": name, "a": va, "b": vb,
+                cell = f"{key.label} {key.setting_text()} n={n}"
+                if key_a.source != key_b.source:
+                    cell += f" (A: {key_a.source})"
+                rows.append({"cell": cell, "metric": name, "a": va, "b": vb,
                              "change": change, "regression": -change if metric.higher_is_better else change,
                              "significant": significant(runs_a, runs_b) if headline else None,
-                             "runs": (len(runs_a), len(runs_b)) if headline else None})
+                             "runs": (len(runs_a), len(runs_b)) if headline else None,
+                             "input_cost": input_cost(key_a.source, key_b.source, va, vb) if headline else None})
     if not rows:
         raise BenchError(f"{a} and {b} share no cell (mode, model, precision, batch, image size, n) to compare")
     return rows
+
+
+def _pairs(a: dict, b: dict) -> list[tuple[Any, Any]]:
+    """The cells of A and B compared with each other: equal cells, and a synthetic cell with a --data cell of the
+    same settings where each side has only that one input for them."""
+    def by_setting(cells):
+        out: dict[Any, list] = {}
+        for key in cells:
+            out.setdefault(dataclasses.replace(key, source=""), []).append(key)
+        return out
+
+    sides_a, sides_b = by_setting(a), by_setting(b)
+    pairs = []
+    for setting in set(sides_a) & set(sides_b):
+        ka, kb = sides_a[setting], sides_b[setting]
+        same = set(ka) & set(kb)
+        if same:
+            pairs += [(k, k) for k in same]
+        elif len(ka) == len(kb) == 1:
+            pairs.append((ka[0], kb[0]))
+    return sorted(pairs, key=lambda p: (p[1].setting, p[1].label))
+
+
+def input_cost(source_a: str, source_b: str, a: float, b: float) -> float | None:
+    """The share of the synthetic run's throughput the input pipeline costs (module docstring); None unless one
+    side is synthetic and the other read a dataset."""
+    if source_a == "synthetic" and source_b != "synthetic":
+        return 1 - b / a
+    if source_b == "synthetic" and source_a != "synthetic":
+        return 1 - a / b
+    return None
 
 
 def regressions(rows: list[dict[str, Any]], metric: str, max_regression_pct: float) -> list[dict[str, Any]]:

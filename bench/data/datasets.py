@@ -77,6 +77,17 @@ def _cifar(root: Path, train: bool) -> Split:
     return Split(np.asarray(labels, np.int64), arrays=data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
 
 
+def class_count(path: str | Path) -> int:
+    """The dataset's class count without reading its samples: what a --data run's classifier gets by default."""
+    root = Path(path)
+    fmt, info = detect_format(root), meta(root)
+    if fmt == "imagefolder":
+        if not (root / "train").is_dir():
+            raise BenchError(f"--data {root}: an ImageNet-layout dataset needs train/<class>/ folders")
+        return len([d for d in (root / "train").iterdir() if d.is_dir()])
+    return int(info.get("classes", 10 if fmt == "cifar" else 1000))
+
+
 def load(path: str | Path) -> Dataset:
     """The dataset at ``path`` (an image format: imagefolder, tfrecord, cifar), checked: labels within the class
     count, a training split that is not empty."""
@@ -85,18 +96,16 @@ def load(path: str | Path) -> Dataset:
     info = meta(root)
     if fmt == "imagefolder":
         splits = {"train": _imagefolder(root, "train"), "val": _imagefolder(root, "val")}
-        classes = len([d for d in (root / "train").iterdir() if d.is_dir()])
     elif fmt == "cifar":
         splits = {"train": _cifar(root, True), "val": _cifar(root, False)}
-        classes = int(info.get("classes", 10))
     elif fmt == "tfrecord":
         counts = info.get("counts", {})
         splits = {name: Split(np.zeros(counts.get(key, 0), np.int64),
                               shards=sorted(str(p) for p in root.glob(f"{prefix}-*-of-*")))
                   for name, key, prefix in (("train", "train", "train"), ("val", "val", "validation"))}
-        classes = int(info.get("classes", 1000))
     else:
         raise BenchError(f"--data {root}: a {fmt} dataset holds token ids, not images")
+    classes = class_count(root)
     train = splits["train"]
     if len(train) == 0 and not train.shards:
         raise BenchError(f"--data {root}: the training split has no samples")

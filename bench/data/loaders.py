@@ -48,17 +48,34 @@ def crop_box(rng: np.random.Generator, width: int, height: int) -> tuple[int, in
     return (width - w) // 2, (height - h) // 2, w, h
 
 
-class TorchImages:
-    """A map-style dataset of one rank's shard: sample i decoded, cropped, flipped and normalised, with a
-    generator seeded by (seed, epoch, index) so that any worker gives the same sample."""
+class ShardSampler:
+    """A rank's shard (bench.data.datasets.shard) for ``epochs`` epochs from ``epoch`` (None: on without end), as
+    (sample index, epoch) pairs: one DataLoader, its workers kept, reads every epoch (as DistributedSampler with
+    set_epoch and persistent workers do), with each epoch's own shuffle."""
 
-    def __init__(self, dataset: Dataset, split: str, indices: np.ndarray, size: int, train: bool, seed: int,
-                 epoch: int) -> None:
-        self.split, self.indices, self.size, self.train = dataset.splits[split], indices, size, train
-        self.seed, self.epoch = seed, epoch
+    def __init__(self, n: int, rank: int, world: int, batch_size: int, seed: int, epoch: int,
+                 epochs: int | None) -> None:
+        self.args, self.epoch, self.epochs = (n, rank, world, batch_size, seed), epoch, epochs
+        self.per_epoch = len(shard(n, rank, world, batch_size, seed, epoch))
+
+    def __iter__(self):
+        e = self.epoch
+        while self.epochs is None or e < self.epoch + self.epochs:
+            n, rank, world, batch_size, seed = self.args
+            for i in shard(n, rank, world, batch_size, seed, e):
+                yield int(i), e
+            e += 1
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return self.per_epoch * (self.epochs or 1)
+
+
+class TorchImages:
+    """A map-style dataset of a split: item (i, epoch) is sample i decoded, cropped, flipped and normalised, with
+    a generator seeded by (seed, epoch, i) so that any worker gives the same sample."""
+
+    def __init__(self, dataset: Dataset, split: str, size: int, train: bool, seed: int) -> None:
+        self.split, self.size, self.train, self.seed = dataset.splits[split], size, train, seed
 
     def image(self, i: int):
         from PIL import Image
@@ -72,12 +89,12 @@ class TorchImages:
                 raise BenchError(f"cannot decode {path}: {exc}") from None
         return Image.fromarray(self.split.arrays[i])
 
-    def __getitem__(self, k: int):
+    def __getitem__(self, item: tuple[int, int]):
         import torch
         from PIL import Image
 
-        i = int(self.indices[k])
-        rng = np.random.default_rng([self.seed, self.epoch, i])
+        i, epoch = item
+        rng = np.random.default_rng([self.seed, epoch, i])
         im = self.image(i)
         if self.split.arrays is not None and im.size[0] <= 64:  # CIFAR-size: pad 4, random crop, flip
             pixels = np.pad(np.asarray(im), ((4, 4), (4, 4), (0, 0)))
@@ -108,16 +125,18 @@ class TorchLoader:
     framework = "torch"
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
-                rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu") -> Iterator[tuple[Any, Any]]:
+                rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
+                epochs: int | None = 1) -> Iterator[tuple[Any, Any]]:
+        """Batches of ``epochs`` epochs from ``epoch`` (None: without end), in one pipeline."""
         import torch
 
         if dataset.format == "tfrecord":
             raise BenchError("the torch loader reads imagefolder and cifar datasets; TFRecord shards: --loader tf")
-        indices = shard(len(dataset.splits[split]), rank, world, batch_size, seed, epoch)
-        data = TorchImages(dataset, split, indices, size, split == "train", seed, epoch)
+        sampler = ShardSampler(len(dataset.splits[split]), rank, world, batch_size, seed, epoch, epochs)
+        data = TorchImages(dataset, split, size, split == "train", seed)
         loader = torch.utils.data.DataLoader(
-            data, batch_size=batch_size, shuffle=False, num_workers=workers, drop_last=True,
-            pin_memory=device == "cuda", prefetch_factor=2 if workers else None, persistent_workers=False)
+            data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=True,
+            pin_memory=device == "cuda", prefetch_factor=2 if workers else None)
         yield from loader
 
 
@@ -126,7 +145,10 @@ class TFLoader:
     framework = "tensorflow"
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
-                rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu") -> Iterator[tuple[Any, Any]]:
+                rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
+                epochs: int | None = 1) -> Iterator[tuple[Any, Any]]:
+        """Batches of ``epochs`` epochs from ``epoch`` (None: without end), in one pipeline: the shard's sample
+        order comes from a generator, epoch after epoch (TFRecord shards: the file list repeated)."""
         tf, _ = import_tf()
         train = split == "train"
         part = dataset.splits[split]
@@ -152,7 +174,7 @@ class TFLoader:
             return (tf.cast(image, tf.float32) - mean) / std, label
 
         if dataset.format == "tfrecord":
-            files = tf.data.Dataset.from_tensor_slices(part.shards).shard(world, rank)
+            files = tf.data.Dataset.from_tensor_slices(part.shards).shard(world, rank).repeat(epochs)
             cycle = max(1, min(len(part.shards), workers or 4))
             records = files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=parallel,
                                        deterministic=False)
@@ -166,14 +188,23 @@ class TFLoader:
             ds = records.shuffle(4 * batch_size, seed=seed + epoch) if train else records
             ds = ds.map(lambda r: finish(*parse(r)), num_parallel_calls=parallel)
         else:
-            indices = shard(len(part), rank, world, batch_size, seed, epoch)
-            labels = part.labels[indices]
+            shard(len(part), rank, world, batch_size, seed, epoch)  # one line when the split is too small
+
+            def order():
+                e = epoch
+                while epochs is None or e < epoch + epochs:
+                    yield from (int(i) for i in shard(len(part), rank, world, batch_size, seed, e))
+                    e += 1
+
+            indices = tf.data.Dataset.from_generator(order, output_signature=tf.TensorSpec([], tf.int64))
+            labels = tf.constant(part.labels)
             if part.paths is not None:
-                paths = [part.paths[i] for i in indices]
-                ds = tf.data.Dataset.from_tensor_slices((paths, labels))
-                ds = ds.map(lambda p, y: finish(crop_decode(tf.io.read_file(p)), y), num_parallel_calls=parallel)
+                paths = tf.constant(part.paths)
+                ds = indices.map(lambda i: finish(crop_decode(tf.io.read_file(paths[i])), labels[i]),
+                                 num_parallel_calls=parallel)
             else:
-                ds = tf.data.Dataset.from_tensor_slices((part.arrays[indices], labels))
+                arrays = tf.constant(part.arrays)
+                ds = indices.map(lambda i: (arrays[i], labels[i]))
 
                 def small(image, label):
                     padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])

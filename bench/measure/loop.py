@@ -118,6 +118,8 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     window_s: list[float] = []
     timed = 0.0
     net_before = None
+    feed = getattr(trainer, "feed", None)  # --data: the rank's batches, each draw timed (bench.data.feed)
+    timed_from = feed.mark() if feed is not None else 0
     while True:
         trainer.sync()
         if not window_s:
@@ -144,6 +146,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         elif max(trainer.allgather(timed)) >= cfg.duration:
             break
     t_end = time.time()
+    data = feed.record(timed_from) if feed is not None else None
     net_sent = traffic.sent_between(net_before, traffic.tx_bytes()) if net_before is not None else None
     hooks.snapshot(trainer, "final")
     if sampler is not None:
@@ -180,6 +183,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         "telemetry": telemetry,
         "net_sent": net_sent,
         "attribution": attributed,
+        "data": data,
     }
     dog.at("gather")
     gathered = trainer.allgather(record)

@@ -78,6 +78,7 @@ class TFTrainer:
             tf.config.experimental.enable_op_determinism()
             tf.config.experimental.enable_tensor_float_32_execution(False)
         self._last = None
+        self.feed = None
 
     # -- building blocks (call inside a strategy scope where there is one) -----------------
     def build_model(self):
@@ -94,6 +95,21 @@ class TFTrainer:
     def make_data(self, index: int):
         """The workload's synthetic inputs and targets for data shard ``index``, generated on the current device."""
         return model_spec(self.cfg.model).workload.tf_batch(tf, self.cfg, index)
+
+    def build_feed(self, x, y) -> None:
+        """The step's inputs: the synthetic (x, y), or with --data the rank's feed of the dataset (each step draws
+        its batch: :meth:`next_batch`; TensorFlow copies it to the device inside the compiled step)."""
+        self._batch = (x, y)
+        if self.cfg.data:
+            from bench.data.feed import Feed
+
+            self.feed = Feed(self.cfg, self.rank, self.world_size, self.launch.local_world_size, lambda b: b,
+                             copies=False)
+
+    def next_batch(self):
+        if self.feed is not None:
+            self._batch = self.feed.next()
+        return self._batch
 
     def make_global_data(self, shards: int):
         """bench verify's reference batch: data shards 0 .. shards-1 concatenated."""

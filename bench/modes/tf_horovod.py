@@ -37,7 +37,7 @@ class HorovodTFTrainer(TFTrainer):
         hvd = self.hvd = hvdist.import_hvd("tensorflow", self.cfg.mode)
         hvdist.init(hvd, self.rank, self.world_size)
         self.build_model()
-        x, y = self.make_data(self.rank)
+        self.build_feed(*(self.make_data(self.rank) if not self.cfg.data else (None, None)))
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
 
         def wrap(tape):
@@ -47,21 +47,21 @@ class HorovodTFTrainer(TFTrainer):
                                                sparse_as_dense=self.cfg.sparse_as_dense)
 
         @tf.function
-        def train_step():
+        def train_step(x, y):
             return self.replica_step(x, y, self.cfg.batch_size, wrap_tape=wrap)
 
         self._train_step = train_step
         self._first = True
 
         @tf.function
-        def compute_step():  # the same step with the plain tape: no exchange (bench.measure.attribution)
+        def compute_step(x, y):  # the same step with the plain tape: no exchange (bench.measure.attribution)
             return self.replica_step(x, y, self.cfg.batch_size)
 
         self._compute_step = compute_step
         self._compression = compression
 
     def step(self) -> None:
-        self._last = self._train_step()
+        self._last = self._train_step(*self.next_batch())
         if self._first:
             # Horovod's TF2 recipe: broadcast from rank 0 after the first step, once the optimizer's
             # slots exist. Done eagerly, so the compiled step is traced once.
@@ -73,7 +73,7 @@ class HorovodTFTrainer(TFTrainer):
         return sparse_exchange(self.cfg)
 
     def compute_step(self) -> None:
-        self._last = self._compute_step()
+        self._last = self._compute_step(*self._batch)
 
     def exchange(self) -> None:
         """The tape's exchange alone: an averaging allreduce of a tensor shaped like each gradient, grouped

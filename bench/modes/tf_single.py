@@ -31,16 +31,16 @@ class SingleTFTrainer(TFTrainer):
         self.build_model()
         # bench verify's reference trains on the global batch of data_shards ranks in one step.
         shards = self.hooks.data_shards or 1
-        x, y = self.make_global_data(shards)
+        self.build_feed(*(self.make_global_data(shards) if not self.cfg.data else (None, None)))
 
         @tf.function
-        def train_step():
+        def train_step(x, y):
             return self.replica_step(x, y, self.cfg.batch_size * shards)
 
         self._train_step = train_step
 
     def step(self) -> None:
-        self._last = self._train_step()
+        self._last = self._train_step(*self.next_batch())
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]

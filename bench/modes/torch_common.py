@@ -70,6 +70,7 @@ class TorchTrainer:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
             torch.use_deterministic_algorithms(True)
         self.scaler = None
+        self.feed = None
 
     # -- building blocks -------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -89,8 +90,15 @@ class TorchTrainer:
         return model
 
     def build_data(self, shards: list[int] | None = None) -> None:
-        """The synthetic batch of this rank's data shard, or the concatenation of ``shards``."""
+        """The synthetic batch of this rank's data shard, or the concatenation of ``shards``; with --data, the
+        rank's feed of the dataset instead (each step draws its batch: :meth:`next_batch`)."""
         cfg = self.cfg
+        if cfg.data:
+            from bench.data.feed import Feed
+
+            self.feed = Feed(cfg, self.rank, self.world_size, self.launch.local_world_size, self.to_device,
+                             copies=self.device.type == "cuda")
+            return
         workload = model_spec(cfg.model).workload
         parts = [workload.torch_batch(cfg, index) for index in (shards or [self.rank])]
         data = torch.cat([d for d, _ in parts])
@@ -99,6 +107,21 @@ class TorchTrainer:
         if cfg.channels_last:
             self.data = self.data.contiguous(memory_format=torch.channels_last)
         self.target = target.to(self.device)
+
+    def to_device(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A loader's host batch on the run's device, the copy finished (it is timed: bench.data.feed)."""
+        data, target = batch
+        data = data.to(self.device, non_blocking=True)
+        if self.cfg.channels_last:
+            data = data.contiguous(memory_format=torch.channels_last)
+        target = target.to(self.device, non_blocking=True)
+        self.sync()
+        return data, target
+
+    def next_batch(self) -> None:
+        """With --data, the step's batch from the feed; the synthetic batch stays where it is otherwise."""
+        if self.feed is not None:
+            self.data, self.target = self.feed.next()
 
     def build_optimizer(self, params) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=self.cfg.learning_rate, momentum=self.cfg.momentum)
@@ -112,6 +135,7 @@ class TorchTrainer:
 
     # -- Trainer protocol ------------------------------------------------------------------
     def step(self) -> None:
+        self.next_batch()
         self.optimizer.zero_grad()  # set_to_none=True is torch's default
         with self.autocast():
             loss = loss_fn(self.model(self.data), self.target)

@@ -57,6 +57,7 @@ class HorovodTrainer(TorchTrainer):
         if self.scaler is None:
             return super().step()
         # Horovod with a GradScaler: finish the allreduce before the scaler inspects gradients.
+        self.next_batch()
         self.optimizer.zero_grad()
         with self.autocast():
             from bench.models.torch_models import loss_fn

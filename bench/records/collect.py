@@ -35,16 +35,18 @@ class Key:
     device: str = "cpu"  # cpu, or cuda and the GPU model: "cuda NVIDIA H100 80GB HBM3"
     fp16_allreduce: bool = False
     channels_last: bool = False
+    source: str = "synthetic"  # or the dataset's format and loader: "imagefolder via torch" (bench.data.feed)
 
     @property
     def setting(self) -> tuple:
         return (self.model, self.precision, self.batch_size, self.inputs, self.classes, self.device,
-                self.fp16_allreduce, self.channels_last)
+                self.fp16_allreduce, self.channels_last, self.source)
 
     def setting_text(self) -> str:
         spec = MODELS.get(self.model)
         extra = [f"{self.classes} classes"] if spec and self.classes not in (None, spec.default_classes) else []
         extra += ["fp16 allreduce"] * self.fp16_allreduce + ["channels-last"] * self.channels_last
+        extra += [] if self.source == "synthetic" else [f"data: {self.source}"]
         return (f"{self.model} {self.inputs}, batch {self.batch_size}/device, {self.precision}, {self.device}"
                 + "".join(f", {e}" for e in extra))
 
@@ -70,7 +72,16 @@ def device_of(result: dict[str, Any]) -> str:
 def key_of(result: dict[str, Any]) -> Key:
     c = result["config"]
     return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], describe_inputs(c),
-               c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")))
+               c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")),
+               source_of(result))
+
+
+def source_of(result: dict[str, Any]) -> str:
+    """What a run trained on, for its cell: 'synthetic', or the dataset's format and loader."""
+    section = result.get("input") or {}
+    if section.get("source") != "dataset":
+        return "synthetic"
+    return f"{section['format']} via {section['loader']}"
 
 
 

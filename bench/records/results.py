@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig
+from bench.data import feed
 from bench.errors import BenchError, ResultNotWhole
 from bench.launching.detect import LaunchInfo
 from bench.measure import attribution, telemetry, traffic
@@ -141,6 +142,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         "summary": summary,
         "utilisation": utilisation_record(cfg, summary["model_tflops_per_gpu"], ranks[0], gathered["environment"]),
         "attribution": attribution.build(ranks, cfg.steps_per_window),
+        "input": feed.section(cfg, ranks),
         "telemetry": tele,
         "traffic": {
             "computed": traffic.computed(cfg),
@@ -334,6 +336,8 @@ def render_table(result: dict[str, Any]):
     table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",
                   "parameter checksums equal")
     for row in attribution.table_rows(result.get("attribution")):
+        table.add_row(*row)
+    for row in feed.table_rows(result.get("input")):
         table.add_row(*row)
     if tele.get("available"):
         table.add_row("GPU power, mean total", _num(tele.get("power_w_mean_total"), ".0f"), "W")

@@ -170,6 +170,13 @@ class Attribution(BaseModel):
     definitions: dict[str, str]
 
 
+class Input(_Open):
+    """What the run trained on (bench.data.feed): one synthetic batch, or a dataset through an input pipeline with
+    each rank's data wait."""
+    source: Literal["synthetic", "dataset"]
+    definition: str
+
+
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
     model_config = ConfigDict(extra="forbid", title="hvdbench result")
@@ -193,6 +200,7 @@ class Result(BaseModel):
     traffic: Traffic | None = None  # added within schema 2: results written before it have none
     utilisation: Utilisation | None = None  # added within schema 2: results written before it have none
     attribution: Attribution | None = None  # added within schema 2; none for one process or --attribution-steps 0
+    input: Input | None = None  # added within schema 3: results written before it trained on synthetic data
     sync: Sync
 
 

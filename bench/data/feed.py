@@ -1,0 +1,192 @@
+"""A training rank's batches from ``--data``: its shard of the training split through the run's input pipeline
+(bench.data.loaders), each draw timed, and the ``input`` section of the result built from every rank's timings.
+
+Per step, on each rank (raw values kept, one per timed step)::
+
+    wait_s  from the step asking for its batch (the end of the previous step) to the batch on the device:
+            the time the step was held up by the input pipeline, the host-to-device copy included
+    h2d_s   the host-to-device part of it (PyTorch on a GPU: the copy, synchronised so that it is timed; None
+            where there is no copy: on a CPU, or under TensorFlow, which copies inside its compiled step)
+
+Per rank, over the timed windows: ``wait_share = sum(wait_s) / sum(window times)``, the share of the rank's timed
+time its steps waited for data. A rank whose share is at least ``PACE_SHARE`` is named as the one whose input
+sets the pace (the largest share when several are). ``loader_rate`` is the pipeline's own rate on that rank,
+measured at set-up before any step with the model idle: ``PROBE_BATCHES`` batches drawn back to back after the
+first ``prefetch + 1`` (the ones the workers made while the rank waited for the first); every rank probes at the
+same time, so it is the rate each rank's pipeline gets while the node's other ranks read too.
+
+Epochs: one pipeline reads epoch after epoch (its workers kept), each with its own shuffle (seed, epoch); every
+rank has the same number of batches per epoch (bench.data.datasets.shard), so ranks turn the epoch at the same
+step, and no epoch turn restarts a pipeline inside the timed windows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.data import datasets
+from bench.data.loaders import loader as loader_named
+from bench.errors import BenchError
+
+PACE_SHARE = 0.10
+PROBE_BATCHES = 3
+
+
+def default_workers(local_world_size: int) -> int:
+    """Loader workers per rank by default: the rank's share of this node's cores (as its compute threads get)."""
+    from bench.launching.supervise import cpu_thread_share
+
+    return cpu_thread_share(local_world_size)
+
+
+def check(cfg) -> dict[str, Any]:
+    """The parent's checks of a resolved ``--data`` run, before any rank starts (one line each): the dataset
+    loads, its labels fit the classifier, and its training split gives every rank at least one whole batch."""
+    ds = datasets.load(cfg.data)
+    if ds.classes > cfg.num_classes:
+        raise BenchError(f"--data {cfg.data} has {ds.classes} classes; --num-classes {cfg.num_classes} is fewer")
+    train = ds.splits["train"]
+    if len(train):
+        datasets.shard(len(train), 0, cfg.np, cfg.batch_size, cfg.seed)
+    return {"format": ds.format, "classes": ds.classes, "train_samples": len(train)}
+
+
+def readable(text: str) -> str:
+    """A pipeline's error as one line: a DataLoader worker's re-raised error carries the worker's traceback; its
+    last line is the error itself."""
+    last = [line for line in str(text).strip().splitlines() if line.strip()]
+    line = last[-1] if last else str(text)
+    return line.split("BenchError: ", 1)[-1]
+
+
+class Feed:
+    """One rank's training batches. ``place`` turns a host batch into the step's inputs (the copy to the device);
+    ``copies`` says whether that is a copy worth timing apart."""
+
+    def __init__(self, cfg, rank: int, world: int, local_world: int, place: Callable[[Any], Any],
+                 copies: bool) -> None:
+        self.cfg, self.rank, self.world = cfg, rank, world
+        self.dataset = datasets.load(cfg.data)
+        self.loader = loader_named(cfg.loader)
+        self.workers = default_workers(local_world) if cfg.loader_workers is None else cfg.loader_workers
+        self.place, self.copies = place, copies
+        self.wait_s: list[float] = []
+        self.h2d_s: list[float] = []
+        n = len(self.dataset.splits["train"])
+        self.per_epoch = datasets.shard(n, rank, world, cfg.batch_size, cfg.seed).size // cfg.batch_size \
+            if n else None  # TFRecord shards without counts: unknown
+        self.loader_rate = self._probe()
+        self._batches = self._open(0, None)
+
+    def _open(self, epoch: int, epochs: int | None):
+        cfg = self.cfg
+        return iter(self.loader.batches(self.dataset, "train", cfg.image_size, cfg.batch_size, self.workers,
+                                        cfg.seed, self.rank, self.world, epoch, cfg.device.value, epochs))
+
+    def _draw(self, batches):
+        try:
+            return next(batches)
+        except BenchError as exc:
+            raise BenchError(readable(exc)) from None
+        except Exception as exc:  # a worker's or tf.data's error: the file it names, in one line
+            raise BenchError(f"--data {self.cfg.data}: the input pipeline failed: {readable(exc)}") from None
+
+    def _probe(self) -> float:
+        """Samples/s of this rank's pipeline alone (module docstring)."""
+        skip = 2 * max(1, self.workers) + 1  # DataLoader prefetches 2 batches per worker
+        batches = self._open(1_000_000, None)  # an epoch no training run reaches: its own shuffle
+        try:
+            for _ in range(skip):
+                self._draw(batches)
+            t0 = time.perf_counter()
+            for _ in range(PROBE_BATCHES):
+                self._draw(batches)
+            return PROBE_BATCHES * self.cfg.batch_size / (time.perf_counter() - t0)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def next(self):
+        """The step's batch on its device; the wait and the copy timed."""
+        t0 = time.perf_counter()
+        host = self._draw(self._batches)
+        t1 = time.perf_counter()
+        batch = self.place(host)
+        t2 = time.perf_counter()
+        self.wait_s.append(t2 - t0)
+        self.h2d_s.append(t2 - t1)
+        return batch
+
+    def mark(self) -> int:
+        return len(self.wait_s)
+
+    def record(self, timed_from: int) -> dict[str, Any]:
+        """This rank's raw figures from step ``timed_from`` on (the timed windows), for the gather."""
+        train = self.dataset.splits["train"]
+        return {"wait_step_s": self.wait_s[timed_from:],
+                "h2d_step_s": self.h2d_s[timed_from:] if self.copies else None,
+                "loader_rate": self.loader_rate, "workers": self.workers,
+                "epochs": len(self.wait_s) / self.per_epoch if self.per_epoch else None,
+                "format": self.dataset.format, "classes": self.dataset.classes, "train_samples": len(train)}
+
+
+def synthetic() -> dict[str, Any]:
+    return {"source": "synthetic", "definition": "one synthetic batch per rank, made once on the device"}
+
+
+def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result's ``input`` section from every rank's raw record (module docstring for the formulas)."""
+    if not getattr(cfg, "data", None):
+        return synthetic()
+    per_rank = []
+    for r in ranks:
+        d = r["data"]
+        timed = sum(r["window_s"])
+        wait = sum(d["wait_step_s"])
+        per_rank.append({"rank": r["rank"], "host": r["host"], "wait_s": wait,
+                         "h2d_s": sum(d["h2d_step_s"]) if d["h2d_step_s"] is not None else None,
+                         "wait_share": wait / timed if timed > 0 else None,
+                         "wait_step_ms_median": 1000 * statistics.median(d["wait_step_s"]) if d["wait_step_s"]
+                         else None,
+                         "loader_rate": d["loader_rate"], "workers": d["workers"], "epochs": d["epochs"],
+                         "wait_step_s": d["wait_step_s"], "h2d_step_s": d["h2d_step_s"]})
+    shares = [(p["wait_share"], p["rank"]) for p in per_rank if p["wait_share"] is not None]
+    top = max(shares) if shares else None
+    first = ranks[0]["data"]
+    return {
+        "source": "dataset", "path": cfg.data, "format": first["format"], "classes": first["classes"],
+        "train_samples": first["train_samples"], "loader": cfg.loader,
+        "workers": sorted({p["workers"] for p in per_rank}),
+        "per_rank": per_rank,
+        "wait_share_max": top[0] if top else None,
+        "paced_by_rank": top[1] if top and top[0] >= PACE_SHARE else None,
+        "pace_share": PACE_SHARE,
+        "definition": "wait_s: per timed step, from the step asking for its batch to the batch on the device "
+                      "(h2d_s: the copy part); wait_share: a rank's waits over its timed windows; loader_rate: the "
+                      "pipeline alone at set-up, samples/s (bench.data.feed)",
+    }
+
+
+def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """The terminal table's rows for a result's ``input`` section."""
+    if not section or section.get("source") != "dataset":
+        return [("input", "synthetic", "one batch made on the device; --data PATH reads a dataset")]
+    ranks = section["per_rank"]
+    rates = [p["loader_rate"] for p in ranks if p["loader_rate"]]
+    rows = [("input", f"{section['format']} via {section['loader']}",
+             f"{section['path']}, {'/'.join(map(str, section['workers']))} worker(s) per rank"),
+            ("data wait, share of step (max rank)", f"{100 * (section['wait_share_max'] or 0):.1f}",
+             f"%; median step wait {statistics.median(p['wait_step_ms_median'] or 0 for p in ranks):.1f} ms")]
+    copies = [p["h2d_s"] for p in ranks if p["h2d_s"] is not None]
+    if copies:
+        rows.append(("host-to-device copy (max rank)", f"{max(copies):.3f}", "s over the timed windows"))
+    if rates:
+        rows.append(("loader alone, per rank (min)", f"{min(rates):.1f}", "samples/s at set-up"))
+    paced = section.get("paced_by_rank")
+    rows.append(("input sets the pace", "no" if paced is None else f"rank {paced}",
+                 f"a rank waiting >= {section['pace_share']:.0%} of its step for data"))
+    return rows
