@@ -191,6 +191,9 @@ bench-overhead: venv ## torch-ddp, tf-horovod and tf-native against their bare l
 	$(PY) benchmarks/overhead.py --mode tf-horovod --image-size 32 $(ARGS)
 	$(PY) benchmarks/overhead.py --mode tf-native --image-size 32 $(ARGS)
 
+bench-data-cost: venv ## VGG-16 and ResNet-50 at np 2 from JPEG files against synthetic, torch-ddp and tf-horovod: img/s and data wait
+	$(PY) benchmarks/data_cost.py $(ARGS)
+
 # Push and pull times of an image through a registry of its own here, cold (benchmarks/publish.py).
 bench-publish: venv docker-up registry-up ## push and pull times of an image through a registry here, from empty
 	PATH=$(APPTAINER_PATH) $(PY) benchmarks/publish.py $(ARGS)

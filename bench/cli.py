@@ -393,6 +393,9 @@ def k8s_command(
                                                  "CPU).")] = None,
     env_vars: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE in every pod (e.g. "
                                                        "NCCL_SOCKET_IFNAME=eth0); repeat it.")] = None,
+    data_claim: Annotated[str | None, typer.Option(help="A PersistentVolumeClaim holding a dataset: mounted "
+                                                   "read-only at /data in every pod, and the run reads it (--data "
+                                                   "/data; docs/data.md).")] = None,
     **options,
 ) -> None:
     """Print the Kubernetes manifests that run MODE (docs/kubernetes.md): kubectl apply -f - reads them."""
@@ -406,9 +409,24 @@ def k8s_command(
         if not sep:
             raise BenchError(f"--env takes NAME=VALUE (got {item!r})")
         pairs.append((key, value))
-    cfg = k8s.K8sConfig(run=RunConfig(mode=mode, **config_arguments(options)), image=image, nodes=nodes,
+    arguments = config_arguments(options)
+    if arguments.get("data") is not None:  # a path in the pods, not here: the run checks it there
+        raise BenchError(f"bench k8s: the pods read the dataset from --data-claim, mounted at {k8s.DATA}; leave out "
+                         "--data")
+    loader = []  # checked by the run in the pods, where the dataset is: passed on as flags
+    for key in ("loader", "loader_workers"):
+        if arguments.get(key) is not None:
+            loader += [f"--{key.replace('_', '-')}", str(arguments.pop(key))]
+    if arguments.get("loader") is None and "--loader" in loader:
+        from bench.data.loaders import loader as loader_named
+
+        name = loader[loader.index("--loader") + 1]
+        if loader_named(name).framework != MODES[mode].framework:
+            raise BenchError(f"--loader {name} feeds {loader_named(name).framework}; {mode} is "
+                             f"{MODES[mode].framework}")
+    cfg = k8s.K8sConfig(run=RunConfig(mode=mode, **arguments), image=image, nodes=nodes,
                         gpus_per_node=gpus_per_node, name=name, namespace=namespace, results_claim=results_claim,
-                        shm_size=shm_size, env=tuple(pairs))
+                        shm_size=shm_size, env=tuple(pairs), data_claim=data_claim, loader=tuple(loader))
     typer.echo(k8s.render(cfg, shlex.join(["bench", *sys.argv[1:]])), nl=False)
 
 

@@ -119,15 +119,18 @@ SCRIPTED = [
 TF_SMALL = ["--model", "transformer-small", "--batch-size", "2", "--seq-len", "8", *SMALL[8:]]
 
 
-def sbatch_scripted(env: dict[str, str], tmp_path_factory, **extra: str) -> dict[str, tuple]:
+def sbatch_scripted(env: dict[str, str], tmp_path_factory, per_mode: dict[str, dict[str, str]] | None = None,
+                    **extra: str) -> dict[str, tuple]:
     """Every SCRIPTED job on one node (2 tasks), submitted together, waited for together:
-    {mode: (exit code, stderr and the job's log, results folder, seconds from submission to end)}."""
+    {mode: (exit code, stderr and the job's log, results folder, seconds from submission to end)}; ``per_mode``:
+    more environment for one mode's job."""
     scripts = Path(__file__).resolve().parents[1] / "singularity" / "slurm"
     jobs = {}
     for script, mode_env, mode in SCRIPTED:
         folder = tmp_path_factory.mktemp(mode)
         job_env = dict(env, HVDBENCH_RESULTS=str(folder / "results"),
-                       BENCH_ARGS=" ".join(TF_SMALL if mode.startswith("tf") else SMALL), **extra, **mode_env)
+                       BENCH_ARGS=" ".join(TF_SMALL if mode.startswith("tf") else SMALL), **extra, **mode_env,
+                       **(per_mode or {}).get(mode, {}))
         proc = subprocess.Popen(["bash", "-c", SBATCH_WAIT, "sbatch-wait", "--nodes=1", "--ntasks-per-node=2",
                                  "--cpus-per-task=1", str(scripts / script)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=job_env, cwd=folder)

@@ -45,6 +45,16 @@ def test_every_mode_renders_manifests_that_validate(cli, mode, gpus):
     assert ('"nvidia.com/gpu"' in text) == bool(gpus)
 
 
+@pytest.mark.parametrize("mode", ["tf-horovod", "torch-ddp"])
+def test_a_data_claim_is_mounted_read_only_in_every_pod_and_read_by_the_run(cli, mode):
+    docs = rendered(cli, mode, "--image", IMAGE, "--data-claim", "imagenet", "--loader-workers", "6", "--model",
+                    "resnet50")
+    text = json.dumps(docs)
+    assert '"claimName": "imagenet", "readOnly": true' in text
+    assert '{"name": "data", "mountPath": "/data", "readOnly": true}' in text
+    assert '"--data", "/data", "--loader-workers", "6"' in text
+
+
 def test_the_mpijob_runs_mpirun_over_the_workers_sshd(cli):
     (job,) = rendered(cli, "tf-horovod", "--image", IMAGE, "--nodes", "2", "--gpus-per-node", "4", "--model",
                       "vgg16", "--batch-size", "64", "--precision", "amp-fp16", "--env", "NCCL_DEBUG=INFO")
@@ -131,6 +141,10 @@ def test_the_flags_give_the_same_run_back(cli, monkeypatch):
     (["torch-ddp", "--env", "PET_NNODES=2"], "set by the operator or by bench k8s"),
     (["torch-ddp", "--batch-size", "0"], "--batch-size must be an integer >= 1"),
     (["no-such-mode"], "unknown mode 'no-such-mode'"),
+    (["torch-ddp", "--data", "/tmp"], "read the dataset from --data-claim"),
+    (["torch-ddp", "--loader", "torch"], "apply to runs with --data-claim"),
+    (["torch-ddp", "--data-claim", "imagenet", "--loader", "tf"], "--loader tf feeds tensorflow"),
+    (["torch-ddp", "--data-claim", "Image_Net"], "--data-claim 'Image_Net' must be a DNS label"),
 ])
 def test_bad_input_is_one_line(cli, args, message):
     r = cli("k8s", args[0], "--image", IMAGE, *args[1:])

@@ -44,7 +44,13 @@ def test_srun_allocation_mismatch_is_clear(slurm_env, out):
 # submitted together and waited for together (slurm.conf declares enough CPUs for all of them).
 @pytest.fixture(scope="module")
 def sbatch_jobs(slurm_env, tmp_path_factory):
-    return sbatch_scripted(slurm_env, tmp_path_factory, HVDBENCH_RUNTIME="none")
+    # torch-horovod's job trains from a dataset: the scripts' HVDBENCH_DATA (docs/data.md)
+    from bench.data.make import MakeConfig, make
+
+    data = tmp_path_factory.mktemp("data") / "jpegs"
+    make(MakeConfig(path=str(data), images=20, classes=4, image_size=40))
+    return sbatch_scripted(slurm_env, tmp_path_factory, {"torch-horovod": {"HVDBENCH_DATA": str(data)}},
+                           HVDBENCH_RUNTIME="none")
 
 
 @pytest.mark.parametrize("script, extra_env, mode", SCRIPTED)
@@ -57,6 +63,7 @@ def test_sbatch_scripts_without_container(sbatch_jobs, script, extra_env, mode):
     assert [r["local_rank"] for r in result["environment"]["ranks"]] == [0, 1]  # not every rank local 0
     if MODES[mode].needs_mpi:  # srun --mpi=pmix: the ranks joined through PMIx
         assert result["environment"]["distribution"]["controller"] == "mpi"
+    assert result["input"]["source"] == ("dataset" if mode == "torch-horovod" else "synthetic")
     print(f"sbatch {script} {mode}: {elapsed:.1f} s from submission to result")
 
 

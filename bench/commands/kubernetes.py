@@ -11,7 +11,8 @@ TensorFlow's own (tf-native   an Indexed Job (batch/v1) and a headless Service: 
 multiworker)                  each building TF_CONFIG from its stable name (bench.launching.kubernetes)
 ============================  ===========================================================================
 
-Every pod mounts the results claim at /results (bench writes to /results/<name>), a memory-backed /dev/shm
+Every pod mounts the results claim at /results (bench writes to /results/<name>), with ``--data-claim`` a dataset's
+claim read-only at /data (the run reads it: ``--data /data``), a memory-backed /dev/shm
 (NCCL between local GPUs), asks the device plugin for ``nvidia.com/gpu`` when the run has GPUs, and runs as the
 image's non-root user (uid 1000) with fsGroup 1000, so the claim is writable. ``--env NAME=VALUE`` sets the
 network settings in every pod (and mpirun forwards them with ``-x``). The run options are the mode command's,
@@ -37,6 +38,7 @@ SSH_DIR = "/home/mpiuser/.ssh"  # where the MPI Operator mounts the job's SSH ke
 SSHD_CONFIG = "/home/mpiuser/.sshd_config"  # the worker's sshd, as that user
 SSH_PORT = 2222  # a non-root sshd's port; the image's ssh client uses it for every host
 RESULTS = "/results"
+DATA = "/data"
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
@@ -60,9 +62,13 @@ class K8sConfig:
     results_claim: str = "hvdbench-results"
     shm_size: str | None = None  # default 2Gi per GPU, 1Gi on CPU
     env: tuple[tuple[str, str], ...] = ()
+    data_claim: str | None = None  # a PersistentVolumeClaim holding the dataset, mounted read-only at DATA
+    loader: tuple[str, ...] = ()  # with data_claim: the run's --loader / --loader-workers flags, passed on
 
     def __post_init__(self) -> None:
         run = self.run
+        if self.loader and not self.data_claim:
+            raise BenchError("--loader and --loader-workers apply to runs with --data-claim")
         if workload(run.mode) is None:
             raise BenchError(f"bench k8s: {run.mode} has no Kubernetes workload (Horovod modes run as an MPIJob, "
                              "torch-ddp and torch-hybrid as a TrainJob, tf-native multiworker as an indexed Job)")
@@ -80,7 +86,8 @@ class K8sConfig:
         if self.nodes < 1 or self.gpus_per_node < 0:
             raise BenchError("--nodes must be at least 1 and --gpus-per-node at least 0")
         for what, value in (("--name", self.name or self.job_name), ("--namespace", self.namespace),
-                            ("--results-claim", self.results_claim)):
+                            ("--results-claim", self.results_claim),
+                            *((("--data-claim", self.data_claim),) if self.data_claim is not None else ())):
             if not NAME.match(value) or len(value) > (MAX_NAME if what == "--name" else 63):
                 raise BenchError(f"{what} {value!r} must be a DNS label: lowercase letters, digits and '-' "
                                  f"(at most {MAX_NAME if what == '--name' else 63} characters)")
@@ -107,8 +114,13 @@ class K8sConfig:
     def bench_args(self) -> list[str]:
         """The mode command and its flags, as every rank runs it."""
         device = Device.cuda if self.gpus_per_node else Device.cpu
-        return command_line(RunConfig(**{**self.run.to_dict(), "device": device,
+        args = command_line(RunConfig(**{**self.run.to_dict(), "device": device,
                                          "output": f"{RESULTS}/{self.job_name}"}))
+        return args + (["--data", DATA, *self.loader] if self.data_claim else [])
+
+    @property
+    def mounts(self) -> list[dict[str, Any]]:
+        return MOUNTS + ([{"name": "data", "mountPath": DATA, "readOnly": True}] if self.data_claim else [])
 
 
 def workload(mode: str) -> str | None:
@@ -140,8 +152,10 @@ def _gpus(cfg: K8sConfig, per_pod: int) -> dict[str, Any]:
 
 
 def _volumes(cfg: K8sConfig) -> list[dict[str, Any]]:
+    data = [{"name": "data", "persistentVolumeClaim": {"claimName": cfg.data_claim, "readOnly": True}}] \
+        if cfg.data_claim else []
     return [{"name": "results", "persistentVolumeClaim": {"claimName": cfg.results_claim}},
-            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": cfg.shm}}]
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": cfg.shm}}, *data]
 
 
 MOUNTS = [{"name": "results", "mountPath": RESULTS}, {"name": "shm", "mountPath": "/dev/shm"}]
@@ -164,7 +178,7 @@ def mpijob(cfg: K8sConfig) -> list[dict[str, Any]]:
     worker = _container("worker", cfg.image, command=["/usr/sbin/sshd"], args=["-De", "-f", SSHD_CONFIG],
                         env=_env(cfg), ports=[{"name": "ssh", "containerPort": SSH_PORT}],
                         readinessProbe={"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 2},
-                        resources=_gpus(cfg, cfg.gpus_per_node), volumeMounts=MOUNTS)
+                        resources=_gpus(cfg, cfg.gpus_per_node), volumeMounts=cfg.mounts)
     job = _meta(cfg, "MPIJob")
     job["spec"] = {
         "slotsPerWorker": cfg.ranks_per_node,
@@ -196,7 +210,7 @@ def trainjob(cfg: K8sConfig) -> list[dict[str, Any]]:
     if cfg.env:
         trainer["env"] = _env(cfg)
     pod_patch = {"securityContext": SECURITY, "volumes": _volumes(cfg),
-                 "containers": [{"name": "node", "volumeMounts": MOUNTS}]}
+                 "containers": [{"name": "node", "volumeMounts": cfg.mounts}]}
     job = _meta(cfg, "TrainJob")
     job["spec"] = {
         "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
@@ -220,7 +234,7 @@ def indexed_job(cfg: K8sConfig) -> list[dict[str, Any]]:
                         env=_env(cfg, **{pod.WORKERS_ENV: str(workers), pod.SUBDOMAIN_ENV: cfg.job_name,
                                          pod.PORT_ENV: str(pod.DEFAULT_PORT)}),
                         ports=[{"name": "grpc", "containerPort": pod.DEFAULT_PORT}],
-                        resources=_gpus(cfg, 1 if cfg.gpus_per_node else 0), volumeMounts=MOUNTS)
+                        resources=_gpus(cfg, 1 if cfg.gpus_per_node else 0), volumeMounts=cfg.mounts)
     job = _meta(cfg, "Job")
     job["spec"] = {
         "completionMode": "Indexed", "completions": workers, "parallelism": workers,

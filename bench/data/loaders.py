@@ -128,6 +128,7 @@ class TorchLoader:
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
                 epochs: int | None = 1) -> Iterator[tuple[Any, Any]]:
         """Batches of ``epochs`` epochs from ``epoch`` (None: without end), in one pipeline."""
+        import PIL  # noqa: F401  (the workers decode with it: a missing Pillow is named here, in one line)
         import torch
 
         if dataset.format == "tfrecord":

@@ -4,6 +4,7 @@
 #   HVDBENCH_SIF       the image (default ./hvdbench.sif): make sif, or apptainer pull docker://...
 #   HVDBENCH_RESULTS   results directory on a shared filesystem (default ./results)
 #   BENCH_ARGS         extra bench options, e.g. "--model resnet50 --precision amp-bf16"
+#   HVDBENCH_DATA      a dataset folder to train from (--data; bound read-only into the image at the same path)
 # Network settings users trip on, passed through when set (see the README):
 #   NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, NCCL_IB_HCA, NCCL_NET_GDR_LEVEL, NCCL_DEBUG (default WARN),
 #   OMPI_MCA_btl_tcp_if_include, OMPI_MCA_pml, UCX_NET_DEVICES, HOROVOD_GLOO_IFACE
@@ -12,6 +13,11 @@ HVDBENCH_RUNTIME=${HVDBENCH_RUNTIME:-apptainer}
 HVDBENCH_SIF=${HVDBENCH_SIF:-$PWD/hvdbench.sif}
 HVDBENCH_RESULTS=${HVDBENCH_RESULTS:-$PWD/results}
 BENCH_ARGS=${BENCH_ARGS:-}
+HVDBENCH_DATA=${HVDBENCH_DATA:-}
+if [[ -n $HVDBENCH_DATA ]]; then
+  [[ -d $HVDBENCH_DATA ]] || { echo "hvdbench: HVDBENCH_DATA=$HVDBENCH_DATA is not a folder" >&2; exit 1; }
+  BENCH_ARGS="$BENCH_ARGS --data $HVDBENCH_DATA"
+fi
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 mkdir -p "$HVDBENCH_RESULTS"
 
@@ -25,8 +31,10 @@ case $HVDBENCH_RUNTIME in
       why=$(printf '%s\n' "$why" | grep -v '^ *$' | tail -n1 | tr -s ' \t' ' ')
       echo "hvdbench: $HVDBENCH_RUNTIME cannot run bench from $HVDBENCH_SIF: ${why:-no reason given}" >&2; exit 1
     fi
-    # --nv: the host's driver and GPUs; the results directory bound at the same path.
-    RUN=("$HVDBENCH_RUNTIME" exec --nv --bind "$HVDBENCH_RESULTS" "$HVDBENCH_SIF" bench) ;;
+    # --nv: the host's driver and GPUs; the results directory bound at the same path (and the dataset, read-only).
+    BINDS=(--bind "$HVDBENCH_RESULTS")
+    if [[ -n $HVDBENCH_DATA ]]; then BINDS+=(--bind "$HVDBENCH_DATA:$HVDBENCH_DATA:ro"); fi
+    RUN=("$HVDBENCH_RUNTIME" exec --nv "${BINDS[@]}" "$HVDBENCH_SIF" bench) ;;
   none)
     command -v bench >/dev/null || { echo "hvdbench: bench is not on PATH (HVDBENCH_RUNTIME=none)" >&2; exit 1; }
     RUN=(bench) ;;
