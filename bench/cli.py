@@ -27,6 +27,7 @@ from bench.commands.sweep import SweepConfig, load_sweep, parse_list, run_sweep
 from bench.commands.verify import VerifyConfig
 from bench.config import PLUGIN_OPTIONS, RunConfig, declared, option_specs
 from bench.data import make
+from bench.data.loaders import loader as loader_named
 from bench.data.make import MakeConfig
 from bench.deps import missing_message
 from bench.errors import BenchError, Stopped
@@ -418,10 +419,8 @@ def k8s_command(
         if arguments.get(key) is not None:
             loader += [f"--{key.replace('_', '-')}", str(arguments.pop(key))]
     if arguments.get("loader") is None and "--loader" in loader:
-        from bench.data.loaders import loader as loader_named
-
         name = loader[loader.index("--loader") + 1]
-        if loader_named(name).framework != MODES[mode].framework:
+        if loader_named(name).framework not in (MODES[mode].framework, "any"):
             raise BenchError(f"--loader {name} feeds {loader_named(name).framework}; {mode} is "
                              f"{MODES[mode].framework}")
     cfg = k8s.K8sConfig(run=RunConfig(mode=mode, **arguments), image=image, nodes=nodes,

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from bench.data import detect_format
+from bench.data.datasets import class_count
+from bench.data.loaders import loader
 from bench.errors import BenchError
 from bench.kinds import Device, Precision
 from bench.measure.attribution import default_steps
@@ -231,12 +234,9 @@ class RunConfig:
             raise BenchError(spec.no_data)
         if model_spec.workload.kind != "image":
             raise BenchError(f"--data reads image datasets; {self.model} trains on {model_spec.workload.units}")
-        from bench.data import detect_format
-        from bench.data.loaders import loader
-
         if detect_format(self.data) == "tokens":
             raise BenchError(f"--data {self.data} holds token ids; the training modes read image datasets so far")
-        if self.loader is not None and loader(self.loader).framework != spec.framework:
+        if self.loader is not None and loader(self.loader).framework not in (spec.framework, "any"):
             raise BenchError(f"--loader {self.loader} feeds {loader(self.loader).framework}; {self.mode} is "
                              f"{spec.framework} (its loader: {default_loader(spec.framework)})")
 
@@ -301,8 +301,6 @@ class RunConfig:
 
 def data_classes(path: str) -> int:
     """A --data run's classifier outputs by default: the dataset's classes."""
-    from bench.data.datasets import class_count
-
     return class_count(path)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.config import RunConfig
+from bench.data import feed
 from bench.errors import STOP_SIGNALS, BenchError
 from bench.hooks import Hooks
 from bench.launching import detect, kubernetes, supervise
@@ -141,9 +142,7 @@ class Training:
         mode = self.spec.load()
         resolved = mode.preflight(cfg, info)
         if resolved.data:
-            from bench.data.feed import check
-
-            check(resolved)  # the dataset's own checks, once, before any rank starts
+            feed.check(resolved)  # the dataset's own checks, once, before any rank starts
         with self.hooks.exported():
             mode.spawn(resolved)
 
@@ -157,9 +156,7 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     """One rank of a training run: preflight, the measurement loop, and (rank 0) the result written whole."""
     cfg = mode.preflight(cfg, info)
     if cfg.data and info.launcher != "self":  # started by another launcher: no parent checked the dataset
-        from bench.data.feed import check
-
-        check(cfg)
+        feed.check(cfg)
     if hasattr(mode, "serve") and mode.serve(cfg, info):
         return None
     out_dir = rank_output(cfg, info)

@@ -100,18 +100,20 @@ def test_the_digits_are_real_labelled_images(tmp_path):
 
 
 @pytest.mark.framework
-def test_both_loaders_give_normalised_batches_of_the_run_size(tmp_path):
+def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
     from bench.data.loaders import LOADERS
 
     small(tmp_path / "d", image_size=None, images=20)  # 500 x 375 JPEGs
     small(tmp_path / "c", format="cifar", images=40, image_size=None)
     small(tmp_path / "r", format="tfrecord", images=20, image_size=None, shards=2)
-    for name, path, size in (("torch", "d", 64), ("tf", "d", 64), ("torch", "c", 32), ("tf", "c", 32),
-                             ("tf", "r", 64)):
+    for name, path, size, framework in (("torch", "d", 64, None), ("tf", "d", 64, None), ("torch", "c", 32, None),
+                                        ("tf", "c", 32, None), ("tf", "r", 64, None), ("dali", "d", 64, "torch"),
+                                        ("dali", "d", 48, "tensorflow")):
         data = load(tmp_path / path)
-        images, labels = next(iter(LOADERS[name].batches(data, "train", size, 4, 0, seed=0)))
+        images, labels = next(iter(LOADERS[name].batches(data, "train", size, 4, 0, seed=0, framework=framework)))
         x = np.asarray(images)
-        shape = (4, 3, size, size) if name == "torch" else (4, size, size, 3)
+        nchw = name == "torch" or framework == "torch"
+        shape = (4, 3, size, size) if nchw else (4, size, size, 3)
         assert x.shape == shape and x.dtype == np.float32, (name, path, x.shape)
         assert -3 < x.mean() < 3 and np.asarray(labels).max() < data.classes, (name, path)
 

@@ -26,7 +26,7 @@ def jpegs(tmp_path_factory):
     ({"mode": "tf-native", "data": "JPEGS"}, "tf-native does not read --data yet"),
     ({"mode": "torch-ddp", "model": "transformer-base", "data": "JPEGS"}, "--data reads image datasets"),
     ({"mode": "torch-ddp", "data": "JPEGS", "loader": "tf"}, "--loader tf feeds tensorflow; torch-ddp is torch"),
-    ({"mode": "tf-horovod", "data": "JPEGS", "loader": "dali"}, "unknown --loader 'dali'"),
+    ({"mode": "tf-horovod", "data": "JPEGS", "loader": "nvjpeg"}, "unknown --loader 'nvjpeg'"),
     ({"mode": "torch-ddp", "data": "NOWHERE"}, "no such file or folder"),
     ({"mode": "torch-ddp", "data": "JPEGS", "loader_workers": -1}, "--loader-workers must be an integer >= 0"),
 ])
@@ -35,6 +35,11 @@ def test_data_options_refuse_what_cannot_run_in_one_line(jpegs, tmp_path, args, 
             for k, v in args.items()}
     with pytest.raises(BenchError, match=message):
         RunConfig(**args)
+
+
+def test_dali_feeds_either_framework(jpegs):
+    assert RunConfig(mode="torch-ddp", data=str(jpegs), loader="dali").loader == "dali"
+    assert RunConfig(mode="tf-horovod", data=str(jpegs), loader="dali").loader == "dali"
 
 
 def test_a_tokens_dataset_is_refused_by_the_image_modes(tmp_path):
@@ -126,8 +131,10 @@ def test_compare_gives_the_share_of_throughput_the_input_pipeline_costs(torch_ru
 
 @pytest.mark.multiproc
 def test_tf_horovod_trains_from_the_files_through_tf_data(jpegs, out):
-    run = bench("tf-horovod", "--np", "2", "--image-size", "32", "--batch-size", "4", "--warmup-steps", "1",
-                "--steps-per-window", "3", "--windows", "2", "--data", str(jpegs), "--output", str(out))
+    run = bench("tf-horovod", "--model", "resnet50", "--np", "2", "--image-size", "32", "--batch-size", "4",
+                "--warmup-steps", "1",
+                "--steps-per-window", "3", "--windows", "2", "--attribution-steps", "0", "--data", str(jpegs),
+                "--output", str(out))
     assert run.returncode == 0, run.stderr
     result = only_result(out)
     assert result["input"]["loader"] == "tf" and result["sync"]["ranks_in_sync"]
@@ -144,6 +151,17 @@ def test_a_file_that_cannot_be_decoded_stops_the_run_in_one_line_naming_it(jpegs
                 "--steps-per-window", "1", "--windows", "1", "--data", str(broken), "--loader-workers", "0",
                 "--output", str(out))
     assert run.returncode != 0
-    last = run.stderr.strip().splitlines()[-1]
-    assert bad.name in last and "Traceback" not in run.stderr, run.stderr
+    named = [line for line in run.stderr.splitlines() if bad.name in line]
+    assert len(named) == 1 and "cannot decode" in named[0] and "Traceback" not in run.stderr, run.stderr
     assert not (out.exists() and list(out.glob("*.json")))  # no result, not even a partial one
+
+
+@pytest.mark.multiproc
+def test_dali_feeds_a_pytorch_rank_from_its_cpu_pipeline(jpegs, out):
+    run = bench("torch-single", "--image-size", "32", "--batch-size", "4", "--warmup-steps", "1",
+                "--steps-per-window", "3", "--windows", "2", "--data", str(jpegs), "--loader", "dali",
+                "--loader-workers", "1", "--output", str(out))
+    assert run.returncode == 0, run.stderr
+    section = only_result(out)["input"]
+    assert section["loader"] == "dali" and section["per_rank"][0]["loader_rate"] > 0
+    assert len(section["per_rank"][0]["wait_step_s"]) == 6

@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.config import comma_list, option
 from bench.data import datasets
-from bench.data.loaders import LOADERS, loader
+from bench.data.loaders import LOADERS, installed, loader
 from bench.errors import BenchError
 from bench.launching import envs
 from bench.records import store
@@ -55,8 +55,8 @@ def _workers(text: str) -> tuple[int, ...]:
 class DataBenchConfig:
     """bench data bench's configuration: each option declared once, here (the command's flags come from it)."""
     path: str = option("", "The dataset's folder (bench data make writes one).", argument=True)
-    loaders: tuple[str, ...] = option(tuple(LOADERS), f"Comma-separated loaders: {', '.join(LOADERS)}.",
-                                      parse=comma_list, shown=",".join(LOADERS))
+    loaders: tuple[str, ...] = option(installed(), f"Comma-separated loaders: {', '.join(LOADERS)} (default: "
+                                      "those installed here).", parse=comma_list, shown=",".join(installed()))
     workers: tuple[int, ...] = option((1, 2), "Comma-separated worker counts (processes for torch, tf.data "
                                       "threads for tf).", parse=_workers, shown="1,2")
     image_size: int = option(224, "Side of the crops the pipeline makes.")

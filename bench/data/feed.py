@@ -30,6 +30,7 @@ from typing import Any
 from bench.data import datasets
 from bench.data.loaders import loader as loader_named
 from bench.errors import BenchError
+from bench.launching.supervise import cpu_thread_share
 
 PACE_SHARE = 0.10
 PROBE_BATCHES = 3
@@ -37,8 +38,6 @@ PROBE_BATCHES = 3
 
 def default_workers(local_world_size: int) -> int:
     """Loader workers per rank by default: the rank's share of this node's cores (as its compute threads get)."""
-    from bench.launching.supervise import cpu_thread_share
-
     return cpu_thread_share(local_world_size)
 
 
@@ -67,12 +66,13 @@ class Feed:
     ``copies`` says whether that is a copy worth timing apart."""
 
     def __init__(self, cfg, rank: int, world: int, local_world: int, place: Callable[[Any], Any],
-                 copies: bool) -> None:
+                 copies: bool, framework: str, device_id: int | None = None) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world
         self.dataset = datasets.load(cfg.data)
         self.loader = loader_named(cfg.loader)
         self.workers = default_workers(local_world) if cfg.loader_workers is None else cfg.loader_workers
         self.place, self.copies = place, copies
+        self.framework, self.device_id = framework, device_id  # DALI's output layout and GPU
         self.wait_s: list[float] = []
         self.h2d_s: list[float] = []
         n = len(self.dataset.splits["train"])
@@ -84,7 +84,8 @@ class Feed:
     def _open(self, epoch: int, epochs: int | None):
         cfg = self.cfg
         return iter(self.loader.batches(self.dataset, "train", cfg.image_size, cfg.batch_size, self.workers,
-                                        cfg.seed, self.rank, self.world, epoch, cfg.device.value, epochs))
+                                        cfg.seed, self.rank, self.world, epoch, cfg.device.value, epochs,
+                                        self.framework, self.device_id))
 
     def _draw(self, batches):
         try:

@@ -10,6 +10,7 @@ the flip. Held-out split: the centre crop of 87.5% resized, no flip.
 * ``torch``: torch.utils.data.DataLoader with ``workers`` worker processes (each one core), pinned memory on a
   GPU, two batches prefetched per worker; decoding and cropping with Pillow (torchvision's own transforms do the
   same through Pillow; PyPI's torchvision is the CUDA build and cannot load beside a CPU PyTorch).
+* ``dali``: NVIDIA DALI for either framework (:class:`DaliLoader`).
 * ``tf``: tf.data: the file names shuffled and sharded, ``map`` with ``workers`` parallel calls
   (decode_and_crop_jpeg: only the crop is decoded, as TensorFlow's ResNet pipeline does), batch, prefetch;
   tf.data's own thread pool held to ``workers`` threads so that the count means what it means for DataLoader.
@@ -126,7 +127,8 @@ class TorchLoader:
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
-                epochs: int | None = 1) -> Iterator[tuple[Any, Any]]:
+                epochs: int | None = 1, framework: str | None = None,
+                device_id: int | None = None) -> Iterator[tuple[Any, Any]]:
         """Batches of ``epochs`` epochs from ``epoch`` (None: without end), in one pipeline."""
         import PIL  # noqa: F401  (the workers decode with it: a missing Pillow is named here, in one line)
         import torch
@@ -147,7 +149,8 @@ class TFLoader:
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
-                epochs: int | None = 1) -> Iterator[tuple[Any, Any]]:
+                epochs: int | None = 1, framework: str | None = None,
+                device_id: int | None = None) -> Iterator[tuple[Any, Any]]:
         """Batches of ``epochs`` epochs from ``epoch`` (None: without end), in one pipeline: the shard's sample
         order comes from a generator, epoch after epoch (TFRecord shards: the file list repeated)."""
         tf, _ = import_tf()
@@ -222,7 +225,93 @@ class TFLoader:
             yield images, labels
 
 
-LOADERS = {loader.name: loader for loader in (TorchLoader(), TFLoader())}
+class DaliLoader:
+    """NVIDIA DALI for either framework: its file reader shards the split (``shard_id``/``num_shards``, DALI's own
+    contiguous shards, shuffled within with ``seed``), ``decoders.image_random_crop`` decodes only the crop
+    (on the CPU; on a GPU the "mixed" decoder, nvJPEG, with the rank's GPU), resized to the run's size, flipped half
+    the time and normalised by ``crop_mirror_normalize``, in NCHW for PyTorch and NHWC for TensorFlow.
+    ``workers`` is DALI's thread count. The reader wraps round at the end of its shard, so one pipeline runs every
+    epoch. ImageNet folders only (DALI's TFRecord reader wants index files; CIFAR is in memory)."""
+    name = "dali"
+    framework = "any"
+
+    def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
+                rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu", epochs: int | None = 1,
+                framework: str | None = None, device_id: int | None = None) -> Iterator[tuple[Any, Any]]:
+        from nvidia.dali import fn, pipeline_def, types
+
+        part = dataset.splits[split]
+        if part.paths is None:
+            raise BenchError(f"the dali loader reads ImageNet folders of JPEG files; {dataset.format}: --loader "
+                             f"{'tf' if framework == 'tensorflow' else 'torch'}")
+        train = split == "train"
+        per_epoch = len(shard(len(part), rank, world, batch_size, seed, epoch)) // batch_size
+        gpu = device == "cuda" and device_id is not None
+
+        @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=device_id if gpu else None,
+                      seed=seed + epoch, prefetch_queue_depth=2)
+        def pipeline():
+            encoded, labels = fn.readers.file(files=list(part.paths), labels=[int(x) for x in part.labels],
+                                              shard_id=rank, num_shards=world, random_shuffle=train,
+                                              initial_fill=max(64, 4 * batch_size), name="reader")
+            if train:
+                images = fn.decoders.image_random_crop(encoded, device="mixed" if gpu else "cpu",
+                                                       output_type=types.RGB, random_area=list(SCALE),
+                                                       random_aspect_ratio=list(RATIO), num_attempts=10)
+            else:
+                images = fn.decoders.image(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB)
+                images = fn.resize(images, resize_shorter=round(size / 0.875))
+            images = fn.resize(images, resize_x=size, resize_y=size) if train else images
+            images = fn.crop_mirror_normalize(
+                images, dtype=types.FLOAT, output_layout="HWC" if framework == "tensorflow" else "CHW",
+                crop=(size, size), mean=list(MEAN * 255), std=list(STD * 255),
+                mirror=fn.random.coin_flip() if train else 0)
+            return images, labels
+
+        pipe = pipeline()
+        pipe.build()
+        n = 0
+        while epochs is None or n < per_epoch * epochs:
+            try:
+                images, labels = pipe.run()
+            except RuntimeError as exc:
+                raise BenchError(f"the dali pipeline failed: {readable_dali(exc)}") from None
+            if gpu:
+                images = images.as_cpu()
+            yield _framework_batch(images.as_array(), labels.as_array().reshape(-1).astype(np.int64), framework)
+            n += 1
+
+
+def readable_dali(exc: Exception) -> str:
+    """DALI's error as one line: its first line that names the problem (a file it could not decode, say)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    named = [line for line in lines if "rror" in line or "decode" in line.lower()]
+    return (named or lines or ["no reason given"])[-1][:400]
+
+
+def _framework_batch(images: np.ndarray, labels: np.ndarray, framework: str | None):
+    """DALI's arrays as the framework's tensors (host memory: the trainer copies them to its device)."""
+    if framework == "tensorflow":
+        tf, _ = import_tf()
+        return tf.convert_to_tensor(images), tf.convert_to_tensor(labels)
+    import torch
+
+    return torch.from_numpy(images), torch.from_numpy(labels)
+
+
+LOADERS = {loader.name: loader for loader in (TorchLoader(), TFLoader(), DaliLoader())}
+
+
+def installed() -> tuple[str, ...]:
+    """The loaders this machine can run: DALI only where nvidia-dali is installed (the dali extra, the GPU
+    machines' images); the torch and tf loaders always (their framework's environment runs them)."""
+    import importlib.util
+
+    try:
+        dali = importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:  # no nvidia namespace at all
+        dali = False
+    return tuple(name for name in LOADERS if name != "dali" or dali)
 
 
 def loader(name: str):

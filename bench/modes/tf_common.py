@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.data.feed import Feed
 from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
@@ -101,10 +102,9 @@ class TFTrainer:
         its batch: :meth:`next_batch`; TensorFlow copies it to the device inside the compiled step)."""
         self._batch = (x, y)
         if self.cfg.data:
-            from bench.data.feed import Feed
-
+            gpus = self.own_gpus() if self.cfg.device == Device.cuda else []
             self.feed = Feed(self.cfg, self.rank, self.world_size, self.launch.local_world_size, lambda b: b,
-                             copies=False)
+                             copies=False, framework="tensorflow", device_id=gpus[0] if gpus else None)
 
     def next_batch(self):
         if self.feed is not None:

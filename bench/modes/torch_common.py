@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bench.data.feed import Feed
 from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
@@ -94,10 +95,8 @@ class TorchTrainer:
         rank's feed of the dataset instead (each step draws its batch: :meth:`next_batch`)."""
         cfg = self.cfg
         if cfg.data:
-            from bench.data.feed import Feed
-
             self.feed = Feed(cfg, self.rank, self.world_size, self.launch.local_world_size, self.to_device,
-                             copies=self.device.type == "cuda")
+                             copies=self.device.type == "cuda", framework="torch", device_id=self.device.index)
             return
         workload = model_spec(cfg.model).workload
         parts = [workload.torch_batch(cfg, index) for index in (shards or [self.rank])]
