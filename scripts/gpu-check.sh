@@ -7,7 +7,7 @@
 # (no download), builds Horovod with NCCL against the machine's PyTorch, then runs bench env, bench peak at each
 # precision, torch-single / torch-ddp / torch-horovod on VGG-16 and ResNet-50 at 224x224 in fp32 (TF32),
 # amp-bf16 and amp-fp16 (ResNet-50 also channels-last), Horovod's own PyTorch benchmark alternated with
-# torch-horovod, one Transformer, and bench verify on two GPUs or more, NVML telemetry in every run; then a
+# torch-horovod, ResNet-50 from JPEG files (--data), one Transformer, and bench verify on two GPUs or more, NVML telemetry in every run; then a
 # summary table. --short does the same on the CPU with tiny settings (the multiproc tier runs it, so the check
 # cannot rot between the days a GPU is lent).
 #
@@ -91,6 +91,7 @@ if [ "$SHORT" = 1 ]; then
   TEXT=(--model transformer-small --precision amp-bf16 --batch-size 2 --seq-len 8 --warmup-steps 1 --steps-per-window 2
         --windows 2)
   VERIFY=(--framework torch --modes torch-ddp --steps 2 --image-size 32 --batch-size 2)
+  DATA=(--model vgg16 --precision fp32); JPEGS=(--images 40 --image-size 48)
 else
   step horovod build_horovod
   DEVICE=(--device cuda); GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
@@ -101,6 +102,7 @@ else
   REF=(--cuda --models vgg16 resnet50 --np "$GPUS" --batch-sizes 64 --repeats 2)
   TEXT=(--model transformer-base --precision amp-bf16)
   VERIFY=(--framework torch)
+  DATA=(--model resnet50 --precision amp-bf16); JPEGS=(--images 4096)
 fi
 
 step env "${BENCH[@]}" env
@@ -120,6 +122,10 @@ done
 if has_horovod; then
   step reference "$PY" "$REPO/benchmarks/reference.py" --frameworks torch "${REF[@]}" --json "$RES/reference.json"
 fi
+# Real data (docs/data.md): ImageNet-sized JPEGs through the DataLoader with pinned memory and the timed copy, against
+# the synthetic run of the same settings above (bench compare gives the input pipeline's cost).
+step data-make "${BENCH[@]}" data make "$STATE/jpegs" "${JPEGS[@]}"
+step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[@]}" "${SIZE[@]}" --data "$STATE/jpegs" --output "$RES"
 step transformer "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${TEXT[@]}" --output "$RES"
 if [ "$GPUS" -ge 2 ]; then
   step verify "${BENCH[@]}" verify "${DEVICE[@]}" "${VERIFY[@]}" --output "$RES"

@@ -40,6 +40,37 @@ def records(folder: Path, kind: store.Kind) -> list[dict]:
     return found
 
 
+def input_section(runs: list[dict]) -> list[str]:
+    """The --data runs: each rank's data wait and copy, the loader alone, and the cost against the synthetic run of
+    the same mode, model, precision and ranks (bench compare's input_cost)."""
+    from bench.commands.compare import input_cost
+
+    fed = [r for r in runs if (r.get("input") or {}).get("source") == "dataset"]
+    if not fed:
+        return []
+    md = ["", "## Input pipeline (--data against synthetic)", "",
+          "| mode | model | precision | np | loader, workers | data img/s | synthetic img/s | input cost | "
+          "max wait share | copy s (max rank) | loader alone img/s (min rank) | paced by |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in fed:
+        c, section = r["config"], r["input"]
+        twin = next((x for x in runs if (x.get("input") or {}).get("source") != "dataset" and x["mode"] == r["mode"]
+                     and x["world_size"] == r["world_size"] and not x["config"].get("channels_last")
+                     and all(x["config"][k] == c[k] for k in ("model", "precision", "batch_size", "image_size"))),
+                    None)
+        data, synthetic = r["summary"]["samples_per_sec_total"], twin and twin["summary"]["samples_per_sec_total"]
+        cost = input_cost("synthetic", "dataset", synthetic, data) if synthetic else None
+        copies = [p["h2d_s"] for p in section["per_rank"] if p["h2d_s"] is not None]
+        rates = [p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]]
+        paced = section.get("paced_by_rank")
+        md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | {r['world_size']} | {section['loader']}, "
+                  f"{'/'.join(map(str, section['workers']))} | {data:.1f} | {_f(synthetic)} | "
+                  f"{_f(cost and 100 * cost)}% | {_f(100 * (section['wait_share_max'] or 0))}% | "
+                  f"{_f(max(copies) if copies else None, '.3f')} | {_f(min(rates) if rates else None)} | "
+                  f"{'-' if paced is None else f'rank {paced}'} |")
+    return md
+
+
 def main() -> None:
     results, status = Path(sys.argv[1]), Path(sys.argv[2])
     md = ["# GPU check", ""]
@@ -67,13 +98,15 @@ def main() -> None:
         for r in sorted(runs, key=lambda r: (r["config"]["model"], r["mode"], r["config"]["precision"],
                                              r["world_size"])):
             c, s, t, u = r["config"], r["summary"], r["telemetry"], r.get("utilisation") or {}
+            layout = ["channels-last"] * bool(c.get("channels_last")) + ["data"] * bool(c.get("data"))
             md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | "
-                      f"{'channels-last' if c.get('channels_last') else '-'} | {r['world_size']} | "
+                      f"{', '.join(layout) or '-'} | {r['world_size']} | "
                       f"{s['samples_per_sec_total']:.1f} | {s['samples_per_sec_per_gpu']:.1f} | "
                       f"{_f(u.get('mfu_measured') and 100 * u['mfu_measured'])}% | "
                       f"{_f(u.get('mfu_spec') and 100 * u['mfu_spec'])}% | {_f(t.get('power_w_mean_total'))} | "
                       f"{_f(t.get('energy_per_sample_j'), '.3g')} | {t.get('throttled', '-')} | "
                       f"{t.get('gpus_sampled', '-')} of {r['world_size']} | {_traffic(r)} |")
+    md += input_section(runs)
     reference = results / "reference.json"
     if reference.exists():
         md += ["", "## torch-horovod against Horovod's own PyTorch benchmark (alternated)", "",

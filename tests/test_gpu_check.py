@@ -29,7 +29,8 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     steps = [line.split("\t") for line in (out / "status.tsv").read_text().splitlines()]
     names = [s[0] for s in steps]
     assert len(names) == len(set(names)) and names[:2] == ["install", "env"]  # each step once, in order
-    assert {"torch-ddp-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "transformer", "verify"} <= set(names)
+    assert {"torch-ddp-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data", "transformer",
+            "verify"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
     files = sorted(p.name for p in out.iterdir())
     assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
@@ -37,6 +38,8 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert "| torch-ddp | vgg16 | fp32 | - | 2 |" in summary and "## bench verify: PASS" in summary
     assert "## torch-horovod against Horovod's own PyTorch benchmark" in summary
     assert "| peak-fp32 | ok |" in summary
+    assert "## Input pipeline (--data against synthetic)" in summary
+    assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
 
 
 def test_the_prepared_wheels_install_without_an_index(tmp_path):
