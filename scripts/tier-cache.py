@@ -48,7 +48,7 @@ INPUTS = {
     # bench diagnose on the 4-node cluster: its own code, what it composes (the allreduce, the attribution, the
     # record's schema) and the cluster; the runs it starts are the other tiers' to test
     "diagnose": ["bench/commands/diagnose", "bench/commands/allreduce", "bench/measure/attribution.py",
-                 "bench/records/schema.py", "docker/cluster.py",
+                 "bench/records/schema.py", "bench/data", "docker/cluster.py",
                  "docker/cluster", "Makefile", "pyproject.toml", "tests/conftest.py", "tests/test_diagnose_cluster.py"],
 }
 # Tiers keyed by their INPUTS alone, without COMMON.

@@ -53,6 +53,17 @@ def test_a_slow_device_is_flagged_against_its_peers_and_no_other():
     assert f["figure"] == 6.0 and f["expected"] == 10.0 and "samples_per_sec < 0.75 x peers" in f["rule"]
 
 
+def test_a_node_whose_input_pipeline_is_slow_is_flagged_against_its_peers():
+    """With --data the devices phase gives each device its pipeline's rate alone: a slow disk or busy CPUs."""
+    figures = {"device": {n: {"samples_per_sec": 10.0, "loader_rate": r, "data_wait_share": 0.01}
+                          for n, r in (("node1", 400.0), ("node2", 380.0), ("node3", 180.0), ("node4", 410.0))}}
+    found = R.evaluate(R.load(), figures, None)
+    assert [(f["where"], f["name"], f["rule"].split(":")[0]) for f in found] == \
+        [("node3", "loader_rate", "pipeline-slower-than-peers")]
+    figures["device"]["node3"]["loader_rate"] = 300.0  # within the tolerance: 300 > 0.65 x 400
+    assert R.evaluate(R.load(), figures, None) == []
+
+
 def test_noise_within_the_tolerance_is_no_finding():
     assert R.evaluate(R.load(), devices(node1=10.0, node2=8.0, node3=9.1, node4=10.9), None) == []
 

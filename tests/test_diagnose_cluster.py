@@ -106,6 +106,25 @@ def test_a_slow_node_is_named_in_the_devices_and_as_the_straggler(shared, health
     assert "diagnose FAIL" in r.stdout and "node3" in r.stdout
 
 
+def test_a_node_whose_input_pipeline_is_slow_is_named_with_data(shared):
+    """--data: the devices train from a dataset on the shared folder; node3's CPU quota halved slows its pipeline,
+    which its loader rate (the pipeline alone) shows against its peers'."""
+    data = f"/shared/jpegs-{uuid.uuid4().hex[:8]}"
+    made = cluster.run_on(f"bench data make {data} --images 120 --classes 4 --image-size 64", capture_output=True,
+                          text=True)
+    assert made.returncode == 0, made.stderr
+    set_cpus(["node3"], SLOW_CPUS)
+    try:
+        r, record = diagnose(shared, "--phases", "devices", "--data", data)
+    finally:
+        set_cpus(["node3"], CPUS)
+    rates = {node: f["loader_rate"] for node, f in record["figures"]["device"].items()}
+    assert sorted(rates) == ["node1", "node2", "node3", "node4"] and all(v > 0 for v in rates.values()), rates
+    piped = [f["where"] for f in record["findings"] if f["rule"].startswith("pipeline-slower-than-peers")]
+    assert piped == ["node3"], (rates, record["findings"])
+    assert r.returncode == 3
+
+
 def test_every_node_slowed_alike_is_found_against_the_baseline_only(shared, healthy):
     names = cluster.node_names(NODES)
     set_cpus(names, SLOW_CPUS)

@@ -11,9 +11,10 @@ Per step, on each rank (raw values kept, one per timed step)::
 Per rank, over the timed windows: ``wait_share = sum(wait_s) / sum(window times)``, the share of the rank's timed
 time its steps waited for data. A rank whose share is at least ``PACE_SHARE`` is named as the one whose input
 sets the pace (the largest share when several are). ``loader_rate`` is the pipeline's own rate on that rank,
-measured at set-up before any step with the model idle: ``PROBE_BATCHES`` batches drawn back to back after the
-first ``prefetch + 1`` (the ones the workers made while the rank waited for the first); every rank probes at the
-same time, so it is the rate each rank's pipeline gets while the node's other ranks read too.
+measured at set-up before any step with the model idle: batches drawn back to back, ``PROBE_BATCHES`` of them and
+for ``PROBE_S`` seconds at least, after the first ``prefetch + 1`` (the ones the workers made while the rank waited
+for the first); every rank probes at the same time, so it is the rate each rank's pipeline gets while the node's
+other ranks read too.
 
 Epochs: one pipeline reads epoch after epoch (its workers kept), each with its own shuffle (seed, epoch); every
 rank has the same number of batches per epoch (bench.data.datasets.shard), so ranks turn the epoch at the same
@@ -34,6 +35,7 @@ from bench.launching.supervise import cpu_thread_share
 
 PACE_SHARE = 0.10
 PROBE_BATCHES = 3
+PROBE_S = 0.5  # and at least this long: a rate over a few milliseconds is noise (a CPU quota's period is 100 ms)
 
 
 def default_workers(local_world_size: int) -> int:
@@ -103,9 +105,11 @@ class Feed:
             for _ in range(skip):
                 self._draw(batches)
             t0 = time.perf_counter()
-            for _ in range(PROBE_BATCHES):
+            n = 0
+            while n < PROBE_BATCHES or time.perf_counter() - t0 < PROBE_S:
                 self._draw(batches)
-            return PROBE_BATCHES * self.cfg.batch_size / (time.perf_counter() - t0)
+                n += 1
+            return n * self.cfg.batch_size / (time.perf_counter() - t0)
         finally:
             close = getattr(batches, "close", None)
             if close is not None:

@@ -10,6 +10,8 @@ ssh and mpirun -H on a host list):
    latency (the small size's time per operation) and busbw (the large one's) per pair. Pairs run in rounds
    of disjoint pairs, all at once within a round; every pair for up to 8 nodes, else a ring of pairs (each
    node in two);
+   With ``--data PATH`` (a dataset every node sees) those runs train from it, and each device's input pipeline
+   alone (its ``loader_rate``, bench.data.feed) is held against its peers': a slow disk or busy CPUs on a node;
 3. ``job``: one run of MODE over all those nodes with per-rank attribution (bench/measure/attribution.py): each
    rank's compute-only step time, and the job's samples/s.
 
@@ -80,6 +82,8 @@ class DiagnoseConfig:
     large_bytes: int = option(64 << 20, "Its bandwidth size (a multiple of the small one).", parse=byte_size,
                               shown="64M")
     samples: int = option(3, "Timed samples per size and pair.")
+    data: str | None = option(None, "A dataset folder every node sees: the devices phase trains from it (--data) "
+                              "and each node's input pipeline is held against its peers'.")
     attribution_steps: int = option(5, "Attribution steps of each kind in the job phase (the fastest counts).")
     rules: str | None = option(None, "A rules file (default: bench/commands/diagnose/rules.toml).")
     baseline: str | None = option(None, "Hold every figure against this saved baseline too.")
@@ -160,7 +164,8 @@ def pair_rounds(nodes: list[str], how: str) -> list[list[tuple[str, str]]]:
 def signature(cfg: DiagnoseConfig) -> dict[str, Any]:
     """What a baseline must share with the run it is held against."""
     return {"mode": cfg.mode, "run_args": [*RUN_DEFAULTS, *cfg.run_args], "devices_per_node": cfg.devices_per_node,
-            "backend": cfg.backend, "small_bytes": cfg.small_bytes, "large_bytes": cfg.large_bytes}
+            "backend": cfg.backend, "small_bytes": cfg.small_bytes, "large_bytes": cfg.large_bytes,
+            **({"data": cfg.data} if cfg.data else {})}  # a run from a dataset is held against one from it only
 
 
 def load_baseline(cfg: DiagnoseConfig) -> dict[str, Any] | None:
@@ -230,7 +235,8 @@ class Diagnosis:
         out = self.folder / "devices"
         alone = [sys.executable, "-m", "bench.commands.diagnose.alone"]
         steps = [Step("devices", (node,), self.exe.alone(node, [
-            *alone, str(out / node), str(self.cfg.devices_per_node), self.cfg.mode, *self.run_args()]),
+            *alone, str(out / node), str(self.cfg.devices_per_node), self.cfg.mode, *self.run_args(),
+            *(["--data", self.cfg.data] if self.cfg.data else [])]),
             self.folder / "logs" / f"devices-{node}.log") for node in self.healthy]
         for step in self._phase("devices", [steps]):
             (node,) = step.members
@@ -242,7 +248,7 @@ class Diagnosis:
                     continue
                 per_device.append(member)
                 self.figures["device"][member] = {"samples_per_sec": result["summary"]["samples_per_sec_total"],
-                                                  **_device_telemetry(result)}
+                                                  **_device_telemetry(result), **_device_input(result)}
             if len(per_device) < self.cfg.devices_per_node or step.failure():
                 self._did_not_run("device", node, step)
                 self.healthy.remove(node)
@@ -316,6 +322,15 @@ class Diagnosis:
             "rules": [r.text() + f" [{r.severity}]" for r in rules], "baseline": self.cfg.baseline,
             "findings": self.findings, "passed": not any(f["severity"] == "error" for f in self.findings),
         }
+
+
+def _device_input(result: dict[str, Any]) -> dict[str, Any]:
+    """A device's input pipeline (a --data run): its rate alone and the share of its steps spent waiting."""
+    section = result.get("input") or {}
+    if section.get("source") != "dataset":
+        return {}
+    (rank,) = section["per_rank"]
+    return {"loader_rate": rank["loader_rate"], "data_wait_share": rank["wait_share"]}
 
 
 def _device_telemetry(result: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,8 @@ from bench.errors import BenchError
 
 DEFAULT_RULES = Path(__file__).with_name("rules.toml")
 KINDS = ("device", "pair", "rank", "job")
-FIGURES = {"device": ("samples_per_sec",), "pair": ("busbw_GBps", "latency_us"), "rank": ("compute_s",),
+FIGURES = {"device": ("samples_per_sec", "loader_rate", "data_wait_share"), "pair": ("busbw_GBps", "latency_us"),
+           "rank": ("compute_s",),
            "job": ("samples_per_sec",)}
 
 
