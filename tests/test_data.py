@@ -132,7 +132,7 @@ def test_a_file_that_cannot_be_decoded_is_named(tmp_path):
 
 @pytest.mark.multiproc
 def test_data_make_and_data_bench_from_the_command_line(tmp_path):
-    """The user's path: bench data make, then bench data bench with both loaders (each in its own process), a
+    """The user's path: bench data make, then bench data bench with every loader (each in its own process), a
     record through the store, and the cores-to-feed line."""
     r = bench("data", "make", str(tmp_path / "d"), "--images", "40", "--image-size", "96")
     assert r.returncode == 0 and "imagefolder from synthetic, 32 train, 8 val images" in r.stdout, r.stderr
@@ -141,8 +141,11 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     (path,) = (tmp_path / "out").glob("*.json")
     record = json.loads(path.read_text())
+    from bench.data.loaders import installed
+
+    assert installed() == ("torch", "tf", "dali")  # the venv carries DALI: every loader by default
     assert record["kind"] == "data-bench" and {(row["loader"], row["workers"]) for row in record["rows"]} == {
-        ("torch", 0), ("torch", 1), ("tf", 0), ("tf", 1)}
+        (name, w) for name in installed() for w in (0, 1)}
     assert all(row["images_per_sec"] > 0 for row in record["rows"])
     assert set(record["cores_to_feed"]["torch"]) == {"H100 TF32", "H100 AMP"} and "to feed 8 GPUs" in r.stdout
     r = bench("data", "bench", str(tmp_path / "missing"))
