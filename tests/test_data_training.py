@@ -120,13 +120,19 @@ def test_torch_ddp_trains_from_the_files_and_says_what_the_data_cost(torch_run):
 
 
 @pytest.mark.multiproc
-def test_compare_gives_the_share_of_throughput_the_input_pipeline_costs(torch_run):
+def test_compare_and_report_give_the_share_of_throughput_the_input_pipeline_costs(torch_run):
     _, synthetic, out = torch_run
     assert synthetic.returncode == 0, synthetic.stderr
     assert only_result(out / "s")["input"]["source"] == "synthetic"
     compared = bench("compare", str(out / "s"), str(out / "d"))
     assert compared.returncode == 0, compared.stderr
     assert "input pipeline: costs" in compared.stdout and "of the synthetic throughput" in compared.stdout
+    report = bench("report", str(out / "s"), str(out / "d"), "--out", str(out / "report"))
+    assert report.returncode == 0, report.stderr
+    text = (out / "report" / "report.md").read_text()
+    section = text.split("## What the data costs", 1)[1]
+    assert "| torch-ddp |" in section and "data: imagefolder via torch" in section and "%" in section
+    assert "| data wait |" in text  # the attribution table's column, filled for the --data run
 
 
 @pytest.mark.multiproc

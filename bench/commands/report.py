@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.commands.compare import input_cost
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
 from bench.records import files
-from bench.records.collect import Key, key_of, label_of, load_results, significant, table_cells
+from bench.records.collect import Key, key_of, label_of, load_results, significant, source_of, table_cells
 from bench.records.metrics import METRICS, sample_symbol
 from bench.records.results import hosts_of
 
@@ -119,12 +121,42 @@ def attribution_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]
                 rows.append({**base, "rank": None, "note": f"not measured: {section['reason']}"})
                 continue
             slow = section["straggler"]
+            fed = r.get("input") or {}
+            waits = {p["rank"]: statistics.mean(p["wait_step_s"]) for p in fed.get("per_rank") or []
+                     if p["wait_step_s"]}
             for p in section["per_rank"]:
-                note = ""
+                notes = []
                 if slow is not None and slow["rank"] == p["rank"]:
-                    note = f"straggler: compute x{slow['slowdown']:.2f} the others'"
+                    notes.append(f"straggler: compute x{slow['slowdown']:.2f} the others'")
+                if fed.get("paced_by_rank") == p["rank"]:
+                    notes.append(f"its input sets the pace (waits {fed['per_rank'][p['rank']]['wait_share']:.0%} of "
+                                 "its steps)")
                 rows.append({**base, **{k: p[k] for k in ("rank", "host", "device", "compute_s", "exchange_s",
-                                                          "step_s", "exposed_s", "hidden_share")}, "note": note})
+                                                          "step_s", "exposed_s", "hidden_share")},
+                             "data_wait_s": waits.get(p["rank"]), "note": "; ".join(notes)})
+    return rows
+
+
+def input_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every run that read a dataset: its throughput, the synthetic run of the same cell's (where the folder has
+    one), the input cost (bench.commands.compare.input_cost), the largest wait share and the pacing rank."""
+    synthetic: dict[tuple, list[float]] = {}
+    for r in results:
+        if source_of(r) == "synthetic":
+            key = replace(key_of(r), source="")
+            synthetic.setdefault((key, r["world_size"]), []).append(r["summary"]["samples_per_sec_total"])
+    rows = []
+    for r in results:
+        if source_of(r) == "synthetic":
+            continue
+        key, section = key_of(r), r["input"]
+        twin = synthetic.get((replace(key, source=""), r["world_size"]))
+        data, base = r["summary"]["samples_per_sec_total"], statistics.median(twin) if twin else None
+        rows.append({"label": key.label, "setting": key.setting_text(), "n": r["world_size"], "data": data,
+                     "synthetic": base, "cost": input_cost("synthetic", key.source, base, data) if base else None,
+                     "wait_share_max": section["wait_share_max"], "paced_by": section.get("paced_by_rank"),
+                     "loader_rate": min((p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]),
+                                        default=None)})
     return rows
 
 
@@ -271,15 +303,31 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "alone, the timed step, exposed = step - compute (in or waiting for the exchange), and the share of "
                "the exchange hidden under compute. A straggler is named when its compute is more than "
                f"{STRAGGLER_THRESHOLD:.0%} slower than the other ranks' median.", "",
-               "| mode | setting | n | rank | host | compute | exchange alone | step | exposed | hidden | note |",
-               "|---|---|---|---|---|---|---|---|---|---|---|"]
+               "| mode | setting | n | rank | host | compute | exchange alone | step | exposed | hidden | data wait "
+               "| note |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for a in attributed:
             if a["rank"] is None:
-                md.append(f"| {a['label']} | {a['setting']} | {a['n']} | – | – | – | – | – | – | – | {a['note']} |")
+                md.append(f"| {a['label']} | {a['setting']} | {a['n']} | – | – | – | – | – | – | – | – "
+                          f"| {a['note']} |")
                 continue
             md.append(f"| {a['label']} | {a['setting']} | {a['n']} | {a['rank']} | {a['host']} "
                       f"| {1000 * a['compute_s']:.1f} | {1000 * a['exchange_s']:.1f} | {1000 * a['step_s']:.1f} "
-                      f"| {1000 * a['exposed_s']:.1f} | {_fmt(a['hidden_share'], '.0%')} | {a['note']} |")
+                      f"| {1000 * a['exposed_s']:.1f} | {_fmt(a['hidden_share'], '.0%')} "
+                      f"| {_fmt(a['data_wait_s'] and 1000 * a['data_wait_s'], '.1f')} | {a['note']} |")
+    fed = input_rows(results)
+    if fed:
+        md += ["", "## What the data costs", "",
+               "Runs that read a dataset (--data, docs/data.md) against the synthetic runs of the same cell in this "
+               "folder: input cost = 1 - data / synthetic; the largest share of a rank's timed time its steps "
+               "waited for data; the slowest rank's pipeline alone.", "",
+               "| mode | setting | n | data /s | synthetic /s | input cost | max wait share | loader alone /s | "
+               "paced by |", "|---|---|---|---|---|---|---|---|---|"]
+        for f in fed:
+            paced = "–" if f["paced_by"] is None else f"rank {f['paced_by']}"
+            md.append(f"| {f['label']} | {f['setting']} | {f['n']} | {f['data']:.2f} | {_fmt(f['synthetic'])} "
+                      f"| {_fmt(f['cost'], '.1%')} | {_fmt(f['wait_share_max'], '.1%')} "
+                      f"| {_fmt(f['loader_rate'], '.0f')} | {paced} |")
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
     if tele:
         md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",
