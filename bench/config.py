@@ -230,8 +230,9 @@ class RunConfig:
                 if getattr(self, name) is not None:
                     raise BenchError(f"--{name.replace('_', '-')} applies to runs with --data PATH")
             return
-        if spec.no_data:
-            raise BenchError(spec.no_data)
+        why = spec.no_data.get(None) or spec.no_data.get(self.strategy or spec.default_variant().strategy)
+        if why:
+            raise BenchError(why)
         if model_spec.workload.kind != "image":
             raise BenchError(f"--data reads image datasets; {self.model} trains on {model_spec.workload.units}")
         if detect_format(self.data) == "tokens":

@@ -23,7 +23,9 @@ def jpegs(tmp_path_factory):
 @pytest.mark.parametrize("args, message", [
     ({"mode": "torch-ddp", "loader": "torch"}, "--loader applies to runs with --data PATH"),
     ({"mode": "torch-ddp", "loader_workers": 2}, "--loader-workers applies to runs with --data PATH"),
-    ({"mode": "tf-native", "data": "JPEGS"}, "tf-native does not read --data yet"),
+    ({"mode": "tf-native", "strategy": "mirrored", "data": "JPEGS"}, "--strategy mirrored does not read --data"),
+    ({"mode": "tf-native", "strategy": "ps", "data": "JPEGS"}, "--strategy ps does not read --data"),
+    ({"mode": "torch-hybrid", "model": "transformer-small", "data": "JPEGS"}, "torch-hybrid trains the text"),
     ({"mode": "torch-ddp", "model": "transformer-base", "data": "JPEGS"}, "--data reads image datasets"),
     ({"mode": "torch-ddp", "data": "JPEGS", "loader": "tf"}, "--loader tf feeds tensorflow; torch-ddp is torch"),
     ({"mode": "tf-horovod", "data": "JPEGS", "loader": "nvjpeg"}, "unknown --loader 'nvjpeg'"),
@@ -136,14 +138,16 @@ def test_compare_and_report_give_the_share_of_throughput_the_input_pipeline_cost
 
 
 @pytest.mark.multiproc
-def test_tf_horovod_trains_from_the_files_through_tf_data(jpegs, out):
-    run = bench("tf-horovod", "--model", "resnet50", "--np", "2", "--image-size", "32", "--batch-size", "4",
+@pytest.mark.parametrize("mode", ["tf-horovod", "tf-native"])
+def test_tensorflow_trains_from_the_files_through_tf_data(jpegs, out, mode):
+    """tf-horovod, and tf-native's multiworker strategy (each worker's one replica fed by its own shard)."""
+    run = bench(mode, "--model", "resnet50", "--np", "2", "--image-size", "32", "--batch-size", "4",
                 "--warmup-steps", "1",
                 "--steps-per-window", "3", "--windows", "2", "--attribution-steps", "0", "--data", str(jpegs),
                 "--output", str(out))
     assert run.returncode == 0, run.stderr
     result = only_result(out)
-    assert result["input"]["loader"] == "tf" and result["sync"]["ranks_in_sync"]
+    assert result["input"]["loader"] == "tf" and result["sync"]["ranks_in_sync"] and result["world_size"] == 2
     assert all(len(p["wait_step_s"]) == 6 for p in result["input"]["per_rank"])
 
 

@@ -48,8 +48,8 @@ class ModeSpec:
     token_embedding_only: bool = False  # trains only models with a token embedding (the text models)
     # Run settings bench verify gives this mode and its reference alike (the hybrid's table has no momentum)
     verify_settings: Mapping[str, Any] = field(default_factory=dict)
-    # Why this mode does not train from --data yet (None: it does, through its framework's loader)
-    no_data: str | None = None
+    # strategy -> why that variant does not train from --data yet (None as the key: the whole mode; absent: it does)
+    no_data: Mapping[str | None, str] = field(default_factory=dict)
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -169,14 +169,14 @@ for _spec in (
              # worker has a synchronous reference.
              verify_np={"mirrored": None, "ps": 1}, options=("strategy", "num_ps"),
              exchange={"mirrored": "local", "ps": "ps"},
-             no_data="tf-native does not read --data yet (its strategies take a distributed dataset); use "
-                     "tf-horovod or tf-single"),
+             no_data={s: f"tf-native --strategy {s} does not read --data yet (one process feeds several "
+                         "replicas); --strategy multiworker, tf-horovod or tf-single do" for s in ("mirrored", "ps")}),
     ModeSpec("torch-hybrid", "torch", "bench.modes.torch_hybrid",
              "PyTorch hybrid (TorchRec): the token embedding sharded row-wise over the ranks, its rows by all-to-all; "
              "the rest under DDP",
              library="native", reference="torch-single", allreduce={None: "torch"}, exchange={None: "hybrid"},
              token_embedding_only=True, verify_settings={"momentum": 0.0, "sparse_embeddings": True},
-             no_data="torch-hybrid trains the text models; --data reads image datasets so far"),
+             no_data={None: "torch-hybrid trains the text models; --data reads image datasets so far"}),
     ModeSpec("torch-single", "torch", "bench.modes.torch_single",
              "PyTorch on one device, no distribution library: the single-GPU baseline",
              library="none", reference="torch-single"),

@@ -158,9 +158,19 @@ class _SyncStrategyTrainer(TFTrainer):
         strategy = self.strategy
         with strategy.scope():
             self.build_model()
+        global_batch = self.cfg.batch_size * strategy.num_replicas_in_sync
+        if self.cfg.data:  # multiworker: this worker's one replica takes the batch this worker's feed reads
+            self.build_feed(None, None)
+
+            @tf.function
+            def fed_step(x, y):
+                per_replica = strategy.run(lambda x, y: self.replica_step(x, y, global_batch), args=(x, y))
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+            self._train_step = lambda: fed_step(*self.next_batch())
+            return
         xs = strategy.experimental_distribute_values_from_function(lambda ctx: self.make_data(shard(ctx))[0])
         ys = strategy.experimental_distribute_values_from_function(lambda ctx: self.make_data(shard(ctx))[1])
-        global_batch = self.cfg.batch_size * strategy.num_replicas_in_sync
 
         @tf.function
         def train_step():
