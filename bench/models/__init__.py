@@ -232,6 +232,11 @@ for _spec in (
     ModelSpec("inception3", "Inception V3 with aux classifier (torchvision layout; the aux head needs >= 299)",
               299, 299, 27_161_264, (2048, 768),
               "bench.models.torch_models:inception3", "bench.models.tf_models:inception3", batch_norm=True),
+    # He et al. 2016, section 4.2: the CIFAR-10 ResNet with n = 3 (20 layers), the small model convergence is
+    # shown with on a CPU (269,722 parameters at 10 classes; the paper says 0.27 M).
+    ModelSpec("resnet20", "ResNet-20 for CIFAR-size images (He et al. 2016; 3 stages of 3 basic blocks, 16-64 "
+              "channels)", 32, 8, 334_072, (64,), "bench.models.torch_models:resnet20",
+              "bench.models.tf_models:resnet20", batch_norm=True, default_classes=10),
     # Vaswani et al. 2017, base: 6 + 6 layers, d_model 512, 8 heads, d_ff 2048, a shared 37000-token BPE
     # vocabulary tied to the output. 63,082,496 parameters counted here (the paper's Table 3 says 65 M).
     ModelSpec("transformer-base", "Transformer-base (Vaswani et al. 2017), encoder-decoder, tied embeddings",

@@ -107,6 +107,32 @@ def _resnet(blocks: list[int], num_classes: int, size: int):
     return keras.Model(inputs, layers.Dense(num_classes, dtype="float32")(x))
 
 
+def _cifar_block(x, inplanes: int, planes: int, stride: int):
+    """ResNet-20's block, as the PyTorch twin: the shortcut that halves the size takes every other pixel and pads
+    the new channels with zeros (option A)."""
+    out = layers.ReLU()(_conv(x, planes, 3, stride, padding=1))
+    out = _conv(out, planes, 3, padding=1)
+    identity = x
+    if stride != 1:
+        identity = layers.Lambda(lambda t: t[:, ::stride, ::stride, :])(identity)
+    if planes != inplanes:
+        pad = planes - inplanes
+        identity = layers.Lambda(lambda t: tf.pad(t, [[0, 0], [0, 0], [0, 0], [pad // 2, pad - pad // 2]]))(identity)
+    return layers.ReLU()(layers.Add()([out, identity]))
+
+
+def _cifar_resnet(n: int, num_classes: int, size: int):
+    inputs = keras.Input((size, size, 3))
+    x = layers.ReLU()(_conv(inputs, 16, 3, padding=1))
+    inplanes = 16
+    for i, planes in enumerate((16, 32, 64)):
+        for j in range(n):
+            x = _cifar_block(x, inplanes, planes, 2 if i and not j else 1)
+            inplanes = planes
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(num_classes, dtype="float32")(x))
+
+
 def _bc(x, filters: int, kernel, stride: int = 1, padding: int | tuple = 0):
     """Inception's BasicConv2d: conv (no bias) + BN(eps 0.001) + ReLU."""
     return layers.ReLU()(_conv(x, filters, kernel, stride, padding, eps=1e-3))
@@ -202,13 +228,25 @@ def resnet101(num_classes: int, image_size: int):
     return _resnet([3, 4, 23, 3], num_classes, image_size)
 
 
+def resnet20(num_classes: int, image_size: int):
+    return _cifar_resnet(3, num_classes, image_size)
+
+
 def inception3(num_classes: int, image_size: int):
     return _inception3(num_classes, image_size)
 
 
-def per_example_loss(outputs, labels):
-    """Cross-entropy per example; Inception V3: main + 0.4 x auxiliary (as the PyTorch twin)."""
-    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+def per_example_loss(outputs, labels, smoothing: float = 0.0):
+    """Cross-entropy per example (``smoothing``: label smoothing, (1 - e) x CE + e x the mean over classes of
+    -log p, as PyTorch's); Inception V3: main + 0.4 x auxiliary (as the PyTorch twin)."""
+    sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+
+    def ce(y, logits):
+        if not smoothing:
+            return sparse(y, logits)
+        logp = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+        return (1 - smoothing) * sparse(y, logits) - smoothing * tf.reduce_mean(logp, axis=-1)
+
     if isinstance(outputs, (list, tuple)):
         return ce(labels, outputs[0]) + 0.4 * ce(labels, outputs[1])
     if len(outputs.shape) == 3:  # per-token logits: an example's loss is the mean over its tokens

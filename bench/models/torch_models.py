@@ -141,6 +141,51 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
+class CifarBlock(nn.Module):
+    """ResNet-20's basic block (He et al. 2016, section 4.2): two 3x3 conv + BN; a shortcut that halves the size
+    takes every other pixel and pads the new channels with zeros (their option A: no parameters)."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.stride, self.pad = stride, planes - inplanes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        identity = x[:, :, ::self.stride, ::self.stride] if self.stride != 1 else x
+        if self.pad:
+            identity = F.pad(identity, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+        return F.relu(out + identity)
+
+
+class CifarResNet(nn.Module):
+    """The ResNet for CIFAR-size images of He et al. 2016 (6n + 2 layers; n = 3: ResNet-20, 0.27 M parameters at
+    10 classes): a 3x3 conv of 16, three stages of n blocks at 16, 32, 64 channels, average pool, one FC."""
+
+    def __init__(self, n: int, num_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        blocks, inplanes = [], 16
+        for i, planes in enumerate((16, 32, 64)):
+            for j in range(n):
+                blocks.append(CifarBlock(inplanes, planes, 2 if i and not j else 1))
+                inplanes = planes
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(64, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(F.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class BasicConv2d(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, **kwargs) -> None:
         super().__init__()
@@ -325,15 +370,20 @@ def inception3(num_classes: int) -> nn.Module:
     return Inception3(num_classes)
 
 
-def loss_fn(output, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy; for Inception V3 in training, main + 0.4 * auxiliary (the paper's weighting); per token
-    for the Transformer."""
+def resnet20(num_classes: int) -> nn.Module:
+    return CifarResNet(3, num_classes)
+
+
+def loss_fn(output, target: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy (``smoothing``: label smoothing, (1 - e) x CE + e x the mean over classes of -log p); for
+    Inception V3 in training, main + 0.4 * auxiliary (the paper's weighting); per token for the Transformer."""
     if isinstance(output, tuple):
         main, aux = output
-        return F.cross_entropy(main, target) + 0.4 * F.cross_entropy(aux, target)
+        return (F.cross_entropy(main, target, label_smoothing=smoothing)
+                + 0.4 * F.cross_entropy(aux, target, label_smoothing=smoothing))
     if output.dim() == 3:  # per-token logits (B, L, vocab): the mean over every target token
-        return F.cross_entropy(output.flatten(0, 1), target.flatten())
-    return F.cross_entropy(output, target)
+        return F.cross_entropy(output.flatten(0, 1), target.flatten(), label_smoothing=smoothing)
+    return F.cross_entropy(output, target, label_smoothing=smoothing)
 
 
 def count_parameters(model: nn.Module) -> int:
