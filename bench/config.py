@@ -13,9 +13,11 @@ from typing import Any
 
 from bench.data import detect_format
 from bench.data.datasets import class_count
+from bench.data.datasets import load as load_dataset
 from bench.data.loaders import loader
 from bench.errors import BenchError
 from bench.kinds import Device, Precision
+from bench.measure import goal
 from bench.measure.attribution import default_steps
 from bench.models import model
 from bench.modes import mode, variant
@@ -167,6 +169,30 @@ class RunConfig:
     loader_workers: int | None = option(None, "--data: loader workers per rank (processes for torch, tf.data "
                                         "threads for tf; default: the rank's share of the node's cores).",
                                         minimum=0, sweep=True)
+    # Training to a goal (bench.measure.goal; docs/training.md): epochs as windows, evaluations, the schedule.
+    epochs: int | None = option(None, "--data: train this many epochs (each timed window is one epoch of the rank's "
+                                "shard), evaluating on the held-out split; with --target-accuracy, at most this "
+                                "many.", minimum=1, sweep=True)
+    target_accuracy: float | None = option(None, "--epochs: stop at the first evaluation whose top-1 accuracy on "
+                                           "the held-out split is at least this (0 < A <= 1).", sweep=True)
+    eval_every: int | None = option(None, "--epochs: evaluate every N epochs, and after the last (default 1).",
+                                    minimum=1, sweep=True)
+    stop_at_target: bool = option(True, "--target-accuracy: stop at the first evaluation at the target, or "
+                                  "(--all-epochs) train every epoch and record when it was reached, as bench "
+                                  "converge does to compare final accuracies at one epoch.",
+                                  flag="--stop-at-target/--all-epochs",
+                                  sweep=True)
+    base_lr: float | None = option(None, "--epochs: the learning rate for a global batch of 256 (default 0.1).",
+                                   positive=True, sweep=True)
+    lr_scaling: str = option("linear", "--epochs: linear (the rate is base-lr x global batch / 256, Goyal et al.) "
+                             "or none (base-lr as it is).", sweep=True)
+    warmup_epochs: float = option(0.0, "--epochs: epochs of linear warmup to the scaled rate.", sweep=True)
+    lr_decay: str = option("cosine", "--epochs: after the warmup, cosine (to zero at the last epoch), step "
+                           "(x0.1 at 50% and 75% of the epochs) or none.", sweep=True)
+    weight_decay: float | None = option(None, "--epochs: L2 weight decay of SGD (default 1e-4; 0 without "
+                                        "--epochs).", sweep=True)
+    label_smoothing: float = option(0.0, "--epochs: label smoothing of the training loss (0 <= e < 1).",
+                                    sweep=True)
     output: str = option("results", "Directory for result JSON files and results.csv.")
     fp16_allreduce: bool = option(False, "Compress gradients to fp16 for the allreduce.", flag="--fp16-allreduce")
     # Text models: an untied output projection and a sparse embedding gradient (only the rows looked up);
@@ -221,6 +247,7 @@ class RunConfig:
         if not self.is_resolved:
             model_spec.workload.check(model_spec, self)
         self._check_data(spec, model_spec)
+        self._check_goal()
 
     def _check_data(self, spec, model_spec) -> None:
         """--data and its loader: one line for a mode, model or loader that cannot read it (the dataset's own
@@ -241,6 +268,41 @@ class RunConfig:
             raise BenchError(f"--loader {self.loader} feeds {loader(self.loader).framework}; {self.mode} is "
                              f"{spec.framework} (its loader: {default_loader(spec.framework)})")
 
+    def _check_goal(self) -> None:
+        """--epochs and what goes with it (bench.measure.goal): one line for each contradiction."""
+        goal_options = ("target_accuracy", "eval_every", "base_lr", "weight_decay")
+        if self.epochs is None:
+            named = [n for n in goal_options if getattr(self, n) is not None]
+            named += [n for n, d in (("lr_scaling", "linear"), ("warmup_epochs", 0.0), ("lr_decay", "cosine"),
+                                     ("label_smoothing", 0.0), ("stop_at_target", True)) if getattr(self, n) != d]
+            if named:
+                raise BenchError(f"--{named[0].replace('_', '-')} applies to runs with --epochs N")
+            return
+        if self.data is None:
+            raise BenchError("--epochs trains on a dataset: add --data PATH (bench data make writes one)")
+        if self.is_resolved:
+            return
+        for name in ("duration", "windows", "steps_per_window"):
+            if getattr(self, name) is not None:
+                raise BenchError(f"--epochs and --{name.replace('_', '-')} contradict: with --epochs every window "
+                                 "is one epoch, and the run ends after the epochs (or at the target)")
+        if self.warmup_steps:
+            raise BenchError("--epochs and --warmup-steps contradict: with --epochs every step belongs to an epoch "
+                             "(--warmup-epochs warms the learning rate up)")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise BenchError(f"--target-accuracy is a top-1 accuracy: 0 < A <= 1 (got {self.target_accuracy})")
+        if self.lr_scaling not in goal.SCALINGS:
+            raise BenchError(f"--lr-scaling takes {' or '.join(goal.SCALINGS)} (got '{self.lr_scaling}')")
+        if self.lr_decay not in goal.DECAYS:
+            raise BenchError(f"--lr-decay takes {', '.join(goal.DECAYS)} (got '{self.lr_decay}')")
+        if not 0 <= self.warmup_epochs < self.epochs:
+            raise BenchError(f"--warmup-epochs must be >= 0 and below --epochs {self.epochs} "
+                             f"(got {self.warmup_epochs})")
+        if self.weight_decay is not None and self.weight_decay < 0:
+            raise BenchError(f"--weight-decay must be >= 0 (got {self.weight_decay})")
+        if not 0 <= self.label_smoothing < 1:
+            raise BenchError(f"--label-smoothing must be >= 0 and < 1 (got {self.label_smoothing})")
+
     @property
     def embedding(self) -> str:
         """The text model's embedding as its builders take it: 'tied' (the paper) or 'sparse' (untied)."""
@@ -254,8 +316,18 @@ class RunConfig:
         """Fill defaults for the device the run lands on ('cpu' or 'cuda') and the world size."""
         spec = model(self.model)
         profile = GPU_PROFILE if device == "cuda" else CPU_PROFILE
-        return dataclasses.replace(
-            self,
+        batch = self.batch_size or profile.batch_size
+        to_goal = {}
+        if goal.active(self):  # every window one epoch of the rank's shard (bench.measure.goal)
+            per_rank = (train_count(self.data) // np) // batch
+            if per_rank == 0:
+                raise BenchError(f"--data {self.data}: its training split gives {np} rank(s) no whole batch of "
+                                 f"{batch}")
+            to_goal = dict(warmup_steps=0, steps_per_window=per_rank, windows=self.epochs,
+                           attribution_steps=self.attribution_steps or 0, eval_every=self.eval_every or 1,
+                           learning_rate=goal.peak_rate(self, batch * np),
+                           weight_decay=goal.WEIGHT_DECAY if self.weight_decay is None else self.weight_decay)
+        resolved = dict(
             device=Device(device),
             np=np,
             batch_size=self.batch_size or profile.batch_size,
@@ -271,6 +343,7 @@ class RunConfig:
             strategy=self.strategy or mode(self.mode).default_variant().strategy,
             loader=(self.loader or default_loader(mode(self.mode).framework)) if self.data else None,
         )
+        return dataclasses.replace(self, **{**resolved, **to_goal})
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -298,6 +371,15 @@ class RunConfig:
         if not isinstance(data, dict):
             raise BenchError("config JSON must be an object")
         return cls.from_dict(data)
+
+
+def train_count(path: str) -> int:
+    """The samples of a --data dataset's training split (--epochs cuts them into each rank's epoch)."""
+    n = len(load_dataset(path).splits["train"])
+    if n == 0:
+        raise BenchError(f"--epochs needs the training split's sample count; {path} does not say it (TFRecord "
+                         "shards: meta.json's counts, as bench data make writes them)")
+    return n
 
 
 def data_classes(path: str) -> int:

@@ -123,3 +123,9 @@ def shard(n: int, rank: int, world: int, batch_size: int, seed: int, epoch: int 
         raise BenchError(f"the split has {n} samples: fewer than {world} rank(s) x batch {batch_size}")
     order = np.random.default_rng([seed, epoch]).permutation(n)
     return order[rank::world][:per_rank]
+
+
+def held_out(n: int, rank: int, world: int) -> np.ndarray:
+    """Rank ``rank``'s part of a held-out split for evaluation: samples rank, rank + W, ... in order, none dropped,
+    so that the ranks together score every sample once (bench.measure.goal)."""
+    return np.arange(n)[rank::world]

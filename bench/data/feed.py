@@ -52,6 +52,10 @@ def check(cfg) -> dict[str, Any]:
     train = ds.splits["train"]
     if len(train):
         datasets.shard(len(train), 0, cfg.np, cfg.batch_size, cfg.seed)
+    val = ds.splits["val"]
+    if getattr(cfg, "epochs", None) is not None and not len(val) and not val.shards:
+        raise BenchError(f"--epochs evaluates on the held-out split; {cfg.data} has none (val/<class>/, CIFAR's "
+                         "test_batch, or validation-* TFRecord shards)")
     return {"format": ds.format, "classes": ds.classes, "train_samples": len(train)}
 
 
@@ -92,6 +96,8 @@ class Feed:
     def _draw(self, batches):
         try:
             return next(batches)
+        except StopIteration:
+            raise
         except BenchError as exc:
             raise BenchError(readable(exc)) from None
         except Exception as exc:  # a worker's or tf.data's error: the file it names, in one line
@@ -125,6 +131,23 @@ class Feed:
         self.wait_s.append(t2 - t0)
         self.h2d_s.append(t2 - t1)
         return batch
+
+    def held_out(self):
+        """The rank's part of the held-out split, batch by batch on the device (bench.measure.goal): through the
+        run's loader, or the framework's own where that is DALI (its reader pads the last batch; scoring wants
+        every sample exactly once)."""
+        cfg = self.cfg
+        pipeline = self.loader if self.loader.name != "dali" else loader_named(
+            "torch" if self.framework == "torch" else "tf")
+        batches = pipeline.batches(self.dataset, "val", cfg.image_size, cfg.batch_size, self.workers, cfg.seed,
+                                   self.rank, self.world, 0, cfg.device.value, 1, self.framework, self.device_id)
+        batches = iter(batches)
+        while True:
+            try:
+                host = self._draw(batches)
+            except StopIteration:
+                return
+            yield self.place(host)
 
     def mark(self) -> int:
         return len(self.wait_s)

@@ -5,7 +5,8 @@
 Training augmentation, the same in both: decode, a random crop of 8-100% of the area at an aspect ratio of 3/4
 to 4/3 resized to the run's size (Inception's "random resized crop", ResNet's standard), a horizontal flip half
 the time, normalise; CIFAR-size images (32 x 32 in memory): a random 32 x 32 crop of the image padded by 4, and
-the flip. Held-out split: the centre crop of 87.5% resized, no flip.
+the flip. Held-out split: the centre crop of 87.5% resized, no flip; each rank reads its part once
+(bench.data.datasets.held_out), the last partial batch kept.
 
 * ``torch``: torch.utils.data.DataLoader with ``workers`` worker processes (each one core), pinned memory on a
   GPU, two batches prefetched per worker; decoding and cropping with Pillow (torchvision's own transforms do the
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.data.datasets import Dataset, shard
+from bench.data.datasets import Dataset, held_out, shard
 from bench.errors import BenchError
 from bench.tfutil import import_tf
 
@@ -135,10 +136,13 @@ class TorchLoader:
 
         if dataset.format == "tfrecord":
             raise BenchError("the torch loader reads imagefolder and cifar datasets; TFRecord shards: --loader tf")
-        sampler = ShardSampler(len(dataset.splits[split]), rank, world, batch_size, seed, epoch, epochs)
-        data = TorchImages(dataset, split, size, split == "train", seed)
+        train = split == "train"
+        n = len(dataset.splits[split])
+        sampler = ShardSampler(n, rank, world, batch_size, seed, epoch, epochs) if train else \
+            [(int(i), 0) for i in held_out(n, rank, world)]
+        data = TorchImages(dataset, split, size, train, seed)
         loader = torch.utils.data.DataLoader(
-            data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=True,
+            data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=train,
             pin_memory=device == "cuda", prefetch_factor=2 if workers else None)
         yield from loader
 
@@ -192,9 +196,13 @@ class TFLoader:
             ds = records.shuffle(4 * batch_size, seed=seed + epoch) if train else records
             ds = ds.map(lambda r: finish(*parse(r)), num_parallel_calls=parallel)
         else:
-            shard(len(part), rank, world, batch_size, seed, epoch)  # one line when the split is too small
+            if train:
+                shard(len(part), rank, world, batch_size, seed, epoch)  # one line when the split is too small
 
             def order():
+                if not train:  # the held-out split: the rank's part, once, in order
+                    yield from (int(i) for i in held_out(len(part), rank, world))
+                    return
                 e = epoch
                 while epochs is None or e < epoch + epochs:
                     yield from (int(i) for i in shard(len(part), rank, world, batch_size, seed, e))
@@ -216,7 +224,7 @@ class TFLoader:
                     return tf.image.resize(image, [size, size]) if size != 32 else tf.cast(image, tf.float32), label
 
                 ds = ds.map(lambda x, y: finish(*small(x, y)), num_parallel_calls=parallel)
-        ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size, drop_remainder=train).prefetch(tf.data.AUTOTUNE)
         if workers:
             options = tf.data.Options()
             options.threading.private_threadpool_size = workers

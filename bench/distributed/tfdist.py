@@ -171,7 +171,8 @@ def allgather(strategy, obj: Any) -> list[Any]:
 
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).astype(np.int32)
     lengths = gather(np.array([payload.size], np.int32))
-    padded = np.zeros([1, int(lengths.max())], np.int32)
+    # padded to a power of two: the gather is traced once per such width, not once per payload size
+    padded = np.zeros([1, 1 << (int(lengths.max()) - 1).bit_length()], np.int32)
     padded[0, :payload.size] = payload
     rows = gather(padded)
     return [pickle.loads(rows[i, :lengths[i]].astype(np.uint8).tobytes()) for i in range(len(lengths))]

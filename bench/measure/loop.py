@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from bench.config import RunConfig
 from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, traffic
+from bench.measure import attribution, goal, traffic
 from bench.measure.watchdog import Watchdog
 from bench.models import model
 
@@ -86,6 +86,12 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
              t_start: float, dog: Watchdog) -> dict[str, Any] | None:
     hooks.snapshot(trainer, "initial")
     step = hooks.slowed(trainer.rank, trainer.step, trainer.sync)
+    tracker = schedule = None
+    if goal.active(cfg):  # --epochs: each window one epoch, evaluations, the rate set per step
+        tracker = goal.Goal(cfg, cfg.batch_size * trainer.replicas_per_process * trainer.world_size,
+                            cfg.steps_per_window)
+        schedule = goal.Schedule(cfg, cfg.steps_per_window)
+        step = scheduled(step, trainer, schedule)
     initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
     t_setup = time.time()
     if sampler is not None:
@@ -140,6 +146,17 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         dog.progress()
         if log is not None:
             log.window(window_s)
+        if tracker is not None and tracker.due(len(window_s)):
+            dog.at("evaluate", len(window_s))
+            t0 = time.perf_counter()
+            scores = goal.reduce_counts(trainer.allgather(trainer.evaluate_shard()))
+            reached = tracker.add(len(window_s), time.time() - t_init_end, time.perf_counter() - t0, scores,
+                                  schedule.current)
+            dog.progress()
+            if log is not None:
+                log.evaluation(tracker.curve[-1])
+            if reached and cfg.stop_at_target:
+                break
         if cfg.duration is None:
             if len(window_s) >= cfg.windows:
                 break
@@ -184,6 +201,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         "net_sent": net_sent,
         "attribution": attributed,
         "data": data,
+        "goal": tracker.record() if tracker is not None else None,
     }
     dog.at("gather")
     gathered = trainer.allgather(record)
@@ -191,6 +209,14 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         return None
     return {"ranks": sorted(gathered, key=lambda r: r["rank"]), "environment": trainer.environment(),
             "t_start": t_start}
+
+
+def scheduled(step, trainer: Trainer, schedule: goal.Schedule):
+    """``step`` with the learning rate of its place in the schedule set before it (bench.measure.goal)."""
+    def run() -> None:
+        trainer.set_learning_rate(schedule.next())
+        step()
+    return run
 
 
 class WindowLog:
@@ -207,6 +233,11 @@ class WindowLog:
         self.total = None if cfg.duration is not None else cfg.windows
         print(f"{cfg.mode}: ranks started, {trainer.replicas_per_process * processes} replica(s); {cfg.model}, "
               f"batch {cfg.batch_size}/device, first step done", file=self.file, flush=True)
+
+    def evaluation(self, point: dict[str, Any]) -> None:
+        print(f"epoch {point['epoch']}: held-out top-1 {point['top1']:.4f}, top-5 {point['top5']:.4f}, loss "
+              f"{point['eval_loss']:.4f} ({point['eval_s']:.1f} s), {point['wall_s']:.1f} s after init",
+              file=self.file, flush=True)
 
     def window(self, window_s: list[float]) -> None:
         n = len(window_s)

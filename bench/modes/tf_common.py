@@ -80,6 +80,7 @@ class TFTrainer:
             tf.config.experimental.enable_tensor_float_32_execution(False)
         self._last = None
         self.feed = None
+        self._losses: list = []
 
     # -- building blocks (call inside a strategy scope where there is one) -----------------
     def build_model(self):
@@ -124,9 +125,15 @@ class TFTrainer:
         from bench.models.tf_models import per_example_loss
 
         variables = self.model.trainable_variables
+        cfg = self.cfg
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(per_example_loss(self.model(x, training=True), y)) / loss_divisor
-            scaled = self.optimizer.get_scaled_loss(loss) if self.fp16 else loss
+            loss = tf.reduce_sum(per_example_loss(self.model(x, training=True), y, cfg.label_smoothing)) / loss_divisor
+            total = loss
+            if cfg.weight_decay:  # L2 in the loss, as PyTorch's SGD adds wd x w to the gradient: the replicas' shares
+                share = tf.cast(tf.shape(x)[0], tf.float32) / loss_divisor  # sum (tf.distribute) or average to 1
+                total = loss + 0.5 * cfg.weight_decay * share * tf.add_n([tf.reduce_sum(tf.square(v))
+                                                                          for v in variables])
+            scaled = self.optimizer.get_scaled_loss(total) if self.fp16 else total
         if wrap_tape is not None:
             tape = wrap_tape(tape)
         grads = tape.gradient(scaled, variables)
@@ -139,6 +146,44 @@ class TFTrainer:
         else:
             self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
+
+    # -- training to a goal (bench.measure.goal) ------------------------------------------------
+    def set_learning_rate(self, rate: float) -> None:
+        self.optimizer.learning_rate = rate  # the optimizer's rate variable, assigned (not retraced)
+
+    def track(self, loss) -> None:
+        """Keep the step's training loss (a tensor: no wait) when the run trains to a goal."""
+        if self.cfg.epochs is not None:
+            self._losses.append(loss)
+
+    def evaluate_shard(self) -> dict[str, float]:
+        """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss
+        of its steps since the last evaluation."""
+        from bench.models.tf_models import per_example_loss
+
+        if getattr(self, "_eval_step", None) is None:
+            @tf.function(reduce_retracing=True)
+            def eval_step(x, y):
+                out = self.model(x, training=False)
+                out = tf.cast(out[0] if isinstance(out, (list, tuple)) else out, tf.float32)
+                top = tf.math.top_k(out, min(5, out.shape[-1])).indices
+                y = tf.cast(y, top.dtype)
+                hit = tf.equal(top, y[:, None])
+                return (tf.reduce_sum(tf.cast(hit[:, 0], tf.int64)),
+                        tf.reduce_sum(tf.cast(tf.reduce_any(hit, axis=1), tf.int64)),
+                        tf.reduce_sum(per_example_loss(out, y)), tf.shape(y)[0])
+
+            self._eval_step = eval_step
+        counts = {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+        for x, y in self.feed.held_out():
+            c1, c5, loss, n = self._eval_step(x, y)
+            counts["samples"] += int(n)
+            counts["correct1"] += int(c1)
+            counts["correct5"] += int(c5)
+            counts["loss_sum"] += float(loss)
+        losses, self._losses = self._losses, []
+        counts["train_loss"] = float(tf.reduce_mean(tf.cast(tf.stack(losses), tf.float32))) if losses else None
+        return counts
 
     # -- Trainer protocol ------------------------------------------------------------------
     def sync(self) -> None:

@@ -62,6 +62,7 @@ class HorovodTFTrainer(TFTrainer):
 
     def step(self) -> None:
         self._last = self._train_step(*self.next_batch())
+        self.track(self._last)
         if self._first:
             # Horovod's TF2 recipe: broadcast from rank 0 after the first step, once the optimizer's
             # slots exist. Done eagerly, so the compiled step is traced once.

@@ -181,6 +181,7 @@ class _SyncStrategyTrainer(TFTrainer):
 
     def step(self) -> None:
         self._last = self._train_step()
+        self.track(self._last)
 
     def environment(self) -> dict[str, Any]:
         record = super().environment()

@@ -41,6 +41,7 @@ class SingleTFTrainer(TFTrainer):
 
     def step(self) -> None:
         self._last = self._train_step(*self.next_batch())
+        self.track(self._last)
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]

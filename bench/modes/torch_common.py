@@ -72,6 +72,7 @@ class TorchTrainer:
             torch.use_deterministic_algorithms(True)
         self.scaler = None
         self.feed = None
+        self._losses: list[torch.Tensor] = []
 
     # -- building blocks -------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -123,7 +124,38 @@ class TorchTrainer:
             self.data, self.target = self.feed.next()
 
     def build_optimizer(self, params) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=self.cfg.learning_rate, momentum=self.cfg.momentum)
+        return torch.optim.SGD(params, lr=self.cfg.learning_rate, momentum=self.cfg.momentum,
+                               weight_decay=self.cfg.weight_decay or 0.0)
+
+    # -- training to a goal (bench.measure.goal) ------------------------------------------------
+    def set_learning_rate(self, rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+
+    def track(self, loss: torch.Tensor) -> None:
+        """Keep the step's training loss (on the device, no sync) when the run trains to a goal."""
+        if self.cfg.epochs is not None:
+            self._losses.append(loss.detach().float())
+
+    def evaluate_shard(self) -> dict[str, float]:
+        """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss
+        of its steps since the last evaluation."""
+        module = getattr(self.model, "module", self.model)  # DDP's forward would start collectives
+        counts = {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+        module.eval()
+        with torch.no_grad(), self.autocast():
+            for data, target in self.feed.held_out():
+                out = module(data)
+                out = (out[0] if isinstance(out, tuple) else out).float()
+                top = out.topk(min(5, out.shape[1]), dim=1).indices
+                counts["samples"] += int(target.numel())
+                counts["correct1"] += int((top[:, 0] == target).sum())
+                counts["correct5"] += int((top == target[:, None]).any(dim=1).sum())
+                counts["loss_sum"] += float(torch.nn.functional.cross_entropy(out, target, reduction="sum"))
+        module.train()
+        losses, self._losses = self._losses, []
+        counts["train_loss"] = float(torch.stack(losses).mean()) if losses else None
+        return counts
 
     def autocast(self):
         p = self.cfg.precision
@@ -137,7 +169,8 @@ class TorchTrainer:
         self.next_batch()
         self.optimizer.zero_grad()  # set_to_none=True is torch's default
         with self.autocast():
-            loss = loss_fn(self.model(self.data), self.target)
+            loss = loss_fn(self.model(self.data), self.target, self.cfg.label_smoothing)
+        self.track(loss)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)

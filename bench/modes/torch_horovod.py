@@ -62,7 +62,8 @@ class HorovodTrainer(TorchTrainer):
         with self.autocast():
             from bench.models.torch_models import loss_fn
 
-            loss = loss_fn(self.model(self.data), self.target)
+            loss = loss_fn(self.model(self.data), self.target, self.cfg.label_smoothing)
+        self.track(loss)
         self.scaler.scale(loss).backward()
         self.optimizer.synchronize()
         with self.optimizer.skip_synchronize():

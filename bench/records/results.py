@@ -16,7 +16,7 @@ from bench.config import RunConfig
 from bench.data import feed
 from bench.errors import BenchError, ResultNotWhole
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, telemetry, traffic
+from bench.measure import attribution, goal, telemetry, traffic
 from bench.measure.peak import utilisation
 from bench.measure.stats import summarize, throughput_summary
 from bench.models import describe_inputs, model
@@ -143,6 +143,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
         "utilisation": utilisation_record(cfg, summary["model_tflops_per_gpu"], ranks[0], gathered["environment"]),
         "attribution": attribution.build(ranks, cfg.steps_per_window),
         "input": feed.section(cfg, ranks),
+        "training": goal.section(cfg, ranks, init_s),
         "telemetry": tele,
         "traffic": {
             "computed": traffic.computed(cfg),
@@ -338,6 +339,8 @@ def render_table(result: dict[str, Any]):
     for row in attribution.table_rows(result.get("attribution")):
         table.add_row(*row)
     for row in feed.table_rows(result.get("input")):
+        table.add_row(*row)
+    for row in goal.table_rows(result.get("training")):
         table.add_row(*row)
     if tele.get("available"):
         table.add_row("GPU power, mean total", _num(tele.get("power_w_mean_total"), ".0f"), "W")

@@ -177,6 +177,26 @@ class Input(_Open):
     definition: str
 
 
+class EvalPoint(_Open):
+    """One evaluation on the held-out split (bench.measure.goal)."""
+    epoch: int
+    samples: int = Field(description="training samples seen by every rank together when it was taken")
+    wall_s: float = Field(description="from the end of init to the end of this evaluation, rank 0")
+    eval_s: float
+    top1: float
+    top5: float
+
+
+class Training(_Open):
+    """Training to a goal (--epochs, --target-accuracy): the curve and the time to the target."""
+    target_accuracy: float | None
+    reached: bool | None
+    time_to_target_s: float | None
+    epochs_to_target: int | None
+    curve: list[EvalPoint]
+    definition: str
+
+
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
     model_config = ConfigDict(extra="forbid", title="hvdbench result")
@@ -201,6 +221,7 @@ class Result(BaseModel):
     utilisation: Utilisation | None = None  # added within schema 2: results written before it have none
     attribution: Attribution | None = None  # added within schema 2; none for one process or --attribution-steps 0
     input: Input | None = None  # added within schema 3: results written before it trained on synthetic data
+    training: Training | None = None  # added within schema 3: none unless the run trained to a goal (--epochs)
     sync: Sync
 
 

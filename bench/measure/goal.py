@@ -1,0 +1,181 @@
+"""Training to a goal (``--epochs``, ``--target-accuracy``): the learning-rate schedule, the evaluations on the
+held-out split, and the ``training`` section of the result. Framework-free: the trainers evaluate (``evaluate``)
+and set the rate (``set_learning_rate``); the loop (bench.measure.loop) asks here when.
+
+Epochs. With ``--epochs E`` every timed window is one epoch of the rank's shard (``steps_per_window`` = the
+shard's whole batches, the same on every rank: bench.data.datasets.shard) and there are E windows, no warmup
+steps. The run's first step (its init, synchronised) draws the first batch, so the evaluation after window k has
+seen ``k`` epochs and one batch; ``samples`` in the curve says exactly how many.
+
+Learning rate, per step ``s`` (an epoch has ``S`` steps, ``E`` epochs in all, ``W`` warmup epochs)::
+
+    peak   = base_lr x global batch / 256            (Goyal et al. 2017's linear scaling rule; --lr-scaling none:
+                                                      base_lr itself)
+    warmup = peak x (s + 1) / (W x S)                 while s < W x S (linear, from peak / (W x S))
+    cosine = peak x (1 + cos(pi x t)) / 2             t = (s - W x S) / ((E - W) x S), after the warmup
+    step   = peak x 0.1 ^ (number of 50 %, 75 % marks of the E epochs passed)   (He et al.'s CIFAR schedule)
+    none   = peak
+
+Evaluation: every ``--eval-every`` epochs and after the last, every rank scores its part of the held-out split
+(sample i goes to rank i mod W: each sample once, none dropped), in eval mode with no gradient; the ranks' counts
+are summed (an allgather), so every rank sees the same accuracy and stops at the same evaluation::
+
+    top1 = samples whose highest logit is the label / samples        top5: the label among the five highest
+    loss = mean cross-entropy over the held-out samples (label smoothing not applied)
+
+Times: ``wall_s`` of an evaluation is from the end of init to the end of that evaluation on rank 0 (the
+evaluations before it included: they are part of training to a target, as in MLPerf's time to train), so
+``time_to_target_s`` is the wall time of training to the target and init stays apart (``init_s``); the window
+times (throughput) exclude the evaluations; ``eval_s`` keeps each evaluation's own time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bench.errors import BenchError
+
+DECAYS = ("cosine", "step", "none")
+SCALINGS = ("linear", "none")
+REFERENCE_BATCH = 256  # the global batch base_lr is given for
+BASE_LR = 0.1  # ResNet's rate for a batch of 256 (He et al. 2016; Goyal et al. 2017)
+WEIGHT_DECAY = 1e-4  # ResNet's, on ImageNet and CIFAR-10
+
+
+def active(cfg) -> bool:
+    """Whether the run trains to a goal (``--epochs``): epochs as windows, evaluations, the schedule."""
+    return cfg.epochs is not None
+
+
+def peak_rate(cfg, global_batch: int) -> float:
+    base = cfg.base_lr if cfg.base_lr is not None else BASE_LR
+    return base * global_batch / REFERENCE_BATCH if cfg.lr_scaling == "linear" else base
+
+
+class Schedule:
+    """The rate at each step (module docstring)."""
+
+    def __init__(self, cfg, steps_per_epoch: int) -> None:
+        self.peak = cfg.learning_rate
+        self.steps = steps_per_epoch * cfg.epochs
+        self.warmup = round(cfg.warmup_epochs * steps_per_epoch)
+        self.decay = cfg.lr_decay
+        self.marks = (round(0.5 * self.steps), round(0.75 * self.steps))
+        self.taken = 0  # steps taken so far
+        self.current = self.peak
+
+    def next(self) -> float:
+        """The rate of the next step (and count it)."""
+        self.current = self.rate(self.taken)
+        self.taken += 1
+        return self.current
+
+    def rate(self, step: int) -> float:
+        if step < self.warmup:
+            return self.peak * (step + 1) / self.warmup
+        if self.decay == "cosine":
+            t = (step - self.warmup) / max(1, self.steps - self.warmup)
+            return self.peak * (1 + math.cos(math.pi * min(1.0, t))) / 2
+        if self.decay == "step":
+            return self.peak * 0.1 ** sum(step >= m for m in self.marks)
+        return self.peak
+
+
+def reduce_counts(parts: list[dict[str, float]]) -> dict[str, Any]:
+    """Every rank's evaluation counts summed: the held-out split's accuracy (module docstring); the training loss
+    since the last evaluation, averaged over the ranks (each rank's: the mean of its steps' losses)."""
+    n = sum(p["samples"] for p in parts)
+    if n == 0:
+        raise BenchError("the held-out split gave no sample to evaluate")
+    losses = [p["train_loss"] for p in parts if p.get("train_loss") is not None]
+    return {"samples": int(n), "top1": sum(p["correct1"] for p in parts) / n,
+            "top5": sum(p["correct5"] for p in parts) / n, "loss": sum(p["loss_sum"] for p in parts) / n,
+            "train_loss": sum(losses) / len(losses) if losses else None}
+
+
+class Goal:
+    """One rank's record of training to the goal: when to evaluate, the curve, whether to stop."""
+
+    def __init__(self, cfg, global_batch: int, steps_per_epoch: int) -> None:
+        self.cfg, self.global_batch, self.steps_per_epoch = cfg, global_batch, steps_per_epoch
+        self.curve: list[dict[str, Any]] = []
+        self.reached_at: int | None = None  # index in the curve
+
+    def due(self, epoch: int) -> bool:
+        """Whether to evaluate after ``epoch``: every --eval-every epochs, and after the last."""
+        return epoch % self.cfg.eval_every == 0 or epoch == self.cfg.epochs
+
+    def add(self, epoch: int, wall_s: float, eval_s: float, scores: dict[str, Any], rate: float) -> bool:
+        """Keep an evaluation; True when it is the first at the target (the run stops there unless
+        --all-epochs)."""
+        self.curve.append({"epoch": epoch, "samples": self.global_batch * (epoch * self.steps_per_epoch + 1),
+                           "wall_s": wall_s, "eval_s": eval_s, "learning_rate": rate,
+                           **{f"eval_{k}" if k in ("loss", "samples") else k: v for k, v in scores.items()}})
+        target = self.cfg.target_accuracy
+        if target is not None and self.reached_at is None and scores["top1"] >= target:
+            self.reached_at = len(self.curve) - 1
+            return True
+        return False
+
+    def record(self) -> dict[str, Any]:
+        return {"curve": self.curve, "reached_at": self.reached_at, "steps_per_epoch": self.steps_per_epoch}
+
+
+def section(cfg, ranks: list[dict[str, Any]], init_s: float) -> dict[str, Any] | None:
+    """The result's ``training`` section from rank 0's goal record (every rank's curve is the same: the
+    accuracies are reduced across ranks), or None for a run that did not train to a goal."""
+    goal = ranks[0].get("goal")
+    if not goal:
+        return None
+    curve, at = goal["curve"], goal["reached_at"]
+    target = cfg.target_accuracy
+    reached = at is not None
+    best = max((c["top1"] for c in curve), default=None)
+    why = None
+    if target is not None and not reached:
+        why = (f"top-1 {best:.4f} at best after {curve[-1]['epoch']} epoch(s), below the target {target}"
+               if curve else "no evaluation ran")
+    last = curve[-1] if curve else {}
+    return {
+        "target_accuracy": target,
+        "reached": reached if target is not None else None,
+        "time_to_target_s": curve[at]["wall_s"] if reached else None,
+        "time_to_target_with_init_s": init_s + curve[at]["wall_s"] if reached else None,
+        "epochs_to_target": curve[at]["epoch"] if reached else None,
+        "samples_to_target": curve[at]["samples"] if reached else None,
+        "not_reached": why,
+        "epochs_run": last.get("epoch"),
+        "final_top1": last.get("top1"),
+        "final_top5": last.get("top5"),
+        "eval_s_total": sum(c["eval_s"] for c in curve),
+        "steps_per_epoch": goal["steps_per_epoch"],
+        "schedule": {"base_lr": cfg.base_lr if cfg.base_lr is not None else BASE_LR, "lr_scaling": cfg.lr_scaling,
+                     "peak_lr": cfg.learning_rate, "warmup_epochs": cfg.warmup_epochs, "decay": cfg.lr_decay,
+                     "weight_decay": cfg.weight_decay, "label_smoothing": cfg.label_smoothing,
+                     "momentum": cfg.momentum},
+        "curve": curve,
+        "definition": "curve: one point per evaluation on the held-out split (top-1/top-5 summed over every "
+                      "rank's part); wall_s from the end of init to the end of that evaluation, earlier "
+                      "evaluations included; time_to_target_s: wall_s of the first evaluation at or above "
+                      "target_accuracy, init apart (bench.measure.goal)",
+    }
+
+
+def table_rows(training: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """The terminal table's rows for a result's ``training`` section: the target and when it was reached, the
+    final accuracy, what the evaluations cost."""
+    if not training:
+        return []
+    rows = [("held-out top-1 / top-5, last", f"{training['final_top1']:.4f} / {training['final_top5']:.4f}",
+             f"after {training['epochs_run']} epoch(s)")]
+    if training["target_accuracy"] is not None:
+        if training["reached"]:
+            rows.append(("time to target", f"{training['time_to_target_s']:.1f}",
+                         f"s after init (+ init: {training['time_to_target_with_init_s']:.1f} s); top-1 >= "
+                         f"{training['target_accuracy']} at epoch {training['epochs_to_target']}"))
+        else:
+            rows.append(("time to target", "NOT REACHED", training["not_reached"]))
+    rows.append(("evaluations", f"{training['eval_s_total']:.1f}", f"s in {len(training['curve'])} evaluation(s), "
+                 "outside the timed windows"))
+    return rows
