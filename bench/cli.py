@@ -17,9 +17,10 @@ from typer.exceptions import TyperException
 
 import bench.run
 from bench import __version__, plugins
-from bench.commands import allreduce, data, predict, verify
+from bench.commands import allreduce, converge, data, predict, verify
 from bench.commands import kubernetes as k8s
 from bench.commands.compare import compare, regressions
+from bench.commands.converge import ConvergeConfig
 from bench.commands.diagnose import DiagnoseConfig
 from bench.commands.diagnose import main as diagnose_main
 from bench.commands.report import write_report
@@ -168,6 +169,8 @@ def sweep_command(
     precisions: Annotated[str, typer.Option(help="Comma-separated precisions.")] = "fp32",
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated per-device batch sizes (empty: each "
                                              "device's default).")] = "",
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds: every cell once per seed, the repeats of one "
+                                       "configuration (empty: once, at the run's default seed).")] = "",
     output: Annotated[str, typer.Option(help="The sweep folder (results, manifest.json, logs).")] = "results/sweep",
     redo: Annotated[bool, typer.Option("--redo", help="Run finished cells again instead of skipping them.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Run the matrix the folder's manifest records again: "
@@ -183,14 +186,10 @@ def sweep_command(
         return
     if not modes:
         raise BenchError("--modes is required (or --resume to rerun a sweep folder's own matrix)")
-    # the options passed to every cell: those set (None leaves the run's own default; a flag counts when it differs)
-    defaults = {name: default for name, _, default, _ in option_specs()}
-    common = config_arguments({name: value.value if isinstance(value, Enum) else value
-                               for name, value in passed.items()
-                               if value is not None and not (isinstance(value, bool) and value == defaults[name])})
+    common = passed_to_cells(passed)
     sweep = SweepConfig(modes=parse_list(modes), nps=parse_list(np, int), models=parse_list(models),
                         precisions=parse_list(precisions), batch_sizes=parse_list(batch_sizes, int) or [None],
-                        common=common)
+                        common=common, seeds=parse_list(seeds, int) or [None])
     _sweep_exit(run_sweep(sweep, Path(output), redo=redo, cell_timeout=cell_timeout), output)
 
 
@@ -200,6 +199,33 @@ sweep_command.__signature__ = inspect.Signature([
       if p.kind != inspect.Parameter.VAR_KEYWORD),
     *option_parameters(only_sweep=True)])
 app.command("sweep")(sweep_command)
+
+
+def passed_to_cells(passed: dict[str, Any]) -> dict[str, Any]:
+    """The run options a sweep or bench converge passes to every cell: those set (None leaves the run's own
+    default; a flag counts when it differs from its default)."""
+    defaults = {name: default for name, _, default, _ in option_specs()}
+    return config_arguments({name: value.value if isinstance(value, Enum) else value
+                             for name, value in passed.items()
+                             if value is not None and not (isinstance(value, bool) and value == defaults[name])})
+
+
+def converge_command(**options: Any) -> None:
+    """Train to a target in several modes and world sizes, each repeated: one table, one plot, PASS or FAIL."""
+    own = {name: how for name, _, _, how in declared(ConvergeConfig)}
+    values = {k: own[k].parse(v) if own[k].parse is not None and isinstance(v, str) else v
+              for k, v in options.items() if k in own}
+    code = converge.main(ConvergeConfig(**values, common=passed_to_cells(
+        {k: v for k, v in options.items() if k not in own})))
+    if code:
+        raise typer.Exit(code)
+
+
+# bench converge's own options, then every run option declared for sweeps (the training to a target among them).
+converge_command.__signature__ = inspect.Signature([*command_parameters(ConvergeConfig),
+                                                    *option_parameters(only_sweep=True)])
+app.command("converge", help="Train to a target in several modes and world sizes, each repeated: the time to "
+            "the target, the final accuracies, one plot and PASS or FAIL (docs/training.md).")(converge_command)
 
 
 def _sweep_exit(summary: dict[str, int], output: str) -> None:

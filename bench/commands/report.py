@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.commands import converge
 from bench.commands.compare import input_cost
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
@@ -328,6 +329,10 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
             md.append(f"| {f['label']} | {f['setting']} | {f['n']} | {f['data']:.2f} | {_fmt(f['synthetic'])} "
                       f"| {_fmt(f['cost'], '.1%')} | {_fmt(f['wait_share_max'], '.1%')} "
                       f"| {_fmt(f['loader_rate'], '.0f')} | {paced} |")
+    if converge.trained_to_target(results):  # bench converge's table and curves, for any folder that has them
+        record = converge.analyse(results)
+        md += ["", "## Training to a target", "", *converge.markdown(record)]
+        images.append(converge.plot(record, out / "accuracy.png").name)
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
     if tele:
         md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",

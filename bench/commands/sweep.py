@@ -1,5 +1,8 @@
 """bench sweep: a matrix of runs, one per cell, into one folder with a manifest; resumable.
 
+``--seeds 1,2,3`` repeats every cell once per seed (the seed of its weights, data order and crops), as
+MLPerf scores several runs of one configuration.
+
 Each cell is an ordinary bench run in its own process (self-spawned here, or ``srun -n NP`` inside a
 Slurm allocation), writing its normal result into the sweep folder. A cell gets its whole run
 configuration as JSON (``configs/<cell>.json``, run with ``bench run FILE``), never as rebuilt options. The manifest
@@ -53,6 +56,7 @@ class Cell:
     model: str
     precision: str
     batch_size: int | None
+    seed: int | None = None  # a repeat (--seeds); None: the run's own default seed
 
     @property
     def label(self) -> str:
@@ -61,7 +65,8 @@ class Cell:
     @property
     def id(self) -> str:
         batch = self.batch_size or "default"
-        return f"{self.label.replace(':', '-')}_np{self.np}_{self.model}_{self.precision}_b{batch}"
+        repeat = "" if self.seed is None else f"_s{self.seed}"
+        return f"{self.label.replace(':', '-')}_np{self.np}_{self.model}_{self.precision}_b{batch}{repeat}"
 
     @property
     def distributed(self) -> bool:
@@ -69,8 +74,9 @@ class Cell:
 
     def config(self, common: dict[str, Any], output: Path) -> RunConfig:
         """The cell's run configuration: its axes, the sweep's common options, the sweep folder."""
+        seed = {} if self.seed is None else {"seed": self.seed}
         return RunConfig(mode=self.mode, strategy=self.strategy, model=self.model, precision=self.precision,
-                         batch_size=self.batch_size, np=self.np, output=str(output), **common)
+                         batch_size=self.batch_size, np=self.np, output=str(output), **seed, **common)
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class SweepConfig:
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
     batch_sizes: list[int | None] = field(default_factory=lambda: [None])
     common: dict[str, Any] = field(default_factory=dict)  # run options for every cell (common_fields())
+    seeds: list[int | None] = field(default_factory=lambda: [None])  # repeats: each cell once per seed
 
     def __post_init__(self) -> None:
         if not isinstance(self.common, dict):
@@ -95,17 +102,19 @@ class SweepConfig:
             raise BenchError("--np needs one or more counts >= 1, e.g. 1,2,4,8")
         if any(b is not None and b < 1 for b in self.batch_sizes):
             raise BenchError("--batch-sizes must be >= 1")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise BenchError("--seeds needs one or more different seeds, e.g. 1,2,3")
         for cell in self.cells():  # every cell's configuration is valid before any runs
             cell.config(self.common, Path("."))
 
     def cells(self) -> list[Cell]:
         out = []
-        for label, np, model, precision, batch in itertools.product(self.modes, self.nps, self.models,
-                                                                    self.precisions, self.batch_sizes):
+        for label, np, model, precision, batch, seed in itertools.product(
+                self.modes, self.nps, self.models, self.precisions, self.batch_sizes, self.seeds):
             v = variant(label)
             if not v.mode.distributed and np != 1:
                 continue  # single-device baselines exist at one device only
-            out.append(Cell(v.mode.name, v.strategy if ":" in label else None, np, model, precision, batch))
+            out.append(Cell(v.mode.name, v.strategy if ":" in label else None, np, model, precision, batch, seed))
         return out
 
 

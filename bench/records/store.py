@@ -1,7 +1,7 @@
 """The one record store: every kind of record bench keeps, named once, written one way and read back one way.
 
 A record is a JSON file a person keeps: a run's result, and the records of bench verify, allreduce, peak,
-diagnose and data bench, and diagnose's baseline. Each is
+diagnose, data bench and converge, and diagnose's baseline. Each is
 
 * named once here (:class:`Kind`): the string its file carries in ``kind`` (a run's result carries none, as
   it always has);
@@ -38,6 +38,7 @@ class Kind(str, Enum):
     DIAGNOSE = "diagnose"
     BASELINE = "diagnose-baseline"
     DATA_BENCH = "data-bench"
+    CONVERGE = "converge"
 
 
 def kind_of(data: Any) -> Kind | None:
