@@ -13,7 +13,7 @@ FLAVOR ?= cuda
 # the debootstrapped bookworm where no registry serves it; PyTorch's CPU wheel staged by docker/images.py).
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 
-.PHONY: bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 # apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
@@ -190,6 +190,9 @@ bench-overhead: venv ## torch-ddp, tf-horovod and tf-native against their bare l
 	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)
 	$(PY) benchmarks/overhead.py --mode tf-horovod --image-size 32 $(ARGS)
 	$(PY) benchmarks/overhead.py --mode tf-native --image-size 32 $(ARGS)
+
+bench-converge: venv ## bench converge on the digits (every distributed mode, np 1 and 2, repeated) and what evaluations cost
+	$(PY) benchmarks/converge.py $(ARGS)
 
 bench-data-cost: venv ## VGG-16 and ResNet-50 at np 2 from JPEG files against synthetic, torch-ddp and tf-horovod: img/s and data wait
 	$(PY) benchmarks/data_cost.py $(ARGS)

@@ -152,7 +152,8 @@ def test_every_distributed_mode_reaches_the_target_on_real_digits_and_they_agree
     assert "converge: PASS" in proc.stdout
     record = store.read(next(out.glob("*-converge-*.json")), store.Kind.CONVERGE)
     assert record["verdict"] == "PASS" and not record["reasons"]
-    assert sorted(r["mode"] for r in record["rows"]) == sorted(MODES)
+    assert sorted(r["mode"] for r in record["rows"]) == sorted(m.replace("tf-native", "tf-native:multiworker")
+                                                                for m in MODES)
     for row in record["rows"]:
         assert row["reached"] == 1 and row["in_sync"] and row["final_top1"] >= TARGET, row
         assert 0 < row["time_to_target_s"] and 1 <= row["epochs_to_target"] <= EPOCHS
@@ -183,7 +184,7 @@ def test_report_draws_the_curves_of_a_folder_that_trained_to_a_target(converged)
     assert proc.returncode == 0, proc.stderr
     text = (out / "report" / "report.md").read_text()
     section = text.split("## Training to a target", 1)[1]
-    assert "| tf-native | 2 | 1/1 |" in section and "Verdict: **PASS**" in section
+    assert "| tf-native:multiworker | 2 | 1/1 |" in section and "Verdict: **PASS**" in section
     assert (out / "report" / "accuracy.png").stat().st_size > 0
 
 
