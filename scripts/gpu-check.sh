@@ -92,6 +92,7 @@ if [ "$SHORT" = 1 ]; then
         --windows 2)
   VERIFY=(--framework torch --modes torch-ddp --steps 2 --image-size 32 --batch-size 2)
   DATA=(--model vgg16 --precision fp32); JPEGS=(--images 40 --image-size 48)
+  CONVERGE=(--image-size 12 --batch-size 32 --epochs 1 --target-accuracy 0.95 --loader-workers 1)
 else
   step horovod build_horovod
   DEVICE=(--device cuda); GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
@@ -103,6 +104,7 @@ else
   TEXT=(--model transformer-base --precision amp-bf16)
   VERIFY=(--framework torch)
   DATA=(--model resnet50 --precision amp-bf16); JPEGS=(--images 4096)
+  CONVERGE=(--image-size 32 --batch-size 32 --epochs 10 --target-accuracy 0.95 --base-lr 0.8 --warmup-epochs 1)
 fi
 
 step env "${BENCH[@]}" env
@@ -126,6 +128,9 @@ fi
 # the synthetic run of the same settings above (bench compare gives the input pipeline's cost).
 step data-make "${BENCH[@]}" data make "$STATE/jpegs" "${JPEGS[@]}"
 step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[@]}" "${SIZE[@]}" --data "$STATE/jpegs" --output "$RES"
+# Training to a target (docs/training.md): ResNet-20 on scikit-learn's digits, time to 95% held-out top-1.
+step digits-make "${BENCH[@]}" data make "$STATE/digits" --format cifar --from digits
+step torch-ddp-converge "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" --output "$RES"
 step transformer "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${TEXT[@]}" --output "$RES"
 if [ "$GPUS" -ge 2 ]; then
   step verify "${BENCH[@]}" verify "${DEVICE[@]}" "${VERIFY[@]}" --output "$RES"

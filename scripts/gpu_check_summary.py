@@ -45,7 +45,7 @@ def input_section(runs: list[dict]) -> list[str]:
     the same mode, model, precision and ranks (bench compare's input_cost)."""
     from bench.commands.compare import input_cost
 
-    fed = [r for r in runs if (r.get("input") or {}).get("source") == "dataset"]
+    fed = [r for r in runs if (r.get("input") or {}).get("source") == "dataset" and not r.get("training")]
     if not fed:
         return []
     md = ["", "## Input pipeline (--data against synthetic)", "",
@@ -68,6 +68,21 @@ def input_section(runs: list[dict]) -> list[str]:
                   f"{_f(cost and 100 * cost)}% | {_f(100 * (section['wait_share_max'] or 0))}% | "
                   f"{_f(max(copies) if copies else None, '.3f')} | {_f(min(rates) if rates else None)} | "
                   f"{'-' if paced is None else f'rank {paced}'} |")
+    return md
+
+
+def training_section(runs: list[dict]) -> list[str]:
+    """The runs that trained to a target (docs/training.md): epochs, time to the target, final accuracy."""
+    trained = [r for r in runs if r.get("training")]
+    if not trained:
+        return []
+    md = ["", "## Training to a target", "", "| mode | model | np | epochs run | target | time to target s | "
+          "epochs to target | final top-1 | evaluations s | img/s total |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in trained:
+        t = r["training"]
+        md.append(f"| {r['mode']} | {r['config']['model']} | {r['world_size']} | {t['epochs_run']} | "
+                  f"{t['target_accuracy']} | {_f(t['time_to_target_s'])} | {t['epochs_to_target'] or '-'} | "
+                  f"{t['final_top1']:.4f} | {t['eval_s_total']:.1f} | {r['summary']['samples_per_sec_total']:.1f} |")
     return md
 
 
@@ -107,6 +122,7 @@ def main() -> None:
                       f"{_f(t.get('energy_per_sample_j'), '.3g')} | {t.get('throttled', '-')} | "
                       f"{t.get('gpus_sampled', '-')} of {r['world_size']} | {_traffic(r)} |")
     md += input_section(runs)
+    md += training_section(runs)
     reference = results / "reference.json"
     if reference.exists():
         md += ["", "## torch-horovod against Horovod's own PyTorch benchmark (alternated)", "",

@@ -30,7 +30,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     names = [s[0] for s in steps]
     assert len(names) == len(set(names)) and names[:2] == ["install", "env"]  # each step once, in order
     assert {"torch-ddp-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data", "transformer",
-            "verify"} <= set(names)
+            "verify", "torch-ddp-converge"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
     files = sorted(p.name for p in out.iterdir())
     assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
@@ -40,6 +40,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert "| peak-fp32 | ok |" in summary
     assert "## Input pipeline (--data against synthetic)" in summary
     assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
+    assert "## Training to a target" in summary and "| torch-ddp | resnet20 | 2 | 1 | 0.95 |" in summary
 
 
 def test_the_prepared_wheels_install_without_an_index(tmp_path):
