@@ -163,12 +163,19 @@ class TFLoader:
         parallel = workers or tf.data.AUTOTUNE
         mean, std = tf.constant(MEAN * 255), tf.constant(STD * 255)
 
-        def crop_decode(encoded):
+        # Stateless random ops, each sample's keyed by (seed, epoch, index): a pipeline started at any epoch (a
+        # resumed run's) crops and flips every sample as an uninterrupted one does.
+        def keys(epoch_, index):
+            key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch_, tf.int64) * (1 << 32) + index])
+            split = tf.random.experimental.stateless_split(key, num=2)
+            return split[0], split[1]  # the crop's, the flip's
+
+        def crop_decode(encoded, key):
             shape = tf.io.extract_jpeg_shape(encoded)
             if train:
-                begin, box, _ = tf.image.sample_distorted_bounding_box(
-                    shape, tf.zeros([1, 0, 4]), min_object_covered=0.0, aspect_ratio_range=RATIO, area_range=SCALE,
-                    max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
+                begin, box, _ = tf.image.stateless_sample_distorted_bounding_box(
+                    shape, tf.zeros([1, 0, 4]), seed=key, min_object_covered=0.0, aspect_ratio_range=RATIO,
+                    area_range=SCALE, max_attempts=10, use_image_if_no_bounding_boxes=True)
                 window = tf.stack([begin[0], begin[1], box[0], box[1]])
             else:
                 side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * 0.875, tf.int32)
@@ -176,9 +183,9 @@ class TFLoader:
             image = tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
             return tf.image.resize(image, [size, size], method="bilinear")
 
-        def finish(image, label):
+        def finish(image, label, key):
             if train:
-                image = tf.image.random_flip_left_right(image, seed=seed)
+                image = tf.image.stateless_random_flip_left_right(image, seed=key)
             return (tf.cast(image, tf.float32) - mean) / std, label
 
         if dataset.format == "tfrecord":
@@ -189,41 +196,51 @@ class TFLoader:
             spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                     "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
 
-            def parse(record):
+            def parse(position, record):  # no sample index in a stream of records: its place in this pipeline
                 ex = tf.io.parse_single_example(record, spec)
-                return crop_decode(ex["image/encoded"]), ex["image/class/label"] - dataset.label_offset
+                crop, flip = keys(epoch, position)
+                return finish(crop_decode(ex["image/encoded"], crop), ex["image/class/label"] - dataset.label_offset,
+                              flip)
 
             ds = records.shuffle(4 * batch_size, seed=seed + epoch) if train else records
-            ds = ds.map(lambda r: finish(*parse(r)), num_parallel_calls=parallel)
+            ds = ds.enumerate().map(parse, num_parallel_calls=parallel)
         else:
             if train:
                 shard(len(part), rank, world, batch_size, seed, epoch)  # one line when the split is too small
 
             def order():
                 if not train:  # the held-out split: the rank's part, once, in order
-                    yield from (int(i) for i in held_out(len(part), rank, world))
+                    yield from ((int(i), 0) for i in held_out(len(part), rank, world))
                     return
                 e = epoch
                 while epochs is None or e < epoch + epochs:
-                    yield from (int(i) for i in shard(len(part), rank, world, batch_size, seed, e))
+                    yield from ((int(i), e) for i in shard(len(part), rank, world, batch_size, seed, e))
                     e += 1
 
-            indices = tf.data.Dataset.from_generator(order, output_signature=tf.TensorSpec([], tf.int64))
+            indices = tf.data.Dataset.from_generator(order, output_signature=(tf.TensorSpec([], tf.int64),
+                                                                              tf.TensorSpec([], tf.int64)))
             labels = tf.constant(part.labels)
             if part.paths is not None:
                 paths = tf.constant(part.paths)
-                ds = indices.map(lambda i: finish(crop_decode(tf.io.read_file(paths[i])), labels[i]),
-                                 num_parallel_calls=parallel)
+
+                def decode(i, e):
+                    crop, flip = keys(e, i)
+                    return finish(crop_decode(tf.io.read_file(paths[i]), crop), labels[i], flip)
+
+                ds = indices.map(decode, num_parallel_calls=parallel)
             else:
                 arrays = tf.constant(part.arrays)
-                ds = indices.map(lambda i: (arrays[i], labels[i]))
 
-                def small(image, label):
-                    padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
-                    image = tf.image.random_crop(padded, [32, 32, 3], seed=seed) if train else image
-                    return tf.image.resize(image, [size, size]) if size != 32 else tf.cast(image, tf.float32), label
+                def small(i, e):  # CIFAR-size: pad 4, random crop, flip
+                    crop, flip = keys(e, i)
+                    image = arrays[i]
+                    if train:
+                        image = tf.image.stateless_random_crop(tf.pad(image, [[4, 4], [4, 4], [0, 0]]), [32, 32, 3],
+                                                               seed=crop)
+                    image = tf.image.resize(image, [size, size]) if size != 32 else tf.cast(image, tf.float32)
+                    return finish(image, labels[i], flip)
 
-                ds = ds.map(lambda x, y: finish(*small(x, y)), num_parallel_calls=parallel)
+                ds = indices.map(small, num_parallel_calls=parallel)
         ds = ds.batch(batch_size, drop_remainder=train).prefetch(tf.data.AUTOTUNE)
         if workers:
             options = tf.data.Options()
