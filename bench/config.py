@@ -152,7 +152,9 @@ class RunConfig:
     steps_per_window: int | None = option(None, "Steps between two device syncs (default: 10 GPU, 4 CPU).",
                                           minimum=1, sweep=True)
     windows: int | None = option(None, "Timed windows (default: 10 GPU, 5 CPU).", minimum=1, sweep=True)
-    duration: float | None = option(None, "Run windows for this many seconds instead of --windows.", positive=True,
+    duration: float | None = option(None, "Run windows for this many seconds instead of --windows (with --epochs: "
+                                    "stop after the epoch that ends past this many seconds of training).",
+                                    positive=True,
                                     unit="seconds")
     attribution_steps: int | None = option(None, "Per-rank attribution: compute-only and exchange-only steps each, "
                                            "after the timed ones (default: 1 per 20 timed steps, at least 2; 0: "
@@ -193,6 +195,12 @@ class RunConfig:
                                         "--epochs).", sweep=True)
     label_smoothing: float = option(0.0, "--epochs: label smoothing of the training loss (0 <= e < 1).",
                                     sweep=True)
+    checkpoint_every: int | None = option(None, "--epochs: write a checkpoint after every N-th epoch's evaluation "
+                                          "(N a multiple of --eval-every), to --checkpoint-dir.", minimum=1)
+    checkpoint_dir: str | None = option(None, "--checkpoint-every: the checkpoint's folder (default: "
+                                        "<output>/checkpoints/<mode>-np<N>; one checkpoint, replaced whole).")
+    resume_from: str | None = option(None, "--epochs: continue the run whose checkpoint is in this folder (the same "
+                                "configuration; docs/training.md).")
     output: str = option("results", "Directory for result JSON files and results.csv.")
     fp16_allreduce: bool = option(False, "Compress gradients to fp16 for the allreduce.", flag="--fp16-allreduce")
     # Text models: an untied output projection and a sparse embedding gradient (only the rows looked up);
@@ -270,7 +278,8 @@ class RunConfig:
 
     def _check_goal(self) -> None:
         """--epochs and what goes with it (bench.measure.goal): one line for each contradiction."""
-        goal_options = ("target_accuracy", "eval_every", "base_lr", "weight_decay")
+        goal_options = ("target_accuracy", "eval_every", "base_lr", "weight_decay", "checkpoint_every",
+                        "checkpoint_dir", "resume_from")
         if self.epochs is None:
             named = [n for n in goal_options if getattr(self, n) is not None]
             named += [n for n, d in (("lr_scaling", "linear"), ("warmup_epochs", 0.0), ("lr_decay", "cosine"),
@@ -282,7 +291,10 @@ class RunConfig:
             raise BenchError("--epochs trains on a dataset: add --data PATH (bench data make writes one)")
         if self.is_resolved:
             return
-        for name in ("duration", "windows", "steps_per_window"):
+        if self.duration is not None and not self.stop_at_target:
+            raise BenchError("--duration and --all-epochs contradict: --all-epochs trains every epoch, --duration "
+                             "stops when the time is up")
+        for name in ("windows", "steps_per_window"):
             if getattr(self, name) is not None:
                 raise BenchError(f"--epochs and --{name.replace('_', '-')} contradict: with --epochs every window "
                                  "is one epoch, and the run ends after the epochs (or at the target)")
@@ -302,6 +314,11 @@ class RunConfig:
             raise BenchError(f"--weight-decay must be >= 0 (got {self.weight_decay})")
         if not 0 <= self.label_smoothing < 1:
             raise BenchError(f"--label-smoothing must be >= 0 and < 1 (got {self.label_smoothing})")
+        if self.checkpoint_dir is not None and self.checkpoint_every is None:
+            raise BenchError("--checkpoint-dir applies to runs with --checkpoint-every N")
+        if self.checkpoint_every is not None and self.checkpoint_every % (self.eval_every or 1):
+            raise BenchError(f"--checkpoint-every {self.checkpoint_every} must be a multiple of --eval-every "
+                             f"{self.eval_every} (a checkpoint is written after an evaluation)")
 
     @property
     def embedding(self) -> str:

@@ -13,6 +13,8 @@ of the run's config, so results, sweeps and the CLI never see them:
 * ``slow_rank`` and ``slow_factor``: a straggler on purpose (bench.measure.attribution's tests): that rank sleeps
   ``slow_factor - 1`` times the duration of each training step it has just run (the first, warmup, timed and
   compute-only steps; never the exchange-only ones), so its compute takes ``slow_factor`` times as long.
+* ``lost_after_checkpoint``: the last rank exits (code 9, no clean-up) right after the checkpoint of that epoch
+  is whole, as a lost node would (bench.measure.checkpoint's tests: the run fails, its checkpoint resumes).
 
 Outside bench verify, a run takes hooks from HVDBENCH_HOOKS too, e.g.
 ``HVDBENCH_HOOKS='{"slow_rank": 1, "slow_factor": 2}' bench torch-ddp``.
@@ -41,6 +43,7 @@ class Hooks:
     fault: str | None = None
     slow_rank: int | None = None
     slow_factor: float = 2.0
+    lost_after_checkpoint: int | None = None
 
     def __post_init__(self) -> None:
         if self.fault not in (None, *FAULTS):
@@ -97,6 +100,11 @@ class Hooks:
             time.sleep((self.slow_factor - 1) * (time.perf_counter() - t0))
 
         return slow_step
+
+    def checkpointed(self, trainer, epoch: int) -> None:
+        """The ``lost_after_checkpoint`` fault: the last rank dies here after that epoch's checkpoint."""
+        if self.lost_after_checkpoint == epoch and trainer.rank == trainer.world_size - 1:
+            os._exit(9)
 
     def snapshot(self, trainer, when: str) -> None:
         """Rank 0's parameter snapshot ``when`` ('initial' or 'final'), if one was asked for. A trainer whose

@@ -12,7 +12,7 @@ from bench.data import feed
 from bench.errors import STOP_SIGNALS, BenchError
 from bench.hooks import Hooks
 from bench.launching import detect, kubernetes, supervise
-from bench.measure import telemetry
+from bench.measure import checkpoint, telemetry
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
 from bench.records import env
@@ -143,6 +143,8 @@ class Training:
         resolved = mode.preflight(cfg, info)
         if resolved.data:
             feed.check(resolved)  # the dataset's own checks, once, before any rank starts
+        if resolved.resume_from:
+            checkpoint.check(resolved)  # the checkpoint is this configuration's, before any rank starts
         with self.hooks.exported():
             mode.spawn(resolved)
 
@@ -155,8 +157,11 @@ class Training:
 def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path | None:
     """One rank of a training run: preflight, the measurement loop, and (rank 0) the result written whole."""
     cfg = mode.preflight(cfg, info)
-    if cfg.data and info.launcher != "self":  # started by another launcher: no parent checked the dataset
-        feed.check(cfg)
+    if info.launcher != "self":  # started by another launcher: no parent checked the dataset and the checkpoint
+        if cfg.data:
+            feed.check(cfg)
+        if cfg.resume_from:
+            checkpoint.check(cfg)
     if hasattr(mode, "serve") and mode.serve(cfg, info):
         return None
     out_dir = rank_output(cfg, info)

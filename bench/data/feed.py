@@ -121,6 +121,18 @@ class Feed:
             if close is not None:
                 close()
 
+    def seek(self, batches: int) -> None:
+        """Go on after the run's first ``batches`` batches (a resumed run, bench.measure.checkpoint): the pipeline
+        reopened at that epoch (its shuffle is the epoch's), the batches of it already trained on drawn and
+        dropped."""
+        epoch, skip = divmod(batches, self.per_epoch)
+        close = getattr(self._batches, "close", None)
+        if close is not None:
+            close()
+        self._batches = self._open(epoch, None)
+        for _ in range(skip):
+            self._draw(self._batches)
+
     def next(self):
         """The step's batch on its device; the wait and the copy timed."""
         t0 = time.perf_counter()

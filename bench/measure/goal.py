@@ -24,9 +24,15 @@ are summed (an allgather), so every rank sees the same accuracy and stops at the
     loss = mean cross-entropy over the held-out samples (label smoothing not applied)
 
 Times: ``wall_s`` of an evaluation is from the end of init to the end of that evaluation on rank 0 (the
-evaluations before it included: they are part of training to a target, as in MLPerf's time to train), so
+evaluations and checkpoints before it included: they are part of training to a target, as in MLPerf's time to
+train; a resumed run adds its checkpoint's wall time, bench.measure.checkpoint), so
 ``time_to_target_s`` is the wall time of training to the target and init stays apart (``init_s``); the window
 times (throughput) exclude the evaluations; ``eval_s`` keeps each evaluation's own time.
+
+A fixed-time run (``--duration S`` with ``--epochs E``): the run stops after the first epoch whose end is at or
+past S seconds of that wall time on any rank, evaluates that epoch, and records ``stopped: duration``; E is still
+the schedule's length (the rate decays over E epochs), as in a fixed-time comparison of how far each configuration
+got.
 """
 
 from __future__ import annotations
@@ -101,6 +107,9 @@ class Goal:
         self.cfg, self.global_batch, self.steps_per_epoch = cfg, global_batch, steps_per_epoch
         self.curve: list[dict[str, Any]] = []
         self.reached_at: int | None = None  # index in the curve
+        self.checkpoints: list[dict[str, Any]] = []  # bench.measure.checkpoint: each one written
+        self.resumed: list[dict[str, Any]] | None = None  # --resume-from: the checkpoints this run continued from
+        self.stopped: str | None = None  # why the run ended: target, duration or epochs
 
     def due(self, epoch: int) -> bool:
         """Whether to evaluate after ``epoch``: every --eval-every epochs, and after the last."""
@@ -118,8 +127,20 @@ class Goal:
             return True
         return False
 
+    def checkpointed(self, epoch: int, save_s: float, path: str) -> None:
+        self.checkpoints.append({"epoch": epoch, "save_s": save_s, "path": path})
+
+    def restore(self, record: dict[str, Any], resumed: dict[str, Any]) -> None:
+        """Go on from a checkpoint's record (bench.measure.checkpoint): its evaluations and checkpoints."""
+        self.curve = list(record["curve"])
+        self.reached_at = record["reached_at"]
+        self.checkpoints = [*record.get("checkpoints", []), {"epoch": resumed["epoch"], "save_s": resumed["save_s"],
+                                                              "path": resumed["from"]}]
+        self.resumed = [*(record.get("resumed") or []), resumed]
+
     def record(self) -> dict[str, Any]:
-        return {"curve": self.curve, "reached_at": self.reached_at, "steps_per_epoch": self.steps_per_epoch}
+        return {"curve": list(self.curve), "reached_at": self.reached_at, "steps_per_epoch": self.steps_per_epoch,
+                "checkpoints": list(self.checkpoints), "resumed": self.resumed, "stopped": self.stopped}
 
 
 def section(cfg, ranks: list[dict[str, Any]], init_s: float) -> dict[str, Any] | None:
@@ -146,9 +167,14 @@ def section(cfg, ranks: list[dict[str, Any]], init_s: float) -> dict[str, Any] |
         "samples_to_target": curve[at]["samples"] if reached else None,
         "not_reached": why,
         "epochs_run": last.get("epoch"),
+        "stopped": goal.get("stopped"),
+        "duration_s": cfg.duration,
         "final_top1": last.get("top1"),
         "final_top5": last.get("top5"),
         "eval_s_total": sum(c["eval_s"] for c in curve),
+        "checkpoints": goal.get("checkpoints", []),
+        "checkpoint_s_total": sum(c["save_s"] for c in goal.get("checkpoints", [])),
+        "resumed": goal.get("resumed"),
         "steps_per_epoch": goal["steps_per_epoch"],
         "schedule": {"base_lr": cfg.base_lr if cfg.base_lr is not None else BASE_LR, "lr_scaling": cfg.lr_scaling,
                      "peak_lr": cfg.learning_rate, "warmup_epochs": cfg.warmup_epochs, "decay": cfg.lr_decay,
@@ -178,4 +204,14 @@ def table_rows(training: dict[str, Any] | None) -> list[tuple[str, str, str]]:
             rows.append(("time to target", "NOT REACHED", training["not_reached"]))
     rows.append(("evaluations", f"{training['eval_s_total']:.1f}", f"s in {len(training['curve'])} evaluation(s), "
                  "outside the timed windows"))
+    if training.get("stopped") == "duration":
+        rows.append(("stopped", "time up", f"--duration {training['duration_s']:g} s: after epoch "
+                     f"{training['epochs_run']} of {training['curve'][-1]['wall_s']:.1f} s"))
+    if training.get("checkpoints"):
+        rows.append(("checkpoints", f"{training['checkpoint_s_total']:.2f}",
+                     f"s in {len(training['checkpoints'])} checkpoint(s), in the training time; last: "
+                     f"{training['checkpoints'][-1]['path']}"))
+    for r in training.get("resumed") or []:
+        rows.append(("resumed", f"epoch {r['epoch']}", f"from {r['from']} ({r['wall_s']:.1f} s of training "
+                     "before it, counted once)"))
     return rows

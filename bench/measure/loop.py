@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from bench.config import RunConfig
 from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, goal, traffic
+from bench.measure import attribution, checkpoint, goal, traffic
 from bench.measure.watchdog import Watchdog
 from bench.models import model
 
@@ -102,9 +102,19 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     step()
     trainer.sync()
     first_step_s = time.perf_counter() - t0
+    # --resume-from: after the first step (it traces and warms up), whose update the checkpoint then replaces
+    resumed = resume(cfg, trainer, schedule, tracker) if cfg.resume_from else None
+    epochs_before = resumed["epoch"] if resumed else 0
+    wall_before = resumed["wall_s"] if resumed else 0.0
     t_init_end = time.time()
+
+    def wall_s() -> float:
+        """Training wall time so far: before the checkpoint this run resumed from, and since this run's init."""
+        return wall_before + time.time() - t_init_end
     dog.first_step_done(first_step_s, cfg.steps_per_window)
     log = WindowLog(cfg, trainer) if progress is None and trainer.rank == 0 else None
+    if log is not None:
+        log.before = epochs_before
 
     total_steps = cfg.warmup_steps + cfg.steps_per_window * cfg.windows
     if progress is not None:
@@ -146,19 +156,35 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         dog.progress()
         if log is not None:
             log.window(window_s)
-        if tracker is not None and tracker.due(len(window_s)):
-            dog.at("evaluate", len(window_s))
+        epoch = epochs_before + len(window_s)
+        # --epochs with --duration: the time is up after the epoch that ends past it (training wall time, every
+        # rank's clock; bench.measure.goal), and that epoch is evaluated
+        out_of_time = tracker is not None and cfg.duration is not None and \
+            max(trainer.allgather(wall_s())) >= cfg.duration
+        if tracker is not None and (tracker.due(epoch) or out_of_time):
+            dog.at("evaluate", epoch)
             t0 = time.perf_counter()
             scores = goal.reduce_counts(trainer.allgather(trainer.evaluate_shard()))
-            reached = tracker.add(len(window_s), time.time() - t_init_end, time.perf_counter() - t0, scores,
-                                  schedule.current)
+            reached = tracker.add(epoch, wall_s(), time.perf_counter() - t0, scores, schedule.current)
             dog.progress()
             if log is not None:
                 log.evaluation(tracker.curve[-1])
-            if reached and cfg.stop_at_target:
+            stopping = (reached and cfg.stop_at_target) or out_of_time
+            tracker.stopped = "target" if reached and cfg.stop_at_target else "duration" if out_of_time else \
+                "epochs" if epoch >= cfg.windows else None
+            if checkpoint.due(cfg, epoch, stopping):
+                dog.at("checkpoint", epoch)
+                saved_s = checkpoint.save(cfg, trainer, {"epoch": epoch, "schedule_taken": schedule.taken,
+                                                         "goal": tracker.record()}, wall_s)
+                tracker.checkpointed(epoch, saved_s, str(checkpoint.folder(cfg)))
+                hooks.checkpointed(trainer, epoch)
+                dog.progress()
+                if log is not None:
+                    log.checkpoint(tracker.checkpoints[-1])
+            if stopping:
                 break
-        if cfg.duration is None:
-            if len(window_s) >= cfg.windows:
+        if cfg.duration is None or tracker is not None:
+            if epoch >= cfg.windows:
                 break
         elif max(trainer.allgather(timed)) >= cfg.duration:
             break
@@ -211,6 +237,18 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
             "t_start": t_start}
 
 
+def resume(cfg: RunConfig, trainer: Trainer, schedule: goal.Schedule, tracker: goal.Goal) -> dict[str, Any]:
+    """Continue from the checkpoint in ``cfg.resume_from`` (bench.measure.checkpoint): the model and the optimizer, the
+    schedule's place, the evaluations so far, and the feed past the batches already trained on."""
+    state = checkpoint.load(cfg, trainer)
+    schedule.taken = state["schedule_taken"]
+    tracker.restore(state["goal"], {"from": str(cfg.resume_from), "epoch": state["epoch"], "wall_s": state["wall_s"],
+                                    "save_s": state["save_s"], "written_utc": state["written_utc"]})
+    trainer.feed.seek(schedule.taken)
+    trainer.sync()
+    return state
+
+
 def scheduled(step, trainer: Trainer, schedule: goal.Schedule):
     """``step`` with the learning rate of its place in the schedule set before it (bench.measure.goal)."""
     def run() -> None:
@@ -231,6 +269,7 @@ class WindowLog:
         processes = getattr(trainer, "measuring_processes", trainer.world_size)  # tf-native ps: the coordinator
         self.samples = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * processes
         self.total = None if cfg.duration is not None else cfg.windows
+        self.before = 0  # windows of the run this one resumed (--resume-from)
         print(f"{cfg.mode}: ranks started, {trainer.replicas_per_process * processes} replica(s); {cfg.model}, "
               f"batch {cfg.batch_size}/device, first step done", file=self.file, flush=True)
 
@@ -239,8 +278,12 @@ class WindowLog:
               f"{point['eval_loss']:.4f} ({point['eval_s']:.1f} s), {point['wall_s']:.1f} s after init",
               file=self.file, flush=True)
 
+    def checkpoint(self, saved: dict[str, Any]) -> None:
+        print(f"epoch {saved['epoch']}: checkpoint written to {saved['path']} ({saved['save_s']:.1f} s); "
+              f"--resume-from {saved['path']} continues from here", file=self.file, flush=True)
+
     def window(self, window_s: list[float]) -> None:
         n = len(window_s)
         of = f"/{self.total}" if self.total else ""
-        print(f"window {n}{of}: {self.samples / window_s[-1]:.2f} {self.symbol} (rank 0's clock x world), running "
-              f"{self.samples * n / sum(window_s):.2f} {self.symbol}", file=self.file, flush=True)
+        print(f"window {self.before + n}{of}: {self.samples / window_s[-1]:.2f} {self.symbol} (rank 0's clock x "
+              f"world), running {self.samples * n / sum(window_s):.2f} {self.symbol}", file=self.file, flush=True)

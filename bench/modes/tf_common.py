@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ if TYPE_CHECKING:  # the run configuration imports the mode registry to check a 
 
 
 tf, keras = import_tf()
+CHECKPOINT_DIR = "tf"
 
 
 def pick_device(cfg: RunConfig) -> tuple[str, int]:
@@ -155,6 +157,28 @@ class TFTrainer:
         """Keep the step's training loss (a tensor: no wait) when the run trains to a goal."""
         if self.cfg.epochs is not None:
             self._losses.append(loss)
+
+    # -- checkpoints (bench.measure.checkpoint) ------------------------------------------------
+    def _checkpoint(self):
+        return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+
+    def save_state(self, folder) -> None:
+        """Every rank writes (tf.distribute's workers must all take part; a rank other than 0 writes to the scratch
+        folder it is given): the model's and the optimizer's variables."""
+        scope = getattr(self, "strategy", None)
+        with scope.scope() if scope is not None else contextlib.nullcontext():
+            self._checkpoint().write(str(folder / CHECKPOINT_DIR / "state"))
+
+    def load_state(self, folder) -> None:
+        """Every rank reads the checkpoint rank 0 wrote into its model and optimizer (their variables exist: the
+        first step made them); the first step's loss, which the checkpoint replaces, is dropped."""
+        if not (folder / CHECKPOINT_DIR).is_dir():
+            raise BenchError(f"--resume-from {folder}: no {CHECKPOINT_DIR}/ there (not a TensorFlow mode's checkpoint, "
+                             "or not on a filesystem this rank reads)")
+        scope = getattr(self, "strategy", None)
+        with scope.scope() if scope is not None else contextlib.nullcontext():
+            self._checkpoint().read(str(folder / CHECKPOINT_DIR / "state")).assert_existing_objects_matched()
+        self._losses = []
 
     def evaluate_shard(self) -> dict[str, float]:
         """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss

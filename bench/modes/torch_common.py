@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # the run configuration imports the mode registry to check a 
 
 
 
+CHECKPOINT_FILE = "torch.pt"
+
+
 def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     """Pick the device and world size; fill the device's defaults."""
     if cfg.is_resolved:
@@ -136,6 +139,30 @@ class TorchTrainer:
         """Keep the step's training loss (on the device, no sync) when the run trains to a goal."""
         if self.cfg.epochs is not None:
             self._losses.append(loss.detach().float())
+
+    # -- checkpoints (bench.measure.checkpoint) ------------------------------------------------
+    def save_state(self, folder) -> None:
+        """Rank 0 writes the model's and the optimizer's state (the ranks hold the same)."""
+        if self.rank == 0:
+            module = getattr(self.model, "module", self.model)
+            torch.save({"model": module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                        "rng": torch.get_rng_state()}, folder / CHECKPOINT_FILE)
+
+    def load_state(self, folder) -> None:
+        """Every rank reads the checkpoint rank 0 wrote (a folder every rank can read) into its model and
+        optimizer; the first step's loss, which the checkpoint replaces, is dropped."""
+        path = folder / CHECKPOINT_FILE
+        if not path.is_file():
+            raise BenchError(f"--resume-from {folder}: no {CHECKPOINT_FILE} there (not a PyTorch mode's checkpoint, or "
+                             "not on a filesystem this rank reads)")
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        getattr(self.model, "module", self.model).load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"])
+        self._losses = []
 
     def evaluate_shard(self) -> dict[str, float]:
         """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss

@@ -187,6 +187,20 @@ class EvalPoint(_Open):
     top5: float
 
 
+class Checkpoint(_Open):
+    """One checkpoint written (bench.measure.checkpoint)."""
+    epoch: int
+    save_s: float = Field(description="rank 0's time to write it, inside the training wall time")
+    path: str
+
+
+class Resumed(_Open):
+    """The checkpoint a resumed run continued from (bench.measure.checkpoint)."""
+    epoch: int = Field(description="the epochs the checkpoint holds")
+    wall_s: float = Field(description="training wall time up to the checkpoint, counted once")
+    written_utc: str
+
+
 class Training(_Open):
     """Training to a goal (--epochs, --target-accuracy): the curve and the time to the target."""
     target_accuracy: float | None
@@ -194,6 +208,10 @@ class Training(_Open):
     time_to_target_s: float | None
     epochs_to_target: int | None
     curve: list[EvalPoint]
+    stopped: Literal["target", "duration", "epochs"] | None = Field(None, description="why the run ended")
+    checkpoints: list[Checkpoint] = Field([], description="every checkpoint written (a resumed run: its "
+                                          "checkpoint's and those before it too)")
+    resumed: list[Resumed] | None = Field(None, description="--resume-from: the checkpoints this run continued from")
     definition: str
 
 

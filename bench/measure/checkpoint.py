@@ -1,0 +1,137 @@
+"""Checkpoints of a run that trains to a goal (``--checkpoint-every N``), and resuming from one
+(``--resume-from DIR``).
+
+What a checkpoint holds (a folder, written whole: a new one replaces the old only once complete)::
+
+    state.json     the configuration it belongs to, the epoch it ends, the schedule's step, the evaluations so far
+                   and the training wall time up to it (bench.measure.goal)
+    torch.pt       PyTorch: the model's and the optimizer's state dicts (rank 0 writes; every rank reads)
+    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer
+
+When: after the evaluation that follows every N-th epoch (N a multiple of --eval-every: a checkpoint never holds
+half a training loss), not after the last epoch (the run ends there) nor at the target when the run stops there.
+
+Resuming continues the same run. The batches come in the same order: the loader's shuffle is seeded by (seed,
+epoch), and the resumed feed starts at the checkpoint's epoch past the batches already trained on. The loop's first
+step (its init, as in every run) trains on the next batch; the rest of that epoch follows, untimed (it is one step
+short of a window; the throughput windows are the whole epochs after it), then its evaluation, then timed epochs as
+before. So a resumed run takes the same steps on the same batches with the same learning rates as one that was
+never interrupted (tests/test_checkpoint.py compares their final parameters).
+
+Time is not counted twice: ``wall_s`` of an evaluation after the resume is the checkpoint's wall time plus the time
+since the resumed run's init ended; the time between the checkpoint and the interruption, and the resumed run's
+own init, are in neither. The result's ``training.resumed`` says from where.
+
+A checkpoint belongs to one configuration: every field of the resolved run configuration but those that say how
+the run is watched or where it writes (:data:`FREE`); resuming with another refuses with the first that differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+
+STATE = "state.json"
+FORMAT = 1
+# Fields a resumed run may change: how it is watched, where it writes, how its input is read (not what).
+FREE = frozenset({"output", "resume_from", "checkpoint_every", "checkpoint_dir", "telemetry", "telemetry_interval",
+                  "stall_timeout", "rendezvous_timeout", "loader_workers", "attribution_steps", "extra"})
+
+
+def configuration(cfg) -> dict[str, Any]:
+    """The fields of a resolved run configuration that a checkpoint belongs to, as JSON values."""
+    fields = json.loads(json.dumps(asdict(cfg), default=str))
+    return {k: v for k, v in sorted(fields.items()) if k not in FREE}
+
+
+def folder(cfg) -> Path:
+    """Where this run writes its checkpoints: --checkpoint-dir, else <output>/checkpoints/<mode>-np<N>."""
+    if cfg.checkpoint_dir:
+        return Path(cfg.checkpoint_dir)
+    return Path(cfg.output) / "checkpoints" / f"{cfg.mode}-np{cfg.np}"
+
+
+def read_state(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's state.json, or one line saying why ``path`` is not a checkpoint."""
+    state_file = Path(path) / STATE
+    try:
+        state = json.loads(state_file.read_text())
+    except FileNotFoundError:
+        raise BenchError(f"--resume-from {path}: not a checkpoint (no {STATE}; --checkpoint-every N writes "
+                         "one)") from None
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"--resume-from {path}: cannot read {STATE} ({exc})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise BenchError(f"--resume-from {path}: {STATE} is not a checkpoint of this hvdbench (format {FORMAT})")
+    return state
+
+
+def check(cfg) -> dict[str, Any]:
+    """Before any rank starts: the checkpoint ``cfg.resume_from`` names belongs to this run's configuration and has
+    epochs left to train; returns its state."""
+    state = read_state(cfg.resume_from)
+    theirs, ours = state.get("config", {}), configuration(cfg)
+    for name in sorted(set(theirs) | set(ours)):
+        if theirs.get(name) != ours.get(name):
+            flag = "--" + name.replace("_", "-")
+            raise BenchError(f"--resume-from {cfg.resume_from}: the checkpoint is of another configuration ({flag} "
+                             f"{theirs.get(name)} there, {ours.get(name)} here)")
+    if state["epoch"] >= cfg.epochs:
+        raise BenchError(f"--resume-from {cfg.resume_from}: the checkpoint already holds all {cfg.epochs} epoch(s)")
+    return state
+
+
+def due(cfg, epoch: int, stopping: bool) -> bool:
+    """Whether to write a checkpoint after ``epoch`` (module docstring)."""
+    return bool(cfg.checkpoint_every) and epoch % cfg.checkpoint_every == 0 and epoch < cfg.epochs and not stopping
+
+
+def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
+    """Write the checkpoint of ``trainer`` with ``state`` (every rank calls this); returns the seconds it took on
+    this rank. ``wall_s()``: the training wall time, read when the model is written (the resumed run goes on
+    from there). A fresh folder beside the old one, renamed over it once whole: an interruption while writing
+    leaves the previous checkpoint as it was."""
+    t0 = time.perf_counter()
+    target = folder(cfg)
+    fresh = target.with_name(f".{target.name}.writing")
+    scratch = None
+    if trainer.rank == 0:
+        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.mkdir(parents=True)
+        where = fresh
+    else:  # a rank that writes too (tf.distribute's workers) writes to a scratch folder of its own
+        import tempfile
+
+        scratch = where = Path(tempfile.mkdtemp(prefix="hvdbench-ckpt-"))
+    try:
+        trainer.save_state(where)
+        if trainer.rank == 0:
+            state = {"format": FORMAT, "config": configuration(cfg), **state, "wall_s": wall_s(),
+                     "save_s": time.perf_counter() - t0, "written_utc":
+                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (fresh / STATE).write_text(json.dumps(state, indent=1))
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            if target.exists():
+                os.replace(target, old)
+            os.replace(fresh, target)
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    trainer.allgather(None)  # every rank waits until the checkpoint is whole
+    return time.perf_counter() - t0
+
+
+def load(cfg, trainer) -> dict[str, Any]:
+    """Every rank: the checkpoint's state, and the trainer's model and optimizer restored from it."""
+    state = read_state(cfg.resume_from)
+    trainer.load_state(Path(cfg.resume_from))
+    return state

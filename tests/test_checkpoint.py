@@ -1,0 +1,173 @@
+"""Checkpoints and resuming (--checkpoint-every, --resume-from; bench.measure.checkpoint), and the fixed-time run
+(--duration with --epochs): the checks in process, then real runs on the digits: a run that loses a rank after a
+checkpoint, resumed, ends with exactly the parameters of one never interrupted (PyTorch and TensorFlow)."""
+
+import json
+
+import pytest
+from conftest import bench, only_result
+
+from bench.config import RunConfig
+from bench.data.make import MakeConfig, make
+from bench.errors import BenchError
+from bench.hooks import Hooks
+from bench.measure import checkpoint, goal
+
+EPOCHS = 3
+TRAINING = ["--model", "resnet20", "--image-size", "12", "--batch-size", "32", "--epochs", str(EPOCHS),
+            "--base-lr", "0.8", "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data") / "digits"
+    make(MakeConfig(path=str(root), format="cifar", source="digits"))
+    return root
+
+
+def resolved(digits, **kw) -> RunConfig:
+    return RunConfig(**{"mode": "torch-ddp", "model": "resnet20", "data": str(digits), "epochs": EPOCHS,
+                        "checkpoint_every": 1, **kw}).resolve("cpu", 2)
+
+
+def written(tmp_path, cfg, epoch=2) -> str:
+    """A checkpoint folder with the state.json ``cfg``'s run would write after ``epoch``."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    state = {"format": checkpoint.FORMAT, "config": checkpoint.configuration(cfg), "epoch": epoch,
+             "schedule_taken": 1 + epoch * cfg.steps_per_window, "wall_s": 12.5, "save_s": 0.1,
+             "written_utc": "2026-11-25T08:00:00Z", "goal": {"curve": [], "reached_at": None}}
+    (folder / checkpoint.STATE).write_text(json.dumps(state))
+    return str(folder)
+
+
+def test_a_checkpoint_resumes_only_the_configuration_it_belongs_to(digits, tmp_path):
+    path = written(tmp_path, resolved(digits, batch_size=16))
+    state = checkpoint.check(resolved(digits, batch_size=16, resume_from=path, output="elsewhere",
+                                      loader_workers=3))
+    assert state["epoch"] == 2  # where it writes and how many workers read: free to change
+    with pytest.raises(BenchError, match=r"the checkpoint is of another configuration \(--batch-size 16 there, "
+                                         r"32 here\)"):
+        checkpoint.check(resolved(digits, resume_from=path, batch_size=32))
+    with pytest.raises(BenchError, match=r"another configuration \(--mode torch-ddp there, torch-horovod here\)"):
+        checkpoint.check(resolved(digits, batch_size=16, resume_from=path, mode="torch-horovod"))
+
+
+def test_what_is_not_a_checkpoint_or_has_nothing_left_says_so(digits, tmp_path):
+    with pytest.raises(BenchError, match="not a checkpoint \\(no state.json; --checkpoint-every N writes one\\)"):
+        checkpoint.check(resolved(digits, resume_from=str(tmp_path)))
+    (tmp_path / checkpoint.STATE).write_text("{not json")
+    with pytest.raises(BenchError, match="cannot read state.json"):
+        checkpoint.check(resolved(digits, resume_from=str(tmp_path)))
+    (tmp_path / "done").mkdir()
+    full = written(tmp_path / "done", resolved(digits), epoch=EPOCHS)
+    with pytest.raises(BenchError, match=f"the checkpoint already holds all {EPOCHS} epoch"):
+        checkpoint.check(resolved(digits, resume_from=full))
+
+
+def test_checkpoints_are_written_after_every_nth_epoch_but_the_last_and_a_stop():
+    cfg = type("Config", (), {"checkpoint_every": 2, "epochs": 6})()
+    assert [e for e in range(1, 7) if checkpoint.due(cfg, e, stopping=False)] == [2, 4]
+    assert not checkpoint.due(cfg, 2, stopping=True)
+
+
+def test_the_folder_defaults_to_one_per_mode_and_world_under_the_output(digits):
+    assert str(checkpoint.folder(resolved(digits, output="out"))) == "out/checkpoints/torch-ddp-np2"
+    assert str(checkpoint.folder(resolved(digits, checkpoint_dir="/mnt/ckpt"))) == "/mnt/ckpt"
+
+
+def test_a_resumed_record_keeps_the_curve_and_says_from_where(digits):
+    cfg = resolved(digits)
+    first = goal.Goal(cfg, 64, cfg.steps_per_window)
+    first.add(1, 5.0, 0.5, {"samples": 359, "top1": 0.5, "top5": 0.9, "loss": 1.0, "train_loss": 1.2}, 0.2)
+    state = first.record()  # what the checkpoint of epoch 1 holds: written before it says how long it took
+    first.checkpointed(1, 0.25, "ckpt")
+    later = goal.Goal(cfg, 64, cfg.steps_per_window)
+    later.restore(state, {"from": "ckpt", "epoch": 1, "wall_s": 5.3, "save_s": 0.25,
+                                   "written_utc": "2026-11-25T08:00:00Z"})
+    later.add(2, 9.0, 0.5, {"samples": 359, "top1": 0.8, "top5": 1.0, "loss": 0.5, "train_loss": 0.6}, 0.1)
+    section = goal.section(cfg, [{"goal": later.record()}], init_s=3.0)
+    assert [c["epoch"] for c in section["curve"]] == [1, 2]
+    assert section["resumed"][0]["epoch"] == 1 and section["checkpoints"] == first.checkpoints
+    assert section["checkpoint_s_total"] == 0.25
+    rows = {label: (value, detail) for label, value, detail in goal.table_rows(section)}
+    assert rows["resumed"][0] == "epoch 1" and "5.3 s of training before it, counted once" in rows["resumed"][1]
+
+
+def test_the_lost_rank_fault_is_the_last_rank_after_that_epochs_checkpoint(monkeypatch):
+    import os
+
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    hooks = Hooks(lost_after_checkpoint=2)
+    for rank, epoch in ((1, 1), (0, 2), (1, 2)):
+        hooks.checkpointed(type("T", (), {"rank": rank, "world_size": 2})(), epoch)
+    assert exits == [9]
+
+
+# -- real runs ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def runs(digits, tmp_path_factory):
+    """Per framework: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
+    checkpoint stays), the run resumed from it, and one never interrupted; then a fixed-time run."""
+    done = {}
+    for mode in ("torch-ddp", "tf-horovod"):
+        base = tmp_path_factory.mktemp(mode)
+        lost = bench(mode, *TRAINING, "--data", str(digits), "--checkpoint-every", "1", "--output", str(base / "lost"),
+                     HVDBENCH_HOOKS=json.dumps({"lost_after_checkpoint": 2}))
+        folder = base / "lost" / "checkpoints" / f"{mode}-np2"
+        resumed = bench(mode, *TRAINING, "--data", str(digits), "--resume-from", str(folder), "--output",
+                        str(base / "resumed"))
+        whole = bench(mode, *TRAINING, "--data", str(digits), "--checkpoint-every", "1", "--output",
+                      str(base / "whole"))
+        done[mode] = (base, folder, lost, resumed, whole)
+    return done
+
+
+@pytest.mark.multiproc
+@pytest.mark.horovod
+@pytest.mark.parametrize("mode", ["torch-ddp", "tf-horovod"])
+def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(runs, mode):
+    base, folder, lost, resumed, whole = runs[mode]
+    assert lost.returncode != 0 and "no result written" in lost.stderr, lost.stderr[-2000:]
+    assert "epoch 2: checkpoint written to" in lost.stderr
+    assert not list((base / "lost").glob("*.json"))
+    assert json.loads((folder / checkpoint.STATE).read_text())["epoch"] == 2
+    for proc in (resumed, whole):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    again, never = only_result(base / "resumed"), only_result(base / "whole")
+    # the same steps on the same batches at the same rates: the same parameters, bit for bit
+    assert again["sync"]["param_checksums"][0] == never["sync"]["param_checksums"][0]
+    t, n = again["training"], never["training"]
+    assert [c["epoch"] for c in t["curve"]] == [1, 2, 3] and t["curve"][-1]["top1"] == n["curve"][-1]["top1"]
+    assert t["resumed"][0]["epoch"] == 2 and t["resumed"][0]["from"] == str(folder)
+    # the time up to the checkpoint once, then this run's: later than the checkpoint, never the lost run's end
+    assert t["curve"][2]["wall_s"] > t["resumed"][0]["wall_s"] >= t["curve"][1]["wall_s"]
+    assert [len(w) for w in again["samples"]["window_s"]] == [1, 1]  # each rank's timed windows: epoch 3 only
+    assert [c["epoch"] for c in n["checkpoints"]] == [1, 2] and n["checkpoint_s_total"] > 0
+    assert "│ resumed" in resumed.stdout and "epoch 2" in resumed.stdout  # the table's row
+
+
+@pytest.mark.multiproc
+def test_resuming_another_configuration_is_refused_before_any_rank_starts(runs, digits, tmp_path):
+    _, folder, *_ = runs["torch-ddp"]
+    args = [a if a != "32" else "16" for a in TRAINING]
+    r = bench("torch-ddp", *args, "--data", str(digits), "--resume-from", str(folder), "--output", str(tmp_path))
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"error: --resume-from {folder}: the checkpoint is of another configuration (--batch-size 32 there, 16 here)"]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.multiproc
+def test_a_fixed_time_run_stops_after_the_epoch_that_ends_past_the_time_and_evaluates_it(digits, tmp_path):
+    args = [a if a != str(EPOCHS) else "30" for a in TRAINING]
+    r = bench("torch-ddp", *args, "--data", str(digits), "--duration", "4", "--output", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    t = only_result(tmp_path)["training"]
+    assert t["stopped"] == "duration" and t["duration_s"] == 4 and t["epochs_run"] < 30
+    # each epoch's end (its evaluation's wall time less the evaluation): before 4 s but the last, evaluated too;
+    # a second either side for the ranks' clocks (the stop is the slowest rank's)
+    ends = [c["wall_s"] - c["eval_s"] for c in t["curve"]]
+    assert [c["epoch"] for c in t["curve"]] == list(range(1, t["epochs_run"] + 1))
+    assert ends[-1] >= 4 - 1 and all(end < 4 + 1 for end in ends[:-1]), ends
+    assert "time up" in r.stdout
