@@ -1,9 +1,9 @@
 """Training to a target on this machine: bench converge on scikit-learn's handwritten digits (every distributed
-mode at np 1 and 2, repeated), then what the evaluations cost a run.
+mode at np 1 and 2, repeated), then what the evaluations and the checkpoints cost a run.
 
     python benchmarks/converge.py [--modes torch-ddp,torch-horovod,tf-horovod,tf-native] [--np 1,2]
                                   [--repeats 2] [--eval-modes torch-ddp,tf-horovod] [--eval-repeats 2]
-                                  [--output results/converge-bench] [--data DIR]
+                                  [--output results/converge-bench] [--data DIR] [--parts converge,eval,checkpoint]
 
 1. ``bench converge`` (ResNet-20 at 12 x 12, batch 32 per rank, 10 epochs, base rate 0.8 per 256 with one epoch
    of warmup, target top-1 0.95): its table, its verdict, and converge.md / converge.png in the output folder.
@@ -11,6 +11,9 @@ mode at np 1 and 2, repeated), then what the evaluations cost a run.
    after the last only (``--eval-every 10``; every run needs that one), both ``--all-epochs``: the median of
    each one's ``timing.train_s`` (the wall time from init to the end, evaluations included), the difference, and
    the evaluations' own time as the results record it (``training.eval_s_total``).
+3. The checkpoints' cost, alike: runs alternated with a checkpoint after every epoch (``--checkpoint-every 1``: 9
+   of them, none after the last) and without, both evaluating every epoch; ``training.checkpoint_s_total`` is
+   rank 0's own writing time.
 """
 
 import argparse
@@ -32,14 +35,39 @@ def bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True)
 
 
-def eval_run(mode: str, every: int, data: str, out: Path) -> dict:
+def cost_run(mode: str, extra: list[str], data: str, out: Path) -> dict:
+    """One run of the cost comparisons: np 2, every epoch (--all-epochs), ``extra`` options; its result."""
     before = set(out.glob("*.json"))
-    proc = bench(mode, *TRAINING, "--all-epochs", "--eval-every", str(every), "--np", "2", "--data", data,
-                 "--no-telemetry", "--output", str(out))
+    proc = bench(mode, *TRAINING, "--all-epochs", *extra, "--np", "2", "--data", data, "--no-telemetry",
+                 "--output", str(out))
     if proc.returncode != 0:
-        sys.exit(f"{mode} --eval-every {every} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        sys.exit(f"{mode} {' '.join(extra)} failed: {proc.stderr.strip().splitlines()[-1:]}")
     (new,) = set(out.glob("*.json")) - before
     return json.loads(new.read_text())
+
+
+def cost_table(console: Console, what: str, variants: dict[str, list[str]], field: str, modes: list[str],
+               repeats: int, data: str, out: Path) -> None:
+    """Runs alternated between ``variants`` (the first with what is costed, the last without) ``repeats``
+    times per mode; the median wall time from init to the end (``timing.train_s``) of each, the difference, and
+    the median of the results' own ``training.<field>``."""
+    table = Table("mode", "variant", "train_s median", f"{field} median", "runs",
+                  title=f"What {what} cost (np 2, {EPOCHS} epochs, alternated)")
+    for mode in modes:
+        folder = out / f"{what.replace(' ', '-')}-cost" / mode
+        folder.mkdir(parents=True, exist_ok=True)
+        runs: dict[str, list[dict]] = {name: [] for name in variants}
+        for _ in range(repeats):
+            for name, extra in variants.items():
+                runs[name].append(cost_run(mode, extra, data, folder))
+        medians = {name: statistics.median(r["timing"]["train_s"] for r in rs) for name, rs in runs.items()}
+        for name, rs in runs.items():
+            table.add_row(mode, name, f"{medians[name]:.2f}",
+                          f"{statistics.median(r['training'][field] for r in rs):.2f}", str(len(rs)))
+        with_, without = medians[next(iter(variants))], medians[list(variants)[-1]]
+        console.print(f"{mode}: {what} add {with_ - without:.2f} s ({(with_ - without) / without:.1%}) to "
+                      f"{without:.1f} s")
+    console.print(table)
 
 
 def main() -> None:
@@ -51,6 +79,7 @@ def main() -> None:
     p.add_argument("--eval-repeats", type=int, default=2)
     p.add_argument("--output", default="results/converge-bench")
     p.add_argument("--data", help="an existing digits dataset (default: made in the output folder)")
+    p.add_argument("--parts", default="converge,eval,checkpoint", help="which of converge, eval, checkpoint to run")
     a = p.parse_args()
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -60,29 +89,20 @@ def main() -> None:
         if made.returncode != 0:
             sys.exit(made.stderr)
     console = Console()
-    converged = bench("converge", "--modes", a.modes, "--np", a.np, "--repeats", str(a.repeats), "--data", data,
-                      *TRAINING[2:], "--output", str(out / "converge"))
-    console.print(converged.stdout)
-    if converged.returncode not in (0, 1):
-        sys.exit(converged.stderr)
+    if "converge" in a.parts:
+        converged = bench("converge", "--modes", a.modes, "--np", a.np, "--repeats", str(a.repeats), "--data", data,
+                          *TRAINING[2:], "--output", str(out / "converge"))
+        console.print(converged.stdout)
+        if converged.returncode not in (0, 1):
+            sys.exit(converged.stderr)
 
-    table = Table("mode", "np", "eval every", "train_s median", "evaluations s", "runs",
-                  title="What the evaluations cost (np 2, 10 epochs, alternated)")
-    for mode in a.eval_modes.split(","):
-        folder = out / "eval-cost" / mode
-        folder.mkdir(parents=True, exist_ok=True)
-        runs: dict[int, list[dict]] = {1: [], EPOCHS: []}
-        for _ in range(a.eval_repeats):
-            for every in (1, EPOCHS):
-                runs[every].append(eval_run(mode, every, data, folder))
-        medians = {}
-        for every, rs in runs.items():
-            medians[every] = statistics.median(r["timing"]["train_s"] for r in rs)
-            table.add_row(mode, "2", str(every), f"{medians[every]:.1f}",
-                          f"{statistics.median(r['training']['eval_s_total'] for r in rs):.1f}", str(len(rs)))
-        console.print(f"{mode}: an evaluation every epoch adds {medians[1] - medians[EPOCHS]:.1f} s "
-                      f"({(medians[1] - medians[EPOCHS]) / medians[EPOCHS]:.1%}) to {medians[EPOCHS]:.1f} s")
-    console.print(table)
+    if "eval" in a.parts:
+        cost_table(console, "the evaluations", {"every epoch": ["--eval-every", "1"],
+                                                "after the last": ["--eval-every", str(EPOCHS)]},
+                   "eval_s_total", a.eval_modes.split(","), a.eval_repeats, data, out)
+    if "checkpoint" in a.parts:
+        cost_table(console, "the checkpoints", {"every epoch": ["--checkpoint-every", "1"], "none": []},
+                   "checkpoint_s_total", a.eval_modes.split(","), a.eval_repeats, data, out)
 
 
 if __name__ == "__main__":
