@@ -65,6 +65,14 @@ def test_what_is_not_a_checkpoint_or_has_nothing_left_says_so(digits, tmp_path):
         checkpoint.check(resolved(digits, resume_from=full))
 
 
+def test_reports_read_past_a_checkpoint_in_the_results_folder(digits, tmp_path):
+    from bench.records.collect import load_results
+
+    written(tmp_path, resolved(digits))  # <output>/checkpoints/... holds state.json: not a result, not a warning
+    with pytest.raises(BenchError, match="no hvdbench results"):
+        load_results([tmp_path], skipped=[])
+
+
 def test_checkpoints_are_written_after_every_nth_epoch_but_the_last_and_a_stop():
     cfg = type("Config", (), {"checkpoint_every": 2, "epochs": 6})()
     assert [e for e in range(1, 7) if checkpoint.due(cfg, e, stopping=False)] == [2, 4]

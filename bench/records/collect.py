@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
+from bench.measure.checkpoint import STATE as CHECKPOINT_STATE
 from bench.measure.stats import summarize
 from bench.models import MODELS, describe_inputs
 from bench.modes import mode_label
@@ -96,8 +97,8 @@ def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = Non
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            files += [f for f in sorted(p.rglob("*.json"))
-                      if f.name != MANIFEST and f.parent.name != CONFIGS_DIR]  # a sweep's cell configs
+            files += [f for f in sorted(p.rglob("*.json"))  # not a sweep's manifest and cell configs, nor a
+                      if f.name not in (MANIFEST, CHECKPOINT_STATE) and f.parent.name != CONFIGS_DIR]  # checkpoint
         elif p.is_file():
             files.append(p)
         else:
