@@ -17,13 +17,11 @@ from typer.exceptions import TyperException
 
 import bench.run
 from bench import __version__, plugins
-from bench.commands import allreduce, converge, data, predict, verify
+from bench.commands import allreduce, compare, converge, data, peak, predict, report, verify
 from bench.commands import kubernetes as k8s
-from bench.commands.compare import compare, regressions
 from bench.commands.converge import ConvergeConfig
 from bench.commands.diagnose import DiagnoseConfig
 from bench.commands.diagnose import main as diagnose_main
-from bench.commands.report import write_report
 from bench.commands.sweep import SweepConfig, load_sweep, parse_list, run_sweep
 from bench.commands.verify import VerifyConfig
 from bench.config import PLUGIN_OPTIONS, RunConfig, declared, option_specs
@@ -32,16 +30,12 @@ from bench.data.loaders import loader as loader_named
 from bench.data.make import MakeConfig
 from bench.deps import missing_message
 from bench.errors import BenchError, Stopped
-from bench.kinds import Device, Precision
 from bench.launching import envs, supervise
 from bench.launching.detect import detect
 from bench.launching.slurm import slurm_time_limit
-from bench.measure import peak
 from bench.models import MODELS
 from bench.modes import MODES
 from bench.records import env
-from bench.records.metrics import find
-from bench.records.results import load_result
 from bench.records.schema import json_schema
 from bench.tables import never_cut
 
@@ -234,56 +228,14 @@ def _sweep_exit(summary: dict[str, int], output: str) -> None:
         raise BenchError(f"{bad} cell(s) failed or timed out; their logs are in {output}/logs")
 
 
-STRICT_HELP = ("Refuse any JSON file in the folders that is not a readable result (by default each is skipped "
-               "with one warning line and listed in the report).")
-
-
-@app.command("report")
-def report_command(
-    paths: Annotated[list[str], typer.Argument(help="Sweep folders or result files.")],
-    out: Annotated[str | None, typer.Option(help="Where report.md, report.csv and the plots go "
-                                            "(default: the first folder).")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
-) -> None:
-    """Write report.md, report.csv and plots from results (never re-runs anything)."""
-    first = Path(paths[0])
-    target = Path(out) if out else (first if first.is_dir() else first.parent)
-    typer.echo(f"report: {write_report([Path(p) for p in paths], target, strict)}")
-
-
-@app.command("compare")
-def compare_command(
-    a: Annotated[str, typer.Argument(help="Baseline: a result file or a sweep folder.")],
-    b: Annotated[str, typer.Argument(help="Candidate: a result file or a sweep folder.")],
-    metric: Annotated[str, typer.Option(help="Metric that --max-regression checks.")] = "samples_per_sec_total",
-    max_regression: Annotated[float | None, typer.Option(help="Exit 1 when METRIC regressed by more than this "
-                                                         "many percent in any cell.")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
-) -> None:
-    """Compare two results or sweeps metric by metric: relative change, and significance from repeated runs."""
-    from rich.console import Console
-    from rich.table import Table
-
-    metric = find(metric).key
-    rows = compare(Path(a), Path(b), strict)
-    table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{a} -> {b}")
-    for r in rows:
-        sig = {True: "yes", False: "no", None: "n/a"}[r["significant"]]
-        if r["runs"] and r["significant"] is None:
-            sig = f"n/a ({r['runs'][0]} vs {r['runs'][1]} runs; needs 2+ each)"
-        table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}", sig)
-    Console().print(never_cut(table, "cell", "metric"))
-    for r in rows:
-        if r.get("input_cost") is not None:
-            print(f"input pipeline: costs {r['input_cost']:.1%} of the synthetic throughput in {r['cell']}")
-    if max_regression is not None:
-        bad = regressions(rows, metric, max_regression)
-        if bad:
-            worst = max(bad, key=lambda r: r["regression"])
-            raise BenchError(f"{metric} regressed by {worst['regression']:.1%} in {worst['cell']} "
-                             f"(more than {max_regression:g}% allowed)")
-
-
+declared_command("report", report.ReportConfig, report.main, "Write report.md, report.csv and plots from results "
+                 "(never re-runs anything).")
+declared_command("compare", compare.CompareConfig, compare.main, "Compare two results or sweeps metric by metric: "
+                 "relative change, and significance from repeated runs.")
+declared_command("predict", predict.PredictConfig, predict.main, "Predict images/s and scaling efficiency at N GPUs "
+                 "from a 1-GPU step time and the network (see formula).")
+declared_command("peak", peak.PeakConfig, peak.main, "The achievable matrix-multiply rate of this device (a GEMM "
+                 "sweep): the measured peak results' MFU uses.")
 declared_command("verify", VerifyConfig, verify.main, "Check that every distributed mode trains what one process "
                  "trains on the global batch (exit 1 on FAIL).")
 declared_command("diagnose", DiagnoseConfig, diagnose_main, "Find the slow node, device or link: devices alone, "
@@ -297,111 +249,6 @@ declared_command("make", MakeConfig, make.main, "Write a dataset for trials and 
                  "CIFAR-10 or tokens; synthetic or scikit-learn's real digits), deterministic by seed.", data_app)
 declared_command("bench", data.DataBenchConfig, data.main, "The input pipeline alone, no model: images/s of each "
                  "loader with 1..K workers, the decode rate per core and the cores that feed a node's GPUs.", data_app)
-
-
-@app.command("predict")
-def predict_command(
-    model: Annotated[str | None, typer.Option(help="Model whose gradient is allreduced (default vgg16).")] = None,
-    num_classes: Annotated[int | None, typer.Option(help="Classifier outputs or vocabulary (changes the gradient "
-                                                    "size; default: the model's own).")] = None,
-    step_time: Annotated[float | None, typer.Option(help="Measured 1-GPU step time, seconds.")] = None,
-    images_per_sec: Annotated[float | None, typer.Option(help="Or the measured 1-GPU images/s.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Images per GPU per step.")] = 64,
-    result: Annotated[str | None, typer.Option(help="Take model, batch and 1-GPU step time from a bench "
-                                                "result at world size 1.")] = None,
-    busbw: Annotated[float | None, typer.Option(help="Bus bandwidth, GB/s (nccl-tests busbw).")] = None,
-    latency_us: Annotated[float | None, typer.Option(help="Latency per ring step, microseconds.")] = None,
-    allreduce: Annotated[list[str] | None, typer.Option(help="Take busbw and latency from a bench allreduce "
-                                                         "result, for sparse gradients from an --op allgather one, "
-                                                         "for torch-hybrid's table from an --op alltoall one (with "
-                                                         "--sweep: per backend; repeatable).")] = None,
-    overlap: Annotated[float | None, typer.Option(help="Fraction of the allreduce hidden under backward, 0..1 "
-                                                  "(default: measured by --attribution or, with --sweep, by "
-                                                  "each mode's results; else 0.5).")] = None,
-    attribution: Annotated[str | None, typer.Option(help="Take the overlap and its bound from this distributed "
-                                                     "result's per-rank attribution.")] = None,
-    fusion_mib: Annotated[float, typer.Option(help="Fusion buffer, MiB (Horovod: 64; 0 = one message).")] = 64.0,
-    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="Half-size gradients.")] = False,
-    gpus: Annotated[str, typer.Option(help="GPU counts to predict.")] = "1,2,4,8,16,32,64,128,256,512",
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (with --intra-busbw).")] = None,
-    intra_busbw: Annotated[float | None, typer.Option(help="Bus bandwidth within a node, GB/s.")] = None,
-    published: Annotated[bool, typer.Option("--published", help="Check the model against Horovod's published "
-                                            "figures (inputs in bench/commands/published.py).")] = False,
-    sweep: Annotated[str | None, typer.Option(help="Check against a measured sweep folder (needs "
-                                               "--allreduce).")] = None,
-) -> None:
-    """Predict images/s and scaling efficiency at N GPUs from a 1-GPU step time and the network (see formula)."""
-    from rich.console import Console
-
-    console = Console()
-    fusion = int(fusion_mib * 1024**2)
-    if fusion < 0:
-        raise BenchError(f"--fusion-mib must be >= 0 (got {fusion_mib})")
-    if published:
-        # overlap None: the published inputs' overlap
-        console.print(*predict.render_published(predict.check_published(overlap)))
-        return
-    if sweep is not None:
-        if not allreduce:
-            raise BenchError("--sweep needs --allreduce (a bench allreduce result for the network inputs)")
-        if attribution is not None:
-            raise BenchError("--sweep takes each mode's attribution from its own results; drop --attribution")
-        console.print(predict.render_sweep(predict.check_sweep_folder(sweep, allreduce, overlap, fusion), sweep))
-        return
-    base = predict.one_gpu_inputs(result, step_time, images_per_sec, batch_size, model or "vgg16", num_classes,
-                            fp16_allreduce)
-    net = predict.network_inputs(busbw, latency_us, allreduce or [], base["gradient_bytes"],
-                                 base.get("sparse_bytes", 0), base.get("alltoall_bytes", 0))
-    hiding = {"overlap": 0.5}
-    if attribution is not None:
-        hiding = predict.overlap_from_attribution(load_result(attribution))
-    if overlap is not None:
-        hiding["overlap"] = overlap
-    inp = predict.Inputs(**base, **net, **hiding, fusion_bytes=fusion,
-                   gpus_per_node=gpus_per_node, intra_busbw_GBps=intra_busbw)
-    console.print(predict.render_prediction(inp, predict.parse_gpus(gpus),
-                                            predict.throughput_symbol(result, model or "vgg16")))
-
-
-@app.command("peak")
-def peak_command(
-    device: Annotated[Device, typer.Option(help="Where to measure (auto: the first GPU, else the CPU).")]
-    = Device.auto,
-    precision: Annotated[Precision, typer.Option(help="The runs' precision to measure at (fp32 is TF32 on a "
-                                                 "GPU, as in the runs).")] = Precision.fp32,
-    np: Annotated[int, typer.Option("--np", help="CPU: the ranks that will share this node's cores; each gets "
-                                    "the same thread share a run of that many ranks gives them.")] = 2,
-    seconds: Annotated[float, typer.Option(help="Seconds each timed repeat of a shape lasts.")] = 0.5,
-    repeats: Annotated[int, typer.Option(help="Timed repeats per shape (their median is the shape's rate).")] = 3,
-    output: Annotated[str, typer.Option(help="Results directory: the peak goes to OUTPUT/peak/, where runs "
-                                        "with this --output find it.")] = "results",
-) -> None:
-    """The achievable matrix-multiply rate of this device (a GEMM sweep): the measured peak results' MFU uses."""
-    if np < 1 or seconds <= 0 or repeats < 1:
-        raise BenchError("--np and --repeats must be at least 1 and --seconds above 0")
-    envs.enter("torch")
-    import torch
-
-    if device == Device.auto:
-        device = Device.cuda if torch.cuda.is_available() else Device.cpu
-    if device == Device.cuda and not torch.cuda.is_available():
-        raise BenchError("--device cuda: PyTorch sees no GPU here (use --device cpu)")
-    threads = supervise.cpu_thread_share(np) if device == Device.cpu else None
-    record = peak.measure(device.value, precision.value, threads, seconds, repeats)
-    path = peak.write(output, record)
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"GEMM rate: {record['device']}, {record['dtype']}")
-    for column in ("M", "N", "K", "TFLOP/s (median)", "repeats"):
-        table.add_column(column, justify="right")
-    for row in record["shapes"]:
-        table.add_row(str(row["m"]), str(row["n"]), str(row["k"]), f"{row['tflops_median']:.4g}",
-                      " ".join(f"{r:.4g}" for r in row["tflops"]))
-    console = Console()
-    console.print(table)
-    console.print(f"peak: {record['peak_tflops']:.4g} TFLOP/s at {'x'.join(map(str, record['peak_shape']))}")
-    console.print(f"result: {path}")
 
 
 def k8s_command(

@@ -129,6 +129,12 @@ def check_option(name: str, value: Any, how: Option) -> None:
         raise BenchError(f"{flag} must be > 0{' ' + how.unit if how.unit else ''} (got {value})")
 
 
+def check_declared(config: Any) -> None:
+    """Every declared option of a command's configuration (:func:`declared`) checked as its declaration says."""
+    for name, _, _, how in declared(type(config)):
+        check_option(name, getattr(config, name), how)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What the user asked for. Fields left as None are filled by :meth:`resolve`. Each field declared with

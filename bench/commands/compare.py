@@ -16,16 +16,60 @@ command exits 1 when the chosen metric regressed by more than PCT percent in any
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.config import option
 from bench.errors import BenchError
-from bench.records.collect import load_results, significant, table_cells
+from bench.records.collect import STRICT_HELP, load_results, significant, table_cells
 from bench.records.metrics import METRICS, find
+from bench.tables import never_cut
 
 # The metrics compared, from the registry (bench.records.metrics): throughput, start-up and energy.
 COMPARED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec_wall_total", "tokens_per_sec_total",
             "model_tflops_per_gpu", "init_s", "first_step_s", "energy_per_sample_j")
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """bench compare's configuration: each option declared once, here (the command's flags come from it)."""
+    a: str = option("", "Baseline: a result file or a sweep folder.", argument=True)
+    b: str = option("", "Candidate: a result file or a sweep folder.", argument=True)
+    metric: str = option("samples_per_sec_total", "Metric that --max-regression checks.")
+    max_regression: float | None = option(None, "Exit 1 when METRIC regressed by more than this many percent in "
+                                          "any cell.")
+    strict: bool = option(False, STRICT_HELP, flag="--strict")
+
+    def __post_init__(self) -> None:
+        if not self.a or not self.b:
+            raise BenchError("bench compare takes two results or sweeps: bench compare A B")
+        object.__setattr__(self, "metric", find(self.metric).key)  # a name or alias the registry knows
+
+
+def main(cfg: CompareConfig) -> None:
+    """The table of every cell's metrics, the input pipeline's cost where a pair shows it, and the
+    --max-regression check (one line and exit 1 when a cell regressed more)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = compare(Path(cfg.a), Path(cfg.b), cfg.strict)
+    table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{cfg.a} -> {cfg.b}")
+    for r in rows:
+        sig = {True: "yes", False: "no", None: "n/a"}[r["significant"]]
+        if r["runs"] and r["significant"] is None:
+            sig = f"n/a ({r['runs'][0]} vs {r['runs'][1]} runs; needs 2+ each)"
+        table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}", sig)
+    Console().print(never_cut(table, "cell", "metric"))
+    for r in rows:
+        if r.get("input_cost") is not None:
+            print(f"input pipeline: costs {r['input_cost']:.1%} of the synthetic throughput in {r['cell']}")
+    if cfg.max_regression is not None:
+        bad = regressions(rows, cfg.metric, cfg.max_regression)
+        if bad:
+            worst = max(bad, key=lambda r: r["regression"])
+            raise BenchError(f"{cfg.metric} regressed by {worst['regression']:.1%} in {worst['cell']} "
+                             f"(more than {cfg.max_regression:g}% allowed)")
 
 
 def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.commands.sweep import SweepConfig, run_sweep
-from bench.config import check_option, comma_list, declared, option
+from bench.config import check_declared, comma_list, option
 from bench.errors import BenchError
 from bench.hooks import FAULTS, Hooks
 from bench.records import files, store
@@ -71,8 +71,7 @@ class ConvergeConfig:
     common: dict[str, Any] = field(default_factory=dict)  # the run options every cell gets (bench.cli)
 
     def __post_init__(self) -> None:
-        for name, _, _, how in declared(ConvergeConfig):
-            check_option(name, getattr(self, name), how)
+        check_declared(self)
         if self.fault is not None and self.fault not in FAULTS:
             raise BenchError(f"unknown fault '{self.fault}' (choose from: {', '.join(FAULTS)})")
         missing = [flag for flag, name in (("--data PATH", "data"), ("--epochs E", "epochs"),

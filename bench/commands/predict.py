@@ -52,6 +52,7 @@ from typing import Any
 
 from bench.commands.allreduce import load as load_allreduce
 from bench.commands.published import FIGURES, NETWORK, STEP_TIMES
+from bench.config import option
 from bench.errors import BenchError
 from bench.models import model as model_spec
 from bench.modes import variant
@@ -420,3 +421,69 @@ def parse_gpus(text: str) -> list[int]:
         raise BenchError(f"--gpus needs GPU counts >= 1 (got '{text}')")
     return gpus
 
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """bench predict's configuration: each option declared once, here (the command's flags come from it)."""
+    model: str | None = option(None, "Model whose gradient is allreduced (default vgg16).")
+    num_classes: int | None = option(None, "Classifier outputs or vocabulary (changes the gradient size; default: "
+                                     "the model's own).")
+    step_time: float | None = option(None, "Measured 1-GPU step time, seconds.")
+    images_per_sec: float | None = option(None, "Or the measured 1-GPU images/s.")
+    batch_size: int = option(64, "Images per GPU per step.")
+    result: str | None = option(None, "Take model, batch and 1-GPU step time from a bench result at world size 1.")
+    busbw: float | None = option(None, "Bus bandwidth, GB/s (nccl-tests busbw).")
+    latency_us: float | None = option(None, "Latency per ring step, microseconds.")
+    allreduce: list[str] | None = option(None, "Take busbw and latency from a bench allreduce result, for sparse "
+                                         "gradients from an --op allgather one, for torch-hybrid's table from an "
+                                         "--op alltoall one (with --sweep: per backend; repeatable).")
+    overlap: float | None = option(None, "Fraction of the allreduce hidden under backward, 0..1 (default: measured "
+                                   "by --attribution or, with --sweep, by each mode's results; else 0.5).")
+    attribution: str | None = option(None, "Take the overlap and its bound from this distributed result's "
+                                     "per-rank attribution.")
+    fusion_mib: float = option(64.0, "Fusion buffer, MiB (Horovod: 64; 0 = one message).")
+    fp16_allreduce: bool = option(False, "Half-size gradients.", flag="--fp16-allreduce")
+    gpus: str = option("1,2,4,8,16,32,64,128,256,512", "GPU counts to predict.")
+    gpus_per_node: int | None = option(None, "GPUs per node (with --intra-busbw).")
+    intra_busbw: float | None = option(None, "Bus bandwidth within a node, GB/s.")
+    published: bool = option(False, "Check the model against Horovod's published figures (inputs in "
+                             "bench/commands/published.py).", flag="--published")
+    sweep: str | None = option(None, "Check against a measured sweep folder (needs --allreduce).")
+
+    def __post_init__(self) -> None:  # the inputs' own checks: Inputs, once they are gathered
+        if self.fusion_mib < 0:
+            raise BenchError(f"--fusion-mib must be >= 0 (got {self.fusion_mib})")
+        if self.sweep is not None:
+            if not self.allreduce:
+                raise BenchError("--sweep needs --allreduce (a bench allreduce result for the network inputs)")
+            if self.attribution is not None:
+                raise BenchError("--sweep takes each mode's attribution from its own results; drop --attribution")
+
+
+def main(cfg: PredictConfig) -> None:
+    """Predict images/s and scaling efficiency at N GPUs from a 1-GPU step time and the network (module
+    docstring); or check the model against the published figures (--published) or a measured sweep (--sweep)."""
+    from rich.console import Console
+
+    console = Console()
+    fusion = int(cfg.fusion_mib * 1024**2)
+    if cfg.published:  # overlap None: the published inputs' overlap
+        console.print(*render_published(check_published(cfg.overlap)))
+        return
+    if cfg.sweep is not None:
+        console.print(render_sweep(check_sweep_folder(cfg.sweep, cfg.allreduce, cfg.overlap, fusion), cfg.sweep))
+        return
+    model = cfg.model or "vgg16"
+    base = one_gpu_inputs(cfg.result, cfg.step_time, cfg.images_per_sec, cfg.batch_size, model, cfg.num_classes,
+                          cfg.fp16_allreduce)
+    net = network_inputs(cfg.busbw, cfg.latency_us, cfg.allreduce or [], base["gradient_bytes"],
+                         base.get("sparse_bytes", 0), base.get("alltoall_bytes", 0))
+    hiding = {"overlap": 0.5}
+    if cfg.attribution is not None:
+        hiding = overlap_from_attribution(load_result(cfg.attribution))
+    if cfg.overlap is not None:
+        hiding["overlap"] = cfg.overlap
+    inp = Inputs(**base, **net, **hiding, fusion_bytes=fusion, gpus_per_node=cfg.gpus_per_node,
+                 intra_busbw_GBps=cfg.intra_busbw)
+    console.print(render_prediction(inp, parse_gpus(cfg.gpus), throughput_symbol(cfg.result, model)))

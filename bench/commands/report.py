@@ -23,16 +23,18 @@ import csv
 import io
 import statistics
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from bench.commands import converge
 from bench.commands.compare import input_cost
+from bench.config import option
+from bench.errors import BenchError
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
 from bench.records import files
-from bench.records.collect import Key, key_of, label_of, load_results, significant, source_of, table_cells
+from bench.records.collect import STRICT_HELP, Key, key_of, label_of, load_results, significant, source_of, table_cells
 from bench.records.metrics import METRICS, sample_symbol
 from bench.records.results import hosts_of
 
@@ -239,6 +241,25 @@ def environment_text(results: list[dict]) -> list[str]:
     gpus = sorted({g.get("name") for e in envs for g in (e.get("nvml") or {}).get("gpus", [])})
     lines.append(f"- GPUs: {', '.join(gpus) if gpus else 'none (CPU runs)'}")
     return lines
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """bench report's configuration: each option declared once, here (the command's flags come from it)."""
+    paths: list[str] | None = option(None, "Sweep folders or result files.", argument=True)
+    out: str | None = option(None, "Where report.md, report.csv and the plots go (default: the first folder).")
+    strict: bool = option(False, STRICT_HELP, flag="--strict")
+
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise BenchError("bench report takes sweep folders or result files: bench report PATH...")
+
+
+def main(cfg: ReportConfig) -> None:
+    """Write report.md, report.csv and plots from results (never re-runs anything)."""
+    first = Path(cfg.paths[0])
+    target = Path(cfg.out) if cfg.out else (first if first.is_dir() else first.parent)
+    print(f"report: {write_report([Path(p) for p in cfg.paths], target, cfg.strict)}")
 
 
 def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:

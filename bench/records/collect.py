@@ -87,6 +87,11 @@ def source_of(result: dict[str, Any]) -> str:
 
 
 
+# bench report's and bench compare's --strict: how load_results treats a file that is not a result.
+STRICT_HELP = ("Refuse any JSON file in the folders that is not a readable result (by default each is skipped "
+               "with one warning line and listed in the report).")
+
+
 def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
     """Every result under the given files or folders.
 
