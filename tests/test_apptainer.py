@@ -6,6 +6,7 @@ as an `apptainer exec`; for the Horovod modes the host's PMIx and the container'
 non-root user, and the bad inputs users meet.
 """
 
+import contextlib
 import json
 import os
 import pwd
@@ -288,7 +289,8 @@ def test_sif_tool_says_what_is_missing_in_one_line(env, tmp_path):
 @pytest.fixture(scope="module")
 def apptainer_cluster(sif):
     """The container cluster (docker/cluster/) with Apptainer inside its nodes: privileged nodes that see the
-    host's Apptainer set-up and the SIF directory at the host's paths (docker/cluster/apptainer.yaml)."""
+    host's Apptainer set-up and the SIF directory at the host's paths (docker/cluster/apptainer.yaml); taken down
+    after the module."""
     sys.path.insert(0, str(ROOT / "docker"))
     import cluster
 
@@ -296,8 +298,13 @@ def apptainer_cluster(sif):
         cluster.build()
         cluster.up(apptainer=True)
     except Exception as exc:  # noqa: BLE001 - the cluster's own one-line reason
+        with contextlib.suppress(Exception):  # what did come up goes down; the reason is up's
+            cluster.down()
         pytest.fail(f"the cluster with Apptainer did not come up ({exc})")
-    return cluster
+    try:
+        yield cluster
+    finally:  # however the module's tests end, no node is left running
+        cluster.down()
 
 
 @pytest.mark.cluster

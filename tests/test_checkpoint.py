@@ -65,6 +65,47 @@ def test_what_is_not_a_checkpoint_or_has_nothing_left_says_so(digits, tmp_path):
         checkpoint.check(resolved(digits, resume_from=full))
 
 
+class Writer:
+    """A trainer's checkpoint interface on rank 0, writing which epoch it saved."""
+    rank = 0
+
+    def __init__(self):
+        self.loaded_from = None
+
+    def save_state(self, where):
+        (where / "model.txt").write_text("saved")
+
+    def load_state(self, where):
+        self.loaded_from = where
+
+    def allgather(self, value):
+        return [value]
+
+
+def test_an_interruption_between_the_renames_leaves_the_previous_checkpoint_to_resume(digits, tmp_path,
+                                                                                       monkeypatch):
+    cfg = resolved(digits, checkpoint_dir=str(tmp_path / "ckpt"))
+    trainer = Writer()
+    checkpoint.save(cfg, trainer, {"epoch": 1}, lambda: 5.0)
+    renames = []
+
+    def interrupted(src, dst):  # the old checkpoint moved aside, then the run is stopped
+        renames.append(src)
+        if len(renames) == 2:
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    real = checkpoint.os.replace
+    monkeypatch.setattr(checkpoint.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(cfg, trainer, {"epoch": 2}, lambda: 9.0)
+    assert not (tmp_path / "ckpt").exists()
+    resumed = resolved(digits, resume_from=str(tmp_path / "ckpt"))
+    assert checkpoint.check(resumed)["epoch"] == 1
+    assert checkpoint.load(resumed, trainer)["wall_s"] == 5.0
+    assert trainer.loaded_from == tmp_path / ".ckpt.old"
+
+
 def test_reports_read_past_a_checkpoint_in_the_results_folder(digits, tmp_path):
     from bench.records.collect import load_results
 

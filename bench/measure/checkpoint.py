@@ -58,9 +58,19 @@ def folder(cfg) -> Path:
     return Path(cfg.output) / "checkpoints" / f"{cfg.mode}-np{cfg.np}"
 
 
+def resolve(path: str | Path) -> Path:
+    """The folder that holds the checkpoint ``path`` names: ``path`` itself, or the previous checkpoint that
+    :func:`save` had moved aside (``.<name>.old``) when the run was interrupted between its two renames."""
+    path = Path(path)
+    aside = path.with_name(f".{path.name}.old")
+    if not (path / STATE).exists() and (aside / STATE).exists():
+        return aside
+    return path
+
+
 def read_state(path: str | Path) -> dict[str, Any]:
     """A checkpoint's state.json, or one line saying why ``path`` is not a checkpoint."""
-    state_file = Path(path) / STATE
+    state_file = resolve(path) / STATE
     try:
         state = json.loads(state_file.read_text())
     except FileNotFoundError:
@@ -97,7 +107,8 @@ def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
     """Write the checkpoint of ``trainer`` with ``state`` (every rank calls this); returns the seconds it took on
     this rank. ``wall_s()``: the training wall time, read when the model is written (the resumed run goes on
     from there). A fresh folder beside the old one, renamed over it once whole: an interruption while writing
-    leaves the previous checkpoint as it was."""
+    leaves the previous checkpoint as it was (between the two renames, moved aside, where :func:`resolve` finds
+    it)."""
     t0 = time.perf_counter()
     target = folder(cfg)
     fresh = target.with_name(f".{target.name}.writing")
@@ -133,5 +144,5 @@ def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
 def load(cfg, trainer) -> dict[str, Any]:
     """Every rank: the checkpoint's state, and the trainer's model and optimizer restored from it."""
     state = read_state(cfg.resume_from)
-    trainer.load_state(Path(cfg.resume_from))
+    trainer.load_state(resolve(cfg.resume_from))
     return state
