@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml requirements/venv.txt requirements/hybrid.txt scripts/s
 bench: venv ## set up (first time) and run a benchmark that fits this machine (MODE=torch-ddp ARGS=...)
 	$(VENV)/bin/bench $(MODE) $(ARGS)
 
-# The tiers (docs/development.md), cheapest first; tests/conftest.py gives every test exactly one.
+# The tiers (docs/development.md), cheapest first: tests/<tier>/ holds each tier's tests; tests/conftest.py marks
+# each test with its folder's tier, which is what the targets select (a PYTEST_ARGS path narrows it to one file).
 TEST_TIMES ?= results/test-times
 export HVDBENCH_TEST_TIMES := $(TEST_TIMES)
 RUN_TESTS = scripts/run-tests.sh $(PY)
@@ -43,14 +44,16 @@ test: venv ## set up (first time), lint, then every tier: unit, framework, multi
 	$(PY) scripts/test-times.py $(TEST_TIMES); exit $$rc
 
 test-unit: venv ## the unit tier: in process, no framework, no subprocess (under a minute)
-	$(RUN_TESTS) unit -m unit $(PYTEST_ARGS)
+	$(RUN_TESTS) unit -m unit $(or $(PYTEST_ARGS),tests/unit)
 
 test-framework: venv ## the framework tier: the models and results with the frameworks imported in process
-	$(RUN_TESTS) framework -m "framework and not multiproc and not system" $(PYTEST_ARGS)
+	$(RUN_TESTS) framework -m framework $(or $(PYTEST_ARGS),tests/framework)
 
 test-multiproc: venv ## the multiproc tier: real multi-process runs under every launcher, endings and faults
-	$(RUN_TESTS) multiproc -m "multiproc and not system" $(PYTEST_ARGS)
+	$(RUN_TESTS) multiproc -m multiproc $(or $(PYTEST_ARGS),tests/multiproc)
 
+# The system tiers' tests: tests/system, or the file PYTEST_ARGS names.
+SYSTEM_TESTS = $(or $(PYTEST_ARGS),tests/system)
 # Slurm, then the images, the cluster of containers, the CUDA image and the SIFs: each rebuilds only what changed,
 # and each runs only when its inputs changed since it last passed here.
 test-system: venv ## the system tiers below, each only when its inputs changed since it last passed
@@ -70,7 +73,7 @@ test-times: venv ## each tier's wall time and the 20 slowest tests of the last m
 	$(PY) scripts/test-times.py $(TEST_TIMES)
 
 test-slurm: venv slurm-up ## system tier: a one-node Slurm here, srun and sbatch runs of every mode
-	@$(TIER_CACHE) fresh slurm || { $(RUN_TESTS) slurm -m "slurm and not apptainer and not cluster" $(PYTEST_ARGS) \
+	@$(TIER_CACHE) fresh slurm || { $(RUN_TESTS) slurm -m "slurm and not apptainer and not cluster" $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record slurm; }
 
 lint: venv ## ruff over the whole tree, hadolint on the Dockerfiles, bash -n on the scripts
@@ -99,12 +102,12 @@ registry-up: ## a local image registry on 127.0.0.1:5000 (the image tier publish
 
 test-image: venv docker-up registry-up ## system tier: build the CPU image as make publish does, run the image tests and a publish round trip
 	@$(TIER_CACHE) fresh image || { $(PY) docker/images.py base && $(PY) docker/images.py build $(IMAGE_TEST_BUILD) \
-	  && $(RUN_TESTS) image -m image $(PYTEST_ARGS) && $(TIER_CACHE) record image; }
+	  && $(RUN_TESTS) image -m image $(SYSTEM_TESTS) && $(TIER_CACHE) record image; }
 
 # After test-image (it needs the CPU image): the pods of bench k8s's MPIJob, TrainJob and indexed Job, started as
-# their operators would start them (tests/test_kubernetes_pods.py); no control plane here.
+# their operators would start them (tests/system/test_kubernetes_pods.py); no control plane here.
 test-k8s: venv docker-up ## system tier: the pods of bench k8s's manifests, started as the operators would start them
-	@$(TIER_CACHE) fresh kubernetes || { $(RUN_TESTS) kubernetes -m kubernetes $(PYTEST_ARGS) \
+	@$(TIER_CACHE) fresh kubernetes || { $(RUN_TESTS) kubernetes -m kubernetes $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record kubernetes; }
 
 # The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed) with one mode per
@@ -113,7 +116,7 @@ test-image-cuda: venv docker-up ## system tier: build the CUDA image here (no GP
 	@$(TIER_CACHE) fresh image_cuda || { $(PY) docker/images.py base \
 	  && $(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm \
 	     --self-test-modes "torch-ddp tf-horovod" \
-	  && $(RUN_TESTS) image_cuda -m image_cuda $(PYTEST_ARGS) && $(TIER_CACHE) record image_cuda; }
+	  && $(RUN_TESTS) image_cuda -m image_cuda $(SYSTEM_TESTS) && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as test-image builds it) plus Slurm and munge.
 cluster-up: venv docker-up ## a Slurm cluster of containers here: controller head, nodes node1 and node2 (CLUSTER_NODES=4 CLUSTER_CPUS=0.4: four nodes, 0.4 of a core each)
@@ -124,13 +127,13 @@ cluster-up: venv docker-up ## a Slurm cluster of containers here: controller hea
 # The cluster tiers take their cluster down however they end (a failed tier left 4 nodes running).
 test-cluster: venv ## system tier: multi-node runs and faults on the cluster of containers
 	@$(TIER_CACHE) fresh cluster || { $(MAKE) --no-print-directory cluster-up \
-	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(PYTEST_ARGS) && $(TIER_CACHE) record cluster; \
+	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(SYSTEM_TESTS) && $(TIER_CACHE) record cluster; \
 	  rc=$$?; $(PY) docker/cluster.py down >/dev/null; exit $$rc; }
 
 # bench diagnose on the cluster made 4 nodes of 0.4 of a core each, broken on purpose; keyed by what diagnose runs.
 test-diagnose: venv ## system tier: bench diagnose on the cluster made 4 nodes and broken on purpose
 	@$(TIER_CACHE) fresh diagnose || { $(MAKE) --no-print-directory cluster-up CLUSTER_NODES=4 CLUSTER_CPUS=0.4 \
-	  && $(RUN_TESTS) diagnose -m diagnose $(PYTEST_ARGS) && $(TIER_CACHE) record diagnose; \
+	  && $(RUN_TESTS) diagnose -m diagnose $(SYSTEM_TESTS) && $(TIER_CACHE) record diagnose; \
 	  rc=$$?; $(PY) docker/cluster.py down >/dev/null; exit $$rc; }
 
 cluster-down: venv ## stop and remove the cluster of containers
@@ -172,12 +175,12 @@ sif-pull: venv ## pull the published image from REGISTRY into SIF, by digest (ap
 # After test-image (it needs the CPU image): the SIF from that image and from the definition file.
 test-apptainer: venv docker-up slurm-up ## system tier: build the CPU SIFs here, run them under Apptainer and Slurm
 	@$(TIER_CACHE) fresh apptainer || { PATH=$(APPTAINER_PATH) $(RUN_TESTS) apptainer \
-	  -m "apptainer and not sif_pull" $(PYTEST_ARGS) && $(TIER_CACHE) record apptainer; }
+	  -m "apptainer and not sif_pull" $(SYSTEM_TESTS) && $(TIER_CACHE) record apptainer; }
 
 # After test-image: publish the CPU image to the registry here and `make sif-pull` it back. Keyed by the pull path's
 # own files (scripts/tier-cache.py), not by all of bench/: the pulled SIF holds the image test-apptainer runs.
 test-sif-pull: venv docker-up slurm-up registry-up ## system tier: make sif-pull from the registry here
-	@$(TIER_CACHE) fresh sif_pull || { PATH=$(APPTAINER_PATH) $(RUN_TESTS) sif_pull -m sif_pull $(PYTEST_ARGS) \
+	@$(TIER_CACHE) fresh sif_pull || { PATH=$(APPTAINER_PATH) $(RUN_TESTS) sif_pull -m sif_pull $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record sif_pull; }
 
 slurm-up: ## start a one-node Slurm cluster here (the tests use it)

@@ -12,7 +12,7 @@ function-local import of a bench module is *needless*.
 A loop is a strongly connected component of the graph of every import of a bench module by another:
 function-local ones included, and a module named in a string (the registries load their modules through
 importlib). A package's ``__init__``, which Python runs before any of its modules, is not counted as their
-import. tests/test_layout.py holds the package to no loops and no needless local imports.
+import. tests/unit/test_layout.py holds the package to no loops and no needless local imports.
 """
 
 from __future__ import annotations

@@ -34,22 +34,24 @@ CACHE = Path(os.environ.get("HVDBENCH_TIER_CACHE", "/var/cache/hvdbench/tier-pas
 COMMON = ["bench", "pyproject.toml", "README.md", "Makefile", "requirements", "scripts", "tests/conftest.py",
           "tests/fixtures", "tests/plugins", "benchmarks/endings.py"]
 INPUTS = {
-    "slurm": ["tests/test_slurm.py", "singularity/slurm"],
-    "image": ["docker", "compose.yaml", "tests/test_images.py", "tests/test_publish.py"],
-    "cluster": ["docker", "singularity/slurm", "tests/test_cluster.py", "benchmarks/shaped_links.py",
+    "slurm": ["tests/system/test_slurm.py", "singularity/slurm"],
+    "image": ["docker", "compose.yaml", "tests/system/test_images.py", "tests/system/test_publish.py",
+              "tests/multiproc/test_publish.py"],
+    "cluster": ["docker", "singularity/slurm", "tests/system/test_cluster.py", "benchmarks/shaped_links.py",
                 "benchmarks/cluster_modes.py"],
-    "image_cuda": ["docker", "tests/test_image_cuda.py"],
-    "kubernetes": ["docker", "k8s", "tests/test_kubernetes_pods.py"],
-    "apptainer": ["docker", "singularity", "tests/test_apptainer.py"],
+    "image_cuda": ["docker", "tests/system/test_image_cuda.py"],
+    "kubernetes": ["docker", "k8s", "tests/system/test_kubernetes_pods.py"],
+    "apptainer": ["docker", "singularity", "tests/system/test_apptainer.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
     "sif_pull": ["docker", "singularity/sif.py", "bench/records/env.py", "Makefile", "pyproject.toml",
                  "scripts/registry-up.sh", "scripts/apptainer-up.sh", "scripts/slurm-up.sh", "tests/conftest.py",
-                 "tests/test_apptainer.py", "tests/test_sif_pull.py"],
+                 "tests/system/test_apptainer.py", "tests/system/test_sif_pull.py"],
     # bench diagnose on the 4-node cluster: its own code, what it composes (the allreduce, the attribution, the
     # record's schema) and the cluster; the runs it starts are the other tiers' to test
     "diagnose": ["bench/commands/diagnose", "bench/commands/allreduce", "bench/measure/attribution.py",
                  "bench/records/schema.py", "bench/data", "docker/cluster.py",
-                 "docker/cluster", "Makefile", "pyproject.toml", "tests/conftest.py", "tests/test_diagnose_cluster.py"],
+                 "docker/cluster", "Makefile", "pyproject.toml", "tests/conftest.py",
+                 "tests/system/test_diagnose_cluster.py"],
 }
 # Tiers keyed by their INPUTS alone, without COMMON.
 OWN_ONLY = {"sif_pull", "diagnose"}

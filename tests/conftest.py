@@ -15,8 +15,32 @@ SMALL = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--nu
          "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"]
 
 BIN = Path(sys.executable).parent
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent  # the checkout
+FIXTURES = TESTS / "fixtures"
 # benchmarks/endings.py finds a job's processes; the ending tests share it with the benchmark.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory):
+    """scikit-learn's handwritten digits in the CIFAR-10 format (`bench data make --from digits`), made once per
+    session: what the training tests train on."""
+    from bench.data.make import MakeConfig, make
+
+    root = tmp_path_factory.mktemp("data") / "digits"
+    make(MakeConfig(path=str(root), format="cifar", source="digits"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def jpegs(tmp_path_factory):
+    """A small ImageNet-layout dataset made once per session: 50 JPEGs of 48x48 in 4 classes (40 to train)."""
+    from bench.data.make import MakeConfig, make
+
+    root = tmp_path_factory.mktemp("data") / "jpegs"
+    make(MakeConfig(path=str(root), images=50, classes=4, image_size=48))
+    return root
 
 
 def bench_env(**extra: str) -> dict[str, str]:
@@ -36,6 +60,15 @@ def run(cmd: list[str], timeout: float = 300, **env: str) -> subprocess.Complete
 
 def bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "bench", *args], timeout=timeout, **env)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *, code: int | None = None) -> str:
+    """The one line a refused command printed (a non-zero exit, or exactly ``code``; no traceback)."""
+    assert r.returncode != 0 if code is None else r.returncode == code
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
 
 
 def only_result(out_dir: Path) -> dict:
@@ -124,7 +157,7 @@ def sbatch_scripted(env: dict[str, str], tmp_path_factory, per_mode: dict[str, d
     """Every SCRIPTED job on one node (2 tasks), submitted together, waited for together:
     {mode: (exit code, stderr and the job's log, results folder, seconds from submission to end)}; ``per_mode``:
     more environment for one mode's job."""
-    scripts = Path(__file__).resolve().parents[1] / "singularity" / "slurm"
+    scripts = ROOT / "singularity" / "slurm"
     jobs = {}
     for script, mode_env, mode in SCRIPTED:
         folder = tmp_path_factory.mktemp(mode)
@@ -147,7 +180,7 @@ def built_image(image: str, make_target: str):
     """The Docker SDK client, once ``image`` is there (the image tests' module fixture)."""
     import docker
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docker"))
+    sys.path.insert(0, str(ROOT / "docker"))
     import images
 
     client = images.client()
@@ -185,26 +218,50 @@ def has_cuda() -> bool:
 
 
 # -- tiers (docs/development.md) -------------------------------------------------------------------------
-# Each test runs in exactly one tier, the costliest its marks name: system (the markers of what it needs),
-# multiproc, framework, else unit. The Makefile's TIER_* expressions select each tier without the costlier ones.
+# A test's folder is its tier: tests/unit, tests/framework, tests/multiproc, tests/system, cheapest first. The folder
+# gives each test its tier's marker (what the Makefile's tiers select); a test marked with another tier's marker, a
+# system test without the marker of what it needs, or a test outside the four folders stops the collection.
 SYSTEM = ("image", "image_cuda", "apptainer", "sif_pull", "cluster", "diagnose", "kubernetes", "slurm")
 TIERS = ("unit", "framework", "multiproc", "system")
 FRAMEWORKS = ("torch", "tensorflow", "horovod", "keras", "tf_keras")
 
 
-def tier_of(marks: set[str]) -> str:
-    if marks & set(SYSTEM) or "system" in marks:
-        return "system"
-    return next((t for t in ("multiproc", "framework") if t in marks), "unit")
+def tier_of(path: Path) -> str | None:
+    """The tier of the test file at ``path``: the folder under tests/ that holds it (None outside the four)."""
+    try:
+        parts = Path(path).resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def misplaced(tier: str | None, marks: set[str]) -> str | None:
+    """Why a test with ``marks`` does not belong in ``tier``'s folder, or None where it does."""
+    if tier is None:
+        return f"a test lives in one of tests/{{{','.join(TIERS)}}}/, the folder of its tier"
+    other = sorted(marks & set(TIERS) - {tier})
+    if other:
+        return f"marked {', '.join(other)} but kept in tests/{tier}/: its folder says its tier, move it"
+    needs = sorted(marks & set(SYSTEM))
+    if tier == "system" and not needs:
+        return f"a system test carries the marker of what it needs (one of {', '.join(SYSTEM)})"
+    if tier != "system" and needs:
+        return f"marked {', '.join(needs)} (what a system test needs) but kept in tests/{tier}/: move it to system/"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects
 def pytest_collection_modifyitems(config, items):
+    wrong = []
     for item in items:
-        marks = {m.name for m in item.iter_markers()}
-        tier = tier_of(marks)
-        if tier not in marks:
-            item.add_marker(getattr(pytest.mark, tier))
+        tier = tier_of(item.path)
+        why = misplaced(tier, {m.name for m in item.iter_markers()})
+        if why:
+            wrong.append(f"{item.nodeid}: {why}")
+            continue
+        item.add_marker(getattr(pytest.mark, tier))
+    if wrong:
+        raise pytest.UsageError("tests in the wrong tier folder:\n  " + "\n  ".join(wrong))
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU")

@@ -16,7 +16,7 @@ epoch), and the resumed feed starts at the checkpoint's epoch past the batches a
 step (its init, as in every run) trains on the next batch; the rest of that epoch follows, untimed (it is one step
 short of a window; the throughput windows are the whole epochs after it), then its evaluation, then timed epochs as
 before. So a resumed run takes the same steps on the same batches with the same learning rates as one that was
-never interrupted (tests/test_checkpoint.py compares their final parameters).
+never interrupted (tests/multiproc/test_checkpoint.py compares their final parameters).
 
 Time is not counted twice: ``wall_s`` of an evaluation after the resume is the checkpoint's wall time plus the time
 since the resumed run's init ended; the time between the checkpoint and the interruption, and the resumed run's

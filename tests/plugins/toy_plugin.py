@@ -1,5 +1,5 @@
 """A throwaway mode and model, registered from outside bench (HVDBENCH_PLUGINS=toy_plugin): the registries'
-test that a new mode or model needs no edit anywhere else (tests/test_registry.py).
+test that a new mode or model needs no edit anywhere else (tests/multiproc/test_registry.py).
 
 * ``toy-mlp``: global average pool over the image, a 16-unit hidden layer, the classifier; both frameworks.
 * ``torch-toy``: a distributed PyTorch mode, DistributedDataParallel under another name.

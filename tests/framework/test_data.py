@@ -1,0 +1,47 @@
+"""Datasets on disk (bench.data): bench data make in every format, the datasets read back and sharded, both
+loaders' batches, bad input in one line, and bench data bench end to end."""
+
+
+import numpy as np
+import pytest
+
+from bench.data.datasets import load
+from bench.data.make import MakeConfig, make
+from bench.errors import BenchError
+from tests.unit.test_data import small
+
+
+def test_the_digits_are_real_labelled_images(tmp_path):
+    record = make(MakeConfig(path=str(tmp_path / "d"), source="digits", format="imagefolder", image_size=16))
+    assert record["classes"] == 10 and sum(record["counts"].values()) == 1797
+    data = load(tmp_path / "d")
+    assert sorted(set(data.splits["train"].labels.tolist())) == list(range(10))
+
+
+def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "d", image_size=None, images=20)  # 500 x 375 JPEGs
+    small(tmp_path / "c", format="cifar", images=40, image_size=None)
+    small(tmp_path / "r", format="tfrecord", images=20, image_size=None, shards=2)
+    for name, path, size, framework in (("torch", "d", 64, None), ("tf", "d", 64, None), ("torch", "c", 32, None),
+                                        ("tf", "c", 32, None), ("tf", "r", 64, None), ("dali", "d", 64, "torch"),
+                                        ("dali", "d", 48, "tensorflow")):
+        data = load(tmp_path / path)
+        images, labels = next(iter(LOADERS[name].batches(data, "train", size, 4, 0, seed=0, framework=framework)))
+        x = np.asarray(images)
+        nchw = name == "torch" or framework == "torch"
+        shape = (4, 3, size, size) if nchw else (4, size, size, 3)
+        assert x.shape == shape and x.dtype == np.float32, (name, path, x.shape)
+        assert -3 < x.mean() < 3 and np.asarray(labels).max() < data.classes, (name, path)
+
+
+def test_a_file_that_cannot_be_decoded_is_named(tmp_path):
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "d")
+    bad = sorted((tmp_path / "d" / "train").rglob("*.JPEG"))
+    for f in bad:
+        f.write_bytes(b"not an image")
+    with pytest.raises(BenchError, match=f"cannot decode .*{bad[0].parent.parent.name}"):
+        next(iter(LOADERS["torch"].batches(load(tmp_path / "d"), "train", 32, 2, 0, seed=0)))

@@ -1,0 +1,79 @@
+"""Checkpoints and resuming (--checkpoint-every, --resume-from; bench.measure.checkpoint), and the fixed-time run
+(--duration with --epochs): the checks in process, then real runs on the digits: a run that loses a rank after a
+checkpoint, resumed, ends with exactly the parameters of one never interrupted (PyTorch and TensorFlow)."""
+
+import json
+
+import pytest
+
+from bench.measure import checkpoint
+from tests.conftest import bench, only_result
+from tests.unit.test_checkpoint import EPOCHS
+
+TRAINING = ["--model", "resnet20", "--image-size", "12", "--batch-size", "32", "--epochs", str(EPOCHS),
+            "--base-lr", "0.8", "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
+
+
+# -- real runs ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def runs(digits, tmp_path_factory):
+    """Per framework: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
+    checkpoint stays), the run resumed from it, and one never interrupted; then a fixed-time run."""
+    done = {}
+    for mode in ("torch-ddp", "tf-horovod"):
+        base = tmp_path_factory.mktemp(mode)
+        lost = bench(mode, *TRAINING, "--data", str(digits), "--checkpoint-every", "1", "--output", str(base / "lost"),
+                     HVDBENCH_HOOKS=json.dumps({"lost_after_checkpoint": 2}))
+        folder = base / "lost" / "checkpoints" / f"{mode}-np2"
+        resumed = bench(mode, *TRAINING, "--data", str(digits), "--resume-from", str(folder), "--output",
+                        str(base / "resumed"))
+        whole = bench(mode, *TRAINING, "--data", str(digits), "--checkpoint-every", "1", "--output",
+                      str(base / "whole"))
+        done[mode] = (base, folder, lost, resumed, whole)
+    return done
+
+
+@pytest.mark.horovod
+@pytest.mark.parametrize("mode", ["torch-ddp", "tf-horovod"])
+def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(runs, mode):
+    base, folder, lost, resumed, whole = runs[mode]
+    assert lost.returncode != 0 and "no result written" in lost.stderr, lost.stderr[-2000:]
+    assert "epoch 2: checkpoint written to" in lost.stderr
+    assert not list((base / "lost").glob("*.json"))
+    assert json.loads((folder / checkpoint.STATE).read_text())["epoch"] == 2
+    for proc in (resumed, whole):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    again, never = only_result(base / "resumed"), only_result(base / "whole")
+    # the same steps on the same batches at the same rates: the same parameters, bit for bit
+    assert again["sync"]["param_checksums"][0] == never["sync"]["param_checksums"][0]
+    t, n = again["training"], never["training"]
+    assert [c["epoch"] for c in t["curve"]] == [1, 2, 3] and t["curve"][-1]["top1"] == n["curve"][-1]["top1"]
+    assert t["resumed"][0]["epoch"] == 2 and t["resumed"][0]["from"] == str(folder)
+    # the time up to the checkpoint once, then this run's: later than the checkpoint, never the lost run's end
+    assert t["curve"][2]["wall_s"] > t["resumed"][0]["wall_s"] >= t["curve"][1]["wall_s"]
+    assert [len(w) for w in again["samples"]["window_s"]] == [1, 1]  # each rank's timed windows: epoch 3 only
+    assert [c["epoch"] for c in n["checkpoints"]] == [1, 2] and n["checkpoint_s_total"] > 0
+    assert "│ resumed" in resumed.stdout and "epoch 2" in resumed.stdout  # the table's row
+
+
+def test_resuming_another_configuration_is_refused_before_any_rank_starts(runs, digits, tmp_path):
+    _, folder, *_ = runs["torch-ddp"]
+    args = [a if a != "32" else "16" for a in TRAINING]
+    r = bench("torch-ddp", *args, "--data", str(digits), "--resume-from", str(folder), "--output", str(tmp_path))
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"error: --resume-from {folder}: the checkpoint is of another configuration (--batch-size 32 there, 16 here)"]
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_fixed_time_run_stops_after_the_epoch_that_ends_past_the_time_and_evaluates_it(digits, tmp_path):
+    args = [a if a != str(EPOCHS) else "30" for a in TRAINING]
+    r = bench("torch-ddp", *args, "--data", str(digits), "--duration", "4", "--output", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    t = only_result(tmp_path)["training"]
+    assert t["stopped"] == "duration" and t["duration_s"] == 4 and t["epochs_run"] < 30
+    # each epoch's end (its evaluation's wall time less the evaluation): before 4 s but the last, evaluated too;
+    # a second either side for the ranks' clocks (the stop is the slowest rank's)
+    ends = [c["wall_s"] - c["eval_s"] for c in t["curve"]]
+    assert [c["epoch"] for c in t["curve"]] == list(range(1, t["epochs_run"] + 1))
+    assert ends[-1] >= 4 - 1 and all(end < 4 + 1 for end in ends[:-1]), ends
+    assert "time up" in r.stdout

@@ -1,0 +1,28 @@
+"""Datasets on disk (bench.data): bench data make in every format, the datasets read back and sharded, both
+loaders' batches, bad input in one line, and bench data bench end to end."""
+
+import json
+
+from tests.conftest import bench
+
+
+def test_data_make_and_data_bench_from_the_command_line(tmp_path):
+    """The user's path: bench data make, then bench data bench with every loader (each in its own process), a
+    record through the store, and the cores-to-feed line."""
+    r = bench("data", "make", str(tmp_path / "d"), "--images", "40", "--image-size", "96")
+    assert r.returncode == 0 and "imagefolder from synthetic, 32 train, 8 val images" in r.stdout, r.stderr
+    r = bench("data", "bench", str(tmp_path / "d"), "--image-size", "64", "--batch-size", "4", "--batches", "2",
+              "--warmup", "1", "--repeats", "1", "--workers", "0,1", "--output", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    (path,) = (tmp_path / "out").glob("*.json")
+    record = json.loads(path.read_text())
+    from bench.data.loaders import installed
+
+    assert installed() == ("torch", "tf", "dali")  # the venv carries DALI: every loader by default
+    assert record["kind"] == "data-bench" and {(row["loader"], row["workers"]) for row in record["rows"]} == {
+        (name, w) for name in installed() for w in (0, 1)}
+    assert all(row["images_per_sec"] > 0 for row in record["rows"])
+    assert set(record["cores_to_feed"]["torch"]) == {"H100 TF32", "H100 AMP"} and "to feed 8 GPUs" in r.stdout
+    r = bench("data", "bench", str(tmp_path / "missing"))
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].endswith("no such file or folder"), r.stderr
+    assert "Traceback" not in r.stderr

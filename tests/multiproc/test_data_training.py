@@ -1,0 +1,88 @@
+"""Training from a dataset (--data): the run options' checks in one line, the input section's formulas, bench
+compare's input cost, and real runs of both frameworks' pipelines (one shared run per framework)."""
+
+import shutil
+
+import pytest
+
+from tests.conftest import bench, only_result
+
+
+@pytest.fixture(scope="module")
+def torch_run(jpegs, tmp_path_factory):
+    """One torch-ddp run at np 2 from the JPEGs, long enough to turn an epoch (20 samples per rank, batch 4: 5
+    steps an epoch; 1 + 1 + 3 x 3 = 11 steps), and its synthetic twin for bench compare."""
+    out = tmp_path_factory.mktemp("torch-data")
+    common = ["--np", "2", "--image-size", "32", "--batch-size", "4", "--warmup-steps", "1",
+              "--steps-per-window", "3", "--windows", "3", "--model", "resnet50"]
+    data = bench("torch-ddp", *common, "--data", str(jpegs), "--loader-workers", "1", "--output", str(out / "d"))
+    synthetic = bench("torch-ddp", *common, "--num-classes", "4", "--output", str(out / "s"))
+    return data, synthetic, out
+
+
+def test_torch_ddp_trains_from_the_files_and_says_what_the_data_cost(torch_run):
+    data, _, out = torch_run
+    assert data.returncode == 0, data.stderr
+    result = only_result(out / "d")
+    section = result["input"]
+    assert section["source"] == "dataset" and section["format"] == "imagefolder" and section["loader"] == "torch"
+    assert result["config"]["num_classes"] == 4 and result["sync"]["ranks_in_sync"]
+    assert result["sync"]["params_changed"]
+    for p in section["per_rank"]:
+        assert len(p["wait_step_s"]) == 9 and p["workers"] == 1  # the timed steps' waits, raw
+        assert p["epochs"] == pytest.approx(11 / 5)  # the epoch turned inside the run
+        assert p["loader_rate"] > 0 and 0 <= p["wait_share"] < 1
+        assert p["h2d_s"] is None  # no copy on a CPU
+    assert "input" in data.stdout and "data wait" in data.stdout
+
+
+def test_compare_and_report_give_the_share_of_throughput_the_input_pipeline_costs(torch_run):
+    _, synthetic, out = torch_run
+    assert synthetic.returncode == 0, synthetic.stderr
+    assert only_result(out / "s")["input"]["source"] == "synthetic"
+    compared = bench("compare", str(out / "s"), str(out / "d"))
+    assert compared.returncode == 0, compared.stderr
+    assert "input pipeline: costs" in compared.stdout and "of the synthetic throughput" in compared.stdout
+    report = bench("report", str(out / "s"), str(out / "d"), "--out", str(out / "report"))
+    assert report.returncode == 0, report.stderr
+    text = (out / "report" / "report.md").read_text()
+    section = text.split("## What the data costs", 1)[1]
+    assert "| torch-ddp |" in section and "data: imagefolder via torch" in section and "%" in section
+    assert "| data wait |" in text  # the attribution table's column, filled for the --data run
+
+
+@pytest.mark.parametrize("mode", ["tf-horovod", "tf-native"])
+def test_tensorflow_trains_from_the_files_through_tf_data(jpegs, out, mode):
+    """tf-horovod, and tf-native's multiworker strategy (each worker's one replica fed by its own shard)."""
+    run = bench(mode, "--model", "resnet50", "--np", "2", "--image-size", "32", "--batch-size", "4",
+                "--warmup-steps", "1",
+                "--steps-per-window", "3", "--windows", "2", "--attribution-steps", "0", "--data", str(jpegs),
+                "--output", str(out))
+    assert run.returncode == 0, run.stderr
+    result = only_result(out)
+    assert result["input"]["loader"] == "tf" and result["sync"]["ranks_in_sync"] and result["world_size"] == 2
+    assert all(len(p["wait_step_s"]) == 6 for p in result["input"]["per_rank"])
+
+
+def test_a_file_that_cannot_be_decoded_stops_the_run_in_one_line_naming_it(jpegs, tmp_path, out):
+    broken = tmp_path / "broken"
+    shutil.copytree(jpegs, broken)
+    bad = sorted((broken / "train").rglob("*.JPEG"))[3]
+    bad.write_bytes(b"not a jpeg")
+    run = bench("torch-single", "--image-size", "32", "--batch-size", "20", "--warmup-steps", "0",
+                "--steps-per-window", "1", "--windows", "1", "--data", str(broken), "--loader-workers", "0",
+                "--output", str(out))
+    assert run.returncode != 0
+    named = [line for line in run.stderr.splitlines() if bad.name in line]
+    assert len(named) == 1 and "cannot decode" in named[0] and "Traceback" not in run.stderr, run.stderr
+    assert not (out.exists() and list(out.glob("*.json")))  # no result, not even a partial one
+
+
+def test_dali_feeds_a_pytorch_rank_from_its_cpu_pipeline(jpegs, out):
+    run = bench("torch-single", "--image-size", "32", "--batch-size", "4", "--warmup-steps", "1",
+                "--steps-per-window", "3", "--windows", "2", "--data", str(jpegs), "--loader", "dali",
+                "--loader-workers", "1", "--output", str(out))
+    assert run.returncode == 0, run.stderr
+    section = only_result(out)["input"]
+    assert section["loader"] == "dali" and section["per_rank"][0]["loader_rate"] > 0
+    assert len(section["per_rank"][0]["wait_step_s"]) == 6

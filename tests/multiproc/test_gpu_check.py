@@ -1,0 +1,57 @@
+"""The GPU check (scripts/gpu-check.sh, docs/gpu-check.md) in its short mode on this CPU machine, so that it runs
+end to end the day a GPU is lent; and the wheels `make gpu-check-prepare` puts aside for the GPU machine."""
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT, bench_env
+
+
+def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
+    """A first call with no time budget stops before its third step (exit 3, as a call near the device's
+    10-minute limit does); the second call with the same state goes on from there, runs every step once, and
+    leaves at most 8 files (what the device tool brings back)."""
+    out, state = tmp_path / "out", tmp_path / "state"
+    env = bench_env(PYTHON=sys.executable, HVDBENCH_GPU_CHECK_STATE=str(state), HVDBENCH_GPU_CHECK_BUDGET="0")
+    first = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 3 and "run the same command again" in first.stdout, first.stdout + first.stderr
+    env["HVDBENCH_GPU_CHECK_BUDGET"] = "900"
+    second = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    steps = [line.split("\t") for line in (out / "status.tsv").read_text().splitlines()]
+    names = [s[0] for s in steps]
+    assert len(names) == len(set(names)) and names[:2] == ["install", "env"]  # each step once, in order
+    assert {"torch-ddp-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data", "transformer",
+            "verify", "torch-ddp-converge"} <= set(names)
+    assert all(s[1] == "0" for s in steps), steps
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
+    summary = (out / "summary.md").read_text()
+    assert "| torch-ddp | vgg16 | fp32 | - | 2 |" in summary and "## bench verify: PASS" in summary
+    assert "## torch-horovod against Horovod's own PyTorch benchmark" in summary
+    assert "| peak-fp32 | ok |" in summary
+    assert "## Input pipeline (--data against synthetic)" in summary
+    assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
+    assert "## Training to a target" in summary and "| torch-ddp | resnet20 | 2 | 1 | 0.95 |" in summary
+
+
+def test_the_prepared_wheels_install_without_an_index(tmp_path):
+    """`make gpu-check-prepare`'s wheels, for the GPU machine's Python 3.12, install with --no-index into a fresh
+    target (as the check installs them there), and with Horovod's sdist stay far below what a call carries."""
+    prepared = tmp_path / "prepared"
+    r = subprocess.run([str(ROOT / "scripts" / "gpu-check-prepare.sh"), str(prepared), sys.executable],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    wheels = sorted(p.name for p in (prepared / "wheels").glob("*.whl"))
+    assert any(w.startswith("pydantic-") for w in wheels) and any("cp312" in w for w in wheels), wheels
+    target = tmp_path / "fresh"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--only-binary=:all:",
+                        "--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_17_x86_64",
+                        "--target", str(target), *map(str, (prepared / "wheels").glob("*.whl"))],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, PIP_NO_INDEX="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (target / "pydantic").is_dir() and (target / "pydantic_core").is_dir()
+    assert sum(p.stat().st_size for p in prepared.rglob("*") if p.is_file()) < 32 * 2**20

@@ -1,0 +1,48 @@
+"""What pyproject.toml declares is enough: `pip install '.[torch]'` into a clean venv runs a 2-rank torch-ddp,
+and a missing optional dependency is one line that names the extra that brings it."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, SMALL, bench_env
+
+
+@pytest.fixture(scope="module")
+def torch_venv(tmp_path_factory):
+    venv = tmp_path_factory.mktemp("clean") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # torch 2.13.0 is this machine's local CPU wheel; any other version would pull GBs of CUDA packages.
+    constraints = venv.parent / "constraints.txt"
+    constraints.write_text("torch==2.13.0\n")
+    start = time.monotonic()
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{ROOT}[torch]", "-c", str(constraints)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(f"clean-venv install of .[torch]: {time.monotonic() - start:.0f} s")
+    return venv
+
+
+def test_torch_extra_runs_two_ranks(torch_venv, tmp_path):
+    out = tmp_path / "out"
+    r = subprocess.run([str(torch_venv / "bin" / "bench"), "torch-ddp", *SMALL, "--np", "2", "--output", str(out)],
+                       capture_output=True, text=True, timeout=300, env=bench_env(), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(list(out.glob("*.json"))) == 1
+    pip = subprocess.run([str(torch_venv / "bin" / "pip"), "list"], capture_output=True, text=True).stdout
+    assert "tensorflow" not in pip and "horovod" not in pip.lower()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tf-native"], "TensorFlow modes need tensorflow (No module named 'tensorflow'); pip install '.[tf]'"),
+    (["torch-horovod"], "needs Horovod built with PyTorch support"),
+    (["report", str(ROOT / "tests" / "fixtures" / "sweep-a")], "matplotlib is not installed; pip install '.[report]'"),
+])
+def test_a_missing_extra_is_one_clear_line(torch_venv, tmp_path, args, message):
+    r = subprocess.run([str(torch_venv / "bin" / "bench"), *args, *(["--output", str(tmp_path)] if
+                       args[0] != "report" else ["--out", str(tmp_path)])],
+                       capture_output=True, text=True, timeout=120, env=bench_env(), cwd=tmp_path)
+    assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr

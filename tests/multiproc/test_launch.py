@@ -1,0 +1,47 @@
+import subprocess
+import sys
+
+
+def test_self_spawned_runs_meet_while_the_node_opens_connections(tmp_path):
+    """Two self-spawned runs started together while a thread opens and closes outgoing connections as fast as it
+    can (each takes an ephemeral source port): both rendezvous, no EADDRINUSE."""
+    import socket
+    import threading
+
+    from conftest import SMALL, bench_env
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(512)
+    stop = threading.Event()
+    opened = []
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+            except OSError:
+                pass
+
+    def churn():
+        while not stop.is_set():
+            with socket.create_connection(server.getsockname()) as c:
+                opened.append(c.getsockname()[1])
+
+    threads = [threading.Thread(target=accept, daemon=True), threading.Thread(target=churn, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        runs = [subprocess.Popen([sys.executable, "-m", "bench", "torch-ddp", "--np", "2", "--device", "cpu", *SMALL,
+                                  "--attribution-steps", "0", "--output", str(tmp_path / f"out{i}")],
+                                 env=bench_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i in range(2)]
+        outputs = [r.communicate(timeout=300) for r in runs]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+        server.close()
+    for r, (_, err) in zip(runs, outputs, strict=True):
+        assert r.returncode == 0 and "EADDRINUSE" not in err, err[-2000:]
+    assert len(opened) > 100  # the churn really ran beside the runs

@@ -1,0 +1,88 @@
+"""A new mode and a new model, registered from a plugin and nowhere else, reach every command.
+
+tests/plugins/toy_plugin.py registers ``torch-toy`` (a distributed PyTorch mode), ``toy-mlp`` (a model
+in both frameworks) and ``--toy-lr-scale`` (a run option). With HVDBENCH_PLUGINS naming it, bench, sweep,
+report, verify and predict all see them: no other file knows they exist.
+"""
+
+import json
+
+from tests.conftest import TESTS, bench, only_result
+
+PLUGIN_DIR = str(TESTS / "plugins")
+TOY = {"HVDBENCH_PLUGINS": "toy_plugin", "PYTHONPATH": PLUGIN_DIR}
+SMALL = ["--image-size", "8", "--batch-size", "4", "--num-classes", "5", "--warmup-steps", "1",
+         "--steps-per-window", "2", "--windows", "2"]
+
+
+def toy(*args: str, timeout: float = 300, **env: str):
+    return bench(*args, timeout=timeout, **TOY, **env)
+
+
+def test_the_commands_list_the_plugins_mode_and_model():
+    listing = toy("--help")
+    assert listing.returncode == 0 and "torch-toy" in listing.stdout
+    options = toy("torch-ddp", "--help", COLUMNS="200")  # the plugin's run option is every mode's
+    assert options.returncode == 0 and "--toy-lr-scale" in options.stdout and "Throwaway" in options.stdout
+    assert "--toy-lr-scale" not in bench("torch-ddp", "--help", COLUMNS="200").stdout
+    bad = toy("torch-toy", "--toy-lr-scale", "0", "--output", "unused")  # its declared check, one line
+    assert bad.returncode == 1 and bad.stderr.strip() == "error: --toy-lr-scale must be an integer >= 1 (got 0)"
+    models = toy("models")
+    assert models.returncode == 0 and "toy-mlp" in models.stdout
+    assert "torch-toy" not in bench("--help").stdout  # nothing else registers it
+
+
+def test_a_plugin_that_is_missing_is_one_clear_line():
+    out = bench("models", HVDBENCH_PLUGINS="no_such_plugin")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "error: HVDBENCH_PLUGINS: cannot import plugin 'no_such_plugin' (No module named 'no_such_plugin')"]
+
+
+def test_the_new_mode_trains_the_new_model(tmp_path):
+    out = toy("torch-toy", "--model", "toy-mlp", "--np", "2", "--toy-lr-scale", "3", "--output", str(tmp_path), *SMALL)
+    assert out.returncode == 0, out.stderr
+    result = only_result(tmp_path)
+    assert result["config"]["extra"] == {"toy_lr_scale": 3}  # the plugin's option, kept with the run
+    assert result["mode"] == "torch-toy" and result["world_size"] == 2
+    assert result["sync"]["ranks_in_sync"] and result["sync"]["params_changed"]
+    assert result["workload"]["parameters"] == 3 * 16 + 16 + 16 * 5 + 5
+    assert result["workload"]["unit"] == "image"
+    assert result["workload"]["train_flops_per_sample"] > 0
+
+
+def test_sweep_and_report_see_them(tmp_path):
+    folder = tmp_path / "sweep"
+    out = toy("sweep", "--modes", "torch-toy,torch-single", "--np", "1,2", "--models", "toy-mlp",
+              "--image-size", "8", "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2",
+              "--toy-lr-scale", "2", "--output", str(folder), timeout=600)
+    assert out.returncode == 0, out.stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert sorted(manifest["cells"]) == ["torch-single_np1_toy-mlp_fp32_bdefault",
+                                         "torch-toy_np1_toy-mlp_fp32_bdefault", "torch-toy_np2_toy-mlp_fp32_bdefault"]
+    assert all(c["status"] == "ok" for c in manifest["cells"].values())
+    cell = json.loads((folder / "configs" / "torch-toy_np2_toy-mlp_fp32_bdefault.json").read_text())
+    assert cell["mode"] == "torch-toy" and cell["model"] == "toy-mlp" and cell["np"] == 2  # JSON, not argv
+    assert cell["extra"] == {"toy_lr_scale": 2}  # the plugin's run option reached every cell
+    result = json.loads((folder / manifest["cells"]["torch-toy_np2_toy-mlp_fp32_bdefault"]["result"]).read_text())
+    assert result["config"]["extra"] == {"toy_lr_scale": 2}
+    assert toy("report", str(folder)).returncode == 0
+    rows = (folder / "report.md").read_text()
+    toy_row = next(line for line in rows.splitlines() if line.startswith("| torch-toy | toy-mlp") and "| 2 |" in line)
+    assert "–" not in toy_row.split("|")[9]  # speedup vs torch-single: the spec's reference was found
+
+
+def test_verify_checks_the_new_mode_on_the_new_model(tmp_path):
+    out = toy("verify", "--framework", "torch", "--modes", "torch-toy", "--model", "toy-mlp", "--image-size", "8",
+              "--output", str(tmp_path), timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(next(tmp_path.glob("*verify*.json")).read_text())
+    assert [(m["mode"], m["status"]) for m in report["modes"]] == [("torch-toy", "PASS")]
+
+
+def test_predict_prices_the_new_models_gradient():
+    # 1,700,064 parameters at 100000 classes (3 x 16 + 16, then 17 per class): 6.8 MB of fp32 gradient.
+    out = toy("predict", "--model", "toy-mlp", "--num-classes", "100000", "--step-time", "0.01", "--busbw", "1",
+              "--gpus", "1,2")
+    assert out.returncode == 0, out.stderr
+    assert "G 6.8 MB" in out.stdout

@@ -1,0 +1,76 @@
+"""Training to a goal (--epochs, --target-accuracy; bench.measure.goal): the options' checks in one line, the
+schedule's and the evaluation's formulas, the training section; and real runs on scikit-learn's handwritten digits
+that reach the target in every distributed mode (one shared run per mode)."""
+
+import json
+
+import pytest
+
+from bench.records import store
+from tests.conftest import bench
+
+# The convergence runs: digits (1438 training, 359 held-out images) at 12 x 12, ResNet-20, batch 32 per rank,
+# 10 epochs, the rate 0.8 per 256 (0.2 at np 2) after one epoch of warmup, then cosine.
+TARGET = 0.95
+EPOCHS = 10
+TRAINING = ["--image-size", "12", "--batch-size", "32", "--epochs", str(EPOCHS), "--target-accuracy", str(TARGET),
+            "--base-lr", "0.8", "--warmup-epochs", "1", "--loader-workers", "1"]
+MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native")
+
+
+@pytest.fixture(scope="module")
+def converged(digits, tmp_path_factory):
+    """The one shared convergence run: bench converge over every distributed mode at np 2, once each."""
+    out = tmp_path_factory.mktemp("converge")
+    proc = bench("converge", "--modes", ",".join(MODES), "--np", "2", "--repeats", "1", "--data", str(digits),
+                 *TRAINING, "--output", str(out), timeout=1500)
+    return proc, out
+
+
+def test_every_distributed_mode_reaches_the_target_on_real_digits_and_they_agree(converged):
+    proc, out = converged
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "converge: PASS" in proc.stdout
+    record = store.read(next(out.glob("*-converge-*.json")), store.Kind.CONVERGE)
+    assert record["verdict"] == "PASS" and not record["reasons"]
+    assert sorted(r["mode"] for r in record["rows"]) == sorted(m.replace("tf-native", "tf-native:multiworker")
+                                                                for m in MODES)
+    for row in record["rows"]:
+        assert row["reached"] == 1 and row["in_sync"] and row["final_top1"] >= TARGET, row
+        assert 0 < row["time_to_target_s"] and 1 <= row["epochs_to_target"] <= EPOCHS
+    assert (out / "converge.png").stat().st_size > 0 and "Verdict: **PASS**" in (out / "converge.md").read_text()
+
+
+def test_each_result_keeps_its_curve_and_every_epoch_was_trained(converged):
+    _, out = converged
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    results = [r for r in results if store.kind_of(r) is store.Kind.RESULT]
+    assert len(results) == len(MODES)
+    for r in results:
+        training = r["training"]
+        assert [c["epoch"] for c in training["curve"]] == list(range(1, EPOCHS + 1))  # --all-epochs
+        walls = [c["wall_s"] for c in training["curve"]]
+        assert walls == sorted(walls) and all(c["eval_samples"] == 359 for c in training["curve"])
+        assert training["curve"][-1]["learning_rate"] < training["schedule"]["peak_lr"] / 10  # cosine to ~0
+        assert training["time_to_target_with_init_s"] == pytest.approx(r["timing"]["init_s"]
+                                                                       + training["time_to_target_s"])
+        assert len(r["samples"]["window_s"][0]) == EPOCHS  # every epoch a timed window, evaluations outside
+
+
+def test_report_draws_the_curves_of_a_folder_that_trained_to_a_target(converged):
+    _, out = converged
+    proc = bench("report", str(out), "--out", str(out / "report"))
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "report" / "report.md").read_text()
+    section = text.split("## Training to a target", 1)[1]
+    assert "| tf-native:multiworker | 2 | 1/1 |" in section and "Verdict: **PASS**" in section
+    assert (out / "report" / "accuracy.png").stat().st_size > 0
+
+
+def test_a_run_whose_gradients_were_not_averaged_is_caught(digits, tmp_path):
+    proc = bench("converge", "--modes", "torch-ddp", "--np", "2", "--repeats", "1", "--data", str(digits),
+                 *TRAINING[:4], "--epochs", "1", "--target-accuracy", str(TARGET), "--fault", "skip-allreduce",
+                 "--output", str(tmp_path), timeout=600)
+    assert proc.returncode == 1 and "converge: FAIL" in proc.stdout
+    record = store.read(next(tmp_path.glob("*-converge-*.json")), store.Kind.CONVERGE)
+    assert any("parameters differ" in reason for reason in record["reasons"]), record["reasons"]

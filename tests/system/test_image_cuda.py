@@ -1,0 +1,133 @@
+"""The CUDA image, built here without a GPU: `make test-image-cuda` builds it first (docker/Dockerfile.cuda).
+
+Its build already ran the self-test (Horovod's build check per environment, bench env --check, a 2-process CPU
+run of every mode); these tests check what a user meets: the message without a GPU, the two environments,
+the libraries each framework's process loads, the labels, and no build tools or secrets in the shipped image.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SMALL, assert_valid_run, built_image, only_result, run_container
+
+pytestmark = pytest.mark.image_cuda
+
+sys.path.insert(0, str(ROOT / "docker"))
+import images  # noqa: E402
+
+from bench.launching.envs import MIN_DRIVER  # noqa: E402
+
+IMAGE = os.environ.get("HVDBENCH_TEST_CUDA_IMAGE", "hvdbench:current-cuda")
+CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
+
+
+@pytest.fixture(scope="module")
+def dk():
+    return built_image(IMAGE, "test-image-cuda")
+
+
+def run(dk, args, results: Path | None = None, timeout: int = 600, **options):
+    return run_container(dk, IMAGE, args, results, timeout, **options)
+
+
+def test_without_a_gpu_it_says_how_to_run(dk, tmp_path):
+    """`docker run hvdbench tf-horovod` with no --gpus: one line that names --gpus all, the driver and --device
+    cpu; exit 1 and no result."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for mode in ("torch-ddp", "tf-horovod"):
+        code, logs = run(dk, [mode, "--output", "/work/results"], results)
+        errors = [line for line in logs.splitlines() if line.startswith("error:")]
+        assert code == 1 and len(errors) == 1, logs
+        for words in ("no GPU is visible", "--gpus all", MIN_DRIVER, "--device cpu"):
+            assert words in errors[0], (words, errors[0])
+        assert "Traceback" not in logs
+    assert not list(results.iterdir())
+
+
+def test_each_framework_in_its_environment_with_its_own_libraries(dk):
+    code, stdout = run(dk, ["env", "--json", "--check"], stdout_only=True)
+    assert code == 0, stdout[-3000:]
+    record = json.loads(stdout)  # standard output alone: TensorFlow's log lines go to standard error
+    parts = record["environments"]
+    assert parts["torch"]["prefix"] == "/opt/hvdbench/torch" and parts["tensorflow"]["prefix"] == "/opt/hvdbench/tf"
+    for name, part in parts.items():
+        libs = part["loaded_libraries"]
+        assert len(libs["nccl"]) == 1 and libs["nccl"][0].startswith(part["prefix"] + "/"), (name, libs)
+        assert len(libs["cudart"]) == 1 and libs["cudart"][0].startswith(part["prefix"] + "/"), (name, libs)
+        assert part["horovod"]["nccl_built"] and part["horovod"]["mpi_built"] and part["horovod"]["gloo_built"]
+    assert parts["torch"]["loaded_libraries"]["cudart"][0].endswith("libcudart.so.13")  # CUDA 13 for PyTorch
+    assert parts["tensorflow"]["loaded_libraries"]["cudart"][0].endswith("libcudart.so.12")  # CUDA 12 for TF
+    assert record["torch"]["cuda"].startswith("13.") and record["tensorflow"]["cuda"].startswith("12.")
+
+
+@pytest.mark.parametrize("mode", ["torch-horovod", "tf-native"])
+def test_a_cpu_run_is_labelled_cpu(dk, tmp_path, mode):
+    results = tmp_path / "results"
+    results.mkdir()
+    code, logs = run(dk, [mode, *SMALL, "--device", "cpu", "--np", "2", "--output", "/work/results"], results)
+    assert code == 0, logs[-3000:]
+    result = only_result(results)
+    assert_valid_run(result, mode, 2, "self")
+    assert result["config"]["device"] == "cpu"
+    assert result["environment"]["image"]["flavor"] == "cuda"
+    framework_env = "/opt/hvdbench/tf" if mode.startswith("tf") else "/opt/hvdbench/torch"
+    assert result["environment"]["environment"] == framework_env
+    # the most common first run: without a GPU, TensorFlow's start-up lines (cuInit's failure among them) stay quiet
+    assert not [line for line in logs.splitlines() if "cuInit" in line or "absl::InitializeLog" in line
+                or "oneDNN custom operations" in line], logs[-3000:]
+
+
+def test_no_compiler_or_nvcc_in_the_shipped_image(dk):
+    # (openmpi-bin's mpicc/mpicxx wrappers stay: they are Open MPI's, and compile nothing without gcc)
+    code, logs = run(dk, ["-c", "command -v g++ c++ gcc cc nvcc cmake make; ls /opt/cuda 2>&1; "
+                          "ls /opt/hvdbench/tf/lib/python3.11/site-packages/tensorflow/include 2>&1; true"],
+                     entrypoint=["/bin/bash"])
+    assert code == 0
+    assert logs.count("No such file or directory") == 2 and "/usr/bin/" not in logs, logs
+
+
+def test_labels_name_the_versions(dk):
+    labels = dk.images.get(IMAGE).labels
+    stack = images.build_args("current", "cuda")
+    assert labels["io.hvdbench.flavor"] == "cuda" and labels["io.hvdbench.torch"] == stack["TORCH_VERSION"]
+    assert labels["io.hvdbench.driver-min"] == MIN_DRIVER
+    assert stack["HOROVOD_BUILD_CUDA_CC_LIST"] in labels["io.hvdbench.horovod-cuda"]
+
+
+def test_no_secret_in_any_layer(dk):
+    if not Path(CA).is_file():
+        pytest.skip(f"no CA bundle at {CA}")
+    assert images.check_secrets(IMAGE, CA) == []
+
+
+def test_the_partly_self_tested_image_is_not_published(dk):
+    """This tier builds the image with two modes' self-test (--self-test-modes): its marker says so, and
+    docker/publish.py refuses it in one line before it asks any registry."""
+    import subprocess
+
+    marker = images.image_file(IMAGE, "/opt/hvdbench/self-test").decode()
+    assert "self-test: passed" in marker and "complete: no" in marker, marker
+    r = subprocess.run([sys.executable, str(ROOT / "docker" / "publish.py"), "--registry", "127.0.0.1:5999/refused",
+                        "--image", IMAGE, "--stack", "current", "--flavor", "cuda"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "ran only part of its self-test (modes: torch-ddp tf-horovod)" in r.stderr and "nothing pushed" in r.stderr
+
+
+def test_commands_over_ssh_get_the_images_environment(dk):
+    """The MPIJob worker's side (docs/kubernetes.md): as mpiuser, the image's sshd from its own configuration,
+    and a command over SSH finds bench and both framework environments (without the SetEnv line it would get
+    sshd's bare PATH and no bench)."""
+    script = ('set -e; mkdir /tmp/k; ssh-keygen -q -t ecdsa -b 521 -m PEM -N "" -f /tmp/k/id_rsa; '
+              "cp /tmp/k/id_rsa.pub /tmp/k/authorized_keys; /usr/sbin/sshd -f /home/mpiuser/.sshd_config "
+              "-o HostKey=/tmp/k/id_rsa -o AuthorizedKeysFile=/tmp/k/authorized_keys -o PidFile=/tmp/k/pid "
+              "2>/dev/null; ssh -i /tmp/k/id_rsa 127.0.0.1 "
+              "'id -un; command -v bench; echo $HVDBENCH_PYTHON_TF; echo $HVDBENCH_IMAGE_FLAVOR'")
+    code, out = run(dk, ["-c", script], user="1000:1000", entrypoint="bash", stdout_only=True)
+    assert code == 0, out
+    assert out.split() == ["mpiuser", "/opt/hvdbench/torch/bin/bench", "/opt/hvdbench/tf/bin/python", "cuda"]

@@ -1,0 +1,125 @@
+"""bench allreduce: sizes, the nccl-tests formulas, bad input, and real 2-rank runs through every backend."""
+
+
+import pytest
+
+from bench.commands.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes
+from bench.config import byte_size as parse_bytes
+from bench.errors import BenchError
+
+
+def test_parse_bytes():
+    assert parse_bytes("4096") == 4096
+    assert parse_bytes("4K") == 4096
+    assert parse_bytes("256M") == 256 * 1024**2
+    assert parse_bytes("1GiB") == 1024**3
+    with pytest.raises(BenchError, match="cannot read"):
+        parse_bytes("lots")
+
+
+def test_bandwidth_definitions():
+    assert bus_factor(2) == 1.0
+    assert bus_factor(8) == pytest.approx(1.75)
+    algbw, busbw = bandwidths(2_000_000_000, 0.5, 4)  # 2 GB in 0.5 s on 4 ranks
+    assert algbw == pytest.approx(4.0)
+    assert busbw == pytest.approx(4.0 * 2 * 3 / 4)
+
+
+def test_allgather_definitions_and_check():
+    import numpy as np
+
+    from bench.commands.allreduce.common import Comm
+
+    assert bus_factor(4, "allgather") == pytest.approx(0.75)
+    algbw, busbw = bandwidths(1_000_000, 0.01, 4, "allgather")  # 1 MB from each of 4 ranks in 10 ms
+    assert algbw == pytest.approx(0.4) and busbw == pytest.approx(0.3)  # (n - 1) S / t
+
+    class Fake(Comm):
+        def __init__(self, out, op):
+            self.cfg, self.world_size, self.out = AllreduceConfig(op=op), 3, out
+
+        def result(self):
+            return self.out
+
+        def sync(self):
+            pass
+
+    good = np.repeat(np.arange(1, 4, dtype=np.float32), 5)
+    assert Fake(good, "allgather").check(lambda: None, 5)
+    assert not Fake(good[::-1].copy(), "allgather").check(lambda: None, 5)  # blocks out of rank order
+    assert not Fake(good[:10], "allgather").check(lambda: None, 5)
+    assert Fake(np.full(5, 6.0, np.float32), "allreduce").check(lambda: None, 5)  # 1 + 2 + 3
+    assert not Fake(np.full(5, 5.0, np.float32), "allreduce").check(lambda: None, 5)
+    assert not Fake(np.full(4, 6.0, np.float32), "allreduce").check(lambda: None, 5)  # short
+    with pytest.raises(BenchError, match="unknown --op"):
+        AllreduceConfig(op="broadcast")
+
+
+def test_sizes_reach_the_vgg16_gradient():
+    cfg = AllreduceConfig().resolve(2)
+    assert gradient_bytes("vgg16") == 138_357_544 * 4
+    assert max(cfg.sizes) == gradient_bytes("vgg16") > 553_000_000
+    assert cfg.sizes[0] == 4096 and list(cfg.sizes) == sorted(set(cfg.sizes))
+    assert all(s % 4 == 0 for s in cfg.sizes)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"backend": "carrier-pigeon"}, "unknown backend"),
+    ({"min_bytes": 1}, "--min-bytes"),
+    ({"min_bytes": 4096, "max_bytes": 1024}, "--max-bytes"),
+    ({"factor": 1}, "--factor"),
+    ({"samples": 0}, "--samples"),
+    ({"warmup": 0}, "--warmup"),
+    ({"models": ("vgg99",)}, "unknown model"),
+])
+def test_config_rejects_bad_input(kwargs, message):
+    with pytest.raises(BenchError, match=message):
+        AllreduceConfig(**kwargs)
+
+
+def test_cli_bad_size_is_one_line(cli, tmp_path):
+    r = cli("allreduce", "--max-bytes", "huge", "--output", str(tmp_path))
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "cannot read 'huge'" in r.stderr
+
+
+def test_the_time_is_the_ranks_mean_as_nccl_tests_reports_it():
+    """Numbers issue, finding 12: nccl-tests averages each rank's time over the ranks (`-a 1`, its default); the
+    figure took the slowest rank's. Now time_s follows nccl-tests, and the slowest rank's is kept beside it."""
+    from dataclasses import replace
+
+    from bench.commands.allreduce import measure
+
+    class Gathered:
+        """Rank 0's view of a 2-rank job: its own samples 1 s each, rank 1's 3 s each."""
+        world_size = 2
+
+        def prepare(self, count):
+            return lambda: None
+
+        def check(self, op, count):
+            return True
+
+        def zero(self):
+            pass
+
+        def clock(self):
+            return 0.0
+
+        def sync(self):
+            pass
+
+        def barrier(self):
+            pass
+
+        def release(self):
+            pass
+
+        def allgather(self, value):
+            if isinstance(value, dict):
+                return [{"samples": [1.0] * 3, "correct": True}, {"samples": [3.0] * 3, "correct": True}]
+            return [value, value]
+
+    cfg = replace(AllreduceConfig(samples=3, warmup=1), sizes=(4096,))
+    (row,) = measure(Gathered(), cfg)
+    assert row["time_s"] == 2.0 and row["time_slowest_rank_s"] == 3.0
+    assert row["algbw_GBps"] == pytest.approx(4096 / 2.0 / 1e9)

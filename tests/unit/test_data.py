@@ -1,0 +1,90 @@
+"""Datasets on disk (bench.data): bench data make in every format, the datasets read back and sharded, both
+loaders' batches, bad input in one line, and bench data bench end to end."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from bench.data import detect_format
+from bench.data.datasets import load, shard
+from bench.data.make import MakeConfig, make
+from bench.errors import BenchError
+
+
+def small(path, **kw):
+    return make(MakeConfig(path=str(path), **{"images": 24, "image_size": 48, **kw}))
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"format": "jpeg"}, "--format takes imagefolder, tfrecord, cifar, tokens"),
+    ({"source": "web"}, "--from takes synthetic or digits"),
+    ({"source": "digits", "format": "tokens"}, "--from digits makes images"),
+    ({"images": 0}, "--images must be >= 1"),
+    ({"val_fraction": 1.0}, "--val-fraction must be between 0 and 1"),
+    ({"format": "cifar", "image_size": 64}, "the CIFAR-10 format holds 32 x 32 images"),
+])
+def test_make_refuses_bad_input_in_one_line(tmp_path, args, message):
+    with pytest.raises(BenchError, match=message):
+        MakeConfig(path=str(tmp_path / "d"), **args)
+    assert not (tmp_path / "d").exists()
+
+
+def test_make_writes_an_imagefolder_whole_and_never_over_a_dataset(tmp_path):
+    record = small(tmp_path / "d")
+    assert record["counts"] == {"train": 19, "val": 5} and record["format"] == "imagefolder"
+    files = sorted((tmp_path / "d" / "train").rglob("*.JPEG"))
+    assert len(files) == 19 and files[0].read_bytes()[:2] == b"\xff\xd8"  # JPEG
+    assert detect_format(tmp_path / "d") == "imagefolder"
+    with pytest.raises(BenchError, match="exists and is not an empty folder; not overwritten"):
+        small(tmp_path / "d")
+    again = small(tmp_path / "e")  # deterministic by seed: the same bytes
+    assert [f.read_bytes() for f in sorted((tmp_path / "e" / "train").rglob("*.JPEG"))] == \
+        [f.read_bytes() for f in files] and again["counts"] == record["counts"]
+    assert not list(tmp_path.glob(".*.making"))
+
+
+def test_imagenet_sized_jpegs_weigh_what_imagenets_do(tmp_path):
+    """The default synthetic image: 500 x 375 at quality 90, about ImageNet's 108 KB a file."""
+    make(MakeConfig(path=str(tmp_path / "d"), images=12))
+    sizes = [f.stat().st_size for f in (tmp_path / "d").rglob("*.JPEG")]
+    assert 90_000 < np.mean(sizes) < 130_000, np.mean(sizes)
+
+
+def test_cifar_and_tokens_follow_their_formats(tmp_path):
+    small(tmp_path / "c", format="cifar", images=40, image_size=None)
+    with open(tmp_path / "c" / "cifar-10-batches-py" / "data_batch_1", "rb") as f:
+        batch = pickle.load(f, encoding="bytes")
+    assert batch[b"data"].dtype == np.uint8 and batch[b"data"].shape[1] == 3072
+    data = load(tmp_path / "c")
+    assert data.format == "cifar" and len(data.splits["train"]) == 32 and len(data.splits["val"]) == 8
+    assert data.splits["train"].arrays.shape[1:] == (32, 32, 3)
+    make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=10, seq_len=16, classes=1000))
+    ids = np.fromfile(tmp_path / "t" / "train.bin", dtype=np.uint16)
+    assert len(ids) == 8 * 16 and ids.max() < 1000 and detect_format(tmp_path / "t") == "tokens"
+
+
+def test_shards_are_disjoint_whole_batches_and_follow_the_seed():
+    parts = [shard(103, r, 4, 5, seed=1) for r in range(4)]
+    assert {len(p) for p in parts} == {25} and len(set(np.concatenate(parts))) == 100
+    assert (shard(103, 0, 4, 5, seed=1) == parts[0]).all() and not (shard(103, 0, 4, 5, seed=2) == parts[0]).all()
+    assert not (shard(103, 0, 4, 5, seed=1, epoch=1) == parts[0]).all()  # another epoch, another order
+    with pytest.raises(BenchError, match="the split has 7 samples: fewer than 4 rank\\(s\\) x batch 2"):
+        shard(7, 0, 4, 2, seed=0)
+
+
+def test_bad_datasets_are_one_line(tmp_path):
+    with pytest.raises(BenchError, match="no such file or folder"):
+        detect_format(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BenchError, match="the folder is empty"):
+        detect_format(tmp_path / "empty")
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "x.txt").write_text("x")
+    with pytest.raises(BenchError, match="cannot tell its format"):
+        detect_format(tmp_path / "odd")
+    small(tmp_path / "d")
+    (tmp_path / "d" / "meta.json").write_text(json.dumps({"format": "cifar", "classes": 10}))
+    with pytest.raises(BenchError, match="the training split has no samples"):
+        load(tmp_path / "d")

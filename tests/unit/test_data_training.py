@@ -1,0 +1,82 @@
+"""Training from a dataset (--data): the run options' checks in one line, the input section's formulas, bench
+compare's input cost, and real runs of both frameworks' pipelines (one shared run per framework)."""
+
+
+import pytest
+
+from bench.config import RunConfig
+from bench.data import feed
+from bench.data.make import MakeConfig, make
+from bench.errors import BenchError
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"mode": "torch-ddp", "loader": "torch"}, "--loader applies to runs with --data PATH"),
+    ({"mode": "torch-ddp", "loader_workers": 2}, "--loader-workers applies to runs with --data PATH"),
+    ({"mode": "tf-native", "strategy": "mirrored", "data": "JPEGS"}, "--strategy mirrored does not read --data"),
+    ({"mode": "tf-native", "strategy": "ps", "data": "JPEGS"}, "--strategy ps does not read --data"),
+    ({"mode": "torch-hybrid", "model": "transformer-small", "data": "JPEGS"}, "torch-hybrid trains the text"),
+    ({"mode": "torch-ddp", "model": "transformer-base", "data": "JPEGS"}, "--data reads image datasets"),
+    ({"mode": "torch-ddp", "data": "JPEGS", "loader": "tf"}, "--loader tf feeds tensorflow; torch-ddp is torch"),
+    ({"mode": "tf-horovod", "data": "JPEGS", "loader": "nvjpeg"}, "unknown --loader 'nvjpeg'"),
+    ({"mode": "torch-ddp", "data": "NOWHERE"}, "no such file or folder"),
+    ({"mode": "torch-ddp", "data": "JPEGS", "loader_workers": -1}, "--loader-workers must be an integer >= 0"),
+])
+def test_data_options_refuse_what_cannot_run_in_one_line(jpegs, tmp_path, args, message):
+    args = {k: str(jpegs) if v == "JPEGS" else str(tmp_path / "none") if v == "NOWHERE" else v
+            for k, v in args.items()}
+    with pytest.raises(BenchError, match=message):
+        RunConfig(**args)
+
+
+def test_dali_feeds_either_framework(jpegs):
+    assert RunConfig(mode="torch-ddp", data=str(jpegs), loader="dali").loader == "dali"
+    assert RunConfig(mode="tf-horovod", data=str(jpegs), loader="dali").loader == "dali"
+
+
+def test_a_tokens_dataset_is_refused_by_the_image_modes(tmp_path):
+    make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=20, classes=50, seq_len=8))
+    with pytest.raises(BenchError, match="holds token ids"):
+        RunConfig(mode="torch-ddp", data=str(tmp_path / "t"))
+
+
+def test_a_data_run_takes_the_datasets_classes_and_its_frameworks_loader(jpegs):
+    torch_cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
+    assert torch_cfg.num_classes == 4 and torch_cfg.loader == "torch"
+    assert RunConfig(mode="tf-horovod", data=str(jpegs)).resolve("cpu", 2).loader == "tf"
+    assert RunConfig(mode="torch-ddp").resolve("cpu", 2).loader is None  # synthetic: no loader
+
+
+def test_the_parent_checks_samples_and_classes_before_any_rank_starts(jpegs):
+    assert feed.check(RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2))["train_samples"] == 40
+    with pytest.raises(BenchError, match="fewer than 3 rank"):
+        feed.check(RunConfig(mode="torch-ddp", data=str(jpegs), batch_size=16).resolve("cpu", 3))
+    with pytest.raises(BenchError, match="has 4 classes; --num-classes 3 is fewer"):
+        feed.check(RunConfig(mode="torch-ddp", data=str(jpegs), num_classes=3).resolve("cpu", 2))
+
+
+def rank(r, waits, windows=(1.0, 1.0)):
+    return {"rank": r, "host": "h", "window_s": list(windows),
+            "data": {"wait_step_s": waits, "h2d_step_s": None, "loader_rate": 100.0 + r, "workers": 1, "epochs": 1.5,
+                     "format": "imagefolder", "classes": 4, "train_samples": 40}}
+
+
+def test_the_input_section_gives_each_ranks_wait_share_and_the_rank_that_sets_the_pace(jpegs):
+    cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
+    section = feed.section(cfg, [rank(0, [0.01, 0.01]), rank(1, [0.2, 0.1, 0.0])])
+    assert [p["wait_share"] for p in section["per_rank"]] == pytest.approx([0.01, 0.15])
+    assert section["paced_by_rank"] == 1 and section["wait_share_max"] == pytest.approx(0.15)
+    assert section["per_rank"][1]["wait_step_s"] == [0.2, 0.1, 0.0]  # the raw waits are kept
+    calm = feed.section(cfg, [rank(0, [0.01]), rank(1, [0.05, 0.1])])
+    assert calm["paced_by_rank"] is None  # 7.5% < 10%
+    assert feed.section(RunConfig(mode="torch-ddp").resolve("cpu", 2), [])["source"] == "synthetic"
+    rows = dict((label, value) for label, value, _ in feed.table_rows(section))
+    assert rows["input sets the pace"] == "rank 1" and rows["data wait, share of step (max rank)"] == "15.0"
+
+
+def test_the_input_cost_is_the_share_of_synthetic_throughput_lost():
+    from bench.commands.compare import input_cost
+
+    assert input_cost("synthetic", "imagefolder via torch", 100.0, 80.0) == pytest.approx(0.2)
+    assert input_cost("imagefolder via torch", "synthetic", 80.0, 100.0) == pytest.approx(0.2)
+    assert input_cost("synthetic", "synthetic", 100.0, 80.0) is None

@@ -1,0 +1,268 @@
+"""bench diagnose in process: the rules over figures, the pairs' schedule, baselines, the record and its report.
+The real diagnoses, with nodes and links broken on purpose, are in tests/system/test_diagnose_cluster.py."""
+
+import json
+from itertools import combinations
+
+import pytest
+
+from bench.commands.diagnose import DiagnoseConfig, load_baseline, pair_rounds, resolve_nodes, signature
+from bench.commands.diagnose import rules as R
+from bench.commands.diagnose.alone import alone_env
+from bench.commands.diagnose.report import markdown
+from bench.errors import BenchError
+from bench.records.schema import validate_diagnose
+
+
+def devices(**rates):
+    return {"device": {n: {"samples_per_sec": r} for n, r in rates.items()}}
+
+
+def test_the_default_rules_load_and_each_kind_has_a_peer_rule():
+    rules = R.load()
+    assert {r.kind for r in rules if r.against == "peers"} == {"device", "pair", "rank"}
+    assert {r.kind for r in rules if r.against == "baseline"} == {"device", "pair", "job"}
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[[rule]]\nname="x"\nkind="device"\nfigure="samples_per_sec"\nagainst="peers"\ndirection="below"\n'
+     'severity="error"\n', "missing tolerance"),
+    ('[[rule]]\nname="x"\nkind="gpu"\nfigure="samples_per_sec"\nagainst="peers"\ndirection="below"\n'
+     'tolerance=0.2\nseverity="error"\n', "kind must be"),
+    ('[[rule]]\nname="x"\nkind="pair"\nfigure="samples_per_sec"\nagainst="peers"\ndirection="below"\n'
+     'tolerance=0.2\nseverity="error"\n', "a pair has the figures busbw_GBps, latency_us"),
+    ('[[rule]]\nname="x"\nkind="device"\nfigure="samples_per_sec"\nagainst="peers"\ndirection="below"\n'
+     'tolerance=1.5\nseverity="error"\n', "tolerance must be"),
+    ('[[rule]]\nname="x"\nkind="device"\nfigure="samples_per_sec"\nagainst="peers"\ndirection="below"\n'
+     'tolerance=0.2\nseverity="error"\nthreshold=2\n', "unknown threshold"),
+    ("rule = [", "not TOML"),
+    ("", "no [[rule]] tables"),
+])
+def test_a_bad_rules_file_gets_one_line(tmp_path, text, says):
+    path = tmp_path / "rules.toml"
+    path.write_text(text)
+    with pytest.raises(BenchError, match=".*") as exc:
+        R.load(path)
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_slow_device_is_flagged_against_its_peers_and_no_other():
+    found = R.evaluate(R.load(), devices(node1=10.0, node2=10.4, node3=6.0, node4=9.8), None)
+    assert [(f["where"], f["severity"]) for f in found] == [("node3", "error")]
+    f = found[0]
+    assert f["figure"] == 6.0 and f["expected"] == 10.0 and "samples_per_sec < 0.75 x peers" in f["rule"]
+
+
+def test_a_node_whose_input_pipeline_is_slow_is_flagged_against_its_peers():
+    """With --data the devices phase gives each device its pipeline's rate alone: a slow disk or busy CPUs."""
+    figures = {"device": {n: {"samples_per_sec": 10.0, "loader_rate": r, "data_wait_share": 0.01}
+                          for n, r in (("node1", 400.0), ("node2", 380.0), ("node3", 180.0), ("node4", 410.0))}}
+    found = R.evaluate(R.load(), figures, None)
+    assert [(f["where"], f["name"], f["rule"].split(":")[0]) for f in found] == \
+        [("node3", "loader_rate", "pipeline-slower-than-peers")]
+    figures["device"]["node3"]["loader_rate"] = 300.0  # within the tolerance: 300 > 0.65 x 400
+    assert R.evaluate(R.load(), figures, None) == []
+
+
+def test_noise_within_the_tolerance_is_no_finding():
+    assert R.evaluate(R.load(), devices(node1=10.0, node2=8.0, node3=9.1, node4=10.9), None) == []
+
+
+def test_every_device_slowed_alike_is_found_by_the_baseline_only():
+    rules = R.load()
+    now = devices(node1=5.0, node2=5.1, node3=4.9, node4=5.0)
+    assert R.evaluate(rules, now, None) == []
+    base = devices(node1=10.0, node2=10.0, node3=10.0, node4=10.2)
+    found = R.evaluate(rules, now, base)
+    assert sorted(f["where"] for f in found) == ["node1", "node2", "node3", "node4"]
+    assert {f["against"] for f in found} == {"baseline"}
+
+
+def test_a_member_new_to_the_baseline_is_held_against_its_median():
+    found = R.evaluate(R.load(), devices(node1=10.0, node2=10.0, node9=5.0), devices(node1=10.0, node2=10.0))
+    assert [(f["where"], f["against"], f["expected"]) for f in found] == [("node9", "peers", 10.0),
+                                                                          ("node9", "baseline", 10.0)]
+
+
+def test_two_members_give_no_peer_verdict():
+    assert R.evaluate(R.load(), devices(node1=10.0, node2=1.0), None) == []
+
+
+def test_a_slow_link_is_named_as_the_node_in_every_flagged_pair():
+    pairs = {"node1+node2": 0.05, "node1+node3": 0.31, "node1+node4": 0.29,
+             "node2+node3": 0.05, "node2+node4": 0.06, "node3+node4": 0.30}
+    figures = {"pair": {p: {"busbw_GBps": b, "latency_us": 100.0} for p, b in pairs.items()}}
+    found = R.evaluate(R.load(), figures, None)
+    assert sorted(f["where"] for f in found) == ["node1+node2", "node2+node3", "node2+node4"]
+    node = R.common_member(found)
+    assert [(f["where"], f["pairs"]) for f in node] == [("node2", ["node1+node2", "node2+node3", "node2+node4"])]
+    latency = {"pair": {p: {"busbw_GBps": 0.3, "latency_us": 900.0 if "node4" in p else 100.0} for p in pairs}}
+    found = R.evaluate(R.load(), latency, None)
+    assert [f["where"] for f in R.common_member(found)] == ["node4"]
+
+
+def test_no_common_member_when_the_flagged_pairs_share_none():
+    found = [R.finding("pair", "a+b", 1, 2, "r", "error", "r", "peers"),
+             R.finding("pair", "c+d", 1, 2, "r", "error", "r", "peers")]
+    assert R.common_member(found) == []
+
+
+def test_every_finding_kind_has_the_same_keys():
+    """A did-not-run finding had no `against` key (the diagnose tier's test failed on a KeyError): every finding,
+    ruled or derived, carries the same keys, and the schema requires them."""
+    from bench.records.schema import Finding
+
+    figures = {"rank": {f"rank {r} (node{r + 1})": {"compute_s": c} for r, c in enumerate([0.50, 0.52, 1.1, 0.49])}}
+    ruled = R.evaluate(R.load(), figures, None)
+    pairs = [R.finding("pair", p, 1, 2, "r", "error", "r", "peers") for p in ("n1+n4", "n2+n4")]
+    derived = [*R.common_member(pairs), R.finding("job", "job", None, "a result", "did-not-run: x", "error",
+                                                  "did-not-run", None, phase="job")]
+    keys = {"kind", "where", "figure", "expected", "rule", "severity", "name", "against"}
+    for f in [*ruled, *pairs, *derived]:
+        assert keys <= set(f), f
+        Finding.model_validate(f)
+
+
+def test_a_straggler_rank_is_flagged_by_its_compute():
+    figures = {"rank": {f"rank {r} (node{r + 1})": {"compute_s": c} for r, c in enumerate([0.50, 0.52, 1.1, 0.49])}}
+    found = R.evaluate(R.load(), figures, None)
+    assert [f["where"] for f in found] == ["rank 2 (node3)"]
+
+
+@pytest.mark.parametrize("n", range(2, 11))
+def test_all_pairs_come_once_in_rounds_of_disjoint_pairs(n):
+    nodes = [f"n{i}" for i in range(n)]
+    rounds = pair_rounds(nodes, "all")
+    flat = [tuple(sorted(p)) for r in rounds for p in r]
+    assert sorted(flat) == sorted(combinations(sorted(nodes), 2))
+    for r in rounds:
+        members = [x for p in r for x in p]
+        assert len(members) == len(set(members))
+
+
+@pytest.mark.parametrize("n", range(3, 12))
+def test_a_ring_of_pairs_holds_each_node_twice(n):
+    nodes = [f"n{i}" for i in range(n)]
+    rounds = pair_rounds(nodes, "ring")
+    flat = [p for r in rounds for p in r]
+    assert len(flat) == n and all(sum(x in p for p in flat) == 2 for x in nodes)
+    assert len(rounds) <= 3
+    for r in rounds:
+        members = [x for p in r for x in p]
+        assert len(members) == len(set(members))
+    assert pair_rounds(nodes, "auto") == pair_rounds(nodes, "all" if n <= 8 else "ring")
+
+
+def test_a_baseline_measured_differently_is_refused(tmp_path):
+    cfg = DiagnoseConfig(nodes=("a", "b", "c"), baseline=str(tmp_path / "base.json"))
+    (tmp_path / "base.json").write_text(json.dumps({"kind": "diagnose-baseline", "figures": {},
+                                                    "signature": {**signature(cfg), "large_bytes": 1}}))
+    with pytest.raises(BenchError, match="measured differently \\(large_bytes\\)"):
+        load_baseline(cfg)
+    (tmp_path / "base.json").write_text("{}")
+    with pytest.raises(BenchError, match="is not a record of hvdbench.*--save-baseline writes a baseline"):
+        load_baseline(cfg)
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"mode": "torch-nope"}, "unknown mode"), ({"phases": ("devices", "disks")}, "--phases takes"),
+    ({"large_bytes": 5000}, "multiple of --small-bytes"), ({"nodes": ("a",)}, "needs 2 nodes"),
+    ({"attribution_steps": 1}, "at least 2"), ({"backend": "mpi"}, "unknown --backend"),
+])
+def test_bad_options_get_one_line(kw, says):
+    with pytest.raises(BenchError, match=says):
+        DiagnoseConfig(**{"nodes": ("a", "b"), **kw}).check()
+
+
+def test_outside_an_allocation_it_says_how_to_run(monkeypatch):
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(BenchError, match="inside a Slurm allocation .* or on a host list"):
+        resolve_nodes(None)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    with pytest.raises(BenchError, match="not under srun"):
+        resolve_nodes(None)
+    with pytest.raises(BenchError, match="names a node twice"):
+        resolve_nodes(("a", "b", "a"))
+
+
+def test_a_device_alone_sees_no_launcher_and_its_own_gpu():
+    env = {"SLURM_JOB_ID": "3", "SLURM_LOCALID": "1", "SLURM_PROCID": "5", "PMIX_RANK": "5",
+           "OMPI_COMM_WORLD_RANK": "1", "MASTER_ADDR": "n1", "RANK": "5", "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+           "PATH": "/bin"}
+    out = alone_env(env, 4)
+    assert out == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "5"}
+    assert alone_env({"HVDBENCH_DIAGNOSE_DEVICE": "2"}, 4)["CUDA_VISIBLE_DEVICES"] == "2"
+    assert "CUDA_VISIBLE_DEVICES" not in alone_env({"SLURM_LOCALID": "0"}, 1)
+
+
+def record(findings, figures=None):
+    return {"kind": "diagnose", "schema_version": 1, "run_id": "r1", "created_utc": "now", "hvdbench_version": "0",
+            "config": {}, "executor": "slurm", "nodes": ["node1", "node2", "node3"], "left_out": [], "seconds": 1.0,
+            "phases": {"devices": {"seconds": 1.0, "steps": []}}, "figures": figures or {}, "rules": ["r"],
+            "baseline": None, "findings": findings, "passed": not findings}
+
+
+def test_the_record_matches_its_schema_and_the_report_names_each_finding():
+    figures = devices(node1=10.0, node2=10.0, node3=4.0)
+    found = R.evaluate(R.load(), figures, None)
+    rec = record(found, figures)
+    validate_diagnose(rec)
+    text = markdown(rec)
+    assert "diagnose FAIL" in text and "| error | device | node3 | 4 | 10 |" in text
+    with pytest.raises(BenchError, match="findings"):
+        validate_diagnose({**rec, "findings": [{"kind": "disk"}]})
+    assert "None: every check passed." in markdown(record([]))
+
+
+def test_the_published_schema_names_the_findings_fields():
+    from bench.records.schema import json_schema
+
+    schema = json_schema("diagnose")
+    finding = schema["$defs"]["Finding"]["properties"]
+    assert {"kind", "where", "figure", "expected", "rule", "severity"} <= set(finding)
+    assert "findings" in schema["required"] and json_schema()["title"] == "hvdbench result"
+
+
+def test_telemetry_says_why_a_gpu_is_slow_and_warns_of_one_that_throttled_unflagged():
+    from bench.commands.diagnose import _device_telemetry, _throttled
+
+    def result(reasons):
+        gpu = {"throttled": bool(reasons), "throttle_reasons": reasons, "power_w_mean": 300.0}
+        return {"telemetry": {"nodes": [{"gpus": [gpu]}]}}
+
+    figures = {"device": {"n1/0": {"samples_per_sec": 100.0, **_device_telemetry(result([]))},
+                          "n1/1": {"samples_per_sec": 101.0, **_device_telemetry(result(["sw_thermal_slowdown"]))},
+                          "n2/0": {"samples_per_sec": 60.0, **_device_telemetry(result(["sw_power_cap"]))},
+                          "n2/1": {"samples_per_sec": 99.0, **_device_telemetry(result([]))}}}
+    found = R.evaluate(R.load(), figures, None)
+    found += _throttled(figures["device"], found)
+    by_where = {f["where"]: f for f in found}
+    assert by_where["n2/0"]["severity"] == "error" and by_where["n2/0"]["why"] == "throttled: sw_power_cap"
+    assert by_where["n1/1"]["severity"] == "warning" and "sw_thermal_slowdown" in by_where["n1/1"]["why"]
+    assert set(by_where) == {"n2/0", "n1/1"}
+    assert _device_telemetry({"telemetry": {"available": False}}) == {}
+
+
+@pytest.mark.parametrize("state, why", [
+    ("RUNNING", None),
+    ("COMPLETING", "the Slurm allocation 12 ended (COMPLETING)"),  # revoked: its steps die ("job 12 has expired")
+    ("TIMEOUT", "the Slurm allocation 12 ended (TIMEOUT)"),
+    ("", "the Slurm allocation 12 ended (gone)"),
+])
+def test_a_failed_step_is_the_allocations_end_unless_it_still_runs(monkeypatch, state, why):
+    import subprocess
+
+    from bench.commands.diagnose.hosts import Slurm
+
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    asked = []
+
+    def squeue(cmd, **kwargs):
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, f"{state}\n", "")
+
+    monkeypatch.setattr(subprocess, "run", squeue)
+    assert Slurm(["node1"], 1).gone() == why
+    assert asked == [["squeue", "-h", "-j", "12", "-o", "%T"]]

@@ -1,0 +1,164 @@
+"""The image recipes without an engine: stacks -> build args, Dockerfile rules, hadolint, compose, CI matrix."""
+
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "docker"))
+import images  # noqa: E402
+
+DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
+CUDA_DOCKERFILE = (ROOT / "docker" / "Dockerfile.cuda").read_text()
+REQUIRED = {"STACK", "BASE_IMAGE_CPU", "BASE_IMAGE_CUDA", "TORCH_VERSION", "TORCH_INDEX_URL_CPU",
+            "TF_PACKAGE_CPU", "TF_PACKAGE_CUDA", "TF_VERSION", "TF_KERAS_VERSION", "HOROVOD_VERSION", "HOROVOD_PATCH"}
+
+
+def test_stacks_are_complete():
+    assert {"current", "classic"} <= set(images.stacks())
+    for stack in images.stacks():
+        values = images.read_stack(stack)
+        assert REQUIRED <= set(values), (stack, REQUIRED - set(values))
+        assert values["STACK"] == stack
+    classic = images.read_stack("classic")
+    assert classic["HOROVOD_PATCH"] == "no" and "11.8" in classic["BASE_IMAGE_CUDA"]
+    assert classic["TF_VERSION"].startswith("2.12") and classic["TORCH_VERSION"].startswith("2.0")
+    current = images.read_stack("current")
+    assert current["HOROVOD_PATCH"] == "yes" and current["TF_VERSION"] == "2.21.0" and current["TF_KERAS_VERSION"]
+    # the CUDA flavour: CUDA from PyPI wheels on the same plain Debian base (no nvidia/cuda registry image)
+    assert current["BASE_IMAGE_CUDA"] == current["BASE_IMAGE_CPU"] == "debian:bookworm-slim"
+    assert current["DOCKERFILE_CUDA"] == "Dockerfile.cuda" and current["TF_PACKAGE_CUDA"] == "tensorflow[and-cuda]"
+
+
+def test_build_args_pick_the_flavour():
+    cpu = images.build_args("current", "cpu")
+    cuda = images.build_args("current", "cuda")
+    assert cpu["BASE_IMAGE"] == "debian:bookworm-slim" and cpu["TF_PACKAGE"] == "tensorflow-cpu"
+    assert cuda["BASE_IMAGE"] == "debian:bookworm-slim" and cuda["TF_PACKAGE"] == "tensorflow[and-cuda]"
+    assert cpu["FLAVOR"] == "cpu" and cuda["FLAVOR"] == "cuda"
+    assert cuda["DOCKERFILE"] == "Dockerfile.cuda" and cpu["DOCKERFILE"] == "Dockerfile"
+    assert not any(k.endswith(("_CPU", "_CUDA")) for k in cpu)
+    # every build arg is declared after a FROM, so it reaches the build
+    for args, text in ((cpu, DOCKERFILE), (cuda, CUDA_DOCKERFILE)):
+        for key in set(args) - {"DOCKERFILE", "TORCH_INDEX_URL"}:
+            assert f"ARG {key}" in text.split("FROM", 1)[1], key
+    assert images.build_args("current", "cpu", base="hvdbench-base:bookworm")["BASE_IMAGE"] == "hvdbench-base:bookworm"
+
+
+def test_tags():
+    assert images.tags("current", "cuda") == ["hvdbench:current-cuda", "hvdbench:latest"]
+    assert images.tags("classic", "cpu") == ["hvdbench:classic-cpu"]
+
+
+def test_unknown_stack_and_flavor():
+    with pytest.raises(images.ImageError, match="unknown stack"):
+        images.build_args("nope", "cpu")
+    with pytest.raises(images.ImageError, match="unknown flavor"):
+        images.build_args("current", "rocm")
+
+
+def test_dockerfile_rules():
+    head, _, body = DOCKERFILE.partition("\nFROM ")
+    assert "ARG BASE_IMAGE" in head and "ARG BASE_IMAGE" in body
+    assert 'SHELL ["/bin/bash", "-euo", "pipefail", "-c"]' in body
+    assert "org.opencontainers.image.version" in body and "io.hvdbench.horovod" in body
+    assert "horovodrun --check-build" in body and "bench torch-ddp --device cpu --np 2" in body
+    assert 'ENTRYPOINT ["/opt/hvdbench/docker/entrypoint.sh"]' in body
+    # the CA bundle is only ever a BuildKit secret
+    assert "ca-certificates.crt" not in body and "--mount=type=secret,id=ca" in body
+    assert "docker/build-horovod.sh" in body
+
+
+def test_cuda_dockerfile_rules():
+    """Multi-stage: the compilers, nvcc and Horovod's build live in the build stage only; the shipped stages
+    copy the two framework environments (frameworks), then add this package and run the self-test (image)."""
+    runtime, build, frameworks, image = (part for part in CUDA_DOCKERFILE.split("\nFROM ")[1:])
+    assert runtime.startswith("${BASE_IMAGE} AS runtime") and build.startswith("runtime AS build")
+    assert frameworks.startswith("runtime AS frameworks") and image.startswith("frameworks AS image")
+    shipped = frameworks + image
+    for tool in ("g++", "cmake", "libopenmpi-dev", "python3-dev"):
+        assert tool in build and tool not in runtime and tool not in shipped
+    assert "cuda-toolkit[nvcc,cccl]" in build and "nvcc" not in shipped.split("# Self-test")[0].replace("nvcc ${", "")
+    assert build.count("build-horovod.sh /opt/hvdbench/torch/bin/python") == 1  # one Horovod per environment
+    assert build.count("build-horovod.sh /opt/hvdbench/tf/bin/python") == 1
+    assert "COPY --from=build /opt/hvdbench/torch" in frameworks and "COPY --from=build /opt/hvdbench/tf" in frameworks
+    assert "HVDBENCH_PYTHON_TORCH=" in frameworks and "HVDBENCH_PYTHON_TF=" in frameworks
+    assert "COPY bench" not in frameworks and "COPY bench" in image  # a change to bench/ rebuilds only the image stage
+    assert "bench env --check" in image and "horovodrun --check-build" in image
+    assert "ca-certificates.crt" not in CUDA_DOCKERFILE and "--mount=type=secret,id=ca" in build
+
+
+def test_cpu_dockerfile_puts_bench_after_the_frameworks():
+    """The frameworks stage holds everything heavy and nothing of bench/; the image stage adds bench."""
+    frameworks, image = DOCKERFILE.split("\nFROM ")[1:]
+    assert frameworks.startswith("${BASE_IMAGE} AS frameworks") and image.startswith("frameworks AS image")
+    assert "build-horovod.sh" in frameworks and "COPY bench" not in frameworks
+    assert "COPY bench" in image  # and nothing heavy: its one pip install is this package alone, without deps
+    assert image.count("pip install") == 1 and "pip install --no-deps --no-build-isolation" in image
+
+
+def test_cluster_node_image_is_built_on_the_frameworks_stage():
+    text = (ROOT / "docker" / "cluster" / "Dockerfile").read_text()
+    assert "ARG HVDBENCH_IMAGE=hvdbench:current-cpu-frameworks" in text
+    assert text.index("slurm-wlm") < text.index("COPY bench")  # bench last: a change to it rebuilds one step
+
+
+def test_compose_services():
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    services = compose["services"]
+    for mode in ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native"):
+        assert services[mode]["command"] == [mode]
+        assert services[mode]["profiles"] == ["gpu"]
+        assert services[mode]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    for i, node in enumerate(("node0", "node1")):
+        assert services[node]["profiles"] == ["two-node"]
+        assert f'"index": {i}' in services[node]["environment"]["TF_CONFIG"]
+
+
+class _Images:
+    """The engine's image API as resolve_base sees it: what it has, and whether a registry answers."""
+
+    def __init__(self, have=(), registry=False):
+        self.have, self.registry, self.pulled = set(have), registry, []
+
+    def get(self, name):
+        import docker
+
+        if name not in self.have:
+            raise docker.errors.ImageNotFound(f"No such image: {name}")
+
+    def pull(self, name):
+        import docker
+
+        if not self.registry:
+            raise docker.errors.APIError('Get "https://registry-1.docker.io/v2/": dial tcp: no such host')
+        self.pulled.append(name)
+
+
+class _Client:
+    def __init__(self, **kw):
+        self.images = _Images(**kw)
+
+
+def test_resolve_base_takes_the_stacks_base_when_the_engine_has_or_can_pull_it(monkeypatch):
+    monkeypatch.setattr(images, "make_base", lambda tag=images.LOCAL_BASE: pytest.fail("no fallback expected"))
+    assert images.resolve_base("debian:bookworm-slim", _Client(have={"debian:bookworm-slim"})) == "debian:bookworm-slim"
+    c = _Client(registry=True)
+    assert images.resolve_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", c) == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+    assert c.images.pulled == ["nvidia/cuda:12.4.1-devel-ubuntu22.04"]
+
+
+def test_resolve_base_without_a_registry_falls_back_to_the_debootstrapped_bookworm(monkeypatch, capsys):
+    made = []
+    monkeypatch.setattr(images, "make_base", lambda tag=images.LOCAL_BASE: made.append(tag) or tag)
+    assert images.resolve_base("debian:bookworm-slim", _Client()) == images.LOCAL_BASE
+    assert made == [images.LOCAL_BASE]
+    assert "cannot pull debian:bookworm-slim" in capsys.readouterr().out
+
+
+def test_resolve_base_without_a_registry_refuses_a_base_it_cannot_stand_in_for(monkeypatch):
+    monkeypatch.setattr(images, "make_base", lambda tag=images.LOCAL_BASE: pytest.fail("no fallback expected"))
+    with pytest.raises(images.ImageError, match=r"cannot pull the base image nvidia/cuda:12.4.1-devel-ubuntu22.04"):
+        images.resolve_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", _Client())

@@ -1,0 +1,154 @@
+"""The docs cannot rot: every command shown in README.md and docs/*.md is checked against the code.
+
+* a ``bench`` command (also inside srun, torchrun, docker run, apptainer exec, ...) must parse with the real
+  CLI: every subcommand, option and value type exists as written (parsed, not run);
+* a ``make`` target must exist in the Makefile; a ``python <script>`` must exist and answer ``--help``;
+* every other command (docker, sbatch, apptainer, pip, ...) must be listed in RUN_BY with the test or make
+  target that runs it, and that test must exist. A new command in the docs fails here until it is covered.
+"""
+
+import re
+import shlex
+
+import pytest
+
+from tests.conftest import ROOT
+
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+# Command words other than bench/make/python, and the test (file::function) or make target that runs them.
+RUN_BY = {
+    "docker run": "tests/system/test_images.py::test_torch_ddp_in_container",
+    "docker compose": "tests/system/test_images.py::test_compose_two_nodes_over_tcp",
+    "docker pull": "tests/system/test_publish.py::test_publish_pull_back_and_run_names_the_image",
+    "sbatch": "tests/system/test_slurm.py::test_sbatch_scripts_without_container",
+    "srun": "tests/system/test_slurm.py::test_sbatch_scripts_without_container",
+    "salloc": "tests/system/test_slurm.py::test_sweep_inside_an_allocation_runs_one_srun_step_per_cell",
+    "torchrun": "tests/multiproc/test_torch_modes.py::test_torch_ddp_under_torchrun",
+    "horovodrun": "tests/multiproc/test_torch_modes.py::test_torch_horovod_under_horovodrun_gloo",
+    "mpirun": "tests/multiproc/test_torch_modes.py::test_torch_horovod_under_mpirun",
+    "pip install": "tests/multiproc/test_install.py::test_torch_extra_runs_two_ranks",
+    "apptainer build":
+        "tests/system/test_apptainer.py::test_the_definition_file_builds_and_its_test_help_and_labels_work",
+    "apptainer exec": "tests/system/test_apptainer.py::test_exec_self_spawned_ranks_inside_one_container",
+    "srun apptainer": "tests/system/test_apptainer.py::test_sbatch_scripts_with_apptainer",
+}
+COMMAND_WORDS = {"bench", "make", "python", "docker", "srun", "sbatch", "salloc", "apptainer", "singularity",
+                 "torchrun", "horovodrun", "mpirun", "pip", "kubectl"}
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """(file, command) for every line of every code block (indented or fenced), continuations joined."""
+    found = []
+    for path in DOC_FILES:
+        block, fenced = [], False
+        for line in path.read_text().splitlines() + [""]:
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced or line.startswith("    "):
+                block.append(line.strip())
+                continue
+            text = "\n".join(block).replace("\\\n", " ")
+            block = []
+            for cmd in text.splitlines():
+                cmd = re.split(r"\s+#\s", cmd)[0].strip()
+                argv = words(cmd) if cmd else []
+                if argv and argv[0] in COMMAND_WORDS:
+                    found.append((path.relative_to(ROOT).as_posix(), cmd))
+    return found
+
+
+def words(cmd: str) -> list[str]:
+    argv = [w for w in shlex.split(cmd) if w != "..."]
+    while argv and re.match(r"^[A-Z_]+=", argv[0]):  # VAR=value prefixes
+        argv.pop(0)
+    return argv
+
+
+COMMANDS = doc_commands()
+
+
+def bench_args(argv: list[str]) -> list[str] | None:
+    """The arguments given to bench, wherever it sits in the command line; None if bench is not run."""
+    for i, w in enumerate(argv):
+        if w == "bench" or (w == "-m" and i + 1 < len(argv) and argv[i + 1] == "bench"):
+            return argv[i + 1 + (w == "-m"):]
+        if argv[0] == "docker" and argv[1] == "run" and w.startswith("hvdbench") and i > 1:
+            return argv[i + 1:]
+    return None
+
+
+def parse_with_cli(args: list[str]) -> None:
+    import typer
+
+    from bench.cli import app
+
+    group = typer.main.get_command(app)
+    ctx = group.make_context("bench", list(args))
+    protected = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", [])
+    name, sub, rest = group.resolve_command(ctx, [*protected, *ctx.args])
+    sub.make_context(name, rest, parent=ctx)
+
+
+def test_the_docs_show_commands():
+    assert len(COMMANDS) > 40
+    assert {f for f, _ in COMMANDS} >= {"README.md", "docs/running.md", "docs/sweeps.md"}
+
+
+@pytest.mark.parametrize("key, runner", RUN_BY.items())
+def test_the_runners_exist(key, runner):
+    if runner.startswith("make "):
+        assert f"\n{runner.split()[1]}:" in (ROOT / "Makefile").read_text()
+        return
+    file, _, test = runner.partition("::")
+    assert (ROOT / file).is_file(), runner
+    if test:
+        assert re.search(rf"^def {test}\b", (ROOT / file).read_text(), re.M), f"{runner} does not exist"
+
+
+def test_a_rotten_command_fails_the_check():
+    from typer.exceptions import TyperException
+
+    for args in (["torch-ddp", "--no-such-option"], ["sweep", "--cell-timeout", "soon"], ["no-such-command"]):
+        with pytest.raises(TyperException):
+            parse_with_cli(args)
+    docker = "docker run --gpus all hvdbench:current-cpu torch-ddp --np 2"
+    assert bench_args(words(docker)) == ["torch-ddp", "--np", "2"]
+    assert bench_args(words("OMP_NUM_THREADS=1 srun -n 8 python -m bench torch-ddp")) == ["torch-ddp"]
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_docs_lands():
+    """A relative link names a file that exists and, with #anchor, one of its headings (pages moved into
+    docs/measured/ keep their links)."""
+    broken = []
+    for doc in DOC_FILES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            if not dest.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+            elif anchor and dest.is_file() and anchor not in {
+                    _slug(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(), re.M)}:
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken
+
+
+def test_make_help_lists_every_target_from_its_own_comment():
+    """Gate issue, item 5: 11 targets were missing from a help text written by hand. Every target's line carries
+    its one comment (`target: deps ## what it does`), which `make help` prints; tier targets are named
+    test-<tier>, as test-unit is."""
+    text = (ROOT / "Makefile").read_text()
+    targets = re.findall(r"^([a-z][\w-]*):(?!=)(.*)$", text, re.M)
+    assert len(targets) > 40
+    assert [name for name, rest in targets if " ## " not in rest] == []
+    assert [name for name, _ in targets if name.endswith("-test")] == []
+    phony = set(re.search(r"^\.PHONY:(.*)$", text, re.M).group(1).split())
+    assert {name for name, _ in targets if name != "venv"} - phony == set()

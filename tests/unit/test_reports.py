@@ -1,0 +1,113 @@
+"""sweep, report and compare: on checked-in results of real CPU runs, and on a real small sweep."""
+
+import json
+import shutil
+
+import pytest
+
+from bench.commands.report import horovod_vs_native, scaling_rows, write_report
+from bench.commands.sweep import SweepConfig
+from bench.errors import BenchError
+from bench.records.collect import load_results, table_cells
+from tests.conftest import FIXTURES
+
+A, B = FIXTURES / "sweep-a", FIXTURES / "sweep-b"
+
+
+def by_mode_n(folder):
+    return {(r["mode"], r["world_size"]): r for r in load_results([folder])}
+
+
+def test_report_figures_follow_the_formulas(tmp_path):
+    results = by_mode_n(A)
+    rows = {(r["label"], r["n"]): r for r in scaling_rows(table_cells(load_results([A]))[0])}
+    for mode in ("torch-ddp", "torch-horovod"):
+        t1 = results[(mode, 1)]["summary"]["samples_per_sec_total"]
+        t2 = results[(mode, 2)]["summary"]["samples_per_sec_total"]
+        single = results[("torch-single", 1)]["summary"]["samples_per_sec_total"]
+        assert rows[(mode, 2)]["speedup"] == pytest.approx(t2 / t1)
+        assert rows[(mode, 2)]["efficiency"] == pytest.approx(t2 / (2 * t1))
+        assert rows[(mode, 2)]["vs_single"] == pytest.approx(t2 / single)
+        w1 = results[(mode, 1)]["summary"]["samples_per_sec_wall_total"]
+        w2 = results[(mode, 2)]["summary"]["samples_per_sec_wall_total"]
+        assert rows[(mode, 2)]["wall_speedup"] == pytest.approx(w2 / w1)
+    versus = horovod_vs_native(*table_cells(load_results([A])))
+    assert [(v["horovod"], v["native"], v["n"]) for v in versus] == [("torch-horovod", "torch-ddp", 1),
+                                                                     ("torch-horovod", "torch-ddp", 2)]
+    v2 = versus[1]
+    h, d = results[("torch-horovod", 2)], results[("torch-ddp", 2)]
+    assert v2["ratio"] == pytest.approx(h["summary"]["samples_per_sec_total"] / d["summary"]["samples_per_sec_total"])
+    assert v2["runs"] == (1, 1) and v2["beyond_noise"] is None  # one launch a side: not decided
+
+    path = write_report([A], tmp_path)
+    text = path.read_text()
+    assert "| torch-ddp | resnet50 32x32 b2 fp32 | 2 |" in text and "## Horovod vs native" in text
+    assert f"{rows[('torch-ddp', 2)]['speedup']:.2f}" in text
+    for png in ("speedup.png", "efficiency.png"):
+        assert (tmp_path / png).stat().st_size > 5000
+    assert len((tmp_path / "report.csv").read_text().splitlines()) == 1 + 5
+
+
+def test_verify_allreduce_and_peak_records_in_the_folder_are_not_training_results(tmp_path):
+    shared = tmp_path / "results"
+    shutil.copytree(A, shared)
+    (shared / "20261121T000000Z-verify-0.json").write_text(json.dumps({"kind": "verify", "modes": []}))
+    (shared / "20261121T000000Z-allreduce-torch-0.json").write_text(json.dumps({"kind": "allreduce", "rows": []}))
+    (shared / "peak").mkdir()
+    (shared / "peak" / "node1-cpu-1t-fp32-20261121T000000Z.json").write_text(json.dumps({"kind": "peak"}))
+    assert len(load_results([shared])) == len(load_results([A]))
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "v.json").write_text(json.dumps({"kind": "verify"}))
+    with pytest.raises(BenchError, match="no hvdbench training results"):
+        load_results([only])
+
+
+def test_sweep_config_validation():
+    cells = SweepConfig(modes=["torch-ddp", "torch-single", "tf-native:ps"], nps=[1, 2]).cells()
+    assert [(c.label, c.np) for c in cells] == [("torch-ddp", 1), ("torch-ddp", 2), ("torch-single", 1),
+                                                ("tf-native:ps", 1), ("tf-native:ps", 2)]
+    for kwargs, message in (({"modes": ["nope"], "nps": [1]}, "unknown mode"),
+                            ({"modes": ["torch-ddp:ps"], "nps": [1]}, "takes no strategy"),
+                            ({"modes": ["torch-ddp"], "nps": [0]}, ">= 1"),
+                            ({"modes": ["torch-ddp"], "nps": [1], "models": ["alexnet"]}, "unknown model")):
+        with pytest.raises(BenchError, match=message):
+            SweepConfig(**kwargs)
+
+
+def _run(mode, rate, created, hosts=("h1",), **config):
+    """A minimal result for the cell logic: what table_cells, key_of and significant read."""
+    cfg = {"model": "resnet50", "precision": "fp32", "batch_size": 2, "image_size": 32, "num_classes": 10,
+           "device": "cpu", "fp16_allreduce": False, "channels_last": False, "strategy": None, **config}
+    return {"mode": mode, "world_size": 2, "created_utc": created, "config": cfg,
+            "environment": {"ranks": [{"host": h, "device": "cpu"} for h in hosts]},
+            "summary": {"samples_per_sec_total": rate}}
+
+
+def test_runs_that_differ_in_device_exchange_or_layout_are_different_cells(capsys):
+    """Numbers issue, finding 10: the device and GPU model, --fp16-allreduce, --channels-last and the classes
+    are part of a cell; an A/B pair in one folder is two cells, never one cell and a repeat. A run on other hosts
+    is not a repeat either: left out, and named in a warning."""
+    gpu = {"device": "cuda"}
+    runs = [_run("torch-ddp", 10, "1"), _run("torch-ddp", 11, "2", fp16_allreduce=True),
+            _run("torch-ddp", 12, "3", channels_last=True), _run("torch-ddp", 13, "4", num_classes=1000),
+            _run("torch-ddp", 14, "5", **gpu), _run("torch-ddp", 15, "6", hosts=("h9",))]
+    runs[4]["environment"]["ranks"] = [{"host": "h1", "device": "cuda:0 NVIDIA H100 80GB HBM3"}]
+    chosen, repeats = table_cells(runs)
+    assert len(chosen) == 5 and not any(repeats.values())
+    assert any(k.device == "cuda NVIDIA H100 80GB HBM3" for k in chosen)
+    assert "also ran on other hosts (h1) than its newest run (h9)" in capsys.readouterr().err
+    chosen, repeats = table_cells([_run("torch-ddp", 10, "1"), _run("torch-ddp", 11, "2")])
+    assert [len(v) for v in repeats.values()] == [1]  # the same cell on the same hosts: a repeat
+
+
+def test_a_difference_is_significant_only_from_repeated_runs():
+    """Numbers issue, finding 8: two launches' within-run intervals leave out run-to-run variance; the call
+    needs two or more runs a side and non-overlapping between-run intervals."""
+    from bench.records.collect import significant
+
+    a = [_run("torch-ddp", v, str(i)) for i, v in enumerate([100.0, 101.0, 99.0])]
+    b = [_run("torch-horovod", v, str(i)) for i, v in enumerate([120.0, 121.0, 119.0])]
+    noisy = [_run("torch-horovod", v, str(i)) for i, v in enumerate([90.0, 130.0, 110.0])]
+    assert significant(a, b) is True and significant(a, noisy) is False
+    assert significant(a[:1], b[:1]) is None and significant(a, b[:1]) is None

@@ -1,0 +1,107 @@
+"""The Singularity/Apptainer recipes: generated from docker/ by spython, in sync, complete.
+
+The SIFs themselves are built and run by tests/system/test_apptainer.py (the system tier).
+"""
+
+import hashlib
+import re
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "singularity"))
+generate = pytest.importorskip("generate")
+DEFS = sorted((ROOT / "singularity").glob("hvdbench-*.def"))
+
+
+def test_every_stack_and_flavour_has_a_definition():
+    """Every stack x flavour built from docker/Dockerfile; current-cuda (the multi-stage Dockerfile.cuda) is
+    converted from its Docker image instead (make sif FLAVOR=cuda)."""
+    assert [p.name for p in DEFS] == sorted(t[2].name for t in generate.targets())
+    assert [p.name for p in DEFS] == ["hvdbench-classic-cpu.def", "hvdbench-classic-cuda.def",
+                                      "hvdbench-current-cpu.def"]
+
+
+@pytest.mark.parametrize("path", DEFS, ids=lambda p: p.name)
+def test_definition_is_complete_and_clean(path):
+    text = path.read_text()
+    stack, flavor = re.match(r"hvdbench-(\w+)-(\w+)\.def", path.name).groups()
+    values = generate.images.build_args(stack, flavor)
+    assert f"From: {values['BASE_IMAGE']}" in text
+    for section in generate.SECTIONS:
+        assert re.search(rf"^{section}\b", text, re.M), section
+    assert "%post -c /bin/bash\nset -euo pipefail\n" in text
+    assert "--mount=" not in text and "SHELL [" not in text  # BuildKit-only syntax handled, not copied
+    labels = text.split("%labels\n", 1)[1].split("\n%", 1)[0]
+    assert "${" not in labels and f'\nio.hvdbench.torch {values["TORCH_VERSION"]}\n' in labels
+    assert '"' not in labels and not re.search(r"^[\w.-]+=", labels, re.M)  # "key value", not key="value"
+    runscript = text.split("%runscript\n", 1)[1].split("\n%", 1)[0]
+    assert runscript.strip() == 'exec /opt/hvdbench/docker/entrypoint.sh "$@"'
+    assert "export TF_USE_LEGACY_KERAS=1" in text.split("%post", 1)[1].split("%environment", 1)[0]
+    assert "horovodrun --check-build" in text.split("%test\n", 1)[1]
+    files = text.split("%files\n", 1)[1].split("\n%", 1)[0].splitlines()
+    for line in files:
+        assert (ROOT / line.split()[0]).exists(), line
+    assert not any("ca-certificates" in line for line in files)  # the CA bundle is bound, never copied
+    assert "rm -rf /wheelhouse" in text
+
+
+def test_preprocess_strips_buildkit_syntax():
+    text = ("ARG X=1\nFROM ${BASE_IMAGE}\nARG X=1\nSHELL [\"/bin/bash\"]\n"
+            "RUN --mount=type=secret,id=ca \\\n    --mount=type=cache,target=/c \\\n    echo hi\n")
+    out = generate.preprocess(text, {"X": "2", "BASE_IMAGE": "debian:bookworm-slim"})
+    assert out == "ARG X=2\nFROM debian:bookworm-slim\nARG X=2\nRUN echo hi\n"
+
+
+def test_the_frameworks_key_leaves_this_package_out(tmp_path, monkeypatch):
+    """sif.py --cache frameworks: a change to bench/ keeps the key, a change to any other input changes it;
+    the default key changes with either."""
+    import sif
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "bench" / "cli.py").write_text("one")
+    (tmp_path / "docker" / "build.sh").write_text("one")
+    text = "%files\nbench /opt/hvdbench/src/bench\ndocker/build.sh /opt/build.sh\n%post\ntrue\n"
+    monkeypatch.setattr(sif, "ROOT", tmp_path)
+
+    def key(skip=()):
+        h = hashlib.sha256()
+        sif._files_digest(text, h, skip)
+        return h.hexdigest()
+
+    every, heavy = key(), key(sif.PACKAGE_SOURCES)
+    (tmp_path / "bench" / "cli.py").write_text("two")
+    assert key() != every and key(sif.PACKAGE_SOURCES) == heavy
+    (tmp_path / "docker" / "build.sh").write_text("two")
+    assert key(sif.PACKAGE_SOURCES) != heavy
+
+
+def test_a_sif_is_skipped_only_while_its_key_holds(tmp_path, monkeypatch):
+    """The image SIF's key: the whole image's ID by default, the frameworks stage's with --cache frameworks."""
+    import sif
+
+    ids = {"hvdbench:current-cpu": "sha256:image-1", "hvdbench:current-cpu-frameworks": "sha256:heavy-1"}
+    monkeypatch.setattr(sif, "image_id", lambda image: ids[image])
+    built = []
+
+    def build(target, out, key, *rest):  # what sif._build leaves: the SIF and its key beside it
+        built.append(key)
+        out.write_text("sif")
+        out.with_name(out.name + ".key").write_text(key + "\n")
+        return out
+
+    monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
+    monkeypatch.setattr(sif, "_docker_save", lambda image, folder: folder / "image.tar")
+    monkeypatch.setattr(sif, "_build", build)
+    out = tmp_path / "x.sif"
+    for cache in ("inputs", "frameworks"):
+        built.clear()
+        sif.from_image("current", "cpu", out, cache=cache)
+        sif.from_image("current", "cpu", out, cache=cache)
+        assert len(built) == 1  # the second is up to date
+        ids["hvdbench:current-cpu"] = "sha256:image-2"  # bench changed: a new image, same frameworks stage
+        sif.from_image("current", "cpu", out, cache=cache)
+        assert len(built) == (2 if cache == "inputs" else 1)
