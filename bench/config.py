@@ -85,6 +85,14 @@ def comma_list(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers on the command line: '1, 2' -> (1, 2)."""
+    try:
+        return tuple(int(x) for x in comma_list(text))
+    except ValueError:
+        raise BenchError(f"cannot read '{text}' as a comma-separated list of integers") from None
+
+
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
           "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
 

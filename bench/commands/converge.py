@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.commands.sweep import SweepConfig, run_sweep
-from bench.config import check_declared, comma_list, option
+from bench.config import check_declared, comma_list, int_list, option
 from bench.errors import BenchError
 from bench.hooks import FAULTS, Hooks
 from bench.records import files, store
@@ -40,13 +40,6 @@ from bench.records.header import header, new_run_id
 
 DEFAULT_MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native")
 TOLERANCE = 0.02  # final top-1 of a configuration against the median of every configuration
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in comma_list(text))
-    except ValueError:
-        raise BenchError(f"cannot read '{text}' as a comma-separated list of integers") from None
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,18 @@ configuration.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import shlex
+import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench import __version__
-from bench.config import RunConfig, command_line
+from bench.config import RunConfig, command_line, option
+from bench.data.loaders import loader as loader_named
 from bench.errors import BenchError
 from bench.kinds import Device
 from bench.launching import kubernetes as pod
+from bench.modes import MODES
 from bench.modes import mode as mode_spec
 
 USER = 1000  # the image's non-root user (mpiuser): docker/mpijob-ssh.sh
@@ -264,3 +268,59 @@ def render(cfg: K8sConfig, command: str) -> str:
 
     head = f"# Rendered by hvdbench {__version__}: {command}\n# docs/kubernetes.md says what the cluster needs.\n"
     return head + "---\n".join(yaml.dump(doc, Dumper=Dumper, sort_keys=False, width=120) for doc in manifests(cfg))
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    """bench k8s's own options, declared once; ``run``: the mode command's run options as given (bench.cli)."""
+    mode: str = option("", "The mode to run: a Horovod mode (MPIJob), torch-ddp or torch-hybrid (TrainJob), "
+                       "tf-native (indexed Job).", argument=True)
+    image: str = option("", "The image every pod runs (a published hvdbench image, docs/images.md).")
+    nodes: int = option(2, "Nodes (pods of ranks; tf-native: one pod per device).")
+    gpus_per_node: int = option(0, "GPUs per node, one rank each (0: a CPU run, one rank per node).")
+    name: str | None = option(None, "The job's name (default hvdbench-MODE).")
+    namespace: str = option("default", "The namespace it runs in.")
+    results_claim: str = option("hvdbench-results", "A PersistentVolumeClaim (ReadWriteMany) mounted at /results; "
+                                "results go to /results/NAME.")
+    shm_size: str | None = option(None, "/dev/shm per pod (default 2Gi per GPU, 1Gi on CPU).")
+    env_vars: list[str] | None = option(None, "NAME=VALUE in every pod (e.g. NCCL_SOCKET_IFNAME=eth0); repeat it.",
+                                        flag="--env")
+    data_claim: str | None = option(None, "A PersistentVolumeClaim holding a dataset: mounted read-only at /data in "
+                                    "every pod, and the run reads it (--data /data; docs/data.md).")
+    run: dict[str, Any] = field(default_factory=dict)  # RunConfig's keyword arguments (bench.cli)
+
+    def config(self) -> K8sConfig:
+        """The manifest's configuration: the run checked as it would be at its start, where it can be here."""
+        if self.mode not in MODES:
+            raise BenchError(f"unknown mode '{self.mode}' (choose from {', '.join(MODES)})")
+        if not self.image:
+            raise BenchError("bench k8s needs --image: the image every pod runs (docs/images.md)")
+        pairs = []
+        for item in self.env_vars or []:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise BenchError(f"--env takes NAME=VALUE (got {item!r})")
+            pairs.append((key, value))
+        arguments = dict(self.run)
+        if arguments.get("data") is not None:  # a path in the pods, not here: the run checks it there
+            raise BenchError(f"bench k8s: the pods read the dataset from --data-claim, mounted at {DATA}; leave "
+                             "out --data")
+        loader = []  # checked by the run in the pods, where the dataset is: passed on as flags
+        for key in ("loader", "loader_workers"):
+            if arguments.get(key) is not None:
+                loader += [f"--{key.replace('_', '-')}", str(arguments.pop(key))]
+        if "--loader" in loader:
+            name = loader[loader.index("--loader") + 1]
+            framework = MODES[self.mode].framework
+            if loader_named(name).framework not in (framework, "any"):
+                raise BenchError(f"--loader {name} feeds {loader_named(name).framework}; {self.mode} is {framework}")
+        return K8sConfig(run=RunConfig(mode=self.mode, **arguments), image=self.image, nodes=self.nodes,
+                         gpus_per_node=self.gpus_per_node, name=self.name, namespace=self.namespace,
+                         results_claim=self.results_claim, shm_size=self.shm_size, env=tuple(pairs),
+                         data_claim=self.data_claim, loader=tuple(loader))
+
+
+def main(opts: K8sOptions) -> int:
+    """bench k8s: print the manifests (kubectl apply -f - reads them), headed by the command that made them."""
+    print(render(opts.config(), shlex.join(["bench", *sys.argv[1:]])), end="")
+    return 0

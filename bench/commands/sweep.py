@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import SCHEMA_VERSION
-from bench.config import PLUGIN_OPTIONS, RunConfig, cli_options
+from bench.config import PLUGIN_OPTIONS, RunConfig, check_declared, cli_options, comma_list, int_list, option
 from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
 from bench.launching.slurm import inside_allocation, srun_command
 from bench.launching.supervise import SWEEP_PID_ENV, stop_processes
@@ -118,11 +118,49 @@ class SweepConfig:
         return out
 
 
-def parse_list(text: str, kind=str) -> list:
-    try:
-        return [kind(x.strip()) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BenchError(f"cannot read '{text}' as a comma-separated list of {kind.__name__}") from None
+@dataclass(frozen=True)
+class SweepOptions:
+    """bench sweep's own options, declared once (the run options every cell gets come from RunConfig's
+    declarations: ``common``, as bench.cli passes them)."""
+    modes: tuple[str, ...] | None = option(None, "Comma-separated modes; mode:strategy picks a strategy, e.g. "
+                                           "tf-native:ps (required unless --resume).", parse=comma_list)
+    nps: tuple[int, ...] = option((1, 2), "Comma-separated rank counts.", flag="--np", parse=int_list, shown="1,2")
+    models: tuple[str, ...] = option(("vgg16",), "Comma-separated models.", parse=comma_list, shown="vgg16")
+    precisions: tuple[str, ...] = option(("fp32",), "Comma-separated precisions.", parse=comma_list, shown="fp32")
+    batch_sizes: tuple[int, ...] = option((), "Comma-separated per-device batch sizes (empty: each device's "
+                                          "default).", parse=int_list, shown="")
+    seeds: tuple[int, ...] = option((), "Comma-separated seeds: every cell once per seed, the repeats of one "
+                                    "configuration (empty: once, at the run's default seed).", parse=int_list,
+                                    shown="")
+    output: str = option("results/sweep", "The sweep folder (results, manifest.json, logs).")
+    redo: bool = option(False, "Run finished cells again instead of skipping them.", flag="--redo")
+    resume: bool = option(False, "Run the matrix the folder's manifest records again: cells not ok (failed, timed "
+                          "out, interrupted) rerun.", flag="--resume")
+    cell_timeout: float | None = option(None, "Stop a cell that runs longer than this many seconds, mark it "
+                                        "timed_out and go on.", positive=True, unit="seconds")
+    common: dict[str, Any] = field(default_factory=dict)  # the run options every cell gets (bench.cli)
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+        if not self.resume and not self.modes:
+            raise BenchError("--modes is required (or --resume to rerun a sweep folder's own matrix)")
+
+    def sweep(self) -> SweepConfig:
+        """The matrix: the folder's own with --resume, else the one these options name."""
+        if self.resume:
+            return load_sweep(Path(self.output))
+        return SweepConfig(modes=list(self.modes or ()), nps=list(self.nps), models=list(self.models),
+                           precisions=list(self.precisions), batch_sizes=list(self.batch_sizes) or [None],
+                           common=self.common, seeds=list(self.seeds) or [None])
+
+
+def main(opts: SweepOptions) -> int:
+    """bench sweep: run the matrix; a cell that failed or timed out makes it fail, naming where the logs are."""
+    summary = run_sweep(opts.sweep(), Path(opts.output), redo=opts.redo, cell_timeout=opts.cell_timeout)
+    bad = summary.get("failed", 0) + summary.get("timed_out", 0)
+    if bad:
+        raise BenchError(f"{bad} cell(s) failed or timed out; their logs are in {opts.output}/logs")
+    return 0
 
 
 def write_cell_config(cell: Cell, common: dict[str, Any], folder: Path) -> Path:

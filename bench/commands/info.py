@@ -1,0 +1,90 @@
+"""The commands that print what this install holds: ``bench models``, ``bench env`` and ``bench schema``.
+
+Each one's options are declared once in its configuration (bench.config.option) and each renders its own output:
+a table for people, ``--json`` for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+from bench.config import option
+from bench.errors import BenchError
+from bench.models import MODELS
+from bench.records import env as environment
+from bench.records.schema import json_schema
+from bench.tables import never_cut
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    as_json: bool = option(False, "Print JSON (one object per model).", flag="--json")
+
+
+def models(cfg: ModelsConfig) -> int:
+    """bench models: every model's workload kind, parameters (at its default classes or vocabulary), input sizes."""
+    rows = [{"model": spec.name, "kind": spec.workload.kind, "unit": spec.workload.unit,
+             "parameters": spec.parameters(spec.default_classes), "default_classes": spec.default_classes,
+             "default_image_size": spec.default_image_size, "min_image_size": spec.min_image_size,
+             "default_seq_len": spec.default_seq_len, "batch_norm": spec.batch_norm,
+             "sparse_embeddings": spec.sparse_embeddings, "description": spec.description}
+            for spec in MODELS.values()]
+    if cfg.as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    table.add_column("model")  # what users type: never cut (the description wraps)
+    for column in ("kind", "parameters", "default input", "min image"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description", overflow="fold")
+    for r in rows:
+        inputs = (f"seq {r['default_seq_len']}, vocab {r['default_classes']:,}" if r["default_seq_len"]
+                  else f"{r['default_image_size']}x{r['default_image_size']}")
+        table.add_row(r["model"], r["kind"], f"{r['parameters']:,}", inputs, str(r["min_image_size"] or "–"),
+                      r["description"])
+    Console().print(never_cut(table, "model"))
+    return 0
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    as_json: bool = option(False, "Print JSON.", flag="--json")
+    check: bool = option(False, "Also fail (exit 1) when a framework's process loads two NCCLs or CUDA runtimes, "
+                         "or one from outside its environment.", flag="--check")
+
+
+def env(cfg: EnvConfig) -> int:
+    """bench env: the environment every result records (versions, GPUs, MPI, container, loaded libraries)."""
+    record = environment.full()
+    if cfg.as_json:
+        print(json.dumps(record, indent=2))
+    else:
+        from rich.console import Console
+        from rich.pretty import Pretty
+
+        Console().print(Pretty(record))
+    if cfg.check:
+        for line in environment.library_lines(record):
+            print(f"libraries: {line}", file=sys.stderr)
+        problems = environment.library_problems(record)
+        if problems:
+            raise BenchError("libraries: " + "; ".join(problems))
+        print("libraries: each framework's process loads at most one NCCL and one CUDA runtime, its own",
+              file=sys.stderr)
+    return 0
+
+
+@dataclass(frozen=True)
+class SchemaConfig:
+    diagnose: bool = option(False, "The schema of bench diagnose's record instead.", flag="--diagnose")
+
+
+def schema(cfg: SchemaConfig) -> int:
+    """bench schema: the JSON Schema of the result file every run writes (or of bench diagnose's record)."""
+    print(json.dumps(json_schema("diagnose" if cfg.diagnose else "result"), indent=2))
+    return 0
