@@ -90,7 +90,7 @@ if [ "$SHORT" = 1 ]; then
   REF=(--models vgg16 --np 1 --batch-sizes 2 --repeats 1 --warmup 1 --batches-per-iter 1 --iters 1)
   TEXT=(--model transformer-small --precision amp-bf16 --batch-size 2 --seq-len 8 --warmup-steps 1 --steps-per-window 2
         --windows 2)
-  VERIFY=(--framework torch --modes torch-ddp --steps 2 --image-size 32 --batch-size 2)
+  VERIFY=(--framework torch --modes torch-ddp --steps 2 --model transformer-small)  # the exchange, on a small model
   DATA=(--model vgg16 --precision fp32); JPEGS=(--images 40 --image-size 48)
   CONVERGE=(--image-size 12 --batch-size 32 --epochs 1 --target-accuracy 0.95 --loader-workers 1)
 else

@@ -169,8 +169,8 @@ for _spec in (
              # worker has a synchronous reference.
              verify_np={"mirrored": None, "ps": 1}, options=("strategy", "num_ps"),
              exchange={"mirrored": "local", "ps": "ps"},
-             no_data={s: f"tf-native --strategy {s} does not read --data yet (one process feeds several "
-                         "replicas); --strategy multiworker, tf-horovod or tf-single do" for s in ("mirrored", "ps")}),
+             no_data={"ps": "tf-native --strategy ps does not read --data yet (the coordinator schedules each "
+                            "step on the workers); --strategy multiworker or mirrored, tf-horovod or tf-single do"}),
     ModeSpec("torch-hybrid", "torch", "bench.modes.torch_hybrid",
              "PyTorch hybrid (TorchRec): the token embedding sharded row-wise over the ranks, its rows by all-to-all; "
              "the rest under DDP",

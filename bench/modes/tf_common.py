@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 from typing import TYPE_CHECKING, Any
@@ -100,13 +101,18 @@ class TFTrainer:
         """The workload's synthetic inputs and targets for data shard ``index``, generated on the current device."""
         return model_spec(self.cfg.model).workload.tf_batch(tf, self.cfg, index)
 
-    def build_feed(self, x, y) -> None:
+    def build_feed(self, x, y, replicas: int = 1) -> None:
         """The step's inputs: the synthetic (x, y), or with --data the rank's feed of the dataset (each step draws
-        its batch: :meth:`next_batch`; TensorFlow copies it to the device inside the compiled step)."""
+        its batch: :meth:`next_batch`; TensorFlow copies it to the device inside the compiled step). ``replicas``:
+        the replicas this process drives (mirrored): its feed reads their batches together, ``replicas`` x the
+        batch per step from the process's shard, which the step splits (the same samples per epoch as that many
+        ranks' shards: floor(floor(n / R) / b) = floor(n / (R b)))."""
         self._batch = (x, y)
         if self.cfg.data:
             gpus = self.own_gpus() if self.cfg.device == Device.cuda else []
-            self.feed = Feed(self.cfg, self.rank, self.world_size, self.launch.local_world_size, lambda b: b,
+            cfg = self.cfg if replicas == 1 else dataclasses.replace(self.cfg,
+                                                                     batch_size=self.cfg.batch_size * replicas)
+            self.feed = Feed(cfg, self.rank, self.world_size, self.launch.local_world_size, lambda b: b,
                              copies=False, framework="tensorflow", device_id=gpus[0] if gpus else None)
 
     def next_batch(self):

@@ -159,15 +159,24 @@ class _SyncStrategyTrainer(TFTrainer):
         with strategy.scope():
             self.build_model()
         global_batch = self.cfg.batch_size * strategy.num_replicas_in_sync
-        if self.cfg.data:  # multiworker: this worker's one replica takes the batch this worker's feed reads
-            self.build_feed(None, None)
+        if self.cfg.data:  # each replica takes its slice of the batch this process's feed reads
+            replicas = self.replicas_per_process  # multiworker: 1 per worker; mirrored: every local device
+            self.build_feed(None, None, replicas)
+            size = self.cfg.batch_size
+
+            def split(batch):
+                if replicas == 1:
+                    return batch
+                return tuple(strategy.experimental_distribute_values_from_function(
+                    lambda ctx, t=t: t[ctx.replica_id_in_sync_group * size:(ctx.replica_id_in_sync_group + 1) * size])
+                    for t in batch)
 
             @tf.function
             def fed_step(x, y):
                 per_replica = strategy.run(lambda x, y: self.replica_step(x, y, global_batch), args=(x, y))
                 return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-            self._train_step = lambda: fed_step(*self.next_batch())
+            self._train_step = lambda: fed_step(*split(self.next_batch()))
             return
         xs = strategy.experimental_distribute_values_from_function(lambda ctx: self.make_data(shard(ctx))[0])
         ys = strategy.experimental_distribute_values_from_function(lambda ctx: self.make_data(shard(ctx))[1])

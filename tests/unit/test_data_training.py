@@ -13,7 +13,6 @@ from bench.errors import BenchError
 @pytest.mark.parametrize("args, message", [
     ({"mode": "torch-ddp", "loader": "torch"}, "--loader applies to runs with --data PATH"),
     ({"mode": "torch-ddp", "loader_workers": 2}, "--loader-workers applies to runs with --data PATH"),
-    ({"mode": "tf-native", "strategy": "mirrored", "data": "JPEGS"}, "--strategy mirrored does not read --data"),
     ({"mode": "tf-native", "strategy": "ps", "data": "JPEGS"}, "--strategy ps does not read --data"),
     ({"mode": "torch-hybrid", "model": "transformer-small", "data": "JPEGS"}, "torch-hybrid trains the text"),
     ({"mode": "torch-ddp", "model": "transformer-base", "data": "JPEGS"}, "--data reads image datasets"),
