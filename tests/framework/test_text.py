@@ -1,7 +1,6 @@
 """The Transformer workload: the same model in both frameworks, token batches, tokens/s in the result."""
 
 
-
 def test_both_frameworks_build_the_same_transformer():
     from bench.models import MODELS
     from bench.models.tf_models import count_trainable

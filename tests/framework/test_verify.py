@@ -1,7 +1,6 @@
 """bench verify: the arithmetic, the weight mapping, bad input, and real runs that PASS and that FAIL."""
 
 
-
 from bench.commands.verify import VerifyConfig
 
 

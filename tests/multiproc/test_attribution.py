@@ -1,5 +1,5 @@
-"""Per-rank attribution (bench.measure.attribution): the arithmetic in process, then real runs with a straggler made on
-purpose (the slow-rank hook) in each mode that can time its compute and its exchange apart."""
+"""Per-rank attribution (bench.measure.attribution) in real runs with a straggler made on purpose (the slow-rank
+hook), in each mode that can time its compute and its exchange apart (the arithmetic: tests/unit/)."""
 
 import json
 

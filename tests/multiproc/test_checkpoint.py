@@ -1,6 +1,6 @@
 """Checkpoints and resuming (--checkpoint-every, --resume-from; bench.measure.checkpoint), and the fixed-time run
-(--duration with --epochs): the checks in process, then real runs on the digits: a run that loses a rank after a
-checkpoint, resumed, ends with exactly the parameters of one never interrupted (PyTorch and TensorFlow)."""
+(--duration with --epochs), in real runs on the digits: a run that loses a rank after a checkpoint, resumed, ends
+with exactly the parameters of one never interrupted (PyTorch and TensorFlow). The checks: tests/unit/."""
 
 import json
 

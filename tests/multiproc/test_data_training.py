@@ -1,5 +1,5 @@
-"""Training from a dataset (--data): the run options' checks in one line, the input section's formulas, bench
-compare's input cost, and real runs of both frameworks' pipelines (one shared run per framework)."""
+"""Training from a dataset (--data) in real runs of both frameworks' pipelines (one shared run per framework), and
+bench compare's and bench report's input cost from them (the options' checks and the formulas: tests/unit/)."""
 
 import shutil
 

@@ -1,7 +1,5 @@
-"""The training-FLOP count's cache (bench.models): in process, the count itself replaced (its value is checked
-in tests/framework/test_schema.py)."""
-
-
+"""The training-FLOP count in processes of their own: counted in a child, and from the other framework's
+environment (the cache in process: tests/unit/; the count's value: tests/framework/test_schema.py)."""
 
 
 def test_a_process_without_torch_gets_the_count_from_the_torch_environment(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
-"""Training to a goal (--epochs, --target-accuracy; bench.measure.goal): the options' checks in one line, the
-schedule's and the evaluation's formulas, the training section; and real runs on scikit-learn's handwritten digits
-that reach the target in every distributed mode (one shared run per mode)."""
+"""Training to a goal (--epochs, --target-accuracy; bench.measure.goal) in real runs on scikit-learn's handwritten
+digits that reach the target in every distributed mode (one shared run per mode); the options' checks and the
+formulas: tests/unit/."""
 
 import json
 
