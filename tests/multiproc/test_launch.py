@@ -1,5 +1,10 @@
+"""Launching for real: self-spawned runs that meet at their rendezvous while the node takes ephemeral ports (the
+launch commands and the rendezvous checks in process: tests/unit/test_launch.py)."""
+
 import subprocess
 import sys
+
+from tests.conftest import SMALL, bench_env
 
 
 def test_self_spawned_runs_meet_while_the_node_opens_connections(tmp_path):
@@ -7,8 +12,6 @@ def test_self_spawned_runs_meet_while_the_node_opens_connections(tmp_path):
     can (each takes an ephemeral source port): both rendezvous, no EADDRINUSE."""
     import socket
     import threading
-
-    from conftest import SMALL, bench_env
 
     server = socket.create_server(("127.0.0.1", 0))
     server.listen(512)
