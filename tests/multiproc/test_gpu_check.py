@@ -1,4 +1,4 @@
-"""The GPU check (scripts/gpu-check.sh, docs/gpu-check.md) in its short mode on this CPU machine, so that it runs
+"""The GPU check (tools/gpu-check.sh, docs/gpu-check.md) in its short mode on this CPU machine, so that it runs
 end to end the day a GPU is lent; and the wheels `make gpu-check-prepare` puts aside for the GPU machine."""
 
 import os
@@ -14,11 +14,11 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     leaves at most 8 files (what the device tool brings back)."""
     out, state = tmp_path / "out", tmp_path / "state"
     env = bench_env(PYTHON=sys.executable, HVDBENCH_GPU_CHECK_STATE=str(state), HVDBENCH_GPU_CHECK_BUDGET="0")
-    first = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
+    first = subprocess.run([str(ROOT / "tools" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 3 and "run the same command again" in first.stdout, first.stdout + first.stderr
     env["HVDBENCH_GPU_CHECK_BUDGET"] = "900"
-    second = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
+    second = subprocess.run([str(ROOT / "tools" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
                             capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     steps = [line.split("\t") for line in (out / "status.tsv").read_text().splitlines()]
@@ -42,7 +42,7 @@ def test_the_prepared_wheels_install_without_an_index(tmp_path):
     """`make gpu-check-prepare`'s wheels, for the GPU machine's Python 3.12, install with --no-index into a fresh
     target (as the check installs them there), and with Horovod's sdist stay far below what a call carries."""
     prepared = tmp_path / "prepared"
-    r = subprocess.run([str(ROOT / "scripts" / "gpu-check-prepare.sh"), str(prepared), sys.executable],
+    r = subprocess.run([str(ROOT / "tools" / "gpu-check-prepare.sh"), str(prepared), sys.executable],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     wheels = sorted(p.name for p in (prepared / "wheels").glob("*.whl"))

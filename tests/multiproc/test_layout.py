@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tools import tier_cache
 
 
 def test_ruff_reads_every_file_of_the_package():
@@ -18,3 +19,39 @@ def test_ruff_reads_every_file_of_the_package():
                            text=True, check=True).stdout.split()
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bench").rglob("*.py"))
     assert sorted(str(Path(s).resolve().relative_to(ROOT)) for s in shown if s.endswith(".py")) == files
+
+
+def test_the_tools_have_one_home_and_no_test_reaches_them_by_path():
+    """Every Python file of the repository is the package's, a test's or a tool's in the tools package (vendored
+    scripts aside), each tools folder is a package, and no test or tool edits sys.path to find another."""
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked
+    vendored = "tools/benchmarks/reference/"
+    homeless = [f for f in tracked if not f.startswith(("bench/", "tests/", "tools/"))]
+    assert homeless == []
+    for folder in {str(Path(f).parent) for f in tracked if f.startswith("tools/") and not f.startswith(vendored)}:
+        assert (ROOT / folder / "__init__.py").is_file(), folder
+    tricks = [f for f in tracked if not f.startswith(vendored) and f != "tests/multiproc/test_layout.py"
+              and "sys.path.insert" in (ROOT / f).read_text()]
+    assert tricks == []
+
+
+def test_every_input_of_every_system_tier_is_a_tracked_path():
+    """A moved or renamed file must not drop out of a tier's key unnoticed (then a change to it would skip the
+    tier that tests it)."""
+    missing = [(tier, path) for tier, paths in tier_cache.INPUTS.items()
+               for path in [*paths, *([] if tier in tier_cache.OWN_ONLY else tier_cache.COMMON)]
+               if not tier_cache.tracked([path])]
+    assert missing == []
+
+
+def test_every_tool_imports():
+    """Each tool and benchmark imports in one process (its work waits for __main__): a tool that still names a
+    function the package renamed fails here, not when someone next runs its make target."""
+    names = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "tools").rglob("*.py")
+                   if "reference" not in p.parts and p.name != "__init__.py")
+    assert len(names) >= 28
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    r = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -1,22 +1,19 @@
-"""Publishing the images (docker/publish.py, make publish): the plan, the release workflow, the refusals, and the
-CPU image's round trip through a registry running here (scripts/registry-up.sh: Debian's docker-registry)."""
+"""Publishing the images (tools/publish.py, make publish): the plan, the release workflow, the refusals, and the
+CPU image's round trip through a registry running here (tools/registry-up.sh: Debian's docker-registry)."""
 
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "docker"))
-import images  # noqa: E402
+from tests.conftest import ROOT, tool
+from tools import images
 
 
 # -- with processes: the command line ------------------------------------------------------------------------------
 def publish_cli(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "docker" / "publish.py"), *args], capture_output=True,
+    return subprocess.run([*tool("publish"), *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT)
 
 

@@ -4,14 +4,11 @@ The SIFs themselves are built and run by tests/system/test_apptainer.py (the sys
 """
 
 import subprocess
-import sys
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "singularity"))
+from tests.conftest import ROOT, tool
 
 
 def test_committed_definitions_are_what_the_generator_makes_today():
-    r = subprocess.run([sys.executable, str(ROOT / "singularity" / "generate.py"), "--check"], capture_output=True,
-                       text=True)
+    r = subprocess.run([*tool("recipes"), "--check"], capture_output=True,
+                       text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

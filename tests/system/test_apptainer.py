@@ -1,4 +1,4 @@
-"""The SIFs, for real: `make test-apptainer` sets up Apptainer (scripts/apptainer-up.sh), needs the CPU image
+"""The SIFs, for real: `make test-apptainer` sets up Apptainer (tools/apptainer-up.sh), needs the CPU image
 from `make test-image`, and builds the SIF from that image (`make sif`) and from the generated definition file.
 
 Runs inside one container (self-spawned ranks), the batch scripts under sbatch (their srun starts every task
@@ -31,6 +31,7 @@ from tests.conftest import (
     only_result,
     sbatch_scripted,
     sbatch_wait_line,
+    tool,
 )
 
 # The first test to use a SIF fixture may build it (about 7 minutes each on 2 cores): a longer bound.
@@ -51,10 +52,10 @@ def sh(cmd, env=None, timeout=900, **kw):
 
 @pytest.fixture(scope="module")
 def host_env():
-    up = sh([str(ROOT / "scripts" / "apptainer-up.sh")], timeout=1200)
+    up = sh([str(ROOT / "tools" / "apptainer-up.sh")], timeout=1200)
     if up.returncode != 0:
         pytest.fail(f"apptainer-up failed: {up.stderr[-2000:]}")
-    slurm = sh([str(ROOT / "scripts" / "slurm-up.sh")], timeout=300)
+    slurm = sh([str(ROOT / "tools" / "slurm-up.sh")], timeout=300)
     if slurm.returncode != 0:
         pytest.fail(f"slurm-up failed: {slurm.stderr[-2000:]}")
     e = bench_env(SLURM_CONF=slurm.stdout.strip().splitlines()[-1])
@@ -74,7 +75,7 @@ def sif(host_env):
     SIF_DIR.mkdir(parents=True, exist_ok=True)
     SIF_DIR.chmod(0o755)
     out = SIF_DIR / "hvdbench-current-cpu.sif"
-    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "image", "--stack", "current", "--flavor", "cpu",
+    r = sh([*tool("sif"), "image", "--stack", "current", "--flavor", "cpu",
             *SIF_CACHE, "--output", str(out)], env=host_env, cwd=ROOT, timeout=1800)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     print(r.stdout.strip().splitlines()[-1])
@@ -86,7 +87,7 @@ def sif(host_env):
 def def_sif(host_env):
     """singularity/hvdbench-current-cpu.def built by apptainer, on the local debootstrapped base image."""
     out = SIF_DIR / "hvdbench-current-cpu-def.sif"
-    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "def", "--stack", "current", "--flavor", "cpu",
+    r = sh([*tool("sif"), "def", "--stack", "current", "--flavor", "cpu",
             "--base", "hvdbench-base:bookworm", *SIF_CACHE, "--output", str(out)], env=host_env,
            cwd=ROOT, timeout=2400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -124,7 +125,7 @@ def test_the_image_sif_has_bench_and_the_image_labels(env, sif):
 
 
 def test_the_sif_is_skipped_while_its_frameworks_did_not_change(host_env, sif):
-    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "image", "--stack", "current", "--flavor", "cpu",
+    r = sh([*tool("sif"), "image", "--stack", "current", "--flavor", "cpu",
             *SIF_CACHE, "--output", str(sif)], env=host_env, cwd=ROOT)
     assert r.returncode == 0 and "is up to date" in r.stdout, r.stdout + r.stderr
 
@@ -227,7 +228,7 @@ def test_a_non_root_user_runs_the_sif_and_owns_the_results(env, sif, user):
     e.update(HOME=user.pw_dir, USER=USER, LOGNAME=USER)
     # The checkout's bench may lie outside the directories the wrapper shows (a CI clone under /check): a user
     # cannot make its mount point in the wrapper's root filesystem, so root's call makes it first, as an
-    # administrator's would (scripts/apptainer-up.sh).
+    # administrator's would (tools/apptainer-up.sh).
     assert sh(["apptainer", "version"], env=env).returncode == 0
     r = sh(["runuser", "-u", USER, "--", "apptainer", "exec", str(sif), "bench", "torch-ddp", *SMALL, "--np", "2",
             "--output", str(work / "results")], env=e, cwd=work, timeout=900)
@@ -277,13 +278,14 @@ def test_an_image_without_bench_is_named(host_env, tmp_path):
 
 
 def test_sif_tool_says_what_is_missing_in_one_line(env, tmp_path):
-    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "image", "--stack", "nosuch"], env=env)
+    r = sh([*tool("sif"), "image", "--stack", "nosuch"], env=env, cwd=ROOT)
     assert r.returncode == 1 and r.stderr.strip().startswith("sif: error: unknown stack 'nosuch'"), r.stderr
-    missing = "import sif\ntry:\n    sif.image_id('hvdbench-no-such:image')\nexcept sif.SifError as e:\n    print(e)"
-    r = sh([sys.executable, "-c", missing], env=env, cwd=ROOT / "singularity")
+    missing = ("from tools import sif\ntry:\n    sif.image_id('hvdbench-no-such:image')\n"
+               "except sif.SifError as e:\n    print(e)")
+    r = sh([sys.executable, "-c", missing], env=env, cwd=ROOT)
     assert r.stdout.startswith("no local Docker image hvdbench-no-such:image: build it first"), r.stdout + r.stderr
     no_runtime = dict(env, PATH="/usr/bin:/bin", HVDBENCH_APPTAINER_DIR=str(tmp_path))
-    r = sh([sys.executable, str(ROOT / "singularity" / "sif.py"), "runtime"], env=no_runtime)
+    r = sh([*tool("sif"), "runtime"], env=no_runtime, cwd=ROOT)
     assert r.returncode == 1 and "neither apptainer nor singularity is installed" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -293,8 +295,7 @@ def apptainer_cluster(sif):
     """The container cluster (docker/cluster/) with Apptainer inside its nodes: privileged nodes that see the
     host's Apptainer set-up and the SIF directory at the host's paths (docker/cluster/apptainer.yaml); taken down
     after the module."""
-    sys.path.insert(0, str(ROOT / "docker"))
-    import cluster
+    from tools import cluster
 
     try:
         cluster.build()

@@ -9,21 +9,17 @@ one rank per node, and its result must show both hosts.
 import json
 import re
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SMALL, TF_SMALL, assert_valid_run, bench, sbatch_wait_line
+from bench.modes import MODES
+from tests.conftest import SMALL, TF_SMALL, assert_valid_run, bench, sbatch_wait_line
+from tools import cluster
 
 pytestmark = pytest.mark.cluster
-
-sys.path.insert(0, str(ROOT / "docker"))
-import cluster  # noqa: E402
-
-from bench.modes import MODES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -374,9 +370,8 @@ def test_across_containers_without_slurm(shared, launcher):
 
 
 def test_links_are_capped_and_released(shared):
-    """benchmarks/shaped_links.py's filter: tbf at the asked rate on both nodes' links, and gone after."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import shaped_links
+    """tools/benchmarks/shaped_links.py's filter: tbf at the asked rate on both nodes' links, and gone after."""
+    from tools.benchmarks import shaped_links
 
     try:
         shaped_links.shape("3gbit")

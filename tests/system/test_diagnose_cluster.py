@@ -3,23 +3,19 @@ CLUSTER_CPUS=0.4`), healthy and then broken on purpose: one node's CPU quota cut
 node's link capped (tc tbf), a host that does not exist. Each diagnose runs as users run it, `salloc -N4 bench
 diagnose` on the controller (or --hosts over ssh), and its record is read back from the shared folder.
 
-Its own tier (make test-diagnose): keyed by what diagnose runs (scripts/tier-cache.py), not by all of bench.
+Its own tier (make test-diagnose): keyed by what diagnose runs (tools/tier_cache.py), not by all of bench.
 """
 
 import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tools import cluster
 
 pytestmark = pytest.mark.diagnose
-
-sys.path.insert(0, str(ROOT / "docker"))
-import cluster  # noqa: E402
 
 # Half a core each would leave nothing for the controller; a rank keeps one thread (two threads per rank on
 # shared cores spin and went 2x apart between nodes given the same CPU time, docs/diagnose.md).

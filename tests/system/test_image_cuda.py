@@ -7,19 +7,15 @@ the libraries each framework's process loads, the labels, and no build tools or 
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SMALL, assert_valid_run, built_image, only_result, run_container
+from bench.launching.envs import MIN_DRIVER
+from tests.conftest import ROOT, SMALL, assert_valid_run, built_image, only_result, run_container, tool
+from tools import images
 
 pytestmark = pytest.mark.image_cuda
-
-sys.path.insert(0, str(ROOT / "docker"))
-import images  # noqa: E402
-
-from bench.launching.envs import MIN_DRIVER  # noqa: E402
 
 IMAGE = os.environ.get("HVDBENCH_TEST_CUDA_IMAGE", "hvdbench:current-cuda")
 CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
@@ -107,14 +103,14 @@ def test_no_secret_in_any_layer(dk):
 
 def test_the_partly_self_tested_image_is_not_published(dk):
     """This tier builds the image with two modes' self-test (--self-test-modes): its marker says so, and
-    docker/publish.py refuses it in one line before it asks any registry."""
+    tools/publish.py refuses it in one line before it asks any registry."""
     import subprocess
 
     marker = images.image_file(IMAGE, "/opt/hvdbench/self-test").decode()
     assert "self-test: passed" in marker and "complete: no" in marker, marker
-    r = subprocess.run([sys.executable, str(ROOT / "docker" / "publish.py"), "--registry", "127.0.0.1:5999/refused",
+    r = subprocess.run([*tool("publish"), "--registry", "127.0.0.1:5999/refused",
                         "--image", IMAGE, "--stack", "current", "--flavor", "cuda"], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, cwd=ROOT)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "ran only part of its self-test (modes: torch-ddp tf-horovod)" in r.stderr and "nothing pushed" in r.stderr
 

@@ -1,4 +1,4 @@
-"""The CPU image, for real: `make test-image` starts an engine and builds it first (docker/images.py).
+"""The CPU image, for real: `make test-image` starts an engine and builds it first (tools/images.py).
 
 Containers run through the Docker SDK; the two-node run through docker-compose and compose.yaml.
 """
@@ -7,17 +7,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, SMALL, TF_SMALL, assert_valid_run, built_image, only_result, run_container
+from tools import images
 
 pytestmark = pytest.mark.image
-
-sys.path.insert(0, str(ROOT / "docker"))
-import images  # noqa: E402
 
 IMAGE = os.environ.get("HVDBENCH_TEST_IMAGE", "hvdbench:current-cpu")
 CA = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
@@ -56,7 +53,7 @@ def test_torch_ddp_in_container(dk, tmp_path):
     result = only_result(results)
     assert_valid_run(result, "torch-ddp", 2, "self")
     assert result["environment"]["container"] == "docker"
-    # The build stamped the commit it was made from (docker/images.py stamp): the result names it.
+    # The build stamped the commit it was made from (tools/images.py stamp): the result names it.
     revision = dk.images.get(IMAGE).labels["org.opencontainers.image.revision"]
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert revision.split("+")[0] == head.strip()

@@ -24,7 +24,6 @@ and pass the ranks-in-sync check.
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,11 +31,9 @@ import pytest
 import yaml
 
 from tests.conftest import SMALL, assert_valid_run, built_image, only_result, run_container
+from tools import k8s_check
 
 pytestmark = pytest.mark.kubernetes
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "k8s"))
-import validate  # noqa: E402
 
 IMAGE = os.environ.get("HVDBENCH_TEST_IMAGE", "hvdbench:current-cpu")
 NAMESPACE = "default"
@@ -206,5 +203,5 @@ def test_the_image_renders_manifests_that_validate(dk):
     code, out = run_container(dk, IMAGE, ["k8s", "tf-horovod", "--image", IMAGE, "--gpus-per-node", "2"],
                               stdout_only=True)
     assert code == 0, out
-    assert validate.check_text(out, "from the image") == []
+    assert k8s_check.check_text(out, "from the image") == []
     assert out.startswith("# Rendered by hvdbench 0.1.0: bench k8s tf-horovod --image")

@@ -1,10 +1,9 @@
-"""Publishing the images (docker/publish.py, make publish): the plan, the release workflow, the refusals, and the
-CPU image's round trip through a registry running here (scripts/registry-up.sh: Debian's docker-registry)."""
+"""Publishing the images (tools/publish.py, make publish): the plan, the release workflow, the refusals, and the
+CPU image's round trip through a registry running here (tools/registry-up.sh: Debian's docker-registry)."""
 
 import json
 import re
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -12,9 +11,7 @@ import pytest
 
 from tests.conftest import ROOT, SMALL, assert_valid_run, only_result, run_container
 from tests.multiproc.test_publish import publish_cli
-
-sys.path.insert(0, str(ROOT / "docker"))
-import images  # noqa: E402
+from tools import images
 
 REGISTRY = "127.0.0.1:5000"
 
@@ -33,7 +30,7 @@ def registry_tags(repository: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def registry():
-    r = subprocess.run([str(ROOT / "scripts" / "registry-up.sh")], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([str(ROOT / "tools" / "registry-up.sh")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == REGISTRY, r.stderr
     return REGISTRY
 

@@ -1,16 +1,15 @@
 """`make sif-pull` for real (`make test-sif-pull`): the CPU image published to the registry here, pulled back by
 digest into a SIF, and a run in it that names the digest.
 
-Its own tier, keyed by the pull path's files (scripts/tier-cache.py): the pull converts the whole image (about
+Its own tier, keyed by the pull path's files (tools/tier_cache.py): the pull converts the whole image (about
 3 minutes on 2 cores), and what the SIF holds is the image the apptainer tier runs on every change to bench/.
 """
 
 import json
-import sys
 
 import pytest
 
-from tests.conftest import SMALL, assert_valid_run, only_result
+from tests.conftest import SMALL, assert_valid_run, only_result, tool
 from tests.system.test_apptainer import ROOT, SIF_DIR, sh
 from tests.system.test_apptainer import host_env as host_env  # noqa: F401 (the fixture, shared)
 
@@ -18,14 +17,14 @@ pytestmark = [pytest.mark.apptainer, pytest.mark.sif_pull, pytest.mark.timeout(2
 
 
 def test_sif_pull_takes_the_published_image_by_digest_and_results_name_it(host_env, tmp_path):
-    """`make sif-pull` against the registry here (scripts/registry-up.sh): the CPU image pushed by docker/publish.py,
+    """`make sif-pull` against the registry here (tools/registry-up.sh): the CPU image pushed by tools/publish.py,
     pulled by digest into a SIF (skipped while the digest is the one the SIF holds), and a 2-rank run in it
     records that digest."""
-    up = sh([str(ROOT / "scripts" / "registry-up.sh")], timeout=600)
+    up = sh([str(ROOT / "tools" / "registry-up.sh")], timeout=600)
     assert up.returncode == 0, up.stderr
     registry = f"{up.stdout.strip()}/sif"
     record = tmp_path / "pushed.json"
-    r = sh([sys.executable, str(ROOT / "docker" / "publish.py"), "--registry", registry, "--image",
+    r = sh([*tool("publish"), "--registry", registry, "--image",
             "hvdbench:current-cpu", "--stack", "current", "--flavor", "cpu", "--json", str(record)],
            env=host_env, cwd=ROOT, timeout=1200)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

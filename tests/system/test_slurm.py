@@ -1,4 +1,4 @@
-"""bench on a real one-node Slurm cluster (scripts/slurm-up.sh starts munge, slurmctld and slurmd).
+"""bench on a real one-node Slurm cluster (tools/slurm-up.sh starts munge, slurmctld and slurmd).
 
 sbatch of every batch script under singularity/slurm with HVDBENCH_RUNTIME=none (no Apptainer here), whose
 srun starts every mode's ranks. Multi-node runs are not exercised: one slurmd per host (Debian's Slurm is built
@@ -20,7 +20,7 @@ SCRIPTS = ROOT / "singularity" / "slurm"
 
 @pytest.fixture(scope="module")
 def slurm_env():
-    r = subprocess.run([str(ROOT / "scripts" / "slurm-up.sh")], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(ROOT / "tools" / "slurm-up.sh")], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         pytest.fail(f"could not start Slurm: {r.stderr}")
     return bench_env(SLURM_CONF=r.stdout.strip().splitlines()[-1])

@@ -1,14 +1,11 @@
 """The image recipes without an engine: stacks -> build args, Dockerfile rules, hadolint, compose, CI matrix."""
 
-import sys
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "docker"))
-import images  # noqa: E402
+from tools import images
 
 DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
 CUDA_DOCKERFILE = (ROOT / "docker" / "Dockerfile.cuda").read_text()

@@ -2,7 +2,7 @@
 
 * a ``bench`` command (also inside srun, torchrun, docker run, apptainer exec, ...) must parse with the real
   CLI: every subcommand, option and value type exists as written (parsed, not run);
-* a ``make`` target must exist in the Makefile; a ``python <script>`` must exist and answer ``--help``;
+* a ``make`` target must exist in the Makefile; a ``python -m tools.<tool>`` must exist and answer ``--help``;
 * every other command (docker, sbatch, apptainer, pip, ...) must be listed in RUN_BY with the test or make
   target that runs it, and that test must exist. A new command in the docs fails here until it is covered.
 """

@@ -1,10 +1,9 @@
 """bench k8s offline: every manifest it renders validates against the Kubernetes schemas and the operators' CRDs
-(k8s/validate.py), runs the command lines docs/kubernetes.md promises, and bad input is one line. The pods'
+(tools/k8s_check.py), runs the command lines docs/kubernetes.md promises, and bad input is one line. The pods'
 side of each contract runs for real in tests/system/test_kubernetes_pods.py."""
 
 import json
 import shlex
-import sys
 
 import pytest
 import yaml
@@ -15,9 +14,7 @@ from bench.errors import BenchError
 from bench.launching import kubernetes as pod
 from bench.launching.detect import detect
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "k8s"))
-import validate  # noqa: E402
+from tools import k8s_check
 
 IMAGE = "registry.example.com/hvdbench:current-cuda"
 EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("*.yaml"))
@@ -28,7 +25,7 @@ def rendered(cli, *args: str) -> list[dict]:
     r = cli("k8s", *args)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"# Rendered by hvdbench 0.1.0: bench k8s {shlex.join(args)}\n")
-    assert not validate.check_text(r.stdout, "rendered"), validate.check_text(r.stdout, "rendered")
+    assert not k8s_check.check_text(r.stdout, "rendered"), k8s_check.check_text(r.stdout, "rendered")
     return [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
@@ -160,7 +157,7 @@ def test_the_examples_are_what_bench_k8s_renders(cli):
         command = text.splitlines()[0].split(": ", 1)[1]
         r = cli(*shlex.split(command)[1:])
         assert r.returncode == 0 and r.stdout == text, f"{path.name} is stale: run make k8s-examples"
-        assert not validate.check_text(text, path.name)
+        assert not k8s_check.check_text(text, path.name)
 
 
 def test_the_docs_quote_the_rendered_command_lines():
@@ -177,7 +174,7 @@ def test_the_docs_quote_the_rendered_command_lines():
 
 
 def test_the_results_claim_validates():
-    assert validate.check_text((ROOT / "k8s" / "results-claim.yaml").read_text(), "results-claim.yaml") == []
+    assert k8s_check.check_text((ROOT / "k8s" / "results-claim.yaml").read_text(), "results-claim.yaml") == []
 
 
 @pytest.mark.parametrize("edit, found", [
@@ -189,19 +186,19 @@ def test_the_results_claim_validates():
 ])
 def test_the_validator_finds_what_the_api_server_would_refuse(edit, found):
     (doc,) = manifests(K8sConfig(run=RunConfig(mode="torch-horovod"), image=IMAGE))
-    assert validate.problems(doc, "t") == []
+    assert k8s_check.problems(doc, "t") == []
     edit(doc)
-    assert any(found in p for p in validate.problems(doc, "t")), validate.problems(doc, "t")
+    assert any(found in p for p in k8s_check.problems(doc, "t")), k8s_check.problems(doc, "t")
 
 
 def test_the_validator_checks_builtin_kinds_at_its_kubernetes_version():
     service, job = manifests(K8sConfig(run=RunConfig(mode="tf-native"), image=IMAGE))
     job["spec"]["template"]["spec"]["subdomin"] = "x"
-    assert validate.problems(job, "t") == [
+    assert k8s_check.problems(job, "t") == [
         f"t: Job hvdbench-tf-native: spec.template.spec: Additional properties are not allowed ('subdomin' was "
-        f"unexpected) (Kubernetes {validate.KUBERNETES})"]
-    assert validate.problems({"apiVersion": "batch/v9", "kind": "Job"}, "t") == [
-        f"t: Job ?: Kubernetes {validate.KUBERNETES} has no Job in batch/v9"]
+        f"unexpected) (Kubernetes {k8s_check.KUBERNETES})"]
+    assert k8s_check.problems({"apiVersion": "batch/v9", "kind": "Job"}, "t") == [
+        f"t: Job ?: Kubernetes {k8s_check.KUBERNETES} has no Job in batch/v9"]
 
 
 def test_the_vendored_crds_say_where_they_come_from():

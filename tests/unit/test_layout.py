@@ -1,24 +1,13 @@
 """The package's shape: no import loop, local imports only where they keep a heavy library off the start-up
 path, each part below the ones that use it, and ruff reading every file."""
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
-
-
-def imports_tool():
-    spec = importlib.util.spec_from_file_location("bench_imports", ROOT / "scripts" / "imports.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_imports"] = module
-    spec.loader.exec_module(module)
-    return module
+from tools import imports
 
 
 def test_no_import_loop_and_no_needless_local_import():
-    report = imports_tool().report()
+    report = imports.report()
     assert report["loops"] == []
     assert report["needless"] == []
     assert report["kept"]  # the heavy modules (torch's) are still kept off the start-up path
@@ -34,14 +23,14 @@ def test_the_tool_finds_a_loop_and_a_needless_local_import(tmp_path):
     (package / "b.py").write_text("def f():\n    from bench import a\n    return a\n")
     (package / "c.py").write_text("import torch\n")
     (package / "d.py").write_text("def g():\n    from bench import c\n    return c\n")
-    report = imports_tool().report(package)
+    report = imports.report(package)
     assert report["loops"] == [["bench.a", "bench.b"]]
     assert report["needless"] == ["bench.b:2 -> bench.a"]
     assert report["kept"] == ["bench.d:2 -> bench.c"]
 
 
 def module_imports(name: str) -> set[str]:
-    modules = imports_tool().scan()
+    modules = imports.scan()
     mod = modules[name]
     return mod.top | {t for t, _ in mod.local}
 
@@ -55,7 +44,7 @@ def module_imports(name: str) -> set[str]:
     ("bench.kinds", ("bench.",)),
 ])
 def test_each_part_sits_below_the_parts_that_use_it(lower, upper):
-    modules = imports_tool().scan()
+    modules = imports.scan()
     for name in modules:
         if name == lower or name.startswith(lower + "."):
             wrong = {t for t in module_imports(name) if t.startswith(upper)}
@@ -63,7 +52,7 @@ def test_each_part_sits_below_the_parts_that_use_it(lower, upper):
 
 
 def test_the_allreduce_backends_build_on_the_distributed_layer_not_on_the_modes():
-    modules = imports_tool().scan()
+    modules = imports.scan()
     for name in modules:
         if name.startswith("bench.commands.allreduce"):
             assert not {t for t in module_imports(name) if t.startswith("bench.modes")}, name

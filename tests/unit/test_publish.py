@@ -1,18 +1,14 @@
-"""Publishing the images (docker/publish.py, make publish): the plan, the release workflow, the refusals, and the
-CPU image's round trip through a registry running here (scripts/registry-up.sh: Debian's docker-registry)."""
+"""Publishing the images (tools/publish.py, make publish): the plan, the release workflow, the refusals, and the
+CPU image's round trip through a registry running here (tools/registry-up.sh: Debian's docker-registry)."""
 
 import json
 import re
-import sys
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "docker"))
-import images  # noqa: E402
-import publish  # noqa: E402
+from tools import images, publish
 
 WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
 
@@ -95,7 +91,9 @@ def test_the_workflow_builds_and_pushes_only_through_make():
     uses = [s["uses"].split("@")[0] for s in job["steps"] if "uses" in s]
     assert set(uses) <= {"actions/checkout", "actions/setup-python", "docker/login-action"}, uses
     runs = [s["run"] for s in job["steps"] if "run" in s]
-    for forbidden in ("docker build", "docker push", "docker tag", "buildx", "Dockerfile", "build-arg", "images.py"):
+    forbidden_words = ("docker build", "docker push", "docker tag", "buildx", "Dockerfile", "build-arg", "tools.images",
+                       "tools.publish")
+    for forbidden in forbidden_words:
         assert not any(forbidden in r for r in runs), forbidden
     matrix_args = "STACK=${{ matrix.stack }} FLAVOR=${{ matrix.flavor }}"
     tag = "startsWith(github.ref, 'refs/tags/v')"
@@ -104,8 +102,8 @@ def test_the_workflow_builds_and_pushes_only_through_make():
     assert when[f"make image {matrix_args}"] == f"!{tag}"
     # and those make targets are the publish and build commands, with the same variables
     makefile = (ROOT / "Makefile").read_text()
-    assert "docker/publish.py --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR)" in makefile
-    assert "docker/images.py build --stack $(STACK) --flavor $(FLAVOR)" in makefile
+    assert "-m tools.publish --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR)" in makefile
+    assert "-m tools.images build --stack $(STACK) --flavor $(FLAVOR)" in makefile
 
 
 def test_results_name_the_digest_where_the_runtime_tells(monkeypatch, tmp_path):
@@ -130,8 +128,7 @@ def test_results_name_the_digest_where_the_runtime_tells(monkeypatch, tmp_path):
 
 
 def test_sif_pull_from_a_registry_that_does_not_answer_is_one_line():
-    sys.path.insert(0, str(ROOT / "singularity"))
-    import sif
+    from tools import sif
 
     with pytest.raises(sif.SifError) as info:
         sif.resolve_digest("127.0.0.1:1/hvdbench:current-cpu")

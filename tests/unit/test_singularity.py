@@ -5,21 +5,19 @@ The SIFs themselves are built and run by tests/system/test_apptainer.py (the sys
 
 import hashlib
 import re
-import sys
 
 import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "singularity"))
-generate = pytest.importorskip("generate")
+recipes = pytest.importorskip("tools.recipes")
 DEFS = sorted((ROOT / "singularity").glob("hvdbench-*.def"))
 
 
 def test_every_stack_and_flavour_has_a_definition():
     """Every stack x flavour built from docker/Dockerfile; current-cuda (the multi-stage Dockerfile.cuda) is
     converted from its Docker image instead (make sif FLAVOR=cuda)."""
-    assert [p.name for p in DEFS] == sorted(t[2].name for t in generate.targets())
+    assert [p.name for p in DEFS] == sorted(t[2].name for t in recipes.targets())
     assert [p.name for p in DEFS] == ["hvdbench-classic-cpu.def", "hvdbench-classic-cuda.def",
                                       "hvdbench-current-cpu.def"]
 
@@ -28,9 +26,9 @@ def test_every_stack_and_flavour_has_a_definition():
 def test_definition_is_complete_and_clean(path):
     text = path.read_text()
     stack, flavor = re.match(r"hvdbench-(\w+)-(\w+)\.def", path.name).groups()
-    values = generate.images.build_args(stack, flavor)
+    values = recipes.images.build_args(stack, flavor)
     assert f"From: {values['BASE_IMAGE']}" in text
-    for section in generate.SECTIONS:
+    for section in recipes.SECTIONS:
         assert re.search(rf"^{section}\b", text, re.M), section
     assert "%post -c /bin/bash\nset -euo pipefail\n" in text
     assert "--mount=" not in text and "SHELL [" not in text  # BuildKit-only syntax handled, not copied
@@ -51,14 +49,14 @@ def test_definition_is_complete_and_clean(path):
 def test_preprocess_strips_buildkit_syntax():
     text = ("ARG X=1\nFROM ${BASE_IMAGE}\nARG X=1\nSHELL [\"/bin/bash\"]\n"
             "RUN --mount=type=secret,id=ca \\\n    --mount=type=cache,target=/c \\\n    echo hi\n")
-    out = generate.preprocess(text, {"X": "2", "BASE_IMAGE": "debian:bookworm-slim"})
+    out = recipes.preprocess(text, {"X": "2", "BASE_IMAGE": "debian:bookworm-slim"})
     assert out == "ARG X=2\nFROM debian:bookworm-slim\nARG X=2\nRUN echo hi\n"
 
 
 def test_the_frameworks_key_leaves_this_package_out(tmp_path, monkeypatch):
     """sif.py --cache frameworks: a change to bench/ keeps the key, a change to any other input changes it;
     the default key changes with either."""
-    import sif
+    from tools import sif
 
     (tmp_path / "bench").mkdir()
     (tmp_path / "docker").mkdir()
@@ -81,7 +79,7 @@ def test_the_frameworks_key_leaves_this_package_out(tmp_path, monkeypatch):
 
 def test_a_sif_is_skipped_only_while_its_key_holds(tmp_path, monkeypatch):
     """The image SIF's key: the whole image's ID by default, the frameworks stage's with --cache frameworks."""
-    import sif
+    from tools import sif
 
     ids = {"hvdbench:current-cpu": "sha256:image-1", "hvdbench:current-cpu-frameworks": "sha256:heavy-1"}
     monkeypatch.setattr(sif, "image_id", lambda image: ids[image])

@@ -1,20 +1,13 @@
 """The test tiers themselves: every test gets exactly one, the unit tier's guard, the system tier's pass cache
-(scripts/tier-cache.py) and the times summary (scripts/test-times.py)."""
+(tools/tier_cache.py) and the times summary (tools/times.py)."""
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT, TESTS, TIERS, UnitTierViolation, misplaced, tier_of
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tools import tier_cache, times
 
 
 def test_a_tests_folder_is_its_tier_and_its_marks_must_agree():
@@ -53,7 +46,7 @@ def test_the_makefile_selects_each_tier_by_its_folders_marker():
 
 
 def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
-    cache = script("tier-cache")
+    cache = tier_cache
     files = {"bench/cli.py": "one", "bench/records/env.py": "env", "docs/x.md": "doc", "docker/Dockerfile": "FROM x",
              "tests/system/test_images.py": "t", "bench/commands/diagnose/rules.toml": "rules"}
     for name, text in files.items():
@@ -82,7 +75,6 @@ def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
 
 
 def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
-    times = script("test-times")
     (tmp_path / "unit.wall").write_text("12 0\n")
     (tmp_path / "unit.xml").write_text(
         '<testsuites><testsuite><testcase classname="tests.test_a" name="test_x" time="3.5"/>'
@@ -100,7 +92,7 @@ def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
 
 
 def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsys):
-    cache = script("tier-cache")
+    cache = tier_cache
     monkeypatch.setattr(cache, "CACHE", tmp_path / "passes")
     monkeypatch.setenv("HVDBENCH_TEST_TIMES", str(tmp_path / "times"))
     monkeypatch.delenv("HVDBENCH_RERUN", raising=False)

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The GPU check (docs/gpu-check.md): every GPU path of bench on one machine, into at most 8 files under OUT.
+#
+#   tools/gpu-check.sh [--short] [OUT]          (OUT default: $OUT, else results/gpu-check)
+#
+# On a GPU machine: installs bench from this tree with the wheels `make gpu-check-prepare` put in .gpu-check/
+# (no download), builds Horovod with NCCL against the machine's PyTorch, then runs bench env, bench peak at each
+# precision, torch-single / torch-ddp / torch-horovod on VGG-16 and ResNet-50 at 224x224 in fp32 (TF32),
+# amp-bf16 and amp-fp16 (ResNet-50 also channels-last), Horovod's own PyTorch benchmark alternated with
+# torch-horovod, ResNet-50 from JPEG files (--data), one Transformer, and bench verify on two GPUs or more, NVML telemetry in every run; then a
+# summary table. --short does the same on the CPU with tiny settings (the multiproc tier runs it, so the check
+# cannot rot between the days a GPU is lent).
+#
+# Resumable: each step is done once per machine (its log and exit code in STATE; a failed step is recorded and
+# not retried), and a call stops before a step once BUDGET seconds have passed (exit 3: run the same command
+# again). Environment: HVDBENCH_GPU_CHECK_STATE (default /tmp/hvdbench-gpu-check, or a fresh folder per --short
+# call under OUT), HVDBENCH_GPU_CHECK_BUDGET (default 480 s), HVDBENCH_GPU_CHECK_DIR (the prepared folder,
+# default .gpu-check), PYTHON (default python3).
+set -uo pipefail
+SHORT=0
+if [ "${1:-}" = "--short" ]; then SHORT=1; shift; fi
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=$(mkdir -p "${1:-${OUT:-results/gpu-check}}" && cd "${1:-${OUT:-results/gpu-check}}" && pwd)
+PY=${PYTHON:-python3}
+PREPARED=${HVDBENCH_GPU_CHECK_DIR:-$REPO/.gpu-check}
+if [ "$SHORT" = 1 ]; then
+  STATE=${HVDBENCH_GPU_CHECK_STATE:-$(mktemp -d "${TMPDIR:-/tmp}/hvdbench-gpu-check-short.XXXXXX")}
+else
+  STATE=${HVDBENCH_GPU_CHECK_STATE:-/tmp/hvdbench-gpu-check}
+fi
+BUDGET=${HVDBENCH_GPU_CHECK_BUDGET:-480}
+RES=$STATE/results
+mkdir -p "$STATE/done" "$STATE/logs" "$RES"
+START=$SECONDS
+export PYTHONPATH="$REPO:$STATE/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PATH="$STATE/site/bin:$PATH"
+BENCH=("$PY" -m bench)
+
+log() { echo "gpu-check: $*"; }
+
+pack() {
+  "$PY" -m tools.gpu_check_summary "$RES" "$STATE/status.tsv" > "$OUT/summary.md" 2> "$STATE/logs/summary.err" \
+    || log "the summary failed: $(tail -n1 "$STATE/logs/summary.err")"
+  cp "$STATE/status.tsv" "$OUT/status.tsv" 2>/dev/null
+  tar czf "$OUT/results.tar.gz" -C "$RES" . 2>/dev/null
+  tar czf "$OUT/logs.tar.gz" -C "$STATE/logs" . 2>/dev/null
+  [ -f "$STATE/logs/env.log" ] && cp "$STATE/logs/env.log" "$OUT/env.txt"
+}
+
+# step NAME COMMAND...: run once per machine; its exit code and seconds go to status.tsv.
+step() {
+  local name=$1; shift
+  [ -e "$STATE/done/$name" ] && return 0
+  if (( SECONDS - START > BUDGET )); then
+    log "stopped before '$name' after $((SECONDS - START)) s, to stay within one call's limit: run the same command again"
+    pack
+    exit 3
+  fi
+  local t0=$SECONDS rc
+  "$@" > "$STATE/logs/$name.log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "$(grep -m1 -E '^(error|gpu-check): ' "$STATE/logs/$name.log" | cut -c1-300)" \
+    >> "$STATE/status.tsv"
+  touch "$STATE/done/$name"
+  if [ "$rc" = 0 ]; then log "$name: ok ($((SECONDS - t0)) s)"; else log "$name: FAILED (exit $rc): $(tail -n1 "$STATE/logs/$name.log" | cut -c1-200)"; fi
+}
+
+install_bench() {
+  if "$PY" -c 'import pydantic' 2>/dev/null; then echo "pydantic is here already"; else
+    ls "$PREPARED"/wheels/*.whl >/dev/null 2>&1 || { echo "gpu-check: no wheels in $PREPARED/wheels: run make gpu-check-prepare here first"; return 1; }
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$STATE/site" "$PREPARED"/wheels/*.whl || return 1
+  fi
+  "${BENCH[@]}" --version
+}
+
+build_horovod() {
+  if "$PY" -c 'import horovod.torch' 2>/dev/null; then echo "Horovod with PyTorch is here already"; return 0; fi
+  HVDBENCH_SDIST_DIR=$PREPARED HOROVOD_GPU=nccl HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST:-90} \
+    "$REPO/docker/build-horovod.sh" "$PY" \
+    || { echo "gpu-check: Horovod did not build here (the torch-horovod runs and the reference comparison are skipped)"; return 1; }
+}
+
+has_horovod() { "$PY" -c 'import horovod.torch' 2>/dev/null; }
+
+step install install_bench
+if [ "$SHORT" = 1 ]; then
+  DEVICE=(--device cpu); GPUS=2; PRECISIONS=(fp32); PEAKS=(fp32)
+  SIZE=(--image-size 32 --batch-size 2 --warmup-steps 1 --steps-per-window 2 --windows 2 --attribution-steps 0)
+  MODELS=(vgg16)
+  REF=(--models vgg16 --np 1 --batch-sizes 2 --repeats 1 --warmup 1 --batches-per-iter 1 --iters 1)
+  TEXT=(--model transformer-small --precision amp-bf16 --batch-size 2 --seq-len 8 --warmup-steps 1 --steps-per-window 2
+        --windows 2)
+  VERIFY=(--framework torch --modes torch-ddp --steps 2 --model transformer-small)  # the exchange, on a small model
+  DATA=(--model vgg16 --precision fp32); JPEGS=(--images 40 --image-size 48)
+  CONVERGE=(--image-size 12 --batch-size 32 --epochs 1 --target-accuracy 0.95 --loader-workers 1)
+else
+  step horovod build_horovod
+  DEVICE=(--device cuda); GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
+  [ "${GPUS:-0}" -ge 1 ] || { log "no GPU visible to PyTorch: nothing to check (run with --short for the CPU)"; exit 1; }
+  PRECISIONS=(fp32 amp-bf16 amp-fp16); PEAKS=(fp32 amp-bf16 amp-fp16)
+  SIZE=(--image-size 224 --batch-size 64)
+  MODELS=(vgg16 resnet50)
+  REF=(--cuda --models vgg16 resnet50 --np "$GPUS" --batch-sizes 64 --repeats 2)
+  TEXT=(--model transformer-base --precision amp-bf16)
+  VERIFY=(--framework torch)
+  DATA=(--model resnet50 --precision amp-bf16); JPEGS=(--images 4096)
+  CONVERGE=(--image-size 32 --batch-size 32 --epochs 10 --target-accuracy 0.95 --base-lr 0.8 --warmup-epochs 1)
+fi
+
+step env "${BENCH[@]}" env
+for p in "${PEAKS[@]}"; do step "peak-$p" "${BENCH[@]}" peak "${DEVICE[@]}" --precision "$p" --output "$RES"; done
+for model in "${MODELS[@]}"; do
+  for p in "${PRECISIONS[@]}"; do
+    step "torch-single-$model-$p" "${BENCH[@]}" torch-single "${DEVICE[@]}" --model "$model" --precision "$p" "${SIZE[@]}" --output "$RES"
+    step "torch-ddp-$model-$p" "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model "$model" --precision "$p" "${SIZE[@]}" --output "$RES"
+    if [ "$model" = resnet50 ] && [ "$p" != fp32 ]; then
+      step "torch-ddp-$model-$p-channels-last" "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model "$model" --precision "$p" --channels-last "${SIZE[@]}" --output "$RES"
+    fi
+    if has_horovod; then
+      step "torch-horovod-$model-$p" "${BENCH[@]}" torch-horovod "${DEVICE[@]}" --np "$GPUS" --model "$model" --precision "$p" "${SIZE[@]}" --output "$RES"
+    fi
+  done
+done
+if has_horovod; then
+  step reference "$PY" -m tools.benchmarks.reference --frameworks torch "${REF[@]}" --json "$RES/reference.json"
+fi
+# Real data (docs/data.md): ImageNet-sized JPEGs through the DataLoader with pinned memory and the timed copy, against
+# the synthetic run of the same settings above (bench compare gives the input pipeline's cost).
+step data-make "${BENCH[@]}" data make "$STATE/jpegs" "${JPEGS[@]}"
+step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[@]}" "${SIZE[@]}" --data "$STATE/jpegs" --output "$RES"
+# Training to a target (docs/training.md): ResNet-20 on scikit-learn's digits, time to 95% held-out top-1.
+step digits-make "${BENCH[@]}" data make "$STATE/digits" --format cifar --from digits
+step torch-ddp-converge "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" --output "$RES"
+step transformer "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${TEXT[@]}" --output "$RES"
+if [ "$GPUS" -ge 2 ]; then
+  step verify "${BENCH[@]}" verify "${DEVICE[@]}" "${VERIFY[@]}" --output "$RES"
+fi
+pack
+failed=$(awk -F'\t' '$2 != 0' "$STATE/status.tsv" | wc -l)
+log "done in $((SECONDS - START)) s this call; $failed step(s) failed; $(ls "$OUT" | wc -l) files in $OUT"
+[ "$failed" = 0 ]

@@ -1,0 +1,143 @@
+"""The GPU check's summary table (tools/gpu-check.sh): every step's exit, the measured peaks, every run's
+throughput, MFU, power and energy, Horovod against its own script, and bench verify, as Markdown on stdout.
+
+    python -m tools.gpu_check_summary RESULTS STATUS_TSV
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from bench.records import store
+from bench.records.collect import load_results
+
+
+def _f(value, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _traffic(result: dict) -> str:
+    """The interface counters against the computed bytes: the ratio, or why there is none (NCCL's paths)."""
+    measured = (result.get("traffic") or {}).get("measured") or {}
+    computed = ((result.get("traffic") or {}).get("computed") or {}).get("bytes_per_step")
+    if not measured or not computed:
+        return "-"
+    if not measured.get("comparable", True):
+        return "not comparable (NCCL)"
+    return f"{measured['bytes_per_step'] / computed:.3f}"
+
+
+def records(folder: Path, kind: store.Kind) -> list[dict]:
+    found = []
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            found.append(store.read(path, kind))
+        except Exception:  # another kind, or not a record
+            continue
+    return found
+
+
+def input_section(runs: list[dict]) -> list[str]:
+    """The --data runs: each rank's data wait and copy, the loader alone, and the cost against the synthetic run of
+    the same mode, model, precision and ranks (bench compare's input_cost)."""
+    from bench.commands.compare import input_cost
+
+    fed = [r for r in runs if (r.get("input") or {}).get("source") == "dataset" and not r.get("training")]
+    if not fed:
+        return []
+    md = ["", "## Input pipeline (--data against synthetic)", "",
+          "| mode | model | precision | np | loader, workers | data img/s | synthetic img/s | input cost | "
+          "max wait share | copy s (max rank) | loader alone img/s (min rank) | paced by |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in fed:
+        c, section = r["config"], r["input"]
+        twin = next((x for x in runs if (x.get("input") or {}).get("source") != "dataset" and x["mode"] == r["mode"]
+                     and x["world_size"] == r["world_size"] and not x["config"].get("channels_last")
+                     and all(x["config"][k] == c[k] for k in ("model", "precision", "batch_size", "image_size"))),
+                    None)
+        data, synthetic = r["summary"]["samples_per_sec_total"], twin and twin["summary"]["samples_per_sec_total"]
+        cost = input_cost("synthetic", "dataset", synthetic, data) if synthetic else None
+        copies = [p["h2d_s"] for p in section["per_rank"] if p["h2d_s"] is not None]
+        rates = [p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]]
+        paced = section.get("paced_by_rank")
+        md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | {r['world_size']} | {section['loader']}, "
+                  f"{'/'.join(map(str, section['workers']))} | {data:.1f} | {_f(synthetic)} | "
+                  f"{_f(cost and 100 * cost)}% | {_f(100 * (section['wait_share_max'] or 0))}% | "
+                  f"{_f(max(copies) if copies else None, '.3f')} | {_f(min(rates) if rates else None)} | "
+                  f"{'-' if paced is None else f'rank {paced}'} |")
+    return md
+
+
+def training_section(runs: list[dict]) -> list[str]:
+    """The runs that trained to a target (docs/training.md): epochs, time to the target, final accuracy."""
+    trained = [r for r in runs if r.get("training")]
+    if not trained:
+        return []
+    md = ["", "## Training to a target", "", "| mode | model | np | epochs run | target | time to target s | "
+          "epochs to target | final top-1 | evaluations s | img/s total |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in trained:
+        t = r["training"]
+        md.append(f"| {r['mode']} | {r['config']['model']} | {r['world_size']} | {t['epochs_run']} | "
+                  f"{t['target_accuracy']} | {_f(t['time_to_target_s'])} | {t['epochs_to_target'] or '-'} | "
+                  f"{t['final_top1']:.4f} | {t['eval_s_total']:.1f} | {r['summary']['samples_per_sec_total']:.1f} |")
+    return md
+
+
+def main() -> None:
+    results, status = Path(sys.argv[1]), Path(sys.argv[2])
+    md = ["# GPU check", ""]
+    runs = load_results([results], []) if list(results.glob("*.json")) else []
+    if runs:
+        env = runs[0]["environment"]
+        torch = env.get("torch") or {}
+        gpus = (env.get("nvml") or {}).get("gpus") or []
+        md += [f"Host {env.get('hostname')}: {len(gpus)} GPU(s) {', '.join(sorted({g.get('name', '?') for g in gpus}))}"
+               f"{', driver ' + str(gpus[0].get('driver')) if gpus and gpus[0].get('driver') else ''}; "
+               f"torch {torch.get('version')}, CUDA {torch.get('cuda')}, cuDNN {torch.get('cudnn')}, "
+               f"NCCL {torch.get('nccl')}.", ""]
+    md += ["## Steps", "", "| step | exit | seconds | first error line |", "|---|---|---|---|"]
+    for line in status.read_text().splitlines() if status.exists() else []:
+        name, rc, seconds, *error = line.split("\t")
+        md.append(f"| {name} | {'ok' if rc == '0' else rc} | {seconds} | {(error or [''])[0]} |")
+    peaks = records(results, store.Kind.PEAK)
+    if peaks:
+        md += ["", "## Measured peak (bench peak)", "", "| device | precision | TFLOP/s |", "|---|---|---|"]
+        md += [f"| {p['device']} | {p['precision']} | {p['peak_tflops']:.4g} |" for p in peaks]
+    if runs:
+        md += ["", "## Runs", "", "| mode | model | precision | layout | np | samples/s total | per GPU | MFU measured "
+               "| MFU spec | W total | J/sample | throttled | GPUs sampled | traffic check |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(runs, key=lambda r: (r["config"]["model"], r["mode"], r["config"]["precision"],
+                                             r["world_size"])):
+            c, s, t, u = r["config"], r["summary"], r["telemetry"], r.get("utilisation") or {}
+            layout = ["channels-last"] * bool(c.get("channels_last")) + ["data"] * bool(c.get("data"))
+            md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | "
+                      f"{', '.join(layout) or '-'} | {r['world_size']} | "
+                      f"{s['samples_per_sec_total']:.1f} | {s['samples_per_sec_per_gpu']:.1f} | "
+                      f"{_f(u.get('mfu_measured') and 100 * u['mfu_measured'])}% | "
+                      f"{_f(u.get('mfu_spec') and 100 * u['mfu_spec'])}% | {_f(t.get('power_w_mean_total'))} | "
+                      f"{_f(t.get('energy_per_sample_j'), '.3g')} | {t.get('throttled', '-')} | "
+                      f"{t.get('gpus_sampled', '-')} of {r['world_size']} | {_traffic(r)} |")
+    md += input_section(runs)
+    md += training_section(runs)
+    reference = results / "reference.json"
+    if reference.exists():
+        md += ["", "## torch-horovod against Horovod's own PyTorch benchmark (alternated)", "",
+               "| model | batch | np | bench img/s/rank | reference img/s/rank | ratio median | ratio range |",
+               "|---|---|---|---|---|---|---|"]
+        for row in json.loads(reference.read_text()):
+            ratios = row["ratios"]
+            md.append(f"| {row['model']} | {row['batch']} | {row['np']} | {statistics.median(row['bench_rank0']):.1f} "
+                      f"| {statistics.median(row['reference']):.1f} | {statistics.median(ratios):.3f} "
+                      f"| {min(ratios):.3f}-{max(ratios):.3f} |")
+    for v in records(results, store.Kind.VERIFY):
+        md += ["", f"## bench verify: {'PASS' if v['passed'] else 'FAIL'}", ""]
+        md += [f"- {m.get('label', m.get('mode'))}: {m['status']}" for m in v["modes"]]
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""Host side of the SIFs: build one from the local Docker image, or from a generated definition file.
+
+    python -m tools.sif image --stack current --flavor cpu     # hvdbench:current-cpu -> hvdbench-current-cpu.sif
+    python -m tools.sif def --stack current --flavor cpu --base hvdbench-base:bookworm
+    python -m tools.sif pull --registry ghcr.io/OWNER --stack current --flavor cpu   # the published image
+    python -m tools.sif runtime                                 # the apptainer/singularity used
+
+The runtime is HVDBENCH_APPTAINER, else `apptainer` or `singularity` on PATH, else the one
+tools/apptainer-up.sh set up. From an image, `docker save` writes an archive that
+`apptainer build ... docker-archive://` converts (no registry, no access to the engine's socket needed).
+From a definition file, the %files paths are relative to the repository root, and the machine's CA
+bundle is bound to /run/secrets/ca for pip (as the Docker build's secret: never copied into the image).
+--base replaces the file's `Bootstrap: docker` base with a local Docker image (this machine reaches no
+registry). A SIF is written to a temporary name and renamed, so a failed build leaves no partial file;
+a build whose inputs did not change since the last one (same image ID, or same definition, files and base)
+is skipped unless --force. The key of what it was built from is kept next to it (<sif>.key).
+
+--cache frameworks keys the build by its heavy part only: the image's frameworks stage
+(hvdbench:STACK-FLAVOR-frameworks), or the definition and the files it copies in less this package's own
+(bench/, pyproject.toml, README.md). The SIF's bench may then be older than the checkout's: the tests
+bind the checkout's bench over it (APPTAINER_BIND), so a change to bench/ alone rebuilds no SIF.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools import images, publish
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP_BIN = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer")) / "bin"
+
+
+class SifError(Exception):
+    pass
+
+
+def runtime() -> str:
+    """The container runtime's executable: apptainer, or singularity (same command line)."""
+    explicit = os.environ.get("HVDBENCH_APPTAINER")
+    if explicit:
+        if shutil.which(explicit) is None:
+            raise SifError(f"HVDBENCH_APPTAINER={explicit} is not an executable")
+        return shutil.which(explicit)
+    for name in ("apptainer", "singularity"):
+        found = shutil.which(name) or shutil.which(name, path=str(SETUP_BIN))
+        if found:
+            return found
+    raise SifError("neither apptainer nor singularity is installed; run `make apptainer-up` "
+                   "(or install Apptainer, https://apptainer.org/docs/admin/main/installation.html)")
+
+
+def default_output(stack: str, flavor: str) -> Path:
+    return ROOT / f"hvdbench-{stack}-{flavor}.sif"
+
+
+def image_id(image: str) -> str:
+    done = subprocess.run([images.docker_cli(), "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
+                          text=True)
+    if done.returncode != 0 and "No such" not in done.stderr:
+        raise SifError(f"no Docker engine answers ({done.stderr.strip()[:200]}); run tools/docker-up.sh")
+    if done.returncode != 0:
+        raise SifError(f"no local Docker image {image}: build it first (make image STACK=... FLAVOR=...)")
+    return done.stdout.strip()
+
+
+def _up_to_date(out: Path, key: str) -> bool:
+    side = out.with_name(out.name + ".key")
+    return out.is_file() and side.is_file() and side.read_text().strip() == key
+
+
+def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, binds: list[Path],
+           verb: str = "build") -> Path:
+    """apptainer build (or pull) into a temporary file beside ``out``, then rename; records ``key``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    # The set-up's wrapper shows the host's directories inside its own root; these must be among them.
+    env = dict(os.environ, HVDBENCH_APPTAINER_BINDS=" ".join(
+        [os.environ.get("HVDBENCH_APPTAINER_BINDS", ""), *{str(p.resolve()) for p in binds}]).strip())
+    cmd = [runtime(), verb, "--force", *options, str(tmp), target]
+    print("sif:", " ".join(cmd), flush=True)
+    start = time.monotonic()
+    try:
+        done = subprocess.run(cmd, cwd=cwd, env=env)
+        if done.returncode != 0:
+            raise SifError(f"apptainer {verb} of {out.name} failed (exit {done.returncode})")
+        out.with_name(out.name + ".key").unlink(missing_ok=True)  # never an old key beside a new SIF
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    out.with_name(out.name + ".key").write_text(key + "\n")
+    print(f"sif: {'pulled' if verb == 'pull' else 'built'} {out} ({out.stat().st_size / 2**30:.2f} GiB) in "
+          f"{time.monotonic() - start:.0f} s", flush=True)
+    return out
+
+
+def _docker_save(image: str, folder: Path) -> Path:
+    archive = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", image) + ".tar")
+    subprocess.run([images.docker_cli(), "save", "-o", str(archive), image], check=True)
+    return archive
+
+
+def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = False, cache: str = "inputs") -> Path:
+    """The SIF of the local Docker image hvdbench:<stack>-<flavor>."""
+    image = images.tags(stack, flavor)[0]
+    out = Path(out or default_output(stack, flavor)).resolve()
+    if cache == "frameworks":
+        heavy = images.frameworks_tag(stack, flavor)
+        key = f"frameworks {heavy} {image_id(heavy)}"
+    else:
+        key = f"image {image} {image_id(image)}"
+    if not force and _up_to_date(out, key):
+        print(f"sif: {out} is up to date ({key})")
+        return out
+    runtime()  # fail before the minutes `docker save` takes
+    with tempfile.TemporaryDirectory(prefix=".hvdbench-sif-", dir=out.parent) as tmp:
+        archive = _docker_save(image, Path(tmp))
+        return _build(f"docker-archive://{archive}", out, key, [], out.parent, [Path(tmp), out.parent])
+
+
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"])
+
+
+def _registry_get(url: str, method: str = "HEAD", token: str | None = None):
+    import urllib.request
+
+    headers = {"Accept": MANIFEST_TYPES, **({"Authorization": f"Bearer {token}"} if token else {})}
+    return urllib.request.urlopen(urllib.request.Request(url, method=method, headers=headers), timeout=20)
+
+
+def _bearer_token(challenge: str) -> str | None:
+    """A token for a registry that answered 401 with a Bearer challenge (GHCR gives anonymous pull tokens; a
+    private image takes APPTAINER_DOCKER_USERNAME / APPTAINER_DOCKER_PASSWORD, as apptainer itself does)."""
+    import base64
+    import json
+    import urllib.parse
+    import urllib.request
+
+    if not challenge.lower().startswith("bearer "):
+        return None
+    fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    url = fields.pop("realm", "") + "?" + urllib.parse.urlencode(fields)
+    request = urllib.request.Request(url)
+    user, password = os.environ.get("APPTAINER_DOCKER_USERNAME"), os.environ.get("APPTAINER_DOCKER_PASSWORD")
+    if user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    body = json.loads(urllib.request.urlopen(request, timeout=20).read())
+    return body.get("token") or body.get("access_token")
+
+
+def resolve_digest(reference: str) -> tuple[str, bool]:
+    """(the manifest digest REGISTRY/NAME:TAG names now, whether the registry speaks plain HTTP), asked of the
+    registry's API, https first; the digest is what `docker push` printed and what `docker pull` records."""
+    import urllib.error
+
+    name, _, tag = reference.rpartition(":")
+    host, _, path = name.partition("/")
+    reasons = []
+    for scheme in ("https", "http"):
+        url = f"{scheme}://{host}/v2/{path}/manifests/{tag}"
+        try:
+            try:
+                answer = _registry_get(url)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 401:
+                    raise
+                answer = _registry_get(url, token=_bearer_token(exc.headers.get("WWW-Authenticate", "")))
+            digest = answer.headers.get("Docker-Content-Digest", "")
+            if not digest.startswith("sha256:"):
+                raise SifError(f"{host} gave no digest for {reference}")
+            return digest, scheme == "http"
+        except urllib.error.HTTPError as exc:
+            raise SifError(f"{host} has no {path}:{tag} (HTTP {exc.code})" if exc.code == 404 else
+                           f"{host} refused {reference} (HTTP {exc.code} {exc.reason})") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reasons.append(f"{scheme}: {getattr(exc, 'reason', exc)}")
+    raise SifError(f"registry {host} does not answer ({'; '.join(reasons)})")
+
+
+def pull(registry: str, stack: str, flavor: str, out: Path | None = None, force: bool = False) -> Path:
+    """The published REGISTRY/hvdbench:<stack>-<flavor> as a SIF, pulled by its digest: the SIF's labels then name
+    the digest (org.label-schema.usage.singularity.deffile.from), which every result run in it records. A pull of
+    the digest the SIF already holds is skipped unless --force."""
+    images.build_args(stack, flavor)  # validates the stack and flavour
+    out = Path(out or default_output(stack, flavor)).resolve()
+    reference = f"{publish.check_registry(registry)}/{publish.REPOSITORY}:{stack}-{flavor}"
+    digest, plain_http = resolve_digest(reference)
+    pinned = f"{reference.rpartition(':')[0]}@{digest}"
+    key = f"pulled {pinned}"
+    if not force and _up_to_date(out, key):
+        print(f"sif: {out} is up to date ({pinned})")
+        return out
+    return _build(f"docker://{pinned}", out, key, ["--no-https"] if plain_http else [], out.parent, [out.parent],
+                  verb="pull")
+
+
+def localize(text: str, archive: Path) -> str:
+    """A definition file whose base is a `docker save` archive instead of a registry image."""
+    new, n = re.subn(r"^Bootstrap: docker\nFrom: .*$", f"Bootstrap: docker-archive\nFrom: {archive}", text,
+                     count=1, flags=re.M)
+    if n != 1:
+        raise SifError("the definition file does not start from `Bootstrap: docker`")
+    return new
+
+
+CACHES = ("inputs", "frameworks")
+PACKAGE_SOURCES = ("bench", "pyproject.toml", "README.md")  # what --cache frameworks leaves out of a key
+
+
+def _files_digest(text: str, h, skip: tuple[str, ...] = ()) -> None:
+    """Hash the sources the %files section copies in (the build's other inputs), less those in ``skip``."""
+    files = text.split("%files\n", 1)[1].split("\n%", 1)[0].splitlines()
+    for line in files:
+        if line.split()[0] in skip:
+            continue
+        src = ROOT / line.split()[0]
+        for p in sorted([src] if src.is_file() else (q for q in src.rglob("*") if q.is_file())):
+            # docker/wheelhouse/sdist is the CUDA image's (staged when that image builds); the definition's build
+            # uses the sdist at the wheelhouse's top. Left out, the key does not depend on which tiers ran.
+            if "__pycache__" not in p.parts and not p.is_relative_to(ROOT / "docker/wheelhouse/sdist"):
+                h.update(str(p.relative_to(ROOT)).encode())
+                h.update(p.read_bytes())
+
+
+def from_definition(stack: str, flavor: str, out: Path | None = None, base: str | None = None,
+                    force: bool = False, cache: str = "inputs") -> Path:
+    """Build singularity/hvdbench-<stack>-<flavor>.def (optionally on a local Docker base image)."""
+    definition = ROOT / "singularity" / f"hvdbench-{stack}-{flavor}.def"
+    if not definition.is_file():
+        raise SifError(f"no definition file {definition.relative_to(ROOT)} (make singularity)")
+    out = Path(out or default_output(stack, flavor)).resolve()
+    text = definition.read_text()
+    if flavor == "cpu":
+        images.stage_wheels(stack)  # the CPU definition installs PyTorch's CPU wheel from it, as the CPU image does
+    h = hashlib.sha256(text.encode())
+    _files_digest(text, h, PACKAGE_SOURCES if cache == "frameworks" else ())
+    key = f"definition {definition.name} {cache} base {image_id(base) if base else 'registry'} {h.hexdigest()}"
+    if not force and _up_to_date(out, key):
+        print(f"sif: {out} is up to date ({key[:80]}...)")
+        return out
+    runtime()
+    options = ["--fakeroot"] if os.geteuid() == 0 else []
+    ca = os.environ.get("HVDBENCH_CA_BUNDLE", images.DEFAULT_CA)
+    if ca and Path(ca).is_file():
+        options += ["--bind", f"{ca}:/run/secrets/ca"]
+    with tempfile.TemporaryDirectory(prefix=".hvdbench-sif-", dir=ROOT) as tmp:
+        if base:
+            text = localize(text, _docker_save(base, Path(tmp)))
+        local = Path(tmp) / definition.name
+        local.write_text(text)
+        return _build(str(local), out, key, options, ROOT, [Path(tmp), out.parent, ROOT])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (("image", "the SIF of the local Docker image hvdbench:STACK-FLAVOR"),
+                       ("def", "build singularity/hvdbench-STACK-FLAVOR.def")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--stack", default="current")
+        s.add_argument("--flavor", default="cpu")
+        s.add_argument("--output", type=Path, help="default: hvdbench-STACK-FLAVOR.sif in the repository root")
+        s.add_argument("--force", action="store_true", help="rebuild even when the inputs did not change")
+        s.add_argument("--cache", choices=CACHES, default="inputs",
+                       help="what keys the skip: every input (default), or the frameworks part alone (tests)")
+        if name == "def":
+            s.add_argument("--base", help="a local Docker image as the base (e.g. hvdbench-base:bookworm)")
+    pl = sub.add_parser("pull", help="pull the published REGISTRY/hvdbench:STACK-FLAVOR into a SIF, by digest")
+    pl.add_argument("--registry", required=True, help="HOST[:PORT][/path], e.g. ghcr.io/owner or 127.0.0.1:5000")
+    pl.add_argument("--stack", default="current")
+    pl.add_argument("--flavor", default="cpu")
+    pl.add_argument("--output", type=Path, help="default: hvdbench-STACK-FLAVOR.sif in the repository root")
+    pl.add_argument("--force", action="store_true", help="pull even when the SIF holds that digest already")
+    sub.add_parser("runtime", help="print the runtime used")
+    a = p.parse_args()
+    try:
+        if a.command == "image":
+            images.build_args(a.stack, a.flavor)  # validates the stack and flavour
+            from_image(a.stack, a.flavor, a.output, a.force, a.cache)
+        elif a.command == "def":
+            from_definition(a.stack, a.flavor, a.output, a.base, a.force, a.cache)
+        elif a.command == "pull":
+            pull(a.registry, a.stack, a.flavor, a.output, a.force)
+        else:
+            print(runtime())
+    except (SifError, images.ImageError, subprocess.CalledProcessError) as exc:
+        print(f"sif: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
