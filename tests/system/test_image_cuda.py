@@ -127,3 +127,24 @@ def test_commands_over_ssh_get_the_images_environment(dk):
     code, out = run(dk, ["-c", script], user="1000:1000", entrypoint="bash", stdout_only=True)
     assert code == 0, out
     assert out.split() == ["mpiuser", "/opt/hvdbench/torch/bin/bench", "/opt/hvdbench/tf/bin/python", "cuda"]
+
+
+def test_its_input_pipelines_read_a_dataset_on_the_cpu(dk, tmp_path):
+    """The CUDA image carries the loaders --data takes (docs/data.md): Pillow for the torch loader and NVIDIA DALI
+    in each environment, built for its CUDA; DALI's CPU pipeline and Pillow feed a run here, with no GPU."""
+    results = tmp_path / "results"
+    results.mkdir()
+    common = "--device cpu --data /tmp/d --model resnet20 --image-size 32 --batch-size 4 --warmup-steps 1 " \
+             "--steps-per-window 2 --windows 1"
+    script = " && ".join([
+        "bench data make /tmp/d --images 24 --image-size 48 --classes 4",
+        f"bench torch-single {common} --loader dali --output /work/results/torch-dali",
+        f"bench tf-single {common} --loader dali --output /work/results/tf-dali",
+        f"bench torch-single {common} --loader torch --output /work/results/torch-pillow"])
+    code, logs = run(dk, ["-c", script], results, entrypoint="bash")
+    assert code == 0, logs[-3000:]
+    for folder, loader in (("torch-dali", "dali"), ("tf-dali", "dali"), ("torch-pillow", "torch")):
+        result = only_result(results / folder)
+        assert result["input"]["loader"] == loader and result["input"]["format"] == "imagefolder", folder
+        assert result["input"]["per_rank"][0]["loader_rate"] > 0
+    assert dk.images.get(IMAGE).labels["io.hvdbench.dali"] == images.build_args("current", "cuda")["DALI_VERSION"]
