@@ -282,10 +282,12 @@ class RunConfig:
         why = spec.no_data.get(None) or spec.no_data.get(self.strategy or spec.default_variant().strategy)
         if why:
             raise BenchError(why)
-        if model_spec.workload.kind != "image":
-            raise BenchError(f"--data reads image datasets; {self.model} trains on {model_spec.workload.units}")
-        if detect_format(self.data) == "tokens":
-            raise BenchError(f"--data {self.data} holds token ids; the training modes read image datasets so far")
+        tokens = detect_format(self.data) == "tokens"
+        if tokens != (model_spec.workload.kind == "text"):
+            held = "token ids" if tokens else "images"
+            wants = "an image dataset" if tokens else "a tokens dataset"
+            raise BenchError(f"--data {self.data} holds {held}; {self.model} trains on {model_spec.workload.units} "
+                             f"and reads {wants} (docs/data.md)")
         if self.loader is not None and loader(self.loader).framework not in (spec.framework, "any"):
             raise BenchError(f"--loader {self.loader} feeds {loader(self.loader).framework}; {self.mode} is "
                              f"{spec.framework} (its loader: {default_loader(spec.framework)})")
@@ -350,13 +352,17 @@ class RunConfig:
         batch = self.batch_size or profile.batch_size
         to_goal = {}
         if goal.active(self):  # every window one epoch of the rank's shard (bench.measure.goal)
-            per_rank = (train_count(self.data) // np) // batch
+            # the ranks whose batches one update applies: all, or one worker's under asynchronous ps
+            label = f"{self.mode}:{self.strategy}" if self.strategy else self.mode
+            update_ranks = 1 if variant(label).exchange == "ps" else np
+            seq_len = spec.workload.resolve(spec, self, profile).get("seq_len")
+            per_rank = (train_count(self.data, seq_len) // np) // batch
             if per_rank == 0:
                 raise BenchError(f"--data {self.data}: its training split gives {np} rank(s) no whole batch of "
                                  f"{batch}")
             to_goal = dict(warmup_steps=0, steps_per_window=per_rank, windows=self.epochs,
                            attribution_steps=self.attribution_steps or 0, eval_every=self.eval_every or 1,
-                           learning_rate=goal.peak_rate(self, batch * np),
+                           learning_rate=goal.peak_rate(self, batch * update_ranks),
                            weight_decay=goal.WEIGHT_DECAY if self.weight_decay is None else self.weight_decay)
         resolved = dict(
             device=Device(device),
@@ -404,9 +410,10 @@ class RunConfig:
         return cls.from_dict(data)
 
 
-def train_count(path: str) -> int:
-    """The samples of a --data dataset's training split (--epochs cuts them into each rank's epoch)."""
-    n = len(load_dataset(path).splits["train"])
+def train_count(path: str, seq_len: int | None = None) -> int:
+    """The samples of a --data dataset's training split (--epochs cuts them into each rank's epoch); a tokens
+    dataset's, of ``seq_len``."""
+    n = len(load_dataset(path, seq_len).splits["train"])
     if n == 0:
         raise BenchError(f"--epochs needs the training split's sample count; {path} does not say it (TFRecord "
                          "shards: meta.json's counts, as bench data make writes them)")

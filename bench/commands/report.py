@@ -30,6 +30,7 @@ from typing import Any
 from bench.commands import converge
 from bench.commands.compare import input_cost
 from bench.config import option
+from bench.data.feed import pacer
 from bench.errors import BenchError
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
@@ -157,7 +158,7 @@ def input_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         data, base = r["summary"]["samples_per_sec_total"], statistics.median(twin) if twin else None
         rows.append({"label": key.label, "setting": key.setting_text(), "n": r["world_size"], "data": data,
                      "synthetic": base, "cost": input_cost("synthetic", key.source, base, data) if base else None,
-                     "wait_share_max": section["wait_share_max"], "paced_by": section.get("paced_by_rank"),
+                     "wait_share_max": section["wait_share_max"], "paced_by": pacer(section),
                      "loader_rate": min((p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]),
                                         default=None)})
     return rows
@@ -346,7 +347,7 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "| mode | setting | n | data /s | synthetic /s | input cost | max wait share | loader alone /s | "
                "paced by |", "|---|---|---|---|---|---|---|---|---|"]
         for f in fed:
-            paced = "–" if f["paced_by"] is None else f"rank {f['paced_by']}"
+            paced = f["paced_by"] or "–"
             md.append(f"| {f['label']} | {f['setting']} | {f['n']} | {f['data']:.2f} | {_fmt(f['synthetic'])} "
                       f"| {_fmt(f['cost'], '.1%')} | {_fmt(f['wait_share_max'], '.1%')} "
                       f"| {_fmt(f['loader_rate'], '.0f')} | {paced} |")

@@ -21,15 +21,28 @@ from bench.errors import BenchError
 
 @dataclass
 class Split:
-    """One split of an image dataset: ``paths`` (image files; None for in-memory data) or ``arrays`` (N x H x W x 3
-    uint8), and ``labels`` from 0."""
+    """One split of a dataset: images as ``paths`` (image files; None for in-memory data) or ``arrays`` (N x H x W
+    x 3 uint8), with ``labels`` from 0; or ``tokens``, a flat array of token ids (memory-mapped) read as samples
+    of ``seq_len`` (:meth:`sample`)."""
     labels: np.ndarray
     paths: list[str] | None = None
     arrays: np.ndarray | None = None
     shards: list[str] = field(default_factory=list)  # tfrecord: the shard files (samples counted in meta.json)
+    tokens: np.ndarray | None = None
+    seq_len: int = 0
 
     def __len__(self) -> int:
+        if self.tokens is not None:  # sample i: tokens [2 L i, 2 L (i + 1)] (its last one only as a target)
+            return max(0, (len(self.tokens) - 1) // (2 * self.seq_len))
         return len(self.labels)
+
+    def sample(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """A token split's sample ``i``, as the text models train (bench.models.workloads.TokenSequences): the
+        source (L tokens), the decoder's input (the next L), stacked (2, L), and the targets, the decoder's input
+        one token on (L): a sequence and its continuation, cut from the flat file one after another."""
+        n = self.seq_len
+        window = np.asarray(self.tokens[2 * n * i:2 * n * (i + 1) + 1], np.int64)
+        return np.stack([window[:n], window[n:2 * n]]), window[n + 1:]
 
 
 @dataclass
@@ -85,15 +98,43 @@ def class_count(path: str | Path) -> int:
         if not (root / "train").is_dir():
             raise BenchError(f"--data {root}: an ImageNet-layout dataset needs train/<class>/ folders")
         return len([d for d in (root / "train").iterdir() if d.is_dir()])
+    if fmt == "tokens" and "classes" not in info:
+        raise BenchError(f"--data {root}: a tokens dataset says its vocabulary in meta.json (classes), as bench data "
+                         "make writes it")
     return int(info.get("classes", 10 if fmt == "cifar" else 1000))
 
 
-def load(path: str | Path) -> Dataset:
-    """The dataset at ``path`` (an image format: imagefolder, tfrecord, cifar), checked: labels within the class
-    count, a training split that is not empty."""
+def _tokens(root: Path, name: str, dtype: str, seq_len: int) -> Split:
+    path = root / f"{name}.bin"
+    if not path.is_file() or path.stat().st_size == 0:
+        return Split(np.zeros(0, np.int64), tokens=np.zeros(0, dtype), seq_len=seq_len)
+    if path.stat().st_size % np.dtype(dtype).itemsize:
+        raise BenchError(f"--data {path}: its size is not a whole number of {dtype} token ids")
+    return Split(np.zeros(0, np.int64), tokens=np.memmap(path, dtype=dtype, mode="r"), seq_len=seq_len)
+
+
+def load(path: str | Path, seq_len: int | None = None) -> Dataset:
+    """The dataset at ``path``, checked: labels (token ids) within the class count (the vocabulary), a training
+    split that is not empty. A tokens dataset is read as samples of ``seq_len`` (the run's --seq-len)."""
     root = Path(path)
     fmt = detect_format(root)
     info = meta(root)
+    if fmt == "tokens":
+        if not seq_len:
+            raise BenchError(f"--data {root}: a tokens dataset trains the text models (--seq-len); not an image one")
+        dtype = info.get("token_dtype") or "uint16"
+        if dtype not in ("uint16", "uint32"):
+            raise BenchError(f"--data {root}: token_dtype {dtype!r} in meta.json (uint16 or uint32)")
+        splits = {name: _tokens(root, name, dtype, seq_len) for name in ("train", "val")}
+        vocab = class_count(root)
+        if len(splits["train"]) == 0:
+            raise BenchError(f"--data {root}: train.bin holds no sample of 2 x {seq_len} + 1 tokens")
+        for name, split_ in splits.items():
+            top = int(split_.tokens.max()) if len(split_.tokens) else 0
+            if top >= vocab:
+                raise BenchError(f"--data {root}: {name}.bin holds token id {top}, outside the vocabulary "
+                                 f"0..{vocab - 1}")
+        return Dataset(root, fmt, vocab, splits)
     if fmt == "imagefolder":
         splits = {"train": _imagefolder(root, "train"), "val": _imagefolder(root, "val")}
     elif fmt == "cifar":
@@ -103,8 +144,6 @@ def load(path: str | Path) -> Dataset:
         splits = {name: Split(np.zeros(counts.get(key, 0), np.int64),
                               shards=sorted(str(p) for p in root.glob(f"{prefix}-*-of-*")))
                   for name, key, prefix in (("train", "train", "train"), ("val", "val", "validation"))}
-    else:
-        raise BenchError(f"--data {root}: a {fmt} dataset holds token ids, not images")
     classes = class_count(root)
     train = splits["train"]
     if len(train) == 0 and not train.shards:

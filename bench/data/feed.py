@@ -46,7 +46,7 @@ def default_workers(local_world_size: int) -> int:
 def check(cfg) -> dict[str, Any]:
     """The parent's checks of a resolved ``--data`` run, before any rank starts (one line each): the dataset
     loads, its labels fit the classifier, and its training split gives every rank at least one whole batch."""
-    ds = datasets.load(cfg.data)
+    ds = datasets.load(cfg.data, cfg.seq_len)
     if ds.classes > cfg.num_classes:
         raise BenchError(f"--data {cfg.data} has {ds.classes} classes; --num-classes {cfg.num_classes} is fewer")
     train = ds.splits["train"]
@@ -72,9 +72,9 @@ class Feed:
     ``copies`` says whether that is a copy worth timing apart."""
 
     def __init__(self, cfg, rank: int, world: int, local_world: int, place: Callable[[Any], Any],
-                 copies: bool, framework: str, device_id: int | None = None) -> None:
+                 copies: bool, framework: str, device_id: int | None = None, draws: bool = True) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world
-        self.dataset = datasets.load(cfg.data)
+        self.dataset = datasets.load(cfg.data, cfg.seq_len)
         self.loader = loader_named(cfg.loader)
         self.workers = default_workers(local_world) if cfg.loader_workers is None else cfg.loader_workers
         self.place, self.copies = place, copies
@@ -85,7 +85,7 @@ class Feed:
         self.per_epoch = datasets.shard(n, rank, world, cfg.batch_size, cfg.seed).size // cfg.batch_size \
             if n else None  # TFRecord shards without counts: unknown
         self.loader_rate = self._probe()
-        self._batches = self._open(0, None)
+        self._batches = self._open(0, None) if draws else None  # draws=False: the batches are read elsewhere
 
     def _open(self, epoch: int, epochs: int | None):
         cfg = self.cfg
@@ -174,6 +174,49 @@ class Feed:
                 "format": self.dataset.format, "classes": self.dataset.classes, "train_samples": len(train)}
 
 
+class WorkerFeeds(Feed):
+    """tf-native --strategy ps: the workers read the batches, each its own shard through a tf.data pipeline built on
+    it (bench.data.loaders.TFLoader.dataset, graph_only), inside the closures the coordinator schedules; this, on
+    the coordinator, is their feeds' account. Each closure times its own wait for its batch (``add``: the worker's
+    index and the seconds from asking its iterator to holding the batch, read with tf.timestamp inside the
+    closure), the loader's rate is probed here on worker 0's shard, and the held-out split is scored here whole
+    (the coordinator is the one process that measures and evaluates). An epoch is ``per_epoch`` steps of one closure
+    per worker (``per_epoch`` = a worker's whole batches); the coordinator hands closures to whichever worker is
+    free, so a worker that runs more of them reads on into its own next epoch (asynchronous training)."""
+
+    def __init__(self, cfg, workers: int, reopen: Callable[[], None]) -> None:
+        super().__init__(cfg, 0, workers, workers, lambda b: b, copies=False, framework="tensorflow", draws=False)
+        self.worker_waits: list[tuple[int, float]] = []  # (worker, wait_s) per closure, in the order fetched
+        self.start = (0, 0)  # (epoch, batches to skip) where the workers' pipelines begin (seek)
+        self.reopen = reopen  # the trainer's: the workers' pipelines made again from self.start
+
+    def add(self, worker: int, wait_s: float) -> None:
+        self.worker_waits.append((worker, wait_s))
+
+    def seek(self, batches: int) -> None:
+        """A resumed run (bench.measure.checkpoint): the workers' pipelines begin at that epoch, past the batches
+        of it already trained on (each worker ran about as many closures: one per step)."""
+        self.start = divmod(batches, self.per_epoch)
+        self.reopen()
+
+    def mark(self) -> int:
+        return len(self.worker_waits)
+
+    def held_out(self):
+        cfg = self.cfg
+        batches = self.loader.batches(self.dataset, "val", cfg.image_size, cfg.batch_size, self.workers, cfg.seed,
+                                      0, 1, 0, cfg.device.value, 1, self.framework)
+        yield from batches
+
+    def record(self, timed_from: int) -> dict[str, Any]:
+        waits = self.worker_waits[timed_from:]
+        per_worker = [{"worker": w, "wait_step_s": [s for k, s in waits if k == w], "h2d_step_s": None}
+                      for w in range(self.world)]
+        closures = len(self.worker_waits)
+        return dict(super().record(0), wait_step_s=[s for _, s in waits], h2d_step_s=None, per_worker=per_worker,
+                    epochs=closures / (self.per_epoch * self.world) if self.per_epoch else None)
+
+
 def synthetic() -> dict[str, Any]:
     return {"source": "synthetic", "definition": "one synthetic batch per rank, made once on the device"}
 
@@ -186,16 +229,23 @@ def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     for r in ranks:
         d = r["data"]
         timed = sum(r["window_s"])
-        wait = sum(d["wait_step_s"])
-        per_rank.append({"rank": r["rank"], "host": r["host"], "wait_s": wait,
-                         "h2d_s": sum(d["h2d_step_s"]) if d["h2d_step_s"] is not None else None,
-                         "wait_share": wait / timed if timed > 0 else None,
-                         "wait_step_ms_median": 1000 * statistics.median(d["wait_step_s"]) if d["wait_step_s"]
-                         else None,
-                         "loader_rate": d["loader_rate"], "workers": d["workers"], "epochs": d["epochs"],
-                         "wait_step_s": d["wait_step_s"], "h2d_step_s": d["h2d_step_s"]})
-    shares = [(p["wait_share"], p["rank"]) for p in per_rank if p["wait_share"] is not None]
-    top = max(shares) if shares else None
+        # tf-native ps: the coordinator's record holds each worker's waits (WorkerFeeds); each worker is a row, its
+        # share over the coordinator's timed windows, through which every worker runs its closures
+        for part in d.get("per_worker") or [d]:
+            waits = part["wait_step_s"]
+            wait = sum(waits)
+            row = {"rank": r["rank"], "host": r["host"], "wait_s": wait,
+                   "h2d_s": sum(part["h2d_step_s"]) if part["h2d_step_s"] is not None else None,
+                   "wait_share": wait / timed if timed > 0 else None,
+                   "wait_step_ms_median": 1000 * statistics.median(waits) if waits else None,
+                   "loader_rate": d["loader_rate"], "workers": d["workers"], "epochs": d["epochs"],
+                   "wait_step_s": waits, "h2d_step_s": part["h2d_step_s"]}
+            if "worker" in part:
+                row.update(rank=None, worker=part["worker"], host=None)
+            per_rank.append(row)
+    shares = [(p["wait_share"], p) for p in per_rank if p["wait_share"] is not None]
+    top = max(shares, key=lambda s: s[0]) if shares else None
+    paced = top[1] if top and top[0] >= PACE_SHARE else None
     first = ranks[0]["data"]
     return {
         "source": "dataset", "path": cfg.data, "format": first["format"], "classes": first["classes"],
@@ -203,12 +253,19 @@ def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "workers": sorted({p["workers"] for p in per_rank}),
         "per_rank": per_rank,
         "wait_share_max": top[0] if top else None,
-        "paced_by_rank": top[1] if top and top[0] >= PACE_SHARE else None,
+        "paced_by_rank": paced["rank"] if paced else None,
+        "paced_by_worker": paced.get("worker") if paced else None,  # tf-native ps: a worker's pipeline
         "pace_share": PACE_SHARE,
         "definition": "wait_s: per timed step, from the step asking for its batch to the batch on the device "
                       "(h2d_s: the copy part); wait_share: a rank's waits over its timed windows; loader_rate: the "
                       "pipeline alone at set-up, samples/s (bench.data.feed)",
     }
+
+
+def pacer(section: dict[str, Any]) -> str | None:
+    """Whose input pipeline sets the pace: "rank R", "worker W" (tf-native ps), or None."""
+    rank, worker = section.get("paced_by_rank"), section.get("paced_by_worker")
+    return f"worker {worker}" if worker is not None else None if rank is None else f"rank {rank}"
 
 
 def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
@@ -226,7 +283,6 @@ def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
         rows.append(("host-to-device copy (max rank)", f"{max(copies):.3f}", "s over the timed windows"))
     if rates:
         rows.append(("loader alone, per rank (min)", f"{min(rates):.1f}", "samples/s at set-up"))
-    paced = section.get("paced_by_rank")
-    rows.append(("input sets the pace", "no" if paced is None else f"rank {paced}",
+    rows.append(("input sets the pace", pacer(section) or "no",
                  f"a rank waiting >= {section['pace_share']:.0%} of its step for data"))
     return rows

@@ -122,6 +122,20 @@ class TorchImages:
         return torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1))), int(self.split.labels[i])
 
 
+class TorchTokens:
+    """A map-style dataset of a token split: item (i, epoch) is sample i (bench.data.datasets.Split.sample), read
+    from the memory-mapped file."""
+
+    def __init__(self, dataset: Dataset, split: str) -> None:
+        self.split = dataset.splits[split]
+
+    def __getitem__(self, item: tuple[int, int]):
+        import torch
+
+        pair, target = self.split.sample(item[0])
+        return torch.from_numpy(pair), torch.from_numpy(target)
+
+
 class TorchLoader:
     name = "torch"
     framework = "torch"
@@ -140,7 +154,8 @@ class TorchLoader:
         n = len(dataset.splits[split])
         sampler = ShardSampler(n, rank, world, batch_size, seed, epoch, epochs) if train else \
             [(int(i), 0) for i in held_out(n, rank, world)]
-        data = TorchImages(dataset, split, size, train, seed)
+        data = TorchTokens(dataset, split) if dataset.format == "tokens" else TorchImages(dataset, split, size, train,
+                                                                                          seed)
         loader = torch.utils.data.DataLoader(
             data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=train,
             pin_memory=device == "cuda", prefetch_factor=2 if workers else None)
@@ -155,8 +170,17 @@ class TFLoader:
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
                 epochs: int | None = 1, framework: str | None = None,
                 device_id: int | None = None) -> Iterator[tuple[Any, Any]]:
-        """Batches of ``epochs`` epochs from ``epoch`` (None: without end), in one pipeline: the shard's sample
-        order comes from a generator, epoch after epoch (TFRecord shards: the file list repeated)."""
+        """Batches of ``epochs`` epochs from ``epoch`` (None: without end), in one pipeline (:meth:`dataset`)."""
+        yield from self.dataset(dataset, split, size, batch_size, workers, seed, rank, world, epoch, epochs)
+
+    def dataset(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
+                rank: Any = 0, world: int = 1, epoch: int = 0, epochs: int | None = 1, graph_only: bool = False):
+        """The pipeline as a tf.data.Dataset. The training shard's sample order comes from a generator of
+        :func:`bench.data.datasets.shard`'s (the same order as the torch loader's), epoch after epoch; TFRecord
+        shards: the file list repeated. ``graph_only``: no Python in the pipeline, so that it runs where this
+        process is not (tf-native ps builds it on each worker, ``rank`` then the worker's index as a tensor): the
+        rank's static shard of the indices (i = rank mod ``world``, as tf.data's ``shard``), shuffled every epoch
+        by TensorFlow's shuffle seeded by (seed, epoch), cut to the same whole batches as :func:`shard`'s."""
         tf, _ = import_tf()
         train = split == "train"
         part = dataset.splits[split]
@@ -205,22 +229,40 @@ class TFLoader:
             ds = records.shuffle(4 * batch_size, seed=seed + epoch) if train else records
             ds = ds.enumerate().map(parse, num_parallel_calls=parallel)
         else:
+            n = len(part)
             if train:
-                shard(len(part), rank, world, batch_size, seed, epoch)  # one line when the split is too small
+                per_rank = len(shard(n, 0, world, batch_size, seed, epoch))  # one line when the split is too small
+            if not train:  # the held-out split: the rank's part, once, in order (datasets.held_out)
+                indices = tf.data.Dataset.range(n).shard(world, rank).map(lambda i: (i, tf.constant(0, tf.int64)))
+            elif graph_only:
+                def epoch_order(e):
+                    mixed = tf.constant(seed, tf.int64) * 1_000_003 + e
+                    return (tf.data.Dataset.range(n).shard(world, rank)
+                            .shuffle(n // world + 1, seed=mixed, reshuffle_each_iteration=False)
+                            .take(per_rank).map(lambda i: (i, e)))
 
-            def order():
-                if not train:  # the held-out split: the rank's part, once, in order
-                    yield from ((int(i), 0) for i in held_out(len(part), rank, world))
-                    return
-                e = epoch
-                while epochs is None or e < epoch + epochs:
-                    yield from ((int(i), e) for i in shard(len(part), rank, world, batch_size, seed, e))
-                    e += 1
+                turns = tf.data.experimental.Counter(epoch) if epochs is None else \
+                    tf.data.Dataset.range(epoch, epoch + epochs)
+                indices = turns.flat_map(epoch_order)
+            else:
+                def order():
+                    e = epoch
+                    while epochs is None or e < epoch + epochs:
+                        yield from ((int(i), e) for i in shard(n, rank, world, batch_size, seed, e))
+                        e += 1
 
-            indices = tf.data.Dataset.from_generator(order, output_signature=(tf.TensorSpec([], tf.int64),
-                                                                              tf.TensorSpec([], tf.int64)))
+                indices = tf.data.Dataset.from_generator(order, output_signature=(tf.TensorSpec([], tf.int64),
+                                                                                  tf.TensorSpec([], tf.int64)))
             labels = tf.constant(part.labels)
-            if part.paths is not None:
+            if part.tokens is not None:  # a sample: 2 L tokens and one more, as Split.sample cuts them
+                tokens, length = tf.constant(np.asarray(part.tokens, np.int32)), part.seq_len
+
+                def window(i, e):
+                    w = tokens[2 * length * i:2 * length * (i + 1) + 1]
+                    return tf.stack([w[:length], w[length:2 * length]]), w[length + 1:]
+
+                ds = indices.map(window, num_parallel_calls=parallel)
+            elif part.paths is not None:
                 paths = tf.constant(part.paths)
 
                 def decode(i, e):
@@ -246,8 +288,7 @@ class TFLoader:
             options = tf.data.Options()
             options.threading.private_threadpool_size = workers
             ds = ds.with_options(options)
-        for images, labels in ds:
-            yield images, labels
+        return ds
 
 
 class DaliLoader:

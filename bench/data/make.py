@@ -10,7 +10,11 @@ content carries no label (for throughput, not for learning).
 ``--from digits``: the real handwritten digits scikit-learn ships in its wheel (UCI's Optical Recognition of
 Handwritten Digits: 1797 labelled 8 x 8 images, 10 classes), scaled up (``--image-size``, default 32) to RGB,
 split 80/20 into train and val by the seed: a small real labelled dataset a model can learn (bench converge).
-Text: token ids drawn uniformly from the vocabulary (``--classes``), uint16 up to 65536 tokens, else uint32.
+Text: token ids drawn uniformly from the vocabulary (``--classes``), uint16 up to 65536 tokens, else uint32
+(throughput only: nothing to learn). ``--from text``: real text a model can learn, shipped with every Python:
+the help texts of ``pydoc_data.topics`` (the language reference's topics, about 0.47 MB of English and code),
+as UTF-8 bytes, one token per byte (vocabulary 256); the first ``--images`` x ``--seq-len`` bytes (all where
+that is more), the last ``--val-fraction`` of them held out as one piece (text the model never read).
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ class MakeConfig:
     """bench data make's configuration: each option declared once, here (the command's flags come from it)."""
     path: str = option("", "The folder to write (it must not exist yet, or be empty).", argument=True)
     format: str = option("imagefolder", f"One of {', '.join(FORMATS)}.")
-    source: str = option("synthetic", "synthetic, or digits (scikit-learn's handwritten digits, real and "
-                         "labelled).", flag="--from")
+    source: str = option("synthetic", "synthetic, digits (scikit-learn's handwritten digits, real and "
+                         "labelled) or text (Python's help texts as bytes, for --format tokens).", flag="--from")
     images: int = option(1000, "Samples to write (synthetic images or token sequences; digits: all 1797).")
     classes: int = option(10, "Classes (images), or the vocabulary (tokens).")
     image_size: int | None = option(None, "digits: the side they are scaled to (default 32); synthetic: both sides "
@@ -57,10 +61,12 @@ class MakeConfig:
             raise BenchError("bench data make needs the folder to write: bench data make PATH")
         if self.format not in FORMATS:
             raise BenchError(f"--format takes {', '.join(FORMATS)} (got '{self.format}')")
-        if self.source not in ("synthetic", "digits"):
-            raise BenchError(f"--from takes synthetic or digits (got '{self.source}')")
+        if self.source not in ("synthetic", "digits", "text"):
+            raise BenchError(f"--from takes synthetic, digits or text (got '{self.source}')")
         if self.source == "digits" and self.format == "tokens":
             raise BenchError("--from digits makes images: choose --format imagefolder, tfrecord or cifar")
+        if self.source == "text" and self.format != "tokens":
+            raise BenchError("--from text makes token ids: --format tokens")
         if self.format == "cifar" and self.source == "synthetic" and self.image_size not in (None, 32):
             raise BenchError("the CIFAR-10 format holds 32 x 32 images: leave out --image-size")
         for name in ("images", "classes", "seq_len", "shards"):
@@ -198,15 +204,30 @@ def write_tfrecord(root: Path, images, labels: np.ndarray, cfg: MakeConfig) -> d
     return {"train": len(parts["train"]), "val": n_val}
 
 
+TEXT_VOCABULARY = 256  # --from text: one token per byte
+
+
+def text_bytes() -> bytes:
+    """--from text's source: every help topic of pydoc_data.topics, in the order of their names."""
+    from pydoc_data.topics import topics
+
+    return "".join(topics[name] for name in sorted(topics)).encode()
+
+
 def write_tokens(root: Path, cfg: MakeConfig) -> dict[str, int]:
-    dtype = np.uint16 if cfg.classes <= 65536 else np.uint32
-    rng = np.random.default_rng(cfg.seed)
-    n_val = split(cfg.images, cfg.val_fraction)
-    counts = {}
-    for name, n in (("train", cfg.images - n_val), ("val", n_val)):
-        rng.integers(0, cfg.classes, n * cfg.seq_len, dtype=np.int64).astype(dtype).tofile(root / f"{name}.bin")
-        counts[name] = n * cfg.seq_len
-    return counts
+    if cfg.source == "text":
+        ids = np.frombuffer(text_bytes(), np.uint8)[:cfg.images * cfg.seq_len].astype(np.uint16)
+        n_val = split(len(ids), cfg.val_fraction)
+        parts = {"train": ids[:len(ids) - n_val], "val": ids[len(ids) - n_val:]}
+    else:
+        dtype = np.uint16 if cfg.classes <= 65536 else np.uint32
+        rng = np.random.default_rng(cfg.seed)
+        n_val = split(cfg.images, cfg.val_fraction)
+        parts = {name: rng.integers(0, cfg.classes, n * cfg.seq_len, dtype=np.int64).astype(dtype)
+                 for name, n in (("train", cfg.images - n_val), ("val", n_val))}
+    for name, ids in parts.items():
+        ids.tofile(root / f"{name}.bin")
+    return {name: len(ids) for name, ids in parts.items()}
 
 
 def make(cfg: MakeConfig) -> dict[str, Any]:
@@ -225,10 +246,10 @@ def make(cfg: MakeConfig) -> dict[str, Any]:
             images = Images(cfg)
             writer = {"imagefolder": write_imagefolder, "cifar": write_cifar, "tfrecord": write_tfrecord}[cfg.format]
             counts = writer(work, images, images.labels, cfg)
-        classes = 10 if cfg.source == "digits" else cfg.classes
+        classes = {"digits": 10, "text": TEXT_VOCABULARY}.get(cfg.source, cfg.classes)
         record = {"format": cfg.format, "source": cfg.source, "classes": classes, "counts": counts,
                   "label_offset": 1 if cfg.format == "tfrecord" else 0,
-                  "token_dtype": ("uint16" if cfg.classes <= 65536 else "uint32") if cfg.format == "tokens" else None,
+                  "token_dtype": ("uint16" if classes <= 65536 else "uint32") if cfg.format == "tokens" else None,
                   "made_with": asdict(cfg)}
         (work / "meta.json").write_text(json.dumps(record, indent=2) + "\n")
         if root.exists():

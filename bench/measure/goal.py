@@ -11,6 +11,11 @@ Learning rate, per step ``s`` (an epoch has ``S`` steps, ``E`` epochs in all, ``
 
     peak   = base_lr x global batch / 256            (Goyal et al. 2017's linear scaling rule; --lr-scaling none:
                                                       base_lr itself)
+
+The global batch is the batch one update applies: every rank's together under data-parallel training, one
+worker's under tf-native ``--strategy ps`` (asynchronous: each worker's closure updates the parameter servers
+with its own batch; scaled by the workers' sum its rate was twice too high at 2 workers and stayed below 0.76 on
+the digits where every other mode reaches 0.95). An epoch is ``S`` steps of one closure per worker there.
     warmup = peak x (s + 1) / (W x S)                 while s < W x S (linear, from peak / (W x S))
     cosine = peak x (1 + cos(pi x t)) / 2             t = (s - W x S) / ((E - W) x S), after the warmup
     step   = peak x 0.1 ^ (number of 50 %, 75 % marks of the E epochs passed)   (He et al.'s CIFAR schedule)

@@ -52,6 +52,12 @@ class Trainer(Protocol):
     # Optional (bench.measure.attribution): attribution_unsupported() -> str | None, compute_step(), exchange().
 
 
+def measuring(trainer: Trainer) -> int:
+    """The processes that measure, each for ``replicas_per_process`` replicas: every rank, or tf-native ps's one
+    coordinator (for all its workers)."""
+    return getattr(trainer, "measuring_processes", trainer.world_size)
+
+
 def process_start_time() -> float:
     """Epoch seconds at which this process started (Linux /proc), else now."""
     try:
@@ -88,7 +94,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     step = hooks.slowed(trainer.rank, trainer.step, trainer.sync)
     tracker = schedule = None
     if goal.active(cfg):  # --epochs: each window one epoch, evaluations, the rate set per step
-        tracker = goal.Goal(cfg, cfg.batch_size * trainer.replicas_per_process * trainer.world_size,
+        tracker = goal.Goal(cfg, cfg.batch_size * trainer.replicas_per_process * measuring(trainer),
                             cfg.steps_per_window)
         schedule = goal.Schedule(cfg, cfg.steps_per_window)
         step = scheduled(step, trainer, schedule)
@@ -266,7 +272,7 @@ class WindowLog:
 
         self.file = sys.stderr
         self.symbol = model(cfg.model).workload.symbol
-        processes = getattr(trainer, "measuring_processes", trainer.world_size)  # tf-native ps: the coordinator
+        processes = measuring(trainer)
         self.samples = cfg.batch_size * cfg.steps_per_window * trainer.replicas_per_process * processes
         self.total = None if cfg.duration is not None else cfg.windows
         self.before = 0  # windows of the run this one resumed (--resume-from)

@@ -168,15 +168,12 @@ for _spec in (
              # mirrored drives every local device from one process; ps is asynchronous, so only one
              # worker has a synchronous reference.
              verify_np={"mirrored": None, "ps": 1}, options=("strategy", "num_ps"),
-             exchange={"mirrored": "local", "ps": "ps"},
-             no_data={"ps": "tf-native --strategy ps does not read --data yet (the coordinator schedules each "
-                            "step on the workers); --strategy multiworker or mirrored, tf-horovod or tf-single do"}),
+             exchange={"mirrored": "local", "ps": "ps"}),
     ModeSpec("torch-hybrid", "torch", "bench.modes.torch_hybrid",
              "PyTorch hybrid (TorchRec): the token embedding sharded row-wise over the ranks, its rows by all-to-all; "
              "the rest under DDP",
              library="native", reference="torch-single", allreduce={None: "torch"}, exchange={None: "hybrid"},
-             token_embedding_only=True, verify_settings={"momentum": 0.0, "sparse_embeddings": True},
-             no_data={None: "torch-hybrid trains the text models; --data reads image datasets so far"}),
+             token_embedding_only=True, verify_settings={"momentum": 0.0, "sparse_embeddings": True}),
     ModeSpec("torch-single", "torch", "bench.modes.torch_single",
              "PyTorch on one device, no distribution library: the single-GPU baseline",
              library="none", reference="torch-single"),

@@ -196,6 +196,8 @@ class TFTrainer:
             def eval_step(x, y):
                 out = self.model(x, training=False)
                 out = tf.cast(out[0] if isinstance(out, (list, tuple)) else out, tf.float32)
+                if out.shape.rank == 3:  # a text model's (B, L, vocab): next-token accuracy over every target token
+                    out, y = tf.reshape(out, [-1, out.shape[-1]]), tf.reshape(y, [-1])
                 top = tf.math.top_k(out, min(5, out.shape[-1])).indices
                 y = tf.cast(y, top.dtype)
                 hit = tf.equal(top, y[:, None])

@@ -15,6 +15,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
+from bench.data.feed import WorkerFeeds
 from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
@@ -34,6 +35,9 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     if cfg.num_ps is not None and (cfg.strategy or "multiworker") != "ps":
         raise BenchError("--num-ps applies to --strategy ps only")
     strategy = cfg.strategy or "multiworker"
+    if strategy == "ps" and cfg.data and cfg.loader not in (None, "tf"):
+        raise BenchError(f"--strategy ps reads --data through tf.data on its workers (--loader tf); not "
+                         f"--loader {cfg.loader}")
     if strategy == "ps" and launch.launcher == "srun" and "TF_CONFIG" not in os.environ:
         os.environ["TF_CONFIG"] = tfdist.ps_tf_config(launch, cfg.num_ps or 1)  # roles from SLURM_PROCID
     if cfg.is_resolved:
@@ -242,11 +246,10 @@ class ParameterServerTrainer(TFTrainer):
         with strategy.scope():
             self.build_model()
             self.updates = tf.Variable(tf.zeros([workers], tf.int64), trainable=False)
-
-        def dataset_fn():  # runs on each worker: the batch is generated and cached there
-            return tf.data.Dataset.range(1).map(lambda _: self.make_data(0)).cache().repeat()
-
-        self.iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
+        # --data: each worker reads its own shard, through a pipeline built on it (bench.data.feed.WorkerFeeds)
+        self.feed = WorkerFeeds(self.cfg, workers, reopen=self._open_workers) if self.cfg.data else None
+        self._open_workers()
+        fed = self.feed is not None
 
         @tf.function
         def worker_fn(iterator):
@@ -256,19 +259,52 @@ class ParameterServerTrainer(TFTrainer):
                 self.updates.assign_add(tf.one_hot(worker, workers, dtype=tf.int64))
                 return loss
 
-            x, y = next(iterator)
-            return strategy.run(replica_fn, args=(x, y))
+            if not fed:
+                x, y = next(iterator)
+                return strategy.run(replica_fn, args=(x, y))
+            asked = tf.timestamp()  # the closure's wait for its batch, read on the worker
+            with tf.control_dependencies([asked]):
+                x, y = next(iterator)
+            with tf.control_dependencies([x, y]):
+                held = tf.timestamp()
+            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+            return strategy.run(replica_fn, args=(x, y)), held - asked, worker
 
         self._worker_fn = worker_fn
+        self._pending: list = []  # --data: each closure's (loss, wait, worker), fetched at the next sync
         self.scheduled = 0
+
+    def _open_workers(self) -> None:
+        """Each worker's iterator: the synthetic batch made once and cached there, or (--data) its shard of the
+        dataset from where the feed begins (a resumed run: past the batches already trained on)."""
+        if self.feed is None:
+            def dataset_fn():
+                return tf.data.Dataset.range(1).map(lambda _: self.make_data(0)).cache().repeat()
+        else:
+            cfg, feed = self.cfg, self.feed
+            epoch, skip = feed.start
+
+            def dataset_fn():  # traced here, run on every worker: no Python inside (graph_only)
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                return feed.loader.dataset(feed.dataset, "train", cfg.image_size, cfg.batch_size, feed.workers,
+                                           cfg.seed, worker, feed.world, epoch, None, graph_only=True).skip(skip)
+        self.iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
 
     def step(self) -> None:
         for _ in range(self.replicas_per_process):
-            self.coordinator.schedule(self._worker_fn, args=(self.iterator,))
+            done = self.coordinator.schedule(self._worker_fn, args=(self.iterator,))
+            if self.feed is not None:
+                self._pending.append(done)
         self.scheduled += self.replicas_per_process
 
     def sync(self) -> None:
         self.coordinator.join()
+        if self._pending:
+            fetched, self._pending = self.coordinator.fetch(self._pending), []
+            for loss, wait, worker in fetched:
+                self.feed.add(int(worker), float(wait))
+                if self.cfg.epochs is not None:
+                    self._losses.append(float(loss))
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]  # the coordinator is the one measuring process

@@ -49,6 +49,19 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     return cfg.resolve(device, np)
 
 
+def score(counts: dict[str, Any], out: torch.Tensor, target: torch.Tensor) -> None:
+    """Add a held-out batch's hits to ``counts``: per image, or per target token (a text model's (B, L, vocab)
+    logits: next-token accuracy over every target token)."""
+    out = out.float()
+    if out.dim() == 3:
+        out, target = out.flatten(0, 1), target.flatten()
+    top = out.topk(min(5, out.shape[1]), dim=1).indices
+    counts["samples"] += int(target.numel())
+    counts["correct1"] += int((top[:, 0] == target).sum())
+    counts["correct5"] += int((top == target[:, None]).any(dim=1).sum())
+    counts["loss_sum"] += float(torch.nn.functional.cross_entropy(out, target, reduction="sum"))
+
+
 class TorchTrainer:
     """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""
     # --sparse-as-dense: the library densifies the sparse gradient itself (Horovod); otherwise the model's
@@ -173,12 +186,7 @@ class TorchTrainer:
         with torch.no_grad(), self.autocast():
             for data, target in self.feed.held_out():
                 out = module(data)
-                out = (out[0] if isinstance(out, tuple) else out).float()
-                top = out.topk(min(5, out.shape[1]), dim=1).indices
-                counts["samples"] += int(target.numel())
-                counts["correct1"] += int((top[:, 0] == target).sum())
-                counts["correct5"] += int((top == target[:, None]).any(dim=1).sum())
-                counts["loss_sum"] += float(torch.nn.functional.cross_entropy(out, target, reduction="sum"))
+                score(counts, out[0] if isinstance(out, tuple) else out, target)
         module.train()
         losses, self._losses = self._losses, []
         counts["train_loss"] = float(torch.stack(losses).mean()) if losses else None

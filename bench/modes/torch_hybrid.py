@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from bench.launching.detect import LaunchInfo
 from bench.launching.supervise import spawn_local
 from bench.models import model as model_spec
 from bench.models.torch_models import loss_fn
-from bench.modes.torch_common import TorchTrainer, resolve
+from bench.modes.torch_common import TorchTrainer, resolve, score
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
     from bench.config import RunConfig
@@ -155,18 +156,64 @@ class HybridTrainer(TorchTrainer):
 
     def build_data(self, shards: list[int] | None = None) -> None:
         super().build_data(shards)
-        batch, _, length = self.data.shape
-        values = torch.cat([self.data[:, i].reshape(-1) for i in range(len(FEATURES))])
-        self.features = torchrec().kjt.from_lengths_sync(
+        if self.feed is None:  # the synthetic batch's lookups, made once; with --data, each step's (step)
+            self.features, self.shape = self.lookups(self.data)
+
+    def lookups(self, data: torch.Tensor):
+        """A (B, 2, L) batch of token ids as the table's lookups: both halves' ids as one KeyedJaggedTensor (every
+        sequence of length L), and (B, L)."""
+        batch, _, length = data.shape
+        values = torch.cat([data[:, i].reshape(-1) for i in range(len(FEATURES))])
+        features = torchrec().kjt.from_lengths_sync(
             keys=list(FEATURES), values=values,
             lengths=torch.full((len(FEATURES) * batch,), length, dtype=torch.int32)).to(self.device)
-        self.shape = (batch, length)
+        return features, (batch, length)
 
     def step(self) -> None:
+        if self.feed is not None:
+            self.next_batch()
+            self.features, self.shape = self.lookups(self.data)
         self.optimizer.zero_grad()
-        loss = loss_fn(self.model(self.features, *self.shape), self.target)
+        loss = loss_fn(self.model(self.features, *self.shape), self.target, self.cfg.label_smoothing)
+        self.track(loss)
         loss.backward()  # DDP's allreduce of the dense part; the table's rows updated by their owners
         self.optimizer.step()
+
+    def set_learning_rate(self, rate: float) -> None:
+        """The schedule's rate for the dense optimizer and for the table's fused one (TorchRec hands its rate to
+        the fused kernels in the fused optimizer's zero_grad and step)."""
+        super().set_learning_rate(rate)
+        fused = self.model.fused_optimizer
+        for group in fused.param_groups:
+            group["lr"] = rate
+        fused.zero_grad()
+
+    def evaluate_shard(self) -> dict[str, Any]:
+        """This rank's counts on its part of the held-out split, in step with the other ranks: every forward pass
+        looks rows up by all-to-all, so each rank runs as many batches as the rank with the most (rank 0's,
+        ceil(ceil(n / W) / b)); a rank whose part is done runs its last batch again, uncounted."""
+        n = len(self.feed.dataset.splits["val"])
+        steps = math.ceil(math.ceil(n / self.world_size) / self.cfg.batch_size)
+        counts = {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+        batches, last = iter(self.feed.held_out()), None
+        self.model.eval()
+        with torch.no_grad():
+            for _ in range(steps):
+                batch = next(batches, None)
+                if batch is None and last is None:  # no held-out sample here: one of zeros keeps the step
+                    length = self.cfg.seq_len
+                    last = (torch.zeros((1, 2, length), dtype=torch.long, device=self.device),
+                            torch.zeros((1, length), dtype=torch.long, device=self.device))
+                data, target = batch if batch is not None else last
+                features, shape = self.lookups(data)
+                out = self.model(features, *shape)
+                if batch is not None:
+                    score(counts, out, target)
+                    last = batch
+        self.model.train()
+        losses, self._losses = self._losses, []
+        counts["train_loss"] = float(torch.stack(losses).mean()) if losses else None
+        return counts
 
     def ddp(self) -> torch.nn.parallel.DistributedDataParallel:
         """The DDP that DistributedModelParallel wrapped the model's dense part in."""

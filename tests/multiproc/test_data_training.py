@@ -51,11 +51,13 @@ def test_compare_and_report_give_the_share_of_throughput_the_input_pipeline_cost
     assert "| data wait |" in text  # the attribution table's column, filled for the --data run
 
 
-@pytest.mark.parametrize("mode, np", [("tf-horovod", 2), ("tf-native", 2), ("tf-native:mirrored", 1)])
+@pytest.mark.parametrize("mode, np", [("tf-horovod", 2), ("tf-native", 2), ("tf-native:mirrored", 1),
+                                      ("tf-native:ps", 2)])
 def test_tensorflow_trains_from_the_files_through_tf_data(jpegs, out, mode, np):
-    """tf-horovod, tf-native's multiworker strategy (each worker's one replica fed by its own shard) and its
-    mirrored one (one process's feed reads every local replica's batch; on the CPU, one replica). ResNet-20: the
-    feed is what is tested, and its graph traces in a fraction of ResNet-50's time."""
+    """tf-horovod, tf-native's multiworker strategy (each worker's one replica fed by its own shard), its
+    mirrored one (one process's feed reads every local replica's batch; on the CPU, one replica) and its ps one
+    (each worker reads its shard through a pipeline built on it, inside the coordinator's closures, which time
+    their waits). ResNet-20: the feed is what is tested, and its graph traces in a fraction of ResNet-50's time."""
     name, _, strategy = mode.partition(":")
     run = bench(name, *(["--strategy", strategy] if strategy else []), "--model", "resnet20", "--np", str(np),
                 "--image-size", "32", "--batch-size", "4", "--warmup-steps", "1", "--steps-per-window", "3",
@@ -63,8 +65,13 @@ def test_tensorflow_trains_from_the_files_through_tf_data(jpegs, out, mode, np):
     assert run.returncode == 0, run.stderr
     result = only_result(out)
     assert result["input"]["loader"] == "tf" and result["sync"]["ranks_in_sync"] and result["world_size"] == np
-    assert all(len(p["wait_step_s"]) == 6 for p in result["input"]["per_rank"])
-    assert result["input"]["per_rank"][0]["loader_rate"] > 0
+    fed = result["input"]["per_rank"]
+    if strategy == "ps":  # a row per worker, from the closures the coordinator handed to whichever was free
+        assert [p["worker"] for p in fed] == [0, 1] and sum(len(p["wait_step_s"]) for p in fed) == 2 * 3 * np
+        assert sum(p["wait_s"] for p in fed) > 0 and "input sets the pace" in run.stdout
+    else:
+        assert all(len(p["wait_step_s"]) == 6 for p in fed)
+    assert fed[0]["loader_rate"] > 0
 
 
 def test_a_file_that_cannot_be_decoded_stops_the_run_in_one_line_naming_it(jpegs, tmp_path, out):
@@ -89,3 +96,29 @@ def test_dali_feeds_a_pytorch_rank_from_its_cpu_pipeline(jpegs, out):
     section = only_result(out)["input"]
     assert section["loader"] == "dali" and section["per_rank"][0]["loader_rate"] > 0
     assert len(section["per_rank"][0]["wait_step_s"]) == 6
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    """A file of token ids (bench data make --format tokens): 400 sequences of 16, a vocabulary of 500."""
+    from bench.data.make import MakeConfig, make
+
+    root = tmp_path_factory.mktemp("tokens") / "t"
+    make(MakeConfig(path=str(root), format="tokens", images=400, seq_len=16, classes=500))
+    return root
+
+
+@pytest.mark.parametrize("mode, loader", [("torch-hybrid", "torch"), ("tf-horovod", "tf")])
+def test_text_models_train_from_a_file_of_token_ids_and_are_scored_per_token(tokens, out, mode, loader):
+    """Each framework's pipeline reads the same samples of the memory-mapped ids; torch-hybrid looks their rows
+    up in its sharded table, and its ranks evaluate in step (every forward pass is an all-to-all)."""
+    run = bench(mode, "--model", "transformer-small", "--np", "2", "--seq-len", "16", "--batch-size", "8",
+                "--epochs", "1", "--data", str(tokens), "--loader-workers", "1", "--output", str(out))
+    assert run.returncode == 0, run.stderr
+    result = only_result(out)
+    fed = result["input"]
+    assert fed["format"] == "tokens" and fed["loader"] == loader and fed["classes"] == 500
+    assert result["sync"]["ranks_in_sync"] and result["config"]["num_classes"] == 500
+    (point,) = result["training"]["curve"]
+    assert point["eval_samples"] == (80 * 16 - 1) // 32 * 16  # the held-out split's target tokens, each once
+    assert 0 <= point["top1"] <= point["top5"] <= 1

@@ -19,7 +19,8 @@ def small(path, **kw):
 
 @pytest.mark.parametrize("args, message", [
     ({"format": "jpeg"}, "--format takes imagefolder, tfrecord, cifar, tokens"),
-    ({"source": "web"}, "--from takes synthetic or digits"),
+    ({"source": "web"}, "--from takes synthetic, digits or text"),
+    ({"source": "text"}, "--from text makes token ids: --format tokens"),
     ({"source": "digits", "format": "tokens"}, "--from digits makes images"),
     ({"images": 0}, "--images must be >= 1"),
     ({"val_fraction": 1.0}, "--val-fraction must be between 0 and 1"),
@@ -63,6 +64,36 @@ def test_cifar_and_tokens_follow_their_formats(tmp_path):
     make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=10, seq_len=16, classes=1000))
     ids = np.fromfile(tmp_path / "t" / "train.bin", dtype=np.uint16)
     assert len(ids) == 8 * 16 and ids.max() < 1000 and detect_format(tmp_path / "t") == "tokens"
+
+
+def test_a_tokens_dataset_is_read_as_sequences_and_their_continuations(tmp_path):
+    """Sample i of seq_len L: source tokens [2Li, 2Li + L), the decoder's input the next L, its targets those one
+    on; the last token of a window is only a target (the next sample starts there)."""
+    make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=10, seq_len=16, classes=1000))
+    ids = np.fromfile(tmp_path / "t" / "train.bin", dtype=np.uint16)
+    data = load(tmp_path / "t", seq_len=4)
+    train = data.splits["train"]
+    assert data.classes == 1000 and len(train) == (len(ids) - 1) // 8
+    pair, target = train.sample(3)
+    assert pair.tolist() == [ids[24:28].tolist(), ids[28:32].tolist()] and target.tolist() == ids[29:33].tolist()
+    with pytest.raises(BenchError, match="a tokens dataset trains the text models"):
+        load(tmp_path / "t")
+    (tmp_path / "t" / "val.bin").write_bytes(np.array([5, 1000], np.uint16).tobytes())
+    with pytest.raises(BenchError, match="val.bin holds token id 1000, outside the vocabulary 0..999"):
+        load(tmp_path / "t", seq_len=4)
+    (tmp_path / "t" / "val.bin").write_bytes(b"abc")
+    with pytest.raises(BenchError, match="not a whole number of uint16 token ids"):
+        load(tmp_path / "t", seq_len=4)
+
+
+def test_text_is_real_bytes_a_model_can_read(tmp_path):
+    """--from text: Python's help texts, one token per byte, the held-out part the last piece of the text."""
+    record = make(MakeConfig(path=str(tmp_path / "x"), format="tokens", source="text", images=100, seq_len=32))
+    train = np.fromfile(tmp_path / "x" / "train.bin", dtype=np.uint16)
+    val = np.fromfile(tmp_path / "x" / "val.bin", dtype=np.uint16)
+    assert record["classes"] == 256 and record["counts"] == {"train": 2560, "val": 640}
+    text = bytes(np.concatenate([train, val]).astype(np.uint8)).decode()
+    assert text.startswith('The "assert" statement') and " the " in text
 
 
 def test_shards_are_disjoint_whole_batches_and_follow_the_seed():

@@ -13,9 +13,9 @@ from bench.errors import BenchError
 @pytest.mark.parametrize("args, message", [
     ({"mode": "torch-ddp", "loader": "torch"}, "--loader applies to runs with --data PATH"),
     ({"mode": "torch-ddp", "loader_workers": 2}, "--loader-workers applies to runs with --data PATH"),
-    ({"mode": "tf-native", "strategy": "ps", "data": "JPEGS"}, "--strategy ps does not read --data"),
-    ({"mode": "torch-hybrid", "model": "transformer-small", "data": "JPEGS"}, "torch-hybrid trains the text"),
-    ({"mode": "torch-ddp", "model": "transformer-base", "data": "JPEGS"}, "--data reads image datasets"),
+    ({"mode": "torch-hybrid", "model": "transformer-small", "data": "JPEGS"},
+     "holds images; transformer-small trains on sequences"),
+    ({"mode": "torch-ddp", "model": "transformer-base", "data": "JPEGS"}, "holds images; transformer-base trains on"),
     ({"mode": "torch-ddp", "data": "JPEGS", "loader": "tf"}, "--loader tf feeds tensorflow; torch-ddp is torch"),
     ({"mode": "tf-horovod", "data": "JPEGS", "loader": "nvjpeg"}, "unknown --loader 'nvjpeg'"),
     ({"mode": "torch-ddp", "data": "NOWHERE"}, "no such file or folder"),
@@ -33,10 +33,21 @@ def test_dali_feeds_either_framework(jpegs):
     assert RunConfig(mode="tf-horovod", data=str(jpegs), loader="dali").loader == "dali"
 
 
-def test_a_tokens_dataset_is_refused_by_the_image_modes(tmp_path):
+def test_a_tokens_dataset_trains_the_text_models_only(tmp_path):
     make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=20, classes=50, seq_len=8))
-    with pytest.raises(BenchError, match="holds token ids"):
+    with pytest.raises(BenchError, match="holds token ids; vgg16 trains on images and reads an image dataset"):
         RunConfig(mode="torch-ddp", data=str(tmp_path / "t"))
+    cfg = RunConfig(mode="torch-hybrid", model="transformer-small", data=str(tmp_path / "t"), seq_len=4,
+                    epochs=2, batch_size=2).resolve("cpu", 2)
+    assert cfg.num_classes == 50 and cfg.loader == "torch"  # the vocabulary from meta.json
+    assert cfg.steps_per_window == (16 * 8 - 1) // 8 // 2 // 2  # samples of 2 x 4 + 1 tokens, per rank, batch 2
+
+
+def test_parameter_servers_scale_the_rate_by_one_workers_batch(jpegs):
+    """Asynchronous ps: each update applies one worker's batch; every other mode's, all ranks' batches."""
+    ps = RunConfig(mode="tf-native", strategy="ps", data=str(jpegs), epochs=2, batch_size=4).resolve("cpu", 2)
+    ddp = RunConfig(mode="torch-ddp", data=str(jpegs), epochs=2, batch_size=4).resolve("cpu", 2)
+    assert ps.learning_rate == pytest.approx(0.1 * 4 / 256) and ddp.learning_rate == pytest.approx(0.1 * 8 / 256)
 
 
 def test_a_data_run_takes_the_datasets_classes_and_its_frameworks_loader(jpegs):
