@@ -9,12 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-import endings
 import pytest
 
 from bench.commands.compare import compare, regressions
 from tests.conftest import FIXTURES, bench, bench_env
 from tests.unit.test_reports import by_mode_n
+from tools.benchmarks import endings
 
 A, B = FIXTURES / "sweep-a", FIXTURES / "sweep-b"
 

@@ -17,7 +17,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import endings
 import pytest
 
 from bench.modes import MODES
@@ -33,6 +32,7 @@ from tests.conftest import (
     sbatch_wait_line,
     tool,
 )
+from tools.benchmarks import endings
 
 # The first test to use a SIF fixture may build it (about 7 minutes each on 2 cores): a longer bound.
 pytestmark = [pytest.mark.apptainer, pytest.mark.timeout(2400)]

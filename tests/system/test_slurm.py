@@ -88,7 +88,7 @@ def test_sweep_inside_an_allocation_runs_one_srun_step_per_cell(slurm_env, tmp_p
 
 @pytest.mark.parametrize("label", ["torch-ddp", "tf-horovod"])
 def test_scancel_leaves_no_rank_behind(slurm_env, tmp_path, label):
-    import endings
+    from tools.benchmarks import endings
 
     args, mpi = endings.MODES[label]
     r = endings.scancel_srun(args, mpi, tmp_path, slurm_env)
