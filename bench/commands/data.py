@@ -1,5 +1,5 @@
-"""``bench data bench PATH``: the input pipeline alone, no model: images/s each loader gives with 1..K workers, so
-that a user learns before training whether a node can feed its devices.
+"""``bench data bench PATH``: the input pipeline alone, no model: images/s (a tokens file: sequences/s and tokens/s)
+each loader gives with 1..K workers, so that a user learns before training whether a node can feed its devices.
 
 Each loader runs in a child process of its framework's environment (a TensorFlow process never loads
 PyTorch), one after the other. Per worker count, the pipeline reads the training split as a rank of ``--np``
@@ -10,6 +10,7 @@ gives the median rate.
 
     decode rate per core = the median rate with 1 worker (one core decodes and crops; the main process only
                            collates)
+    tokens/s             = sequences/s x --seq-len (the target tokens a sample trains on, as a run counts them)
     cores to feed G GPUs = ceil(G x R / decode rate per core), R the img/s one GPU trains at (--gpu-rate, or
                            the published H100 figures: ResNet-50 at 1895 img/s in TF32 and 2791 with AMP)
 
@@ -60,6 +61,7 @@ class DataBenchConfig:
     workers: tuple[int, ...] = option((1, 2), "Comma-separated worker counts (processes for torch, tf.data "
                                       "threads for tf).", parse=_workers, shown="1,2")
     image_size: int = option(224, "Side of the crops the pipeline makes.")
+    seq_len: int = option(128, "A tokens file: tokens per sequence (a sample is 2 x --seq-len + 1 tokens).")
     batch_size: int = option(32, "Images per batch.")
     batches: int = option(8, "Timed batches per measurement.")
     warmup: int = option(2, "Untimed batches first.")
@@ -76,7 +78,11 @@ class DataBenchConfig:
             raise BenchError("bench data bench needs the dataset's folder: bench data bench PATH")
         for name in self.loaders:
             loader(name)
-        for name in ("image_size", "batch_size", "batches", "repeats", "np", "gpus"):
+        if datasets.detect_format(self.path) == "tokens" and "dali" in self.loaders:
+            if self.loaders != installed():
+                raise BenchError("the dali loader reads images; a tokens file: --loaders torch,tf")
+            object.__setattr__(self, "loaders", tuple(n for n in self.loaders if n != "dali"))  # the default's
+        for name in ("image_size", "seq_len", "batch_size", "batches", "repeats", "np", "gpus"):
             if getattr(self, name) < 1:
                 raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         if self.warmup < 0:
@@ -112,12 +118,12 @@ def cores_needed(per_core: float, gpus: int, gpu_rates: dict[str, float]) -> dic
 
 def loader_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
     """One loader's rates per worker count over the rounds, in this process."""
-    dataset = datasets.load(cfg.path)
+    dataset = datasets.load(cfg.path, cfg.seq_len)
     rates: dict[int, list[float]] = {w: [] for w in cfg.workers}
     for r in range(cfg.repeats):
         for w in cfg.workers:
             rates[w].append(measure_once(cfg, dataset, name, w, r))
-            print(f"data: round {r + 1}/{cfg.repeats} {name} {w} worker(s): {rates[w][-1]:.1f} img/s",
+            print(f"data: round {r + 1}/{cfg.repeats} {name} {w} worker(s): {rates[w][-1]:.1f} samples/s",
                   file=sys.stderr, flush=True)
     return rates
 
@@ -139,13 +145,16 @@ def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
 
 def run(cfg: DataBenchConfig) -> dict[str, Any]:
     """Every loader in a child process of its own (one at a time, so they never compete for the cores)."""
-    dataset = datasets.load(cfg.path)
+    dataset = datasets.load(cfg.path, cfg.seq_len)
+    tokens = dataset.format == "tokens"
     if dataset.format == "cifar" and cfg.image_size != 32:
         print("data: CIFAR images are 32 x 32; --image-size resizes them after the crop", file=sys.stderr)
     rates = {name: child_rates(cfg, name) for name in cfg.loaders}
-    rows = [{"loader": n, "workers": w, "images_per_sec": statistics.median(v), "raw": v}
+    rows = [{"loader": n, "workers": w, "images_per_sec": statistics.median(v), "raw": v,
+             "tokens_per_sec": statistics.median(v) * cfg.seq_len if tokens else None}
             for n in cfg.loaders for w, v in rates[n].items()]
-    per_core = {n: statistics.median(rates[n][1]) for n in cfg.loaders if 1 in rates[n]}
+    # the cores to feed GPUs at their published image rates: for images only
+    per_core = {} if tokens else {n: statistics.median(rates[n][1]) for n in cfg.loaders if 1 in rates[n]}
     gpu_rates = {"given": cfg.gpu_rate} if cfg.gpu_rate else PUBLISHED_GPU_RATES
     return {
         **header(new_run_id("data-bench"), store.Kind.DATA_BENCH),
@@ -154,7 +163,9 @@ def run(cfg: DataBenchConfig) -> dict[str, Any]:
         "cores_to_feed": {n: cores_needed(rate, cfg.gpus, gpu_rates) for n, rate in per_core.items()},
         "gpu_rates": gpu_rates,
         "definitions": {
-            "images_per_sec": "timed images / their wall time, median over the rounds",
+            "images_per_sec": "timed samples (images, or sequences of a tokens file) / their wall time, median "
+                              "over the rounds",
+            "tokens_per_sec": "a tokens file: images_per_sec x seq_len",
             "decode_rate_per_core": "images_per_sec with 1 worker",
             "cores_to_feed": "ceil(gpus x gpu rate / decode_rate_per_core)",
         },
@@ -168,11 +179,14 @@ def main(cfg: DataBenchConfig) -> None:
     out = check_output_dir(cfg.output)
     record = run(cfg)
     path = store.write(out / f"{record['run_id']}.json", record)
-    table = Table("loader", "workers", "img/s (median)", "rounds", title=f"{cfg.path}: {record['format']}, "
-                  f"{cfg.image_size} x {cfg.image_size}, batch {cfg.batch_size}")
+    tokens = record["format"] == "tokens"
+    shape = f"sequences of {cfg.seq_len}" if tokens else f"{cfg.image_size} x {cfg.image_size}"
+    table = Table("loader", "workers", "seq/s (median)" if tokens else "img/s (median)",
+                  *(["tokens/s"] if tokens else []), "rounds",
+                  title=f"{cfg.path}: {record['format']}, {shape}, batch {cfg.batch_size}")
     for row in record["rows"]:
         table.add_row(row["loader"], str(row["workers"]), f"{row['images_per_sec']:.1f}",
-                      " ".join(f"{x:.1f}" for x in row["raw"]))
+                      *([f"{row['tokens_per_sec']:.0f}"] if tokens else []), " ".join(f"{x:.1f}" for x in row["raw"]))
     console = Console()
     console.print(table)
     for name, needs in record["cores_to_feed"].items():

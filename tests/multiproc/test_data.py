@@ -26,3 +26,20 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
     r = bench("data", "bench", str(tmp_path / "missing"))
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].endswith("no such file or folder"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_data_bench_of_a_tokens_file_gives_sequences_and_tokens_per_second(tmp_path):
+    """A tokens file: each loader that reads token ids (the default's DALI is left out: it reads images), its rate
+    in sequences/s and tokens/s (x --seq-len); no cores-to-feed line (those GPU rates are images')."""
+    r = bench("data", "make", str(tmp_path / "t"), "--format", "tokens", "--images", "200", "--seq-len", "16",
+              "--classes", "300")
+    assert r.returncode == 0, r.stderr
+    r = bench("data", "bench", str(tmp_path / "t"), "--seq-len", "8", "--batch-size", "4", "--batches", "2",
+              "--warmup", "1", "--repeats", "1", "--workers", "1", "--output", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    record = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert record["format"] == "tokens" and [row["loader"] for row in record["rows"]] == ["torch", "tf"]
+    assert all(row["tokens_per_sec"] == row["images_per_sec"] * 8 > 0 for row in record["rows"])
+    assert record["cores_to_feed"] == {} and "tokens/s" in r.stdout
+    r = bench("data", "bench", str(tmp_path / "t"), "--loaders", "dali")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].endswith("a tokens file: --loaders torch,tf")
