@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.config import RunConfig
-from bench.data import feed
+from bench.data import datasets, feed
 from bench.errors import STOP_SIGNALS, BenchError
 from bench.hooks import Hooks
 from bench.launching import detect, kubernetes, supervise
@@ -167,6 +167,8 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     out_dir = rank_output(cfg, info)
     if info.local_rank == 0:
         warn_small_shm(cfg)
+    # --data: what the dataset is as the run starts; rank 0 writes no result if it changed by the end
+    data_before = datasets.state(cfg.data) if cfg.data and info.rank == 0 else None
     trainer = mode.make_trainer(cfg, info, hooks)
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
     progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None
@@ -177,6 +179,8 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     if gathered is None:
         return None
     gathered["telemetry_note"] = telemetry_note
+    if data_before is not None:
+        datasets.check_unchanged(cfg.data, data_before)
 
     import signal
 

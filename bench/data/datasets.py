@@ -154,6 +154,43 @@ def load(path: str | Path, seq_len: int | None = None) -> Dataset:
     return Dataset(root, fmt, classes, splits, int(info.get("label_offset", 1 if fmt == "tfrecord" else 0)))
 
 
+def state(root: str | Path) -> dict[str, list[int]]:
+    """What a change to the dataset at ``root`` changes, without reading its samples: (size, mtime) of every file
+    at its top and in its first level of folders (meta.json, the CIFAR batches, the TFRecord shards, the token
+    files), and (entries, mtime) of every folder two levels down (an ImageNet folder's class folders: a file
+    added, removed or renamed there). A file rewritten in place inside a class folder is not seen."""
+    root = Path(root)
+    seen: dict[str, list[int]] = {}
+
+    def note(path: Path, depth: int) -> None:
+        for entry in sorted(path.iterdir()):
+            info = entry.stat()
+            name = str(entry.relative_to(root))
+            if entry.is_dir():
+                if depth == 2:
+                    seen[name] = [sum(1 for _ in entry.iterdir()), info.st_mtime_ns]
+                else:
+                    note(entry, depth + 1)
+            else:
+                seen[name] = [info.st_size, info.st_mtime_ns]
+
+    note(root, 1)
+    return seen
+
+
+def check_unchanged(root: str | Path, before: dict[str, list[int]]) -> None:
+    """One line naming what changed since ``before`` (:func:`state`), if anything did."""
+    try:
+        after = state(root)
+    except OSError as exc:
+        raise BenchError(f"--data {root} changed during the run: {exc}") from None
+    changed = sorted(set(before) ^ set(after) | {k for k in before.keys() & after.keys() if before[k] != after[k]})
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise BenchError(f"--data {root} changed during the run ({', '.join(changed[:3])}{more}): the result would "
+                         "mix two datasets; nothing written")
+
+
 def shard(n: int, rank: int, world: int, batch_size: int, seed: int, epoch: int = 0) -> np.ndarray:
     """Rank ``rank``'s sample indices for ``epoch`` (module docstring); an error when the split cannot give every
     rank one whole batch."""

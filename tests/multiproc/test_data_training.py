@@ -122,3 +122,36 @@ def test_text_models_train_from_a_file_of_token_ids_and_are_scored_per_token(tok
     (point,) = result["training"]["curve"]
     assert point["eval_samples"] == (80 * 16 - 1) // 32 * 16  # the held-out split's target tokens, each once
     assert 0 <= point["top1"] <= point["top5"] <= 1
+
+
+def test_a_dataset_changed_during_the_run_leaves_one_line_and_no_result(jpegs, tmp_path, out):
+    """A file added to a class folder while the run trains: rank 0 finds it before it writes, says what changed
+    in one line, and writes nothing."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import bench_env
+
+    data = tmp_path / "data"
+    shutil.copytree(jpegs, data)
+    log = tmp_path / "log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-single", "--model", "resnet20",
+                                 "--image-size", "32", "--batch-size", "4", "--warmup-steps", "0",
+                                 "--steps-per-window", "2", "--windows", "150", "--data", str(data),
+                                 "--loader-workers", "0", "--output", str(out)], stdout=subprocess.DEVNULL,
+                                stderr=err, env=bench_env())
+    try:
+        deadline = time.monotonic() + 240
+        while "window 1" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, log.read_text()[-2000:]
+        shutil.copy(next((data / "train").rglob("*.JPEG")), next((data / "train").iterdir()) / "added.JPEG")
+        assert proc.wait(timeout=300) == 1
+    finally:
+        proc.kill()
+    text = log.read_text()
+    named = [line for line in text.splitlines() if "changed during the run (train/" in line]
+    assert len(named) == 1 and named[0].startswith("rank 0: error: --data") and "nothing written" in named[0], text
+    assert "Traceback" not in text and (not out.exists() or not list(out.glob("*.json")))

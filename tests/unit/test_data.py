@@ -119,3 +119,23 @@ def test_bad_datasets_are_one_line(tmp_path):
     (tmp_path / "d" / "meta.json").write_text(json.dumps({"format": "cifar", "classes": 10}))
     with pytest.raises(BenchError, match="the training split has no samples"):
         load(tmp_path / "d")
+
+
+def test_a_dataset_changed_during_a_run_is_named(tmp_path):
+    """bench.data.datasets.state and check_unchanged: a file added to a class folder, a token file appended to,
+    meta.json rewritten are each one line naming what changed; an untouched dataset passes."""
+    from bench.data.datasets import check_unchanged, state
+
+    small(tmp_path / "d")
+    before = state(tmp_path / "d")
+    check_unchanged(tmp_path / "d", before)
+    extra = next((tmp_path / "d" / "train").iterdir()) / "new.JPEG"
+    extra.write_bytes(b"x")
+    with pytest.raises(BenchError, match=r"changed during the run \(train/n\d+\): the result would mix two datasets"):
+        check_unchanged(tmp_path / "d", before)
+    make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=10, seq_len=16, classes=100))
+    before = state(tmp_path / "t")
+    with open(tmp_path / "t" / "train.bin", "ab") as f:
+        f.write(b"\x01\x00")
+    with pytest.raises(BenchError, match=r"\(train.bin\)"):
+        check_unchanged(tmp_path / "t", before)
