@@ -228,8 +228,9 @@ def wait_nothing_left(timeout: float) -> dict[str, dict[str, str]]:
 def test_a_link_cut_mid_run_ends_the_job_and_names_the_node(shared):
     """node2's link goes down while both modes train across the nodes (the node itself stays up): each job
     ends within the stall bound plus srun's wait for the unreachable node, a line naming node2 (rank 0's, with
-    its rank, or Slurm's node failure, whichever comes first); nothing runs on either node afterwards (node2's ranks end by their own stall watchdog, unreachable
-    as they are) and no result is written. The link comes back after, and node2 with it."""
+    its rank, or Slurm's node failure, whichever comes first); nothing runs on either node afterwards (node2's
+    ranks end by their own stall watchdog, unreachable as they are) and no result is written. The link comes
+    back after, and node2 with it."""
     stall = 30  # a step of the smallest model took over 15 s once with other runs on the host's two cores
     jobs = start_fault_jobs("", f"--stall-timeout {stall}", one_by_one=True)
     try:
