@@ -2,10 +2,14 @@
 bench compare's and bench report's input cost from them (the options' checks and the formulas: tests/unit/)."""
 
 import shutil
+import subprocess
+import sys
+import time
 
 import pytest
 
-from tests.conftest import bench, only_result
+from bench.data.make import MakeConfig, make
+from tests.conftest import bench, bench_env, only_result
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +105,6 @@ def test_dali_feeds_a_pytorch_rank_from_its_cpu_pipeline(jpegs, out):
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory):
     """A file of token ids (bench data make --format tokens): 400 sequences of 16, a vocabulary of 500."""
-    from bench.data.make import MakeConfig, make
-
     root = tmp_path_factory.mktemp("tokens") / "t"
     make(MakeConfig(path=str(root), format="tokens", images=400, seq_len=16, classes=500))
     return root
@@ -127,12 +129,6 @@ def test_text_models_train_from_a_file_of_token_ids_and_are_scored_per_token(tok
 def test_a_dataset_changed_during_the_run_leaves_one_line_and_no_result(jpegs, tmp_path, out):
     """A file added to a class folder while the run trains: rank 0 finds it before it writes, says what changed
     in one line, and writes nothing."""
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import bench_env
-
     data = tmp_path / "data"
     shutil.copytree(jpegs, data)
     log = tmp_path / "log"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench.data import detect_format
-from bench.data.datasets import load, shard
+from bench.data.datasets import check_unchanged, load, shard, state
 from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
 
@@ -124,8 +124,6 @@ def test_bad_datasets_are_one_line(tmp_path):
 def test_a_dataset_changed_during_a_run_is_named(tmp_path):
     """bench.data.datasets.state and check_unchanged: a file added to a class folder, a token file appended to,
     meta.json rewritten are each one line naming what changed; an untouched dataset passes."""
-    from bench.data.datasets import check_unchanged, state
-
     small(tmp_path / "d")
     before = state(tmp_path / "d")
     check_unchanged(tmp_path / "d", before)
