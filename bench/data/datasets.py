@@ -36,6 +36,20 @@ class Split:
             return max(0, (len(self.tokens) - 1) // (2 * self.seq_len))
         return len(self.labels)
 
+    def __getstate__(self) -> dict:
+        """Pickled for a loader's worker process (bench.data.loaders.worker_start): a memory-mapped token file by
+        its path, so that a worker maps the same file instead of receiving a copy of it."""
+        state = dict(self.__dict__)
+        if isinstance(self.tokens, np.memmap) and self.tokens.filename:
+            state["tokens"] = ("memmap", self.tokens.filename, self.tokens.dtype.str)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        tokens = state.get("tokens")
+        if isinstance(tokens, tuple):
+            state["tokens"] = np.memmap(tokens[1], dtype=np.dtype(tokens[2]), mode="r")
+        self.__dict__.update(state)
+
     def sample(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """A token split's sample ``i``, as the text models train (bench.models.workloads.TokenSequences): the
         source (L tokens), the decoder's input (the next L), stacked (2, L), and the targets, the decoder's input

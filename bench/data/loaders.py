@@ -10,7 +10,8 @@ the flip. Held-out split: the centre crop of 87.5% resized, no flip; each rank r
 
 * ``torch``: torch.utils.data.DataLoader with ``workers`` worker processes (each one core), pinned memory on a
   GPU, two batches prefetched per worker; decoding and cropping with Pillow (torchvision's own transforms do the
-  same through Pillow; PyPI's torchvision is the CUDA build and cannot load beside a CPU PyTorch).
+  same through Pillow; PyPI's torchvision is the CUDA build and cannot load beside a CPU PyTorch). The workers
+  start from a fork server (:func:`worker_start`), never forked from the rank itself.
 * ``dali``: NVIDIA DALI for either framework (:class:`DaliLoader`).
 * ``tf``: tf.data: the file names shuffled and sharded, ``map`` with ``workers`` parallel calls
   (decode_and_crop_jpeg: only the crop is decoded, as TensorFlow's ResNet pipeline does), batch, prefetch;
@@ -48,6 +49,28 @@ def crop_box(rng: np.random.Generator, width: int, height: int) -> tuple[int, in
     w, h = (width, round(width / ratio)) if width / height < RATIO[0] else (round(height * ratio), height)
     w, h = min(w, width), min(h, height)
     return (width - w) // 2, (height - h) // 2, w, h
+
+
+def worker_start():
+    """How a DataLoader's workers start: forked from multiprocessing's fork server, a single-threaded process
+    started once per rank with PyTorch, Pillow and this module already imported, and not from the rank. By the
+    time a loader starts, the rank runs threads (the collectives' library, the stall watchdog, the telemetry
+    sampler) that may hold a lock at the instant of a fork, and a child forked then waits on that lock for ever:
+    a held-out loader started at an evaluation hung a run that way (both ranks stalled in the evaluate). Python
+    3.14 makes the fork server the default on Linux for this reason. The cost: the dataset's description is
+    pickled to each worker (a token file goes by its path: bench.data.datasets.Split); a worker whose fork
+    server is gone (its rank died) leaves within the DataLoader's 5 s status check. The queues' semaphores are
+    then named ones, which multiprocessing's resource tracker (a process of its own) removes after a rank that
+    died (a stall, a kill) could not; its warning that it did is not printed (the rank's own line says why)."""
+    import multiprocessing
+    import sys
+
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"  # passed to the helpers it starts (-W)
+    if quiet not in sys.warnoptions:
+        sys.warnoptions.append(quiet)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "PIL.Image", "bench.data.loaders"])
+    return context
 
 
 class ShardSampler:
@@ -158,7 +181,8 @@ class TorchLoader:
                                                                                           seed)
         loader = torch.utils.data.DataLoader(
             data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=train,
-            pin_memory=device == "cuda", prefetch_factor=2 if workers else None)
+            pin_memory=device == "cuda", prefetch_factor=2 if workers else None,
+            multiprocessing_context=worker_start() if workers else None)
         yield from loader
 
 

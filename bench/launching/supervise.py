@@ -171,9 +171,8 @@ def report_faults() -> None:
 
 
 def crash_site(report: Path) -> str:
-    """Where a fatal signal struck, from a rank's faulthandler report: the innermost frame in an installed package
-    (site-packages; else the innermost frame of Python code, frozen import machinery skipped), and the package,
-    e.g. " in triton (.../triton/knobs.py:12, while importing)"; "" where there is no report."""
+    """Where a fatal signal struck, from a rank's faulthandler report (:func:`bench.measure.watchdog.site`), e.g.
+    " in triton (.../triton/knobs.py:12, while importing)"; "" where there is no report."""
     try:
         lines = report.read_text(errors="replace").splitlines()
     except OSError:
@@ -182,17 +181,8 @@ def crash_site(report: Path) -> str:
     for line in lines:
         match = re.match(r'\s*File "([^"<][^"]*)", line (\d+)', line)
         if match:
-            frames.append((Path(match.group(1)).parts, match.group(2)))
-    if not frames:
-        return ""
-    installed = [(parts, n) for parts, n in frames
-                 if any(d in parts[:-1] for d in ("site-packages", "dist-packages"))]
-    parts, line = (installed or frames)[0]
-    top = next((i for i, d in enumerate(parts) if d in ("site-packages", "dist-packages")), None)
-    package = parts[top + 1] if top is not None else parts[-2] if parts[-1] == "__init__.py" else parts[-1]
-    importing = any("importlib._bootstrap" in line for line in lines)
-    return (f" in {package.removesuffix('.py')} (.../{'/'.join(parts[-3:])}:{line}"
-            f"{', while importing' if importing else ''})")
+            frames.append((match.group(1), int(match.group(2))))
+    return watchdog.site(frames, any("importlib._bootstrap" in line for line in lines))
 
 
 def oom_kills() -> int | None:
@@ -240,6 +230,9 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
         if all(c == 0 for i, c in enumerate(codes) if i not in servers):
             stop_processes(procs, grace_s)  # the servers, which serve until told to stop
             return 0
+        if stall_dir is not None and any(stall_dir.glob("rank-*.json")):  # a watchdog fired; its rank waits
+            bad = [(True, -1, watchdog.STALL_EXIT)]
+            break
         time.sleep(0.1)
     _, rank, code = bad[0]
     if code == watchdog.STALL_EXIT and stall_dir is not None:
@@ -260,11 +253,14 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
 
 def _collect_stall_reports(procs: list[subprocess.Popen], stall_dir: Path, servers: frozenset[int],
                            wait_s: float = 5.0) -> dict[int, dict]:
-    """Every live rank's watchdog fires within about a step of the first: wait up to ``wait_s`` for them."""
+    """Every live rank's watchdog fires within about a step of the first (each waits after its report,
+    bench.measure.watchdog.REPORT_GRACE_S): wait up to ``wait_s`` for every rank's report or exit."""
+    ranks = [p for i, p in enumerate(procs) if i not in servers]
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if all(p.poll() is not None for i, p in enumerate(procs) if i not in servers):
-            break
+        reports = watchdog.read_reports(stall_dir)
+        if len(reports) >= len(ranks) or all(p.poll() is not None for p in ranks):
+            return reports
         time.sleep(0.2)
     return watchdog.read_reports(stall_dir)
 

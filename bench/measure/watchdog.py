@@ -2,9 +2,10 @@
 
 Progress is a completed step: warmup steps and timed windows both count, the first step included. A daemon
 thread checks the time since the last progress; past the bound it prints one line naming where this rank is
-(window, step, and whether it was inside a step or waiting for the others at the end of the run), writes the
-same as JSON to ``$HVDBENCH_STALL_DIR/rank-<N>.json`` when the self-spawner set one, and exits with
-:data:`STALL_EXIT` without unwinding (the main thread is blocked in a collective and cannot).
+(window, step, and whether it was inside a step or waiting for the others at the end of the run, and where its
+main thread waits: :func:`main_thread_site`), writes the same as JSON to ``$HVDBENCH_STALL_DIR/rank-<N>.json``
+when the self-spawner set one, and exits with :data:`STALL_EXIT` without unwinding (the main thread is blocked
+and cannot), :data:`REPORT_GRACE_S` later, so that the others report before its exit breaks their connections.
 
 The bound (``--stall-timeout``; formula in :func:`auto_bound`) is generous by default so that a slow but
 healthy run is never cut: ``max(120 s, 20 x first step x steps per window)``. Until the first step has finished
@@ -32,6 +33,7 @@ STALL_EXIT = 75  # EX_TEMPFAIL: the job may succeed when run again
 STALL_DIR_ENV = "HVDBENCH_STALL_DIR"
 FLOOR_S = 120.0
 FIRST_STEP_FLOOR_S = 600.0
+REPORT_GRACE_S = 5.0  # a stalled rank's wait, after its report, for the others' (the spawner stops it sooner)
 
 
 def auto_bound(first_step_s: float, steps_per_window: int) -> float:
@@ -80,15 +82,59 @@ class Watchdog:
         report = {"rank": self.rank, "waited_s": round(waited, 1), "bound_s": round(self.bound, 1), **w}
         # under srun, the hosts of the step that no longer answer (a lost node, a cut link) are named
         quiet = slurm.unanswered(os.environ, self.rank) if "SLURM_STEP_ID" in os.environ else ""
+        at = main_thread_site()
+        if at:
+            report["site"] = at
         print(f"rank {self.rank}: error: stalled: no progress for {waited:.0f} s (bound {self.bound:.0f} s, "
-              f"--stall-timeout); this rank is {describe(w)}{quiet}", file=sys.stderr, flush=True)
+              f"--stall-timeout); this rank is {describe(w)}{', waiting' + at if at else ''}{quiet}",
+              file=sys.stderr, flush=True)
         folder = os.environ.get(STALL_DIR_ENV)
         if folder:
             try:
                 (Path(folder) / f"rank-{self.rank}.json").write_text(json.dumps(report))
             except OSError:
                 pass
+        # Exit only after the others had the time to fire too: this rank's exit closes its connections, and a
+        # peer waiting in a collective would then fail on the closed connection instead of saying where it was.
+        time.sleep(REPORT_GRACE_S)
         os._exit(STALL_EXIT)
+
+
+def site(frames: list[tuple[str, int]], importing: bool = False) -> str:
+    """Where a thread is, from its frames (file, line), innermost first: the innermost frame in an installed
+    package (site-packages; else the innermost of Python code) and the package, e.g. " in torch
+    (.../utils/data/dataloader.py:1310)"; "" without frames. A rank's stall names where its main thread waits (a
+    collective's call, a loader's queue), a rank's crash where the signal struck (bench.launching.supervise)."""
+    parts = [(Path(name).parts, line) for name, line in frames if not name.startswith("<")]
+    if not parts:
+        return ""
+    installed = [(p, n) for p, n in parts if any(d in p[:-1] for d in ("site-packages", "dist-packages"))]
+    path, line = (installed or parts)[0]
+    top = next((i for i, d in enumerate(path) if d in ("site-packages", "dist-packages")), None)
+    package = path[top + 1] if top is not None else path[-2] if path[-1] == "__init__.py" else path[-1]
+    return (f" in {package.removesuffix('.py')} (.../{'/'.join(path[-3:])}:{line}"
+            f"{', while importing' if importing else ''})")
+
+
+def main_thread_site() -> str:
+    """:func:`site` of this process's main thread, as the watchdog thread sees it, and the innermost line of
+    this package on the way there, e.g. " in torch (.../utils/data/dataloader.py:1310), from
+    bench/data/feed.py:120" (a loader's queue), " in torch (.../torch/autograd/graph.py:829), from
+    bench/modes/torch_common.py:219" (a backward pass waiting for its gradient exchange)."""
+    import traceback
+
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return ""
+    stack = traceback.extract_stack(frame)  # outermost first
+    at = site([(f.filename, f.lineno) for f in reversed(stack)],
+              any("importlib._bootstrap" in f.filename for f in stack))
+    home = Path(__file__).resolve().parents[1]  # bench/
+    own = next((f for f in reversed(stack) if Path(f.filename).resolve().is_relative_to(home)
+                and Path(f.filename).resolve() != Path(__file__).resolve()), None)
+    if own is not None and at:
+        at += f", from bench/{Path(own.filename).resolve().relative_to(home).as_posix()}:{own.lineno}"
+    return at
 
 
 def describe(where: dict) -> str:
@@ -127,7 +173,11 @@ def diagnose(reports: dict[int, dict], ranks: int) -> str:
     where = describe(first)
     bound = first["bound_s"]
     if not lagging:
-        return (f"stalled: every rank waited {bound:.0f} s {where}: the collective itself hung "
+        sites = {r: reports[r].get("site", "") for r in waiting}
+        if len(set(sites.values())) > 1:  # not all in the same call: one waits on something else (its loader)
+            return (f"stalled: every rank waited {bound:.0f} s {where}, at different places: " +
+                    "; ".join(f"rank {r}{s or ' (unknown)'}" for r, s in sites.items()))
+        return (f"stalled: every rank waited {bound:.0f} s {where}{sites[waiting[0]]}: the collective itself hung "
                 "(network, or a peer outside this job)")
     why = [f"{r}: frozen (stopped, or stuck without releasing the interpreter)" for r in silent]
     why += [f"{r}: {describe(reports[r])}" for r in behind]

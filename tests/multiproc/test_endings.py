@@ -2,6 +2,7 @@
 rank (the stall watchdog), scancel under srun. tools/benchmarks/endings.py measures the same endings' times."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,10 +41,15 @@ def test_sigterm_stops_every_spawner(tmp_path, label, processes):
     assert_clean_stop(r, signal.SIGTERM, processes)  # tf-native:ps: the chief, 2 workers, 1 ps
 
 
+def parent_of(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+
 def rank_pids(parent: int, n: int, timeout: float = 120) -> list[int]:
+    """The spawner's ``n`` ranks (its children: not their own, such as loader workers)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pids = endings.processes_with("HVDBENCH_PARENT_PID", str(parent))
+        pids = [p for p in endings.processes_with("HVDBENCH_PARENT_PID", str(parent)) if parent_of(p) == parent]
         if len(pids) == n:
             return pids
         time.sleep(0.2)
@@ -88,6 +94,37 @@ def test_frozen_rank_is_named_by_the_stall_watchdog(tmp_path):
     assert not list((tmp_path / "out").glob("*.json"))
 
 
+def test_a_frozen_loader_worker_is_named_where_its_rank_waits_and_nothing_is_left(digits, tmp_path):
+    """Rank 0's DataLoader worker stopped (as a worker deadlocked at its start would be): rank 0 waits on the
+    loader's queue, rank 1 in the gradient exchange of the same step; the stall line names both places, and the
+    stop reaches the workers (forked from the rank's fork server, bench.data.loaders.worker_start) too."""
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-ddp", "--model", "resnet20", "--image-size",
+                                 "12", "--batch-size", "32", "--epochs", "1000", "--data", str(digits),
+                                 "--loader-workers", "1", "--no-telemetry", "--np", "2", "--stall-timeout", "5",
+                                 "--output", str(tmp_path / "out")], stdout=f, stderr=f, env=bench_env())
+    try:
+        endings.wait_for_line(log, "epoch 1", 120, proc)
+        ranks = rank_pids(proc.pid, 2)
+        rank0 = next(p for p in ranks if endings.environ(p).get("RANK") == "0")
+        job = endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid))
+        workers = [p for p in job if p not in ranks and parent_of(parent_of(p)) == rank0]  # under its fork server
+        assert len(workers) == 1, job
+        os.kill(workers[0], signal.SIGSTOP)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = log.read_text()
+    line = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in err, err[-2000:]
+    assert line.startswith("error: stalled: every rank waited 5 s in window") and "at different places: " in line
+    assert re.search(r"rank 0 in torch \(\.\.\./[^)]+\), from bench/data/\w+\.py:\d+; rank 1 in torch \(", line), line
+    assert endings.wait_gone(lambda: endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 10) == []
+    assert not list((tmp_path / "out").glob("*.json"))
+
+
 def test_stall_bound_is_validated(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bench", "torch-ddp", "--stall-timeout", "0", "--output",
                         str(tmp_path)], capture_output=True, text=True, env=bench_env())
@@ -104,6 +141,15 @@ def test_watchdog_diagnosis():
     behind = {"phase": "window", "window": 2, "step": 3, "bound_s": 60.0}
     assert "rank(s) 1 did not arrive (1: in window 2, step 3)" in diagnose({0: waiting, 1: behind}, 2)
     assert "the collective itself hung" in diagnose({0: waiting, 1: waiting}, 2)
+    # where each rank's main thread waited (bench.measure.watchdog.site): the same call, or different places
+    gloo = " in torch (.../distributed/distributed_c10d.py:10)"
+    assert diagnose({0: {**waiting, "site": gloo}, 1: {**waiting, "site": gloo}}, 2) == (
+        f"stalled: every rank waited 60 s in window 3, step 1{gloo}: the collective itself hung (network, or a "
+        "peer outside this job)")
+    assert diagnose({0: {**waiting, "site": " in torch (.../utils/data/dataloader.py:9)"},
+                     1: {**waiting, "site": gloo}}, 2) == (
+        "stalled: every rank waited 60 s in window 3, step 1, at different places: rank 0 in torch "
+        f"(.../utils/data/dataloader.py:9); rank 1{gloo}")
     assert auto_bound(0.5, 4) == 120 and auto_bound(10.0, 4) == 800
 
 

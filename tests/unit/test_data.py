@@ -86,6 +86,18 @@ def test_a_tokens_dataset_is_read_as_sequences_and_their_continuations(tmp_path)
         load(tmp_path / "t", seq_len=4)
 
 
+def test_a_token_split_travels_to_a_loader_worker_by_its_path(tmp_path):
+    """A loader's workers start from a fork server (bench.data.loaders.worker_start) and receive the split
+    pickled: a memory-mapped token file goes as its path and is mapped again there, never copied."""
+    make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=200, seq_len=64, classes=1000))
+    train = load(tmp_path / "t", seq_len=16).splits["train"]
+    sent = pickle.dumps(train)
+    again = pickle.loads(sent)
+    assert len(sent) < 1000 < train.tokens.nbytes and isinstance(again.tokens, np.memmap)
+    assert again.tokens.filename == train.tokens.filename and len(again) == len(train)
+    assert all((a == b).all() for a, b in zip(again.sample(7), train.sample(7), strict=True))
+
+
 def test_text_is_real_bytes_a_model_can_read(tmp_path):
     """--from text: Python's help texts, one token per byte, the held-out part the last piece of the text."""
     record = make(MakeConfig(path=str(tmp_path / "x"), format="tokens", source="text", images=100, seq_len=32))
