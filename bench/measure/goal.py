@@ -93,6 +93,12 @@ class Schedule:
         return self.peak
 
 
+def new_counts() -> dict[str, Any]:
+    """One rank's evaluation counts before its first held-out batch (each mode's ``evaluate_shard`` adds to them;
+    :func:`reduce_counts` sums every rank's)."""
+    return {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+
+
 def reduce_counts(parts: list[dict[str, float]]) -> dict[str, Any]:
     """Every rank's evaluation counts summed: the held-out split's accuracy (module docstring); the training loss
     since the last evaluation, averaged over the ranks (each rank's: the mean of its steps' losses)."""

@@ -16,6 +16,7 @@ from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.kinds import Device, Precision
 from bench.launching.detect import LaunchInfo, check_gpus_per_node, own_gpu_indices
+from bench.measure import goal
 from bench.models import model as model_spec
 from bench.records import env
 from bench.tfutil import import_tf
@@ -206,7 +207,7 @@ class TFTrainer:
                         tf.reduce_sum(per_example_loss(out, y)), tf.shape(y)[0])
 
             self._eval_step = eval_step
-        counts = {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+        counts = goal.new_counts()
         for x, y in self.feed.held_out():
             c1, c5, loss, n = self._eval_step(x, y)
             counts["samples"] += int(n)

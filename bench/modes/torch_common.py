@@ -15,6 +15,7 @@ from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.kinds import Device, Precision
 from bench.launching.detect import LaunchInfo, check_gpus_per_node, own_gpu_indices
+from bench.measure import goal
 from bench.measure.attribution import sparse_exchange
 from bench.models import model as model_spec
 from bench.models.torch_models import loss_fn
@@ -181,13 +182,17 @@ class TorchTrainer:
         """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss
         of its steps since the last evaluation."""
         module = getattr(self.model, "module", self.model)  # DDP's forward would start collectives
-        counts = {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+        counts = goal.new_counts()
         module.eval()
         with torch.no_grad(), self.autocast():
             for data, target in self.feed.held_out():
                 out = module(data)
                 score(counts, out[0] if isinstance(out, tuple) else out, target)
         module.train()
+        return self.with_train_loss(counts)
+
+    def with_train_loss(self, counts: dict[str, Any]) -> dict[str, Any]:
+        """``counts`` and the mean training loss of this rank's steps since the last evaluation."""
         losses, self._losses = self._losses, []
         counts["train_loss"] = float(torch.stack(losses).mean()) if losses else None
         return counts

@@ -28,6 +28,7 @@ from bench.hooks import Hooks
 from bench.kinds import Precision
 from bench.launching.detect import LaunchInfo
 from bench.launching.supervise import spawn_local
+from bench.measure import goal
 from bench.models import model as model_spec
 from bench.models.torch_models import loss_fn
 from bench.modes.torch_common import TorchTrainer, resolve, score
@@ -194,7 +195,7 @@ class HybridTrainer(TorchTrainer):
         ceil(ceil(n / W) / b)); a rank whose part is done runs its last batch again, uncounted."""
         n = len(self.feed.dataset.splits["val"])
         steps = math.ceil(math.ceil(n / self.world_size) / self.cfg.batch_size)
-        counts = {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+        counts = goal.new_counts()
         batches, last = iter(self.feed.held_out()), None
         self.model.eval()
         with torch.no_grad():
@@ -211,9 +212,7 @@ class HybridTrainer(TorchTrainer):
                     score(counts, out, target)
                     last = batch
         self.model.train()
-        losses, self._losses = self._losses, []
-        counts["train_loss"] = float(torch.stack(losses).mean()) if losses else None
-        return counts
+        return self.with_train_loss(counts)
 
     def ddp(self) -> torch.nn.parallel.DistributedDataParallel:
         """The DDP that DistributedModelParallel wrapped the model's dense part in."""
