@@ -363,6 +363,7 @@ class RunConfig:
             to_goal = dict(warmup_steps=0, steps_per_window=per_rank, windows=self.epochs,
                            attribution_steps=self.attribution_steps or 0, eval_every=self.eval_every or 1,
                            learning_rate=goal.peak_rate(self, batch * update_ranks),
+                           momentum=goal.async_momentum(MOMENTUM, np) if update_ranks == 1 < np else MOMENTUM,
                            weight_decay=goal.WEIGHT_DECAY if self.weight_decay is None else self.weight_decay)
         resolved = dict(
             device=Device(device),

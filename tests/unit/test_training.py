@@ -62,6 +62,19 @@ def test_epochs_make_every_window_one_epoch_of_the_ranks_shard_and_scale_the_rat
     assert RunConfig(mode="torch-ddp").resolve("cpu", 2).weight_decay is None  # a throughput run: no decay
 
 
+def test_asynchronous_workers_scale_the_rate_by_one_workers_batch_and_lower_the_momentum(digits):
+    """tf-native ps: an update applies one worker's batch, and asynchrony adds momentum of its own (about
+    1 - 1/W), which the optimizer's makes room for (goal.async_momentum); synchronous modes keep 0.9."""
+    def resolved(mode, strategy, np):
+        return RunConfig(mode=mode, strategy=strategy, model="resnet20", data=str(digits), epochs=3,
+                         batch_size=32).resolve("cpu", np)
+    two, one, sync = resolved("tf-native", "ps", 2), resolved("tf-native", "ps", 1), resolved("torch-ddp", None, 2)
+    assert two.learning_rate == one.learning_rate == pytest.approx(0.1 * 32 / 256)
+    assert (one.momentum, two.momentum, sync.momentum) == (0.9, pytest.approx(0.4), 0.9)
+    assert sync.learning_rate == pytest.approx(0.1 * 64 / 256)
+    assert [goal.async_momentum(0.9, w) for w in (1, 4, 10, 16)] == pytest.approx([0.9, 0.15, 0.0, 0.0])
+
+
 def schedule(**kw):
     """A schedule of 4 epochs of 10 steps at a peak rate of 1."""
     defaults = {"learning_rate": 1.0, "epochs": 4, "warmup_epochs": 0.0, "lr_decay": "cosine"}
