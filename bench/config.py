@@ -205,8 +205,11 @@ class RunConfig:
     warmup_epochs: float = option(0.0, "--epochs: epochs of linear warmup to the scaled rate.", sweep=True)
     lr_decay: str = option("cosine", "--epochs: after the warmup, cosine (to zero at the last epoch), step "
                            "(x0.1 at 50% and 75% of the epochs) or none.", sweep=True)
-    weight_decay: float | None = option(None, "--epochs: L2 weight decay of SGD (default 1e-4; 0 without "
-                                        "--epochs).", sweep=True)
+    optimizer: str = option("sgd", "--epochs: sgd (momentum 0.9, the image models' recipe) or adagrad "
+                            "(per-parameter rates, eps 1e-8: what trains the text models here, and what TorchRec's "
+                            "fused table runs on a CPU too).", sweep=True)
+    weight_decay: float | None = option(None, "--epochs: L2 weight decay added to the gradient (default 1e-4; 0 "
+                                        "without --epochs).", sweep=True)
     label_smoothing: float = option(0.0, "--epochs: label smoothing of the training loss (0 <= e < 1).",
                                     sweep=True)
     checkpoint_every: int | None = option(None, "--epochs: write a checkpoint after every N-th epoch's evaluation "
@@ -299,7 +302,8 @@ class RunConfig:
         if self.epochs is None:
             named = [n for n in goal_options if getattr(self, n) is not None]
             named += [n for n, d in (("lr_scaling", "linear"), ("warmup_epochs", 0.0), ("lr_decay", "cosine"),
-                                     ("label_smoothing", 0.0), ("stop_at_target", True)) if getattr(self, n) != d]
+                                     ("label_smoothing", 0.0), ("stop_at_target", True), ("optimizer", "sgd"))
+                      if getattr(self, n) != d]
             if named:
                 raise BenchError(f"--{named[0].replace('_', '-')} applies to runs with --epochs N")
             return
@@ -321,6 +325,8 @@ class RunConfig:
             raise BenchError(f"--target-accuracy is a top-1 accuracy: 0 < A <= 1 (got {self.target_accuracy})")
         if self.lr_scaling not in goal.SCALINGS:
             raise BenchError(f"--lr-scaling takes {' or '.join(goal.SCALINGS)} (got '{self.lr_scaling}')")
+        if self.optimizer not in goal.OPTIMIZERS:
+            raise BenchError(f"--optimizer takes {', '.join(goal.OPTIMIZERS)} (got '{self.optimizer}')")
         if self.lr_decay not in goal.DECAYS:
             raise BenchError(f"--lr-decay takes {', '.join(goal.DECAYS)} (got '{self.lr_decay}')")
         if not 0 <= self.warmup_epochs < self.epochs:

@@ -48,6 +48,8 @@ from typing import Any
 from bench.errors import BenchError
 
 DECAYS = ("cosine", "step", "none")
+OPTIMIZERS = ("sgd", "adagrad")
+ADAGRAD_EPS = 1e-8  # fbgemm's fused Adagrad's; PyTorch's and Keras's Adagrad are given the same
 SCALINGS = ("linear", "none")
 REFERENCE_BATCH = 256  # the global batch base_lr is given for
 BASE_LR = 0.1  # ResNet's rate for a batch of 256 (He et al. 2016; Goyal et al. 2017)
@@ -200,7 +202,7 @@ def section(cfg, ranks: list[dict[str, Any]], init_s: float) -> dict[str, Any] |
         "schedule": {"base_lr": cfg.base_lr if cfg.base_lr is not None else BASE_LR, "lr_scaling": cfg.lr_scaling,
                      "peak_lr": cfg.learning_rate, "warmup_epochs": cfg.warmup_epochs, "decay": cfg.lr_decay,
                      "weight_decay": cfg.weight_decay, "label_smoothing": cfg.label_smoothing,
-                     "momentum": cfg.momentum},
+                     "optimizer": cfg.optimizer, "momentum": cfg.momentum if cfg.optimizer == "sgd" else None},
         "curve": curve,
         "definition": "curve: one point per evaluation on the held-out split (top-1/top-5 summed over every "
                       "rank's part); wall_s from the end of init to the end of that evaluation, earlier "

@@ -60,6 +60,15 @@ def optimizer_variables(opt) -> list:
     return list(v() if callable(v) else v)
 
 
+def optimizer(keras, cfg):
+    """The run's optimizer (``--optimizer``) as PyTorch's modes build it (bench.modes.torch_common): SGD with
+    momentum, or Adagrad with its accumulator from 0 and the same eps (Keras's defaults are 0.1 and 1e-7)."""
+    if cfg.optimizer == "adagrad":
+        return keras.optimizers.Adagrad(learning_rate=cfg.learning_rate, initial_accumulator_value=0.0,
+                                        epsilon=goal.ADAGRAD_EPS)
+    return keras.optimizers.SGD(learning_rate=cfg.learning_rate, momentum=cfg.momentum)
+
+
 class TFTrainer:
     """Base for the TensorFlow modes. Subclasses create the strategy (if any) and the compiled step."""
     replicas_per_process = 1
@@ -94,7 +103,7 @@ class TFTrainer:
             for layer in self.model.submodules:  # nested layers too (the Transformer's)
                 if isinstance(layer, keras.layers.Dropout):
                     layer.rate = 0.0
-        opt = keras.optimizers.SGD(learning_rate=self.cfg.learning_rate, momentum=self.cfg.momentum)
+        opt = optimizer(keras, self.cfg)
         self.optimizer = keras.mixed_precision.LossScaleOptimizer(opt) if self.fp16 else opt
         return self.model
 

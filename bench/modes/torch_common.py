@@ -141,8 +141,15 @@ class TorchTrainer:
             self.data, self.target = self.feed.next()
 
     def build_optimizer(self, params) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=self.cfg.learning_rate, momentum=self.cfg.momentum,
-                               weight_decay=self.cfg.weight_decay or 0.0)
+        cfg = self.cfg
+        if cfg.optimizer == "adagrad":  # the accumulator from 0, as fbgemm's fused kernel and Keras here start it
+            # a sparse embedding's gradient: Adagrad builds sparse tensors of its own, valid by construction, and
+            # torch warns at each until told whether to check them
+            torch.sparse.check_sparse_tensor_invariants.disable()
+            return torch.optim.Adagrad(params, lr=cfg.learning_rate, eps=goal.ADAGRAD_EPS,
+                                       weight_decay=cfg.weight_decay or 0.0)
+        return torch.optim.SGD(params, lr=cfg.learning_rate, momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay or 0.0)
 
     # -- training to a goal (bench.measure.goal) ------------------------------------------------
     def set_learning_rate(self, rate: float) -> None:

@@ -5,8 +5,9 @@ data-parallel under DDP (ring allreduce), and both happen in one synchronous ste
 
 TorchRec's DistributedModelParallel does both: it shards the EmbeddingCollection as the plan says (row-wise,
 asked of its planner) and wraps the rest of the model in DDP. The table's rows are trained by TorchRec's fused
-optimizer inside the backward pass (exact SGD, the run's learning rate: fused kernels have no momentum); the
-dense part by the run's SGD with momentum. The model is the untied Transformer of ``--sparse-embeddings``
+optimizer inside the backward pass (exact SGD, the run's learning rate: fused kernels have no momentum; or with
+``--optimizer adagrad`` fbgemm's exact Adagrad, the dense part's arithmetic); the dense part by the run's
+optimizer. The model is the untied Transformer of ``--sparse-embeddings``
 (the shared output projection would make the table's gradient dense); the mode implies it.
 """
 
@@ -138,7 +139,9 @@ class HybridTrainer(TorchTrainer):
                 tables=[trec.module.EmbeddingConfig(name=TABLE, embedding_dim=d_model, num_embeddings=vocab,
                                                     feature_names=list(FEATURES))],
                 device=torch.device("meta"))
-            trec.in_backward(torch.optim.SGD, tokens.parameters(), {"lr": cfg.learning_rate})
+            fused = (torch.optim.Adagrad, {"lr": cfg.learning_rate, "eps": goal.ADAGRAD_EPS}) \
+                if cfg.optimizer == "adagrad" else (torch.optim.SGD, {"lr": cfg.learning_rate})
+            trec.in_backward(fused[0], tokens.parameters(), fused[1])
             model = HybridTransformer(tokens, net, d_model)
             sharder = trec.sharder()
             planner = trec.planner(

@@ -32,6 +32,8 @@ from bench.measure import goal
     ({"epochs": 2, "warmup_epochs": 2}, "--warmup-epochs must be >= 0 and below --epochs 2"),
     ({"epochs": 2, "lr_decay": "exp"}, "--lr-decay takes cosine, step, none"),
     ({"epochs": 2, "lr_scaling": "sqrt"}, "--lr-scaling takes linear or none"),
+    ({"optimizer": "adagrad"}, "--optimizer applies to runs with --epochs N"),
+    ({"epochs": 2, "optimizer": "adam"}, "--optimizer takes sgd, adagrad"),
     ({"epochs": 2, "label_smoothing": 1.0}, "--label-smoothing must be >= 0 and < 1"),
     ({"epochs": 2, "weight_decay": -1e-4}, "--weight-decay must be >= 0"),
     ({"epochs": 0}, "--epochs must be an integer >= 1"),
