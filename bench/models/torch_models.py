@@ -478,6 +478,10 @@ class Transformer(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.encoder = nn.ModuleList(TransformerLayer(d_model, heads, d_ff, dropout, False) for _ in range(layers))
         self.decoder = nn.ModuleList(TransformerLayer(d_model, heads, d_ff, dropout, True) for _ in range(layers))
+        for module in [*self.encoder.modules(), *self.decoder.modules()]:
+            if isinstance(module, nn.Linear):  # as Keras's Dense starts (the TensorFlow twin): Glorot, zero bias
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
         self.output = None
         if embedding != "tied":
             self.output = nn.Linear(d_model, vocab, bias=False)
