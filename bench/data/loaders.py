@@ -20,7 +20,9 @@ the flip. Held-out split: the centre crop of 87.5% resized, no flip; each rank r
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,7 +61,8 @@ def worker_start():
     a held-out loader started at an evaluation hung a run that way (both ranks stalled in the evaluate). Python
     3.14 makes the fork server the default on Linux for this reason. The cost: the dataset's description is
     pickled to each worker (a token file goes by its path: bench.data.datasets.Split); a worker whose fork
-    server is gone (its rank died) leaves within the DataLoader's 5 s status check. The queues' semaphores are
+    server is gone leaves within the DataLoader's 5 s status check, and one whose rank is gone at once
+    (:func:`watch_rank`). The queues' semaphores are
     then named ones, which multiprocessing's resource tracker (a process of its own) removes after a rank that
     died (a stall, a kill) could not; its warning that it did is not printed (the rank's own line says why)."""
     import multiprocessing
@@ -71,6 +74,34 @@ def worker_start():
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["torch", "PIL.Image", "bench.data.loaders"])
     return context
+
+
+def watch_rank(rank_pid: int, worker_id: int) -> None:
+    """Each DataLoader worker's init: the worker ends as soon as its rank does, however the rank ended (SIGKILL
+    too). Started by the fork server, a worker is the server's child, not the rank's, so PyTorch's own check (is
+    my parent still there?) cannot see the rank go; and the server outlives the rank while a worker holds its
+    pipe. A thread waits on the rank's pidfd, which the kernel makes readable when the rank exits (a poll of its
+    pid each second where the kernel has no pidfd)."""
+    import select
+    import threading
+    import time
+
+    try:
+        handle = os.pidfd_open(rank_pid)
+    except ProcessLookupError:
+        os._exit(0)
+    except (OSError, AttributeError):
+        handle = None
+
+    def wait() -> None:
+        if handle is not None:
+            select.select([handle], [], [])
+        else:
+            while os.path.exists(f"/proc/{rank_pid}"):
+                time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=wait, name="hvdbench-rank-watch", daemon=True).start()
 
 
 class ShardSampler:
@@ -182,7 +213,8 @@ class TorchLoader:
         loader = torch.utils.data.DataLoader(
             data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=train,
             pin_memory=device == "cuda", prefetch_factor=2 if workers else None,
-            multiprocessing_context=worker_start() if workers else None)
+            multiprocessing_context=worker_start() if workers else None,
+            worker_init_fn=functools.partial(watch_rank, os.getpid()) if workers else None)
         yield from loader
 
 

@@ -68,6 +68,26 @@ def test_ranks_die_with_a_spawner_killed_outright(tmp_path):
     assert endings.wait_gone(lambda: endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 10) == []
 
 
+def test_loader_workers_die_with_their_ranks_when_the_spawner_is_killed_outright(digits, tmp_path):
+    """Ranks reading --data through DataLoader workers (started from each rank's fork server,
+    bench.data.loaders.worker_start): the spawner's SIGKILL ends the ranks (parent-death signal), and the
+    workers, the fork servers and the resource trackers follow them."""
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-ddp", "--model", "resnet20", "--image-size",
+                                 "12", "--batch-size", "32", "--epochs", "1000", "--data", str(digits),
+                                 "--loader-workers", "2", "--no-telemetry", "--np", "2", "--output",
+                                 str(tmp_path / "out")], stdout=f, stderr=f, env=bench_env())
+    endings.wait_for_line(log, "epoch 1", 120, proc)
+    ranks = rank_pids(proc.pid, 2)
+    job = endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid))
+    assert len(job) >= 2 + 2 * (1 + 2), job  # each rank, its fork server and its two workers (and its tracker)
+    proc.kill()
+    proc.wait()
+    assert endings.wait_gone(lambda: endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 10) == []
+    assert all(not endings.alive(p) for p in ranks)
+
+
 def test_frozen_rank_is_named_by_the_stall_watchdog(tmp_path):
     log = tmp_path / "stderr.log"
     with open(log, "w") as f:
