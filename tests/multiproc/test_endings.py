@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -68,16 +69,22 @@ def test_ranks_die_with_a_spawner_killed_outright(tmp_path):
     assert endings.wait_gone(lambda: endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 10) == []
 
 
-def test_loader_workers_die_with_their_ranks_when_the_spawner_is_killed_outright(digits, tmp_path):
-    """Ranks reading --data through DataLoader workers (started from each rank's fork server,
-    bench.data.loaders.worker_start): the spawner's SIGKILL ends the ranks (parent-death signal), and the
-    workers, the fork servers and the resource trackers follow them."""
+def start_data_run(digits, tmp_path, *extra: str) -> tuple[subprocess.Popen, Path]:
+    """torch-ddp at np 2 training ResNet-20 on the digits for far longer than a test waits; its stderr's file."""
     log = tmp_path / "stderr.log"
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-ddp", "--model", "resnet20", "--image-size",
                                  "12", "--batch-size", "32", "--epochs", "1000", "--data", str(digits),
-                                 "--loader-workers", "2", "--no-telemetry", "--np", "2", "--output",
-                                 str(tmp_path / "out")], stdout=f, stderr=f, env=bench_env())
+                                 "--no-telemetry", "--np", "2", *extra, "--output", str(tmp_path / "out")],
+                                stdout=f, stderr=f, env=bench_env())
+    return proc, log
+
+
+def test_loader_workers_die_with_their_ranks_when_the_spawner_is_killed_outright(digits, tmp_path):
+    """Ranks reading --data through DataLoader workers (started from each rank's fork server,
+    bench.data.loaders.worker_start): the spawner's SIGKILL ends the ranks (parent-death signal), and the
+    workers, the fork servers and the resource trackers follow them."""
+    proc, log = start_data_run(digits, tmp_path, "--loader-workers", "2")
     endings.wait_for_line(log, "epoch 1", 120, proc)
     ranks = rank_pids(proc.pid, 2)
     job = endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid))
@@ -118,12 +125,7 @@ def test_a_frozen_loader_worker_is_named_where_its_rank_waits_and_nothing_is_lef
     """Rank 0's DataLoader worker stopped (as a worker deadlocked at its start would be): rank 0 waits on the
     loader's queue, rank 1 in the gradient exchange of the same step; the stall line names both places, and the
     stop reaches the workers (forked from the rank's fork server, bench.data.loaders.worker_start) too."""
-    log = tmp_path / "stderr.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-ddp", "--model", "resnet20", "--image-size",
-                                 "12", "--batch-size", "32", "--epochs", "1000", "--data", str(digits),
-                                 "--loader-workers", "1", "--no-telemetry", "--np", "2", "--stall-timeout", "5",
-                                 "--output", str(tmp_path / "out")], stdout=f, stderr=f, env=bench_env())
+    proc, log = start_data_run(digits, tmp_path, "--loader-workers", "1", "--stall-timeout", "5")
     try:
         endings.wait_for_line(log, "epoch 1", 120, proc)
         ranks = rank_pids(proc.pid, 2)
