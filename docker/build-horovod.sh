@@ -23,8 +23,8 @@
 #   HVDBENCH_SDIST_DIR     a folder already holding the sdist (offline builds, the GPU machine)
 #   MAKEFLAGS              parallel compile jobs                   (default -j<nproc>)
 #
-# The cache key covers everything the binary depends on: Horovod version, patch contents, Python
-# ABI, framework versions, MPI presence and GPU flags. A second run with the same key only installs.
+# The cache key covers everything the binary depends on: Horovod version, patch contents (the GCC 13 one where
+# it applies), Python ABI, framework versions, MPI presence and GPU flags. A second run with the same key only installs.
 set -euo pipefail
 
 PY=${1:?usage: build-horovod.sh PYTHON}
@@ -37,6 +37,7 @@ CACHE=${HVDBENCH_WHEEL_CACHE:-$HOME/.cache/hvdbench/wheels}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PATCH_FILE="$HERE/horovod/$HOROVOD_VERSION.patch"
 GPU_PATCH_FILE="$HERE/horovod/$HOROVOD_VERSION-gpu.patch"   # also applied to GPU builds (HOROVOD_GPU=nccl)
+GCC13_PATCH_FILE="$HERE/horovod/$HOROVOD_VERSION-gcc13.patch"   # also applied where libstdc++ is 13 or newer
 
 log() { echo "build-horovod: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -88,6 +89,15 @@ command -v mpicxx >/dev/null && HAS_MPI=1
 
 patch_sum=none
 [[ $HOROVOD_PATCH == yes ]] && patch_sum=$(sha256sum "$PATCH_FILE" | cut -c1-12)
+# Horovod 0.28.1 leans on headers that libstdc++ before 13 included for it: with libstdc++ 13 or newer (the GPU
+# machine's g++ 13.3) it does not compile without $HOROVOD_VERSION-gcc13.patch (two #include lines). Applied,
+# whatever HOROVOD_PATCH says, where the C++ compiler's libstdc++ is 13 or newer, and then part of the key.
+LIBSTDCXX=$(echo '#include <cstddef>' | "${CXX:-c++}" -x c++ -dM -E - 2>/dev/null | sed -n 's/^#define _GLIBCXX_RELEASE //p')
+if [[ ${LIBSTDCXX:-0} -ge 13 && -f $GCC13_PATCH_FILE ]]; then
+  patch_sum="$patch_sum-gcc13$(sha256sum "$GCC13_PATCH_FILE" | cut -c1-12)"
+else
+  GCC13_PATCH_FILE=
+fi
 GPU_KEY=$GPU_OPS
 if [[ $GPU_OPS == nccl ]]; then
   command -v "$NVCC" >/dev/null || die "HOROVOD_GPU=nccl but no nvcc ($NVCC)"
@@ -145,6 +155,9 @@ if [[ $HOROVOD_PATCH == yes ]]; then
 fi
 if [[ $GPU_OPS == nccl && -n ${GPU_PATCH_FILE:-} ]]; then
   patch -d "$SRC" -p1 --forward --quiet < "$GPU_PATCH_FILE" || die "patch $GPU_PATCH_FILE does not apply"
+fi
+if [[ -n $GCC13_PATCH_FILE ]]; then
+  patch -d "$SRC" -p1 --forward --quiet < "$GCC13_PATCH_FILE" || die "patch $GCC13_PATCH_FILE does not apply"
 fi
 
 # Build requirements Horovod's setup.py imports, installed into the target environment.

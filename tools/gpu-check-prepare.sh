@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Here, before a GPU check (docs/gpu-check.md): put into DIR (default .gpu-check, ignored by git) what the GPU
-# machine lacks for bench, as wheels for its Python (3.12, manylinux x86_64): pydantic and its needs; and
+# machine lacks for bench, as wheels for its Python (3.12, manylinux x86_64): pydantic and its needs, cffi (what
+# Horovod's setup.py requires to build); and
 # Horovod's sdist, which tools/gpu-check.sh builds there with this project's patch (docker/horovod/, in the
 # tree). Nothing else: the GPU machine has PyTorch, typer, rich, PyYAML, nvidia-ml-py, psutil, cloudpickle,
 # packaging, setuptools and wheel.
@@ -14,7 +15,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HOROVOD_VERSION=$(sed -n 's/^HOROVOD_VERSION=//p' "$HERE/docker/stacks/current.env")
 # pydantic at the version this machine's venv runs, and the versions it pins for its needs.
 PYDANTIC=$("$PY" -c 'import importlib.metadata as m; print(m.version("pydantic"))')
-WANT=("pydantic==$PYDANTIC" pydantic-core annotated-types typing-inspection)
+# cffi and pycparser: Horovod's setup.py asks for cffi (setup_requires) and would fetch it from the index.
+WANT=("pydantic==$PYDANTIC" pydantic-core annotated-types typing-inspection cffi pycparser)
 
 mkdir -p "$DIR/wheels"
 rm -f "$DIR"/wheels/*.whl

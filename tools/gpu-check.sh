@@ -4,11 +4,11 @@
 #   tools/gpu-check.sh [--short] [OUT]          (OUT default: $OUT, else results/gpu-check)
 #
 # On a GPU machine: installs bench from this tree with the wheels `make gpu-check-prepare` put in .gpu-check/
-# (no download), builds Horovod with NCCL against the machine's PyTorch, then runs bench env, bench peak at each
-# precision, torch-single / torch-ddp / torch-horovod on VGG-16 and ResNet-50 at 224x224 in fp32 (TF32),
-# amp-bf16 and amp-fp16 (ResNet-50 also channels-last), Horovod's own PyTorch benchmark alternated with
-# torch-horovod, ResNet-50 from JPEG files (--data), one Transformer, and bench verify on two GPUs or more, NVML telemetry in every run; then a
-# summary table. --short does the same on the CPU with tiny settings (the multiproc tier runs it, so the check
+# (no download), then runs bench env, bench peak at each precision, torch-single / torch-ddp on VGG-16 and
+# ResNet-50 at 224x224 in fp32 (TF32), amp-bf16 and amp-fp16 (ResNet-50 also channels-last), ResNet-50 from JPEG
+# files (--data), ResNet-20 to a target on the digits, one Transformer, bench verify on two GPUs or more; last,
+# builds Horovod with NCCL against the machine's PyTorch and runs torch-horovod the same, and Horovod's own
+# PyTorch benchmark alternated with torch-horovod. NVML telemetry in every run; then a summary table. --short does the same on the CPU with tiny settings (the multiproc tier runs it, so the check
 # cannot rot between the days a GPU is lent).
 #
 # Resumable: each step is done once per machine (its log and exit code in STATE; a failed step is recorded and
@@ -94,7 +94,6 @@ if [ "$SHORT" = 1 ]; then
   DATA=(--model vgg16 --precision fp32); JPEGS=(--images 40 --image-size 48)
   CONVERGE=(--image-size 12 --batch-size 32 --epochs 1 --target-accuracy 0.95 --loader-workers 1)
 else
-  step horovod build_horovod
   DEVICE=(--device cuda); GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
   [ "${GPUS:-0}" -ge 1 ] || { log "no GPU visible to PyTorch: nothing to check (run with --short for the CPU)"; exit 1; }
   PRECISIONS=(fp32 amp-bf16 amp-fp16); PEAKS=(fp32 amp-bf16 amp-fp16)
@@ -116,14 +115,8 @@ for model in "${MODELS[@]}"; do
     if [ "$model" = resnet50 ] && [ "$p" != fp32 ]; then
       step "torch-ddp-$model-$p-channels-last" "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model "$model" --precision "$p" --channels-last "${SIZE[@]}" --output "$RES"
     fi
-    if has_horovod; then
-      step "torch-horovod-$model-$p" "${BENCH[@]}" torch-horovod "${DEVICE[@]}" --np "$GPUS" --model "$model" --precision "$p" "${SIZE[@]}" --output "$RES"
-    fi
   done
 done
-if has_horovod; then
-  step reference "$PY" -m tools.benchmarks.reference --frameworks torch "${REF[@]}" --json "$RES/reference.json"
-fi
 # Real data (docs/data.md): ImageNet-sized JPEGs through the DataLoader with pinned memory and the timed copy, against
 # the synthetic run of the same settings above (bench compare gives the input pipeline's cost).
 step data-make "${BENCH[@]}" data make "$STATE/jpegs" "${JPEGS[@]}"
@@ -134,6 +127,16 @@ step torch-ddp-converge "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --mo
 step transformer "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${TEXT[@]}" --output "$RES"
 if [ "$GPUS" -ge 2 ]; then
   step verify "${BENCH[@]}" verify "${DEVICE[@]}" "${VERIFY[@]}" --output "$RES"
+fi
+# Horovod last: its build takes minutes of a lease, and every figure above needs none of it.
+[ "$SHORT" = 1 ] || step horovod build_horovod
+if has_horovod; then
+  for model in "${MODELS[@]}"; do
+    for p in "${PRECISIONS[@]}"; do
+      step "torch-horovod-$model-$p" "${BENCH[@]}" torch-horovod "${DEVICE[@]}" --np "$GPUS" --model "$model" --precision "$p" "${SIZE[@]}" --output "$RES"
+    done
+  done
+  step reference "$PY" -m tools.benchmarks.reference --frameworks torch "${REF[@]}" --json "$RES/reference.json"
 fi
 pack
 failed=$(awk -F'\t' '$2 != 0' "$STATE/status.tsv" | wc -l)

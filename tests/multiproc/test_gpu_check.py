@@ -40,7 +40,9 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
 
 def test_the_prepared_wheels_install_without_an_index(tmp_path):
     """`make gpu-check-prepare`'s wheels, for the GPU machine's Python 3.12, install with --no-index into a fresh
-    target (as the check installs them there), and with Horovod's sdist stay far below what a call carries."""
+    target (as the check installs them there), and with Horovod's sdist stay far below what a call carries. cffi
+    is among them: Horovod's setup.py requires it to build its PyTorch extension and, on the GPU machine, which
+    has none, tried the index and failed."""
     prepared = tmp_path / "prepared"
     r = subprocess.run([str(ROOT / "tools" / "gpu-check-prepare.sh"), str(prepared), sys.executable],
                        capture_output=True, text=True, timeout=600)
@@ -54,4 +56,13 @@ def test_the_prepared_wheels_install_without_an_index(tmp_path):
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, PIP_NO_INDEX="1"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert (target / "pydantic").is_dir() and (target / "pydantic_core").is_dir()
+    assert (target / "cffi").is_dir() and (target / "pycparser").is_dir()
     assert sum(p.stat().st_size for p in prepared.rglob("*") if p.is_file()) < 32 * 2**20
+    # The carried sdist takes every patch a GPU build there applies (the GCC 13 one: the machine's g++ is 13.3).
+    sdist = next(prepared.glob("horovod-*.tar.gz"))
+    subprocess.run(["tar", "xzf", str(sdist), "-C", str(tmp_path)], check=True)
+    source = next(tmp_path.glob("horovod-*/"))
+    for patch in ("0.28.1.patch", "0.28.1-gpu.patch", "0.28.1-gcc13.patch"):
+        r = subprocess.run(["patch", "-p1", "--forward", "--quiet", "-i", str(ROOT / "docker" / "horovod" / patch)],
+                           cwd=source, capture_output=True, text=True)
+        assert r.returncode == 0, (patch, r.stdout, r.stderr)
