@@ -142,12 +142,14 @@ def test_a_dataset_changed_during_the_run_leaves_one_line_and_no_result(jpegs, t
     data = tmp_path / "data"
     shutil.copytree(jpegs, data)
     log = tmp_path / "log"
+    # One intra-op thread: with two on two cores and another process busy on one, the run's 150 windows took over
+    # 300 s (docs/development.md, "A test on a busy machine"); with one they take about 10 s either way.
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-single", "--model", "resnet20",
                                  "--image-size", "32", "--batch-size", "4", "--warmup-steps", "0",
                                  "--steps-per-window", "2", "--windows", "150", "--data", str(data),
                                  "--loader-workers", "0", "--output", str(out)], stdout=subprocess.DEVNULL,
-                                stderr=err, env=bench_env())
+                                stderr=err, env=bench_env(OMP_NUM_THREADS="1"))
     try:
         deadline = time.monotonic() + 240
         while "window 1" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:

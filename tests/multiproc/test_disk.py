@@ -28,10 +28,12 @@ PAGE = 4096
 
 
 def in_namespace(script: str, tmp_path, **env) -> subprocess.CompletedProcess:
-    """``script`` (bash) in a private mount namespace: its mounts vanish with it."""
+    """``script`` (bash) in a private mount namespace: its mounts vanish with it. The run has one intra-op thread:
+    with two on two cores and another process busy on one, its 30 windows took over 300 s (docs/development.md,
+    "A test on a busy machine")."""
     return subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=bench_env(BENCH=" ".join(RUN), **env))
+                          env=bench_env(BENCH=" ".join(RUN), OMP_NUM_THREADS="1", **env))
 
 
 MARGIN = 512  # bytes: a record's size varies a little between runs (its numbers' digits)
