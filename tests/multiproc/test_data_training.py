@@ -143,7 +143,7 @@ def test_a_dataset_changed_during_the_run_leaves_one_line_and_no_result(jpegs, t
     shutil.copytree(jpegs, data)
     log = tmp_path / "log"
     # One intra-op thread: with two on two cores and another process busy on one, the run's 150 windows took over
-    # 300 s (docs/development.md, "A test on a busy machine"); with one they take about 10 s either way.
+    # 300 s (docs/development.md, "A test on a busy machine"); with one the whole test took 15.9 s beside it.
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-single", "--model", "resnet20",
                                  "--image-size", "32", "--batch-size", "4", "--warmup-steps", "0",
