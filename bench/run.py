@@ -12,7 +12,7 @@ from bench.data import datasets, feed
 from bench.errors import STOP_SIGNALS, BenchError
 from bench.hooks import Hooks
 from bench.launching import detect, kubernetes, supervise
-from bench.measure import checkpoint, telemetry
+from bench.measure import checkpoint, host_load, telemetry
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
 from bench.records import env
@@ -198,6 +198,9 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     console = Console(file=sys.stdout)
     console.print(render_table(result))
     console.print(f"result: {path}")
+    busy = host_load.warning(result.get("host_load"))
+    if busy:
+        print(busy, file=sys.stderr)
     if not result["sync"]["ranks_in_sync"]:
         raise BenchError(f"ranks finished with different parameters (see {path}); the run is not valid")
     return path

@@ -93,6 +93,8 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
     assert all(len(w) == result["config"]["windows"] for w in result["samples"]["window_s"])
     assert result["summary"]["samples_per_sec_total"] > 0
     assert result["timing"]["init_s"] > result["timing"]["first_step_s"] > 0
+    hosts = result["host_load"]["hosts"]  # every rank's own CPU time, on each host with the host's counters
+    assert sum(h["ranks"] for h in hosts) == result["processes"] and sum(h["run_cores"] for h in hosts) > 0
     assert_attribution_adds_up(result)
 
 

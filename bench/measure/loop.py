@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from bench.config import RunConfig
 from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, checkpoint, goal, traffic
+from bench.measure import attribution, checkpoint, goal, host_load, traffic
 from bench.measure.watchdog import Watchdog
 from bench.models import model
 
@@ -139,7 +139,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
 
     window_s: list[float] = []
     timed = 0.0
-    net_before = None
+    net_before = load_before = None
     feed = getattr(trainer, "feed", None)  # --data: the rank's batches, each draw timed (bench.data.feed)
     timed_from = feed.mark() if feed is not None else 0
     while True:
@@ -147,6 +147,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         if not window_s:
             if launch.local_rank == 0:  # one reading per host (bench.measure.traffic)
                 net_before = traffic.tx_bytes()
+            load_before = host_load.reading(host=launch.local_rank == 0)
             if sampler is not None:
                 sampler.mark("start")
         t0 = time.perf_counter()
@@ -197,6 +198,9 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     t_end = time.time()
     data = feed.record(timed_from) if feed is not None else None
     net_sent = traffic.sent_between(net_before, traffic.tx_bytes()) if net_before is not None else None
+    # every rank its own processes' CPU time, the host's local rank 0 the host's too (bench.measure.host_load)
+    cpu = host_load.between(load_before, host_load.reading(host=launch.local_rank == 0),
+                            serving=measuring(trainer) < trainer.world_size)
     hooks.snapshot(trainer, "final")
     if sampler is not None:
         sampler.mark("end")
@@ -231,6 +235,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         "sync_report": trainer.sync_report(),
         "telemetry": telemetry,
         "net_sent": net_sent,
+        "cpu": cpu,
         "attribution": attributed,
         "data": data,
         "goal": tracker.record() if tracker is not None else None,

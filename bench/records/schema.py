@@ -103,6 +103,16 @@ class Traffic(_Open):
                                             "where the counters could not be read")
 
 
+class HostLoad(BaseModel):
+    """Cores other processes kept busy on each host over the timed windows (bench.measure.host_load)."""
+    model_config = ConfigDict(extra="forbid")
+    hosts: list[dict[str, Any]] = Field(description="per host: cpus, busy_cores, steal_cores, run_cores (this "
+                                        "run's processes), ranks, other_cores (null where some do not measure)")
+    other_cores_max: float | None = Field(description="the busiest host's other_cores")
+    other_cores_note: str | None = Field(description="why there is no other_cores figure, where there is none")
+    definition: str
+
+
 class Sync(_Open):
     param_checksums: list[str]
     ranks_in_sync: bool
@@ -240,6 +250,7 @@ class Result(BaseModel):
     attribution: Attribution | None = None  # added within schema 2; none for one process or --attribution-steps 0
     input: Input | None = None  # added within schema 3: results written before it trained on synthetic data
     training: Training | None = None  # added within schema 3: none unless the run trained to a goal (--epochs)
+    host_load: HostLoad | None = None  # added within schema 3: none before it, or where /proc could not be read
     sync: Sync
 
 

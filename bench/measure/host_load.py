@@ -1,0 +1,165 @@
+"""How busy other processes kept each host's cores while the timed windows ran.
+
+A throughput figure is the training's only on cores nothing else uses. On a busy node a run slows more than
+the cores it loses: each of PyTorch's parallel operators waits for its slowest thread, and a thread the
+scheduler parks behind another process holds every operator up (docs/running.md measures a hundredfold). So
+every run measures what else ran, per host, over the timed windows (from the first window's start to the last
+window's end, as the traffic counters):
+
+    host_busy_cores  = delta(user + nice + system + irq + softirq) / (interval_s x CLK_TCK)
+                       from the kernel's counters of every CPU (/proc/stat's first line; a guest's time is in
+                       user), read by the host's local rank 0
+    steal_cores      = delta(steal) / (interval_s x CLK_TCK): time the hypervisor gave this VM's CPUs to others
+    run_cores        = sum over the host's measuring ranks of delta(CPU time of the rank and every process
+                       below it) / interval_s; a process's CPU time is utime + stime (all its threads) + cutime
+                       + cstime (its children already reaped), from /proc/PID/stat; "below it": the loader
+                       workers, the fork server, any child, found by their parent ids
+    other_cores      = max(0, host_busy_cores - run_cores)
+
+The kernel's counters are the host's, in a container too (Docker shows the host's /proc/stat), so on a node
+shared with other containers other_cores counts their processes: the cores they took are the run's loss
+however the node is divided. A CPU quota (cgroup cpu.max) caps what the run may use; it does not free cores.
+
+other_cores is not given (null, with the reason) where the run has processes that do not measure: tf-native
+``ps``'s servers and workers serve and only the coordinator measures, so their CPU time would count as other.
+A run whose other_cores on some host is at least :data:`WARN_CORES` gets a one-line warning on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+PROC = Path("/proc")
+WARN_CORES = 0.5
+BUSY_FIELDS = (0, 1, 2, 5, 6)  # user nice system irq softirq (the first line's values, in order)
+STEAL_FIELD = 7
+
+
+def cpu_counters(proc: Path = PROC) -> dict[str, int] | None:
+    """Ticks every CPU together spent busy and stolen since boot, and the CPUs counted; None where unreadable."""
+    try:
+        lines = (proc / "stat").read_text().splitlines()
+    except OSError:
+        return None
+    first = lines[0].split() if lines else []
+    if not first or first[0] != "cpu" or len(first) < 9:
+        return None
+    values = [int(v) for v in first[1:]]
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return {"busy": sum(values[i] for i in BUSY_FIELDS), "steal": values[STEAL_FIELD], "cpus": cpus}
+
+
+def _stat_fields(text: str) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces and parentheses)."""
+    return text.rsplit(")", 1)[1].split()
+
+
+def tree_ticks(pid: int | None = None, proc: Path = PROC) -> int | None:
+    """CPU ticks of process ``pid`` (default: this one) and every live process below it, each with its reaped
+    children's; None where /proc cannot be read."""
+    pid = os.getpid() if pid is None else pid
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    try:
+        entries = [e for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            fields = _stat_fields((proc / entry / "stat").read_text())
+        except (OSError, IndexError):
+            continue  # ended while being read
+        # after the name: state ppid ... utime(12th field after the name) stime cutime cstime
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(v) for v in fields[11:15])
+    if pid not in ticks:
+        return None
+    below: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        below.setdefault(parent, []).append(child)
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += ticks.get(p, 0)
+        todo.extend(below.get(p, []))
+    return total
+
+
+def reading(host: bool, proc: Path = PROC) -> dict[str, Any]:
+    """One rank's reading at a timed region's edge: its own tree's ticks, and the host's counters when ``host``
+    (the host's local rank 0)."""
+    return {"t": time.monotonic(), "run": tree_ticks(proc=proc), "host": cpu_counters(proc) if host else None}
+
+
+def between(before: dict[str, Any], after: dict[str, Any], serving: bool = False) -> dict[str, Any] | None:
+    """A rank's figures between two readings (module docstring); ``serving``: the run has processes that
+    serve and do not measure. None where the interval or this process's ticks are missing."""
+    interval = after["t"] - before["t"]
+    if interval <= 0 or before["run"] is None or after["run"] is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    record: dict[str, Any] = {"interval_s": interval, "run_cores": (after["run"] - before["run"]) / tick / interval,
+                              "serving": serving}
+    if before["host"] is not None and after["host"] is not None:
+        record["host"] = {"cpus": after["host"]["cpus"],
+                          "busy_cores": (after["host"]["busy"] - before["host"]["busy"]) / tick / interval,
+                          "steal_cores": (after["host"]["steal"] - before["host"]["steal"]) / tick / interval}
+    return record
+
+
+def section(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The result's ``host_load``: one entry per host from its ranks' ``cpu`` records, and the busiest host's
+    other_cores; None where no host could read its counters."""
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for r in ranks:
+        if r.get("cpu") is not None:
+            by_host.setdefault(r["host"], []).append(r["cpu"])
+    hosts = []
+    for name, records in by_host.items():
+        counters = next((c["host"] for c in records if c.get("host")), None)
+        if counters is None:
+            continue
+        run = sum(c["run_cores"] for c in records)
+        serving = any(c["serving"] for c in records)
+        hosts.append({"host": name, "cpus": counters["cpus"], "busy_cores": counters["busy_cores"],
+                      "steal_cores": counters["steal_cores"], "run_cores": run, "ranks": len(records),
+                      "other_cores": None if serving else max(0.0, counters["busy_cores"] - run)})
+    if not hosts:
+        return None
+    others = [h["other_cores"] for h in hosts if h["other_cores"] is not None]
+    return {
+        "hosts": hosts,
+        "other_cores_max": max(others) if others else None,
+        "other_cores_note": None if others else "tf-native ps: its servers and workers do not measure, so their "
+                                                "CPU time cannot be told from other processes'",
+        "definition": "cores other processes kept busy on each host over the timed windows: the host's busy "
+                      "cores (/proc/stat) less this run's processes' (bench.measure.host_load)",
+    }
+
+
+def table_rows(load: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """The result table's row: the busiest host's other_cores beside the run's own, or why there is none."""
+    if not load:
+        return []
+    if load["other_cores_max"] is None:
+        return [("other processes' cores", "n/a", load["other_cores_note"])]
+    worst = max((h for h in load["hosts"] if h["other_cores"] is not None), key=lambda h: h["other_cores"])
+    return [("other processes' cores", f"{worst['other_cores']:.2f}",
+             f"of {worst['cpus']} on {worst['host']} over the windows (this run's: {worst['run_cores']:.2f})")]
+
+
+def warning(load: dict[str, Any] | None) -> str | None:
+    """One line when other processes kept at least WARN_CORES of some host's cores busy; else None."""
+    if not load:
+        return None
+    busy = [h for h in load["hosts"] if h["other_cores"] is not None and h["other_cores"] >= WARN_CORES]
+    if not busy:
+        return None
+    worst = max(busy, key=lambda h: h["other_cores"])
+    more = f" (and {len(busy) - 1} more host(s))" if len(busy) > 1 else ""
+    return (f"warning: other processes kept {worst['other_cores']:.1f} of {worst['host']}'s {worst['cpus']} cores "
+            f"busy while the windows ran{more}; these figures are that busy node's, not an idle one's "
+            "(docs/running.md: a busy node)")
