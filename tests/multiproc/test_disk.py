@@ -41,11 +41,12 @@ MARGIN = 512  # bytes: a record's size varies a little between runs (its numbers
 
 def sized_folder(tmp_path: Path) -> tuple[Path, int]:
     """A folder, and the size J of the record a run writes into FOLDER/out, measured in a roomy tmpfs mounted
-    there (the output path is part of the record). Its name is lengthened until J sits at least MARGIN bytes
-    from a page boundary, so that the next run's record takes exactly ceil(J / PAGE) pages."""
+    there (the output path is part of the record). Its path is lengthened, 150 bytes a try, until J sits at least
+    MARGIN bytes from a page boundary, so that the next run's record takes exactly ceil(J / PAGE) pages. The
+    padding goes in folders of at most 200 bytes each: a name longer than 255 bytes is refused."""
     for pad in range(0, 1200, 150):
-        folder = tmp_path / ("disk" + "p" * pad)
-        folder.mkdir()
+        folder = tmp_path.joinpath(f"disk{pad}", *[("p" * pad)[i:i + 200] for i in range(0, pad, 200)])
+        folder.mkdir(parents=True)
         r = in_namespace(f"mount -t tmpfs -o size=8m tmpfs {folder} && $BENCH --output {folder}/out "
                          f"&& stat -c %s {folder}/out/2*.json", tmp_path)
         assert r.returncode == 0, r.stderr[-2000:]
