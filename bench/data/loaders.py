@@ -62,9 +62,9 @@ def worker_start():
     3.14 makes the fork server the default on Linux for this reason. The cost: the dataset's description is
     pickled to each worker (a token file goes by its path: bench.data.datasets.Split); a worker whose fork
     server is gone leaves within the DataLoader's 5 s status check, and one whose rank is gone at once
-    (:func:`watch_rank`). The queues' semaphores are
-    then named ones, which multiprocessing's resource tracker (a process of its own) removes after a rank that
-    died (a stall, a kill) could not; its warning that it did is not printed (the rank's own line says why)."""
+    (:func:`watch_rank`). The queues' semaphores are then named ones, which multiprocessing's resource tracker
+    (a process of its own) removes after a rank that died (a stall, a kill) could not; its warning that it did
+    is not printed (the rank's own line says why)."""
     import multiprocessing
     import sys
 

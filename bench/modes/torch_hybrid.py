@@ -139,9 +139,11 @@ class HybridTrainer(TorchTrainer):
                 tables=[trec.module.EmbeddingConfig(name=TABLE, embedding_dim=d_model, num_embeddings=vocab,
                                                     feature_names=list(FEATURES))],
                 device=torch.device("meta"))
-            fused = (torch.optim.Adagrad, {"lr": cfg.learning_rate, "eps": goal.ADAGRAD_EPS}) \
-                if cfg.optimizer == "adagrad" else (torch.optim.SGD, {"lr": cfg.learning_rate})
-            trec.in_backward(fused[0], tokens.parameters(), fused[1])
+            if cfg.optimizer == "adagrad":
+                trec.in_backward(torch.optim.Adagrad, tokens.parameters(),
+                                 {"lr": cfg.learning_rate, "eps": goal.ADAGRAD_EPS})
+            else:
+                trec.in_backward(torch.optim.SGD, tokens.parameters(), {"lr": cfg.learning_rate})
             model = HybridTransformer(tokens, net, d_model)
             sharder = trec.sharder()
             planner = trec.planner(
