@@ -15,6 +15,7 @@ IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 
 .PHONY: bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
+SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
 APPTAINER_PATH = $$(tools/apptainer-up.sh):$$PATH
 REGISTRY ?= ghcr.io/hvdbench
@@ -163,10 +164,12 @@ apptainer-up: ## make apptainer (and singularity) runnable here; prints the dire
 	@tools/apptainer-up.sh
 
 sif: venv ## build hvdbench-STACK-FLAVOR.sif from the local Docker image (apptainer)
-	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif image --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
+	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif image --stack $(STACK) --flavor $(FLAVOR) --output $(SIF) \
+	  --compression $(SIF_COMPRESSION)
 
 sif-def: venv ## build it from singularity/hvdbench-STACK-FLAVOR.def instead
-	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF)
+	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF) \
+	  --compression $(SIF_COMPRESSION)
 
 sif-pull: venv ## pull the published image from REGISTRY into SIF, by digest (apptainer)
 	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif pull --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) \

@@ -103,3 +103,32 @@ def test_a_sif_is_skipped_only_while_its_key_holds(tmp_path, monkeypatch):
         ids["hvdbench:current-cpu"] = "sha256:image-2"  # bench changed: a new image, same frameworks stage
         sif.from_image("current", "cpu", out, cache=cache)
         assert len(built) == (2 if cache == "inputs" else 1)
+
+
+def test_zstd_squashes_through_apptainers_option_and_keys_the_sif_apart(tmp_path, monkeypatch):
+    """--compression zstd passes mksquashfs's arguments and adds to the key (a gzip SIF is not up to date for it);
+    gzip, the default, adds neither, so a SIF built before the option keeps its key."""
+    from tools import sif
+
+    monkeypatch.setattr(sif, "image_id", lambda image: "sha256:image-1")
+    monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
+    monkeypatch.setattr(sif, "_docker_save", lambda image, folder: folder / "image.tar")
+    built = []
+
+    def build(target, out, key, options, *rest):
+        built.append((key, options))
+        out.write_text("sif")
+        out.with_name(out.name + ".key").write_text(key + "\n")
+        return out
+
+    monkeypatch.setattr(sif, "_build", build)
+    out = tmp_path / "x.sif"
+    sif.from_image("current", "cpu", out)
+    assert built[-1] == ("image hvdbench:current-cpu sha256:image-1", [])
+    sif.from_image("current", "cpu", out, compression="zstd")
+    assert built[-1] == ("image hvdbench:current-cpu sha256:image-1 squashfs zstd",
+                         ["--mksquashfs-args", "-comp zstd -Xcompression-level 3"])
+    sif.from_image("current", "cpu", out, compression="zstd")
+    assert len(built) == 2  # up to date
+    with pytest.raises(sif.SifError, match="unknown compression 'xz'"):
+        sif.from_image("current", "cpu", out, compression="xz")
