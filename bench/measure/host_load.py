@@ -52,7 +52,7 @@ def cpu_counters(proc: Path = PROC) -> dict[str, int] | None:
     return {"busy": sum(values[i] for i in BUSY_FIELDS), "steal": values[STEAL_FIELD], "cpus": cpus}
 
 
-def _stat_fields(text: str) -> list[str]:
+def stat_fields(text: str) -> list[str]:
     """The fields of /proc/PID/stat after the command name (which may hold spaces and parentheses)."""
     return text.rsplit(")", 1)[1].split()
 
@@ -69,7 +69,7 @@ def tree_ticks(pid: int | None = None, proc: Path = PROC) -> int | None:
         return None
     for entry in entries:
         try:
-            fields = _stat_fields((proc / entry / "stat").read_text())
+            fields = stat_fields((proc / entry / "stat").read_text())
         except (OSError, IndexError):
             continue  # ended while being read
         # after the name: state ppid ... utime(12th field after the name) stime cutime cstime

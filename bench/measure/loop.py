@@ -62,7 +62,7 @@ def process_start_time() -> float:
     """Epoch seconds at which this process started (Linux /proc), else now."""
     try:
         with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+            start_ticks = int(host_load.stat_fields(f.read())[19])  # starttime, the 22nd field
         with open("/proc/stat") as f:
             btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
         return btime + start_ticks / os.sysconf("SC_CLK_TCK")
@@ -143,13 +143,14 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     feed = getattr(trainer, "feed", None)  # --data: the rank's batches, each draw timed (bench.data.feed)
     timed_from = feed.mark() if feed is not None else 0
     while True:
-        trainer.sync()
         if not window_s:
+            # before the barrier that starts window 1, so that no rank enters it later by its readings' time
             if launch.local_rank == 0:  # one reading per host (bench.measure.traffic)
                 net_before = traffic.tx_bytes()
             load_before = host_load.reading(host=launch.local_rank == 0)
-            if sampler is not None:
-                sampler.mark("start")
+        trainer.sync()
+        if not window_s and sampler is not None:
+            sampler.mark("start")
         t0 = time.perf_counter()
         for i in range(cfg.steps_per_window):
             dog.at("window", len(window_s) + 1, i)

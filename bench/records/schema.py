@@ -103,11 +103,23 @@ class Traffic(_Open):
                                             "where the counters could not be read")
 
 
+class HostLoadHost(BaseModel):
+    """One host's cores over the timed windows, averaged (bench.measure.host_load)."""
+    model_config = ConfigDict(extra="forbid")
+    host: str
+    cpus: int = Field(ge=1, description="the host's CPUs (/proc/stat)")
+    busy_cores: float = Field(ge=0, description="cores the host kept busy, every process's")
+    steal_cores: float = Field(ge=0, description="cores the hypervisor took for other guests")
+    run_cores: float = Field(ge=0, description="cores this run's processes on the host kept busy")
+    ranks: int = Field(ge=1, description="the measuring processes on the host")
+    other_cores: float | None = Field(ge=0, description="busy_cores less run_cores, floored at 0; null where "
+                                      "some of the run's processes do not measure (tf-native ps)")
+
+
 class HostLoad(BaseModel):
     """Cores other processes kept busy on each host over the timed windows (bench.measure.host_load)."""
     model_config = ConfigDict(extra="forbid")
-    hosts: list[dict[str, Any]] = Field(description="per host: cpus, busy_cores, steal_cores, run_cores (this "
-                                        "run's processes), ranks, other_cores (null where some do not measure)")
+    hosts: list[HostLoadHost] = Field(min_length=1)
     other_cores_max: float | None = Field(description="the busiest host's other_cores")
     other_cores_note: str | None = Field(description="why there is no other_cores figure, where there is none")
     definition: str

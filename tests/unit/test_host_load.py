@@ -4,8 +4,10 @@ between two readings, one host's and several hosts' sections, and the warning's 
 import os
 
 import pytest
+from pydantic import ValidationError
 
 from bench.measure import host_load
+from bench.records import schema
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -112,3 +114,17 @@ def test_no_host_counters_or_no_cpu_record_give_no_section():
     assert host_load.section([rank("a", 1.0)]) is None
     assert host_load.section([{"host": "a", "cpu": None}]) is None
     assert host_load.warning(None) is None and host_load.table_rows(None) == []
+
+
+def test_every_section_is_a_typed_host_load_and_a_malformed_host_is_refused():
+    for load in (host_load.section([rank("a", 0.9, busy=2.0), rank("b", 1.0, busy=1.1)]),
+                 host_load.section([rank("a", 0.5, busy=2.0, serving=True)])):
+        typed = schema.HostLoad.model_validate(load)
+        assert [h.host for h in typed.hosts] == [h["host"] for h in load["hosts"]]
+    good = host_load.section([rank("a", 0.9, busy=2.0)])
+    for bad in ({"ranks": 0}, {"other_cores": -0.1}, {"cores": 1.0}):
+        load = {**good, "hosts": [{**good["hosts"][0], **bad}]}
+        with pytest.raises(ValidationError):
+            schema.HostLoad.model_validate(load)
+    with pytest.raises(ValidationError):
+        schema.HostLoad.model_validate({**good, "hosts": []})
