@@ -99,7 +99,9 @@ else
   PRECISIONS=(fp32 amp-bf16 amp-fp16); PEAKS=(fp32 amp-bf16 amp-fp16)
   SIZE=(--image-size 224 --batch-size 64)
   MODELS=(vgg16 resnet50)
-  REF=(--cuda --models vgg16 resnet50 --np "$GPUS" --batch-sizes 64 --repeats 2)
+  # Horovod's script's own lengths (10 warm-up batches, 10 iterations of 10): a few steps time a GPU badly.
+  REF=(--cuda --models vgg16 resnet50 --np "$GPUS" --batch-sizes 64 --repeats 2 --warmup 10 --batches-per-iter 10
+       --iters 10)
   TEXT=(--model transformer-base --precision amp-bf16)
   VERIFY=(--framework torch)
   DATA=(--model resnet50 --precision amp-bf16); JPEGS=(--images 4096)

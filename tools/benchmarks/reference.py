@@ -17,6 +17,10 @@ both alike:
   from its raw samples: mean over windows of B*K / rank 0's window time. bench's headline per-rank figure
   (slowest rank per window) is shown beside it.
 
+On GPUs both time what the GPU did: bench's windows end with a device synchronisation, and the vendored
+PyTorch script ends its warm-up and each timed iteration with one (its change 3: on one rank nothing else in its
+loop waits for the GPU). Use Horovod's own lengths there (``--warmup 10 --batches-per-iter 10 --iters 10``).
+
 Ratio = bench / reference per repeat (bench run i against reference run i); the table gives the median
 ratio and its range. Goal: >= 0.99. Both run on the CPU (the scripts' ``--no-cuda``, bench's ``--device cpu``),
 or with ``--cuda`` on the GPUs (tools/gpu-check.sh).
