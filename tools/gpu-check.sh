@@ -15,7 +15,8 @@
 # not retried), and a call stops before a step once BUDGET seconds have passed (exit 3: run the same command
 # again). Environment: HVDBENCH_GPU_CHECK_STATE (default /tmp/hvdbench-gpu-check, or a fresh folder per --short
 # call under OUT), HVDBENCH_GPU_CHECK_BUDGET (default 480 s), HVDBENCH_GPU_CHECK_DIR (the prepared folder,
-# default .gpu-check), PYTHON (default python3).
+# default .gpu-check), HVDBENCH_GPU_CHECK_ONLY (shell patterns of step names, e.g. 'horovod torch-horovod-*
+# reference': only those steps, and install, run; the others are left for a later call), PYTHON (default python3).
 set -uo pipefail
 SHORT=0
 if [ "${1:-}" = "--short" ]; then SHORT=1; shift; fi
@@ -29,6 +30,7 @@ else
   STATE=${HVDBENCH_GPU_CHECK_STATE:-/tmp/hvdbench-gpu-check}
 fi
 BUDGET=${HVDBENCH_GPU_CHECK_BUDGET:-480}
+read -ra ONLY <<< "${HVDBENCH_GPU_CHECK_ONLY:-}"   # read splits without expanding the patterns
 RES=$STATE/results
 mkdir -p "$STATE/done" "$STATE/logs" "$RES"
 START=$SECONDS
@@ -49,8 +51,13 @@ pack() {
 
 # step NAME COMMAND...: run once per machine; its exit code and seconds go to status.tsv.
 step() {
-  local name=$1; shift
+  local name=$1 pattern wanted=1; shift
   [ -e "$STATE/done/$name" ] && return 0
+  if [ "${#ONLY[@]}" -gt 0 ] && [ "$name" != install ]; then
+    wanted=0
+    for pattern in "${ONLY[@]}"; do [[ $name == $pattern ]] && wanted=1; done
+    [ "$wanted" = 1 ] || return 0
+  fi
   if (( SECONDS - START > BUDGET )); then
     log "stopped before '$name' after $((SECONDS - START)) s, to stay within one call's limit: run the same command again"
     pack

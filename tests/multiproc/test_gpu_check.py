@@ -9,21 +9,28 @@ from tests.conftest import ROOT, bench_env
 
 
 def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
-    """A first call with no time budget stops before its third step (exit 3, as a call near the device's
-    10-minute limit does); the second call with the same state goes on from there, runs every step once, and
+    """A first call that names its steps (HVDBENCH_GPU_CHECK_ONLY, as a short lease does) runs those and install,
+    and leaves the others undone; a second with no time budget stops before a step (exit 3, as a call near the
+    device's 10-minute limit does); the third with the same state goes on from there, runs every step once, and
     leaves at most 8 files (what the device tool brings back)."""
     out, state = tmp_path / "out", tmp_path / "state"
-    env = bench_env(PYTHON=sys.executable, HVDBENCH_GPU_CHECK_STATE=str(state), HVDBENCH_GPU_CHECK_BUDGET="0")
-    first = subprocess.run([str(ROOT / "tools" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=300)
-    assert first.returncode == 3 and "run the same command again" in first.stdout, first.stdout + first.stderr
+    check = [str(ROOT / "tools" / "gpu-check.sh"), "--short", str(out)]
+    env = bench_env(PYTHON=sys.executable, HVDBENCH_GPU_CHECK_STATE=str(state), HVDBENCH_GPU_CHECK_ONLY="e*v")
+    named = subprocess.run(check, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert named.returncode == 0, named.stdout[-3000:] + named.stderr[-3000:]
+    assert [line.split("\t")[:2] for line in (out / "status.tsv").read_text().splitlines()] == [
+        ["install", "0"], ["env", "0"]]
+    assert sorted(p.name for p in (state / "done").iterdir()) == ["env", "install"]
+    del env["HVDBENCH_GPU_CHECK_ONLY"]
+    env["HVDBENCH_GPU_CHECK_BUDGET"] = "0"
+    stopped = subprocess.run(check, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 3 and "run the same command again" in stopped.stdout, stopped.stdout + stopped.stderr
     env["HVDBENCH_GPU_CHECK_BUDGET"] = "900"
-    second = subprocess.run([str(ROOT / "tools" / "gpu-check.sh"), "--short", str(out)], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=900)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    rest = subprocess.run(check, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert rest.returncode == 0, rest.stdout[-3000:] + rest.stderr[-3000:]
     steps = [line.split("\t") for line in (out / "status.tsv").read_text().splitlines()]
     names = [s[0] for s in steps]
-    assert len(names) == len(set(names)) and names[:2] == ["install", "env"]  # each step once, in order
+    assert len(names) == len(set(names)) and names[:3] == ["install", "env", "peak-fp32"]  # each once, in order
     assert {"torch-ddp-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data", "transformer",
             "verify", "torch-ddp-converge"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
