@@ -50,8 +50,11 @@ test-unit: venv ## the unit tier: in process, no framework, no subprocess (under
 test-framework: venv ## the framework tier: the models and results with the frameworks imported in process
 	$(RUN_TESTS) framework -m framework $(or $(PYTEST_ARGS),tests/framework)
 
+# Two test files at a time (pytest-xdist), then the tests marked alone with nothing beside them
+# (tools/run-tests.sh); MULTIPROC_WORKERS=1 runs them all one at a time.
+MULTIPROC_WORKERS ?= 2
 test-multiproc: venv ## the multiproc tier: real multi-process runs under every launcher, endings and faults
-	$(RUN_TESTS) multiproc -m multiproc $(or $(PYTEST_ARGS),tests/multiproc)
+	HVDBENCH_TEST_WORKERS=$(MULTIPROC_WORKERS) $(RUN_TESTS) multiproc -m multiproc $(or $(PYTEST_ARGS),tests/multiproc)
 
 # The system tiers' tests: tests/system, or the file PYTEST_ARGS names.
 SYSTEM_TESTS = $(or $(PYTEST_ARGS),tests/system)

@@ -223,6 +223,9 @@ def has_cuda() -> bool:
 # A test's folder is its tier: tests/unit, tests/framework, tests/multiproc, tests/system, cheapest first. The folder
 # gives each test its tier's marker (what the Makefile's tiers select); a test marked with another tier's marker, a
 # system test without the marker of what it needs, or a test outside the four folders stops the collection.
+# The multiproc tier runs two test files at a time (pytest-xdist); its tests marked ``alone`` read figures of the
+# whole host (the bytes its interfaces sent, other processes' CPU, ranks timed against each other) and run after
+# the rest, with nothing beside them.
 SYSTEM = ("image", "image_cuda", "apptainer", "sif_pull", "cluster", "diagnose", "kubernetes", "slurm")
 TIERS = ("unit", "framework", "multiproc", "system")
 FRAMEWORKS = ("torch", "tensorflow", "horovod", "keras", "tf_keras")
@@ -249,6 +252,8 @@ def misplaced(tier: str | None, marks: set[str]) -> str | None:
         return f"a system test carries the marker of what it needs (one of {', '.join(SYSTEM)})"
     if tier != "system" and needs:
         return f"marked {', '.join(needs)} (what a system test needs) but kept in tests/{tier}/: move it to system/"
+    if "alone" in marks and tier != "multiproc":
+        return f"marked alone but kept in tests/{tier}/: only the multiproc tier runs tests two at a time"
     return None
 
 

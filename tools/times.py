@@ -14,7 +14,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ORDER = ["unit", "framework", "multiproc", "slurm", "image", "cluster", "image_cuda", "apptainer", "sif_pull"]
+# make test's order; multiproc-alone: the multiproc tests marked alone, run after the rest (tools/run-tests.sh)
+ORDER = ["unit", "framework", "multiproc", "multiproc-alone", "slurm", "image", "kubernetes", "cluster", "diagnose",
+         "image_cuda", "apptainer", "sif_pull"]
 
 
 def tiers(folder: Path) -> list[dict]:
@@ -50,25 +52,25 @@ def main() -> None:
     if not rows:
         print(f"test-times: no tier times in {a.folder}", file=sys.stderr)
         sys.exit(1)
-    print(f"{'tier':<12}{'wall':>9}{'passed':>8}{'failed':>8}{'skipped':>9}  exit")
+    print(f"{'tier':<16}{'wall':>9}{'passed':>8}{'failed':>8}{'skipped':>9}  exit")
     for r in rows:
         count = {k: sum(1 for c in r["cases"] if c[2] == k) for k in ("passed", "failed", "skipped")}
         if r["cached"]:
-            print(f"{r['tier']:<12}{'-':>9}  passed before on the same inputs: not run (tools/tier_cache.py)")
+            print(f"{r['tier']:<16}{'-':>9}  passed before on the same inputs: not run (tools/tier_cache.py)")
             continue
-        print(f"{r['tier']:<12}{minutes(r['seconds']):>9}{count['passed']:>8}{count['failed']:>8}"
+        print(f"{r['tier']:<16}{minutes(r['seconds']):>9}{count['passed']:>8}{count['failed']:>8}"
               f"{count['skipped']:>9}  {r['rc']}")
     total = sum(r["seconds"] for r in rows)
-    print(f"{'all tiers':<12}{minutes(total):>9}{sum(len(r['cases']) for r in rows):>8} tests")
+    print(f"{'all tiers':<16}{minutes(total):>9}{sum(len(r['cases']) for r in rows):>8} tests")
     whole = a.folder / "make-test.total"
     if whole.is_file():  # written by `make test`: the tiers plus what ran between them
         seconds = int(whole.read_text().split()[0])
-        print(f"{'make test':<12}{minutes(seconds):>9}  of which {minutes(max(seconds - total, 0))} outside the tiers' "
+        print(f"{'make test':<16}{minutes(seconds):>9}  of which {minutes(max(seconds - total, 0))} outside the tiers' "
               "pytest runs (image builds and their self-tests, services, the tier cache)")
     cases = sorted(((c[0], r["tier"], c[1]) for r in rows for c in r["cases"]), reverse=True)[:a.slowest]
     print(f"\nthe {len(cases)} slowest tests (s, tier, test):")
     for seconds, tier, name in cases:
-        print(f"{seconds:8.1f}  {tier:<11} {name}")
+        print(f"{seconds:8.1f}  {tier:<15} {name}")
     totals = {k: sum(1 for r in rows for c in r["cases"] if c[2] == k) for k in ("passed", "failed", "skipped")}
     print(f"\nall: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
 

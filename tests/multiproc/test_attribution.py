@@ -8,6 +8,9 @@ import pytest
 from bench.measure import attribution
 from tests.conftest import SMALL, TF_SMALL, assert_valid_run, bench, only_result
 
+# The ranks timed against each other: another test's ranks beside them would slow some of their steps.
+pytestmark = pytest.mark.alone
+
 # -- real runs -------------------------------------------------------------------------------------------
 # (mode, ranks, slow rank or None, model args); the slow rank's compute runs FACTOR times as long. Six attribution
 # steps of each kind: the steps of these small models last 5-40 ms on two shared cores, and with three a loaded

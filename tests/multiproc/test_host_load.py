@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bench.measure import host_load
 from tests.conftest import SMALL, bench, only_result
 
@@ -12,6 +14,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 SPIN = "while True: pass"
 
 
+@pytest.mark.alone  # the hog is to be the one other process keeping a core busy
 def test_a_run_beside_a_busy_core_measures_the_core_taken_and_warns_once(out):
     hog = subprocess.Popen([sys.executable, "-c", SPIN])
     try:

@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import bench, only_result
 
 
+@pytest.mark.alone  # the bytes the host's interfaces sent: another test's ranks would add theirs
 def test_measured_bytes_agree_with_the_computed(tmp_path):
     """Two ranks, 2 x 16 x 64 lookups each a step: the all-to-alls carry more than the dense allreduce, so a
     wrong term in either shows in the interface counters."""

@@ -10,6 +10,7 @@ SMALL = ["--model", "transformer-small", "--batch-size", "2", "--seq-len", "8", 
          "--steps-per-window", "3", "--windows", "2"]
 
 
+@pytest.mark.alone  # the bytes the host's interfaces sent: another test's ranks would add theirs
 @pytest.mark.parametrize("mode, extra", [("torch-horovod", []), ("tf-native", ["--strategy", "ps"])])
 def test_measured_bytes_agree_with_the_computed(mode, extra, tmp_path):
     out = bench(mode, *extra, *SMALL, "--num-classes", "5000", "--sparse-embeddings", "--np", "2",

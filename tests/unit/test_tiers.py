@@ -24,6 +24,8 @@ def test_a_tests_folder_is_its_tier_and_its_marks_must_agree():
     assert "move it to system/" in misplaced("multiproc", {"slurm"})
     assert "marker of what it needs" in misplaced("system", set())
     assert "one of tests/" in misplaced(None, set())
+    assert misplaced("multiproc", {"alone"}) is None
+    assert "only the multiproc tier" in misplaced("framework", {"alone"})
 
 
 def test_every_test_file_sits_in_a_tier_folder():
@@ -86,8 +88,8 @@ def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
     times.main()
     out = capsys.readouterr().out
     assert "unit" in out and "0m12s" in out and "passed before on the same inputs" in out
-    assert "make test       1m15s  of which 1m03s outside" in out  # 75 s in all, 12 s in the tiers
-    assert "3.5  unit        tests.test_a::test_x" in out
+    assert "make test           1m15s  of which 1m03s outside" in out  # 75 s in all, 12 s in the tiers
+    assert "3.5  unit            tests.test_a::test_x" in out
     assert out.strip().splitlines()[-1] == "all: 1 passed, 0 failed, 1 skipped"
 
 

@@ -1,0 +1,73 @@
+"""tools/run-tests.sh for real: the multiproc tier's two passes (the tests two files at a time, then those marked
+alone with nothing beside them), each pass's times kept, and an empty selection refused (the summary's and the
+pass cache's arithmetic: tests/unit/test_tiers.py)."""
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+# A tier of its own in a scratch folder: each test writes which pytest process ran it (its xdist worker, or none).
+INI = """[pytest]
+markers =
+    scratch: the scratch tier
+    alone: with nothing beside it
+"""
+TESTS = """import os
+import pytest
+
+pytestmark = pytest.mark.scratch
+
+
+def where(name):
+    with open(os.environ["WHERE"], "a") as f:
+        f.write(f"{name} {os.environ.get('PYTEST_XDIST_WORKER', 'none')}\\n")
+
+
+def test_one():
+    where("one")
+
+
+@pytest.mark.alone
+def test_alone():
+    where("alone")
+"""
+
+
+def run_tests(tmp_path, workers: str, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "HVDBENCH_TEST_TIMES": str(tmp_path / "times"), "HVDBENCH_TEST_WORKERS": workers,
+           "WHERE": str(tmp_path / "where")}
+    return subprocess.run([str(ROOT / "tools" / "run-tests.sh"), sys.executable, "scratch", "-m", "scratch",
+                           "-p", "no:cacheprovider", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_two_workers_then_the_alone_tests_on_their_own(tmp_path):
+    (tmp_path / "pytest.ini").write_text(INI)
+    (tmp_path / "test_a.py").write_text(TESTS)
+    (tmp_path / "test_b.py").write_text(TESTS + "\n\ndef test_two():\n    where('one')\n")
+    r = run_tests(tmp_path, "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ran = sorted((tmp_path / "where").read_text().split("\n")[:-1])
+    shared = [line for line in ran if line.startswith("one")]
+    assert len(shared) == 3 and all(line.split()[1].startswith("gw") for line in shared), ran
+    assert ran.count("alone none") == 2, ran  # both files' alone tests, in the second pass, not under xdist
+    times = tmp_path / "times"
+    assert (times / "scratch.wall").read_text().split()[1] == "0"
+    assert (times / "scratch-alone.wall").read_text().split()[1] == "0"
+    assert 'tests="2"' in (times / "scratch-alone.xml").read_text()
+
+    (tmp_path / "where").unlink()
+    r = run_tests(tmp_path, "2", "-k", "alone")  # the first pass selects nothing: not a failure
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted((tmp_path / "where").read_text().split("\n")[:-1]) == ["alone none"] * 2
+
+    r = run_tests(tmp_path, "2", "-k", "nothing_is_called_this")
+    assert r.returncode == 1 and "collected no tests for scratch" in r.stderr
+
+    (tmp_path / "test_b.py").write_text(TESTS + "\n\ndef test_two():\n    assert False\n")
+    r = run_tests(tmp_path, "2")  # a failure in the first pass fails the tier, and the second pass still runs
+    assert r.returncode == 1 and (times / "scratch-alone.wall").read_text().split()[1] == "0"
+
+    r = run_tests(tmp_path, "1")  # one worker: one pass, alone tests among the rest
+    assert r.returncode == 1 and "1 failed, 4 passed" in r.stdout
