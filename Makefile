@@ -12,8 +12,10 @@ FLAVOR ?= cuda
 # The image tests build the CPU flavour exactly as `make publish STACK=current FLAVOR=cpu` does (the stack's base, or
 # the debootstrapped bookworm where no registry serves it; PyTorch's CPU wheel staged by tools/images.py).
 IMAGE_TEST_BUILD ?= --stack current --flavor cpu
+# The CUDA image test-image-cuda builds: on the same base, its self-test one mode per framework environment.
+IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:bookworm --self-test-modes "torch-ddp tf-horovod"
 
-.PHONY: bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-system-prepare bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -37,11 +39,21 @@ export HVDBENCH_TEST_TIMES := $(TEST_TIMES)
 RUN_TESTS = tools/run-tests.sh $(PY)
 # A system tier that passed on exactly the same inputs is not run again (tools/tier_cache.py; HVDBENCH_RERUN=1).
 TIER_CACHE = $(PY) -m tools.tier_cache
+# The system tiers' set-up (test-system-prepare) runs beside lint and the unit, framework and multiproc tiers, in a
+# session of its own (taken down if make test ends first); the multiproc tests marked alone and the system tiers
+# start after it has ended. Its wall time and exit code are kept as system-prepare.beside, its output in its .log.
 test: venv ## set up (first time), lint, then every tier: unit, framework, multiproc, system
-	@rm -rf $(TEST_TIMES); rc=0; start=$$(date +%s); \
-	for tier in lint test-unit test-framework test-multiproc test-system; do \
-	  $(MAKE) --no-print-directory $$tier || { rc=1; break; }; done; \
-	mkdir -p $(TEST_TIMES); echo $$(( $$(date +%s) - start )) > $(TEST_TIMES)/make-test.total; \
+	@rm -rf $(TEST_TIMES); mkdir -p $(TEST_TIMES); rc=0; start=$$(date +%s); \
+	setsid bash -c 's=$$(date +%s); $(MAKE) --no-print-directory test-system-prepare; r=$$?; \
+	  echo "$$(( $$(date +%s) - s )) $$r" > $(TEST_TIMES)/system-prepare.beside; exit $$r' \
+	  > $(TEST_TIMES)/system-prepare.log 2>&1 < /dev/null & prep=$$!; \
+	trap 'kill -- -'$$prep' 2>/dev/null' EXIT; \
+	for tier in lint test-unit test-framework test-multiproc; do \
+	  HVDBENCH_TEST_AWAIT_PID=$$prep $(MAKE) --no-print-directory $$tier || { rc=1; break; }; done; \
+	[[ $$rc == 1 ]] || wait $$prep || { rc=1; echo "make test: the system set-up failed (its output:" \
+	  "$(TEST_TIMES)/system-prepare.log)"; }; \
+	[[ $$rc == 1 ]] || $(MAKE) --no-print-directory test-system || rc=1; \
+	echo $$(( $$(date +%s) - start )) > $(TEST_TIMES)/make-test.total; \
 	$(PY) -m tools.times $(TEST_TIMES); exit $$rc
 
 test-unit: venv ## the unit tier: in process, no framework, no subprocess (under a minute)
@@ -72,6 +84,20 @@ test-system: venv ## the system tiers below, each only when its inputs changed s
 
 # The quick check before a commit: the unit and framework tiers.
 test-fast: test-unit test-framework ## the unit and framework tiers: the check before a commit
+
+# What the system tiers build and start before their tests, for those whose inputs changed since they passed:
+# the services, the debootstrapped base, the CPU image, the cluster's node image and the CUDA image. Every step
+# is cached, so the tiers' own calls of the same steps then do nothing.
+test-system-prepare: venv docker-up ## the system tiers' set-up alone (make test runs it beside the first tiers)
+	@if $(TIER_CACHE) stale slurm apptainer sif_pull; then tools/slurm-up.sh >/dev/null; fi
+	@if $(TIER_CACHE) stale image sif_pull; then tools/registry-up.sh >/dev/null; fi
+	@if $(TIER_CACHE) stale apptainer sif_pull; then tools/apptainer-up.sh >/dev/null; fi
+	@if $(TIER_CACHE) stale image kubernetes cluster diagnose image_cuda apptainer sif_pull; then \
+	  $(PY) -m tools.images base; fi
+	@if $(TIER_CACHE) stale image kubernetes cluster diagnose apptainer sif_pull; then \
+	  $(PY) -m tools.images build $(IMAGE_TEST_BUILD); fi
+	@if $(TIER_CACHE) stale cluster diagnose; then $(PY) -m tools.cluster build; fi
+	@if $(TIER_CACHE) stale image_cuda; then $(PY) -m tools.images build $(IMAGE_CUDA_TEST_BUILD); fi
 
 test-times: venv ## each tier's wall time and the 20 slowest tests of the last make test
 	$(PY) -m tools.times $(TEST_TIMES)
@@ -117,9 +143,7 @@ test-k8s: venv docker-up ## system tier: the pods of bench k8s's manifests, star
 # The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed) with one mode per
 # framework environment, and the tier's tests run the other two modes in the built image.
 test-image-cuda: venv docker-up ## system tier: build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests
-	@$(TIER_CACHE) fresh image_cuda || { $(PY) -m tools.images base \
-	  && $(PY) -m tools.images build --stack current --flavor cuda --base hvdbench-base:bookworm \
-	     --self-test-modes "torch-ddp tf-horovod" \
+	@$(TIER_CACHE) fresh image_cuda || { $(PY) -m tools.images base && $(PY) -m tools.images build $(IMAGE_CUDA_TEST_BUILD) \
 	  && $(RUN_TESTS) image_cuda -m image_cuda $(SYSTEM_TESTS) && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as test-image builds it) plus Slurm and munge.
@@ -176,7 +200,7 @@ sif-def: venv ## build it from singularity/hvdbench-STACK-FLAVOR.def instead
 
 sif-pull: venv ## pull the published image from REGISTRY into SIF, by digest (apptainer)
 	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif pull --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) \
-	  --output $(SIF)
+	  --output $(SIF) --compression $(SIF_COMPRESSION)
 
 # After test-image (it needs the CPU image): the SIF from that image and from the definition file.
 test-apptainer: venv docker-up slurm-up ## system tier: build the CPU SIFs here, run them under Apptainer and Slurm

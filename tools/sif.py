@@ -18,8 +18,8 @@ is skipped unless --force. The key of what it was built from is kept next to it 
 --compression zstd squashes the SIF with zstd at level 3 instead of Apptainer's gzip: measured here on the
 1.1 GiB CPU SIF, 47-52 s against 171-213 s for gzip, 2 % larger (docs/measured/2026-11-26-sif-compression.md).
 It needs a runtime that reads zstd squashfs (Apptainer, or SingularityCE 3.9+, on a kernel with
-SQUASHFS_ZSTD or squashfuse built with zstd), so gzip stays the default for SIFs that travel. A pull converts
-with Apptainer's default.
+SQUASHFS_ZSTD or squashfuse built with zstd), so gzip stays the default for SIFs that travel. A pull takes the
+same option (apptainer build from the docker:// reference: `apptainer pull` itself squashes with gzip only).
 
 --cache frameworks keys the build by its heavy part only: the image's frameworks stage
 (hvdbench:STACK-FLAVOR-frameworks), or the definition and the files it copies in less this package's own
@@ -99,7 +99,7 @@ def _up_to_date(out: Path, key: str) -> bool:
 
 
 def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, binds: list[Path],
-           verb: str = "build") -> Path:
+           verb: str = "build", done_word: str = "built") -> Path:
     """apptainer build (or pull) into a temporary file beside ``out``, then rename; records ``key``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
@@ -118,7 +118,7 @@ def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, bind
     finally:
         tmp.unlink(missing_ok=True)
     out.with_name(out.name + ".key").write_text(key + "\n")
-    print(f"sif: {'pulled' if verb == 'pull' else 'built'} {out} ({out.stat().st_size / 2**30:.2f} GiB) in "
+    print(f"sif: {done_word} {out} ({out.stat().st_size / 2**30:.2f} GiB) in "
           f"{time.monotonic() - start:.0f} s", flush=True)
     return out
 
@@ -210,21 +210,24 @@ def resolve_digest(reference: str) -> tuple[str, bool]:
     raise SifError(f"registry {host} does not answer ({'; '.join(reasons)})")
 
 
-def pull(registry: str, stack: str, flavor: str, out: Path | None = None, force: bool = False) -> Path:
+def pull(registry: str, stack: str, flavor: str, out: Path | None = None, force: bool = False,
+         compression: str = "gzip") -> Path:
     """The published REGISTRY/hvdbench:<stack>-<flavor> as a SIF, pulled by its digest: the SIF's labels then name
     the digest (org.label-schema.usage.singularity.deffile.from), which every result run in it records. A pull of
-    the digest the SIF already holds is skipped unless --force."""
+    the digest the SIF already holds (squashed alike) is skipped unless --force. Another compression than gzip
+    converts through `apptainer build`, the same conversion with mksquashfs's arguments."""
+    squash, squash_key = squash_options(compression)
     images.build_args(stack, flavor)  # validates the stack and flavour
     out = Path(out or default_output(stack, flavor)).resolve()
     reference = f"{publish.check_registry(registry)}/{publish.REPOSITORY}:{stack}-{flavor}"
     digest, plain_http = resolve_digest(reference)
     pinned = f"{reference.rpartition(':')[0]}@{digest}"
-    key = f"pulled {pinned}"
+    key = f"pulled {pinned}{squash_key}"
     if not force and _up_to_date(out, key):
         print(f"sif: {out} is up to date ({pinned})")
         return out
-    return _build(f"docker://{pinned}", out, key, ["--no-https"] if plain_http else [], out.parent, [out.parent],
-                  verb="pull")
+    return _build(f"docker://{pinned}", out, key, [*squash, *(["--no-https"] if plain_http else [])], out.parent,
+                  [out.parent], verb="build" if squash else "pull", done_word="pulled")
 
 
 def localize(text: str, archive: Path) -> str:
@@ -286,6 +289,12 @@ def from_definition(stack: str, flavor: str, out: Path | None = None, base: str 
         return _build(str(local), out, key, options, ROOT, [Path(tmp), out.parent, ROOT])
 
 
+def compression_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compression", choices=list(COMPRESSIONS), default="gzip",
+                        help="the squashfs compression: gzip (default, every runtime reads it) or zstd (level 3: "
+                             "about 4 times faster to build, 2 %% larger)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -298,9 +307,7 @@ def main() -> None:
         s.add_argument("--force", action="store_true", help="rebuild even when the inputs did not change")
         s.add_argument("--cache", choices=CACHES, default="inputs",
                        help="what keys the skip: every input (default), or the frameworks part alone (tests)")
-        s.add_argument("--compression", choices=list(COMPRESSIONS), default="gzip",
-                       help="the squashfs compression: gzip (default, every runtime reads it) or zstd (level 3: "
-                            "about 4 times faster to build, 2 %% larger)")
+        compression_option(s)
         if name == "def":
             s.add_argument("--base", help="a local Docker image as the base (e.g. hvdbench-base:bookworm)")
     pl = sub.add_parser("pull", help="pull the published REGISTRY/hvdbench:STACK-FLAVOR into a SIF, by digest")
@@ -309,6 +316,7 @@ def main() -> None:
     pl.add_argument("--flavor", default="cpu")
     pl.add_argument("--output", type=Path, help="default: hvdbench-STACK-FLAVOR.sif in the repository root")
     pl.add_argument("--force", action="store_true", help="pull even when the SIF holds that digest already")
+    compression_option(pl)
     sub.add_parser("runtime", help="print the runtime used")
     a = p.parse_args()
     try:
@@ -318,7 +326,7 @@ def main() -> None:
         elif a.command == "def":
             from_definition(a.stack, a.flavor, a.output, a.base, a.force, a.cache, a.compression)
         elif a.command == "pull":
-            pull(a.registry, a.stack, a.flavor, a.output, a.force)
+            pull(a.registry, a.stack, a.flavor, a.output, a.force, a.compression)
         else:
             print(runtime())
     except (SifError, images.ImageError, subprocess.CalledProcessError) as exc:

@@ -4,6 +4,7 @@
     python -m tools.tier_cache fresh TIER     # exit 0 (and say so) when TIER passed on exactly these inputs
     python -m tools.tier_cache record TIER    # after TIER passed: remember its inputs' key
     python -m tools.tier_cache key TIER       # print the key and what it is made of
+    python -m tools.tier_cache stale TIER...  # exit 0 (and name them) when any of these tiers would run
 
 A system tier's key is the SHA-256 of its inputs: the content of every tracked file under the paths in
 INPUTS (the code that ends up in the images and SIFs, the scripts that set the services up, the tier's own
@@ -111,35 +112,47 @@ def key(tier: str) -> tuple[str, list[str]]:
     return h.hexdigest(), [f"{len(files)} files under {', '.join(paths)}", *tools]
 
 
+def passed(tier: str, digest: str) -> str | None:
+    """When ``tier`` passed on inputs of key ``digest`` (None: no such pass recorded, or a rerun was asked for)."""
+    if os.environ.get("HVDBENCH_RERUN") == "1" or os.environ.get("PYTEST_ARGS", "").strip():
+        return None
+    try:
+        recorded, _, when = (CACHE / tier).read_text().partition(" ")
+    except OSError:
+        return None
+    return when.strip() if recorded == digest else None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=("fresh", "record", "key"))
-    p.add_argument("tier")
+    p.add_argument("command", choices=("fresh", "record", "key", "stale"))
+    p.add_argument("tier", nargs="+", help="one tier (stale: one or more)")
     a = p.parse_args()
-    digest, parts = key(a.tier)
-    stamp = CACHE / a.tier
+    if a.command == "stale":  # no side effect: what `make test-system-prepare` asks before building for them
+        stale = [tier for tier in a.tier if passed(tier, key(tier)[0]) is None]
+        print(f"tier-cache: stale: {' '.join(stale) or 'none'}")
+        sys.exit(0 if stale else 1)
+    if len(a.tier) != 1:
+        p.error(f"{a.command} takes one tier")
+    tier = a.tier[0]
+    digest, parts = key(tier)
     if a.command == "key":
         print(digest)
         print("\n".join(parts))
     elif a.command == "fresh":
-        if os.environ.get("HVDBENCH_RERUN") == "1" or os.environ.get("PYTEST_ARGS", "").strip():
+        when = passed(tier, digest)
+        if when is None:
             sys.exit(1)
-        try:
-            recorded, _, when = stamp.read_text().partition(" ")
-        except OSError:
-            sys.exit(1)
-        if recorded != digest:
-            sys.exit(1)
-        print(f"{a.tier}: passed at {when.strip()} on these same inputs (key {digest[:12]}); not run again "
+        print(f"{tier}: passed at {when} on these same inputs (key {digest[:12]}); not run again "
               f"(HVDBENCH_RERUN=1 runs it)")
         times = Path(os.environ.get("HVDBENCH_TEST_TIMES", "results/test-times"))
         times.mkdir(parents=True, exist_ok=True)
-        (times / f"{a.tier}.wall").write_text("0 0 cached\n")
+        (times / f"{tier}.wall").write_text("0 0 cached\n")
     else:
         if os.environ.get("PYTEST_ARGS", "").strip():
             return  # a partial run proves nothing about the tier
         CACHE.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(f"{digest} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        (CACHE / tier).write_text(f"{digest} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
 
 
 if __name__ == "__main__":

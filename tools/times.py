@@ -4,7 +4,8 @@
     python -m tools.times [FOLDER]      # default results/test-times, written by tools/run-tests.sh
 
 Each tier leaves TIER.xml (JUnit, every test's time) and TIER.wall ("SECONDS EXIT-CODE") in FOLDER; `make test`
-also leaves make-test.total (its own seconds, after the venv).
+also leaves make-test.total (its own seconds, after the venv) and system-prepare.beside ("SECONDS EXIT-CODE" of
+the system tiers' set-up, which ran beside the first tiers).
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def main() -> None:
         seconds = int(whole.read_text().split()[0])
         print(f"{'make test':<16}{minutes(seconds):>9}  of which {minutes(max(seconds - total, 0))} outside the tiers' "
               "pytest runs (image builds and their self-tests, services, the tier cache)")
+    beside = a.folder / "system-prepare.beside"
+    if beside.is_file():
+        seconds, rc = beside.read_text().split()[:2]
+        print(f"{'system set-up':<16}{minutes(int(seconds)):>9}  beside lint and the first tiers (make "
+              f"test-system-prepare, exit {rc}; its output: {a.folder / 'system-prepare.log'})")
     cases = sorted(((c[0], r["tier"], c[1]) for r in rows for c in r["cases"]), reverse=True)[:a.slowest]
     print(f"\nthe {len(cases)} slowest tests (s, tier, test):")
     for seconds, tier, name in cases:

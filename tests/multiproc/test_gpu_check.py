@@ -5,9 +5,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, bench_env
 
 
+# About 5 minutes idle, twice that beside make test's image builds: bounded by its three calls' (1500 s in all).
+@pytest.mark.timeout(1800)
 def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     """A first call that names its steps (HVDBENCH_GPU_CHECK_ONLY, as a short lease does) runs those and install,
     and leaves the others undone; a second with no time budget stops before a step (exit 3, as a call near the

@@ -30,13 +30,13 @@ def test_one():
 
 @pytest.mark.alone
 def test_alone():
-    where("alone")
+    where("alone" + (" after" if os.path.exists(os.environ["WHERE"] + ".ended") else ""))
 """
 
 
-def run_tests(tmp_path, workers: str, *args: str) -> subprocess.CompletedProcess:
+def run_tests(tmp_path, workers: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "HVDBENCH_TEST_TIMES": str(tmp_path / "times"), "HVDBENCH_TEST_WORKERS": workers,
-           "WHERE": str(tmp_path / "where")}
+           "WHERE": str(tmp_path / "where"), **env}
     return subprocess.run([str(ROOT / "tools" / "run-tests.sh"), sys.executable, "scratch", "-m", "scratch",
                            "-p", "no:cacheprovider", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -71,3 +71,20 @@ def test_two_workers_then_the_alone_tests_on_their_own(tmp_path):
 
     r = run_tests(tmp_path, "1")  # one worker: one pass, alone tests among the rest
     assert r.returncode == 1 and "1 failed, 4 passed" in r.stdout
+
+
+def test_the_alone_tests_wait_for_the_process_make_test_names(tmp_path):
+    """HVDBENCH_TEST_AWAIT_PID (make test's system set-up, building images beside the first pass): the alone
+    tests start only once that process has ended."""
+    (tmp_path / "pytest.ini").write_text(INI)
+    (tmp_path / "test_a.py").write_text(TESTS)
+    # Not this test's child (init reaps it), as the set-up is not run-tests.sh's: it ends 6 s on, leaving a mark.
+    pid = subprocess.run(["sh", "-c", f"(sleep 6; touch {tmp_path / 'where.ended'}) >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    r = run_tests(tmp_path, "2", HVDBENCH_TEST_AWAIT_PID=pid)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "alone after none" in (tmp_path / "where").read_text().split("\n"), r.stderr
+    assert f"waiting for process {pid}" in r.stderr
+
+    r = run_tests(tmp_path, "2", "-k", "alone", HVDBENCH_TEST_AWAIT_PID=pid)  # ended already: no wait
+    assert r.returncode == 0 and "waiting" not in r.stderr, r.stderr

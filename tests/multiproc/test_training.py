@@ -16,6 +16,9 @@ EPOCHS = 10
 TRAINING = ["--image-size", "12", "--batch-size", "32", "--epochs", str(EPOCHS), "--target-accuracy", str(TARGET),
             "--base-lr", "0.8", "--warmup-epochs", "1", "--loader-workers", "1"]
 MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native")
+# The shared run takes about 5 minutes on an idle 2-core machine and may take twice that beside make test's
+# image builds: pytest's bound is its subprocess's (1500 s), not the suite's 600.
+pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")

@@ -84,11 +84,13 @@ def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
         '</testsuite></testsuites>')
     (tmp_path / "image.wall").write_text("0 0 cached\n")
     (tmp_path / "make-test.total").write_text("75\n")
+    (tmp_path / "system-prepare.beside").write_text("61 0\n")
     monkeypatch.setattr(sys, "argv", ["test-times", str(tmp_path)])
     times.main()
     out = capsys.readouterr().out
     assert "unit" in out and "0m12s" in out and "passed before on the same inputs" in out
     assert "make test           1m15s  of which 1m03s outside" in out  # 75 s in all, 12 s in the tiers
+    assert "system set-up       1m01s  beside lint and the first tiers (make test-system-prepare, exit 0" in out
     assert "3.5  unit            tests.test_a::test_x" in out
     assert out.strip().splitlines()[-1] == "all: 1 passed, 0 failed, 1 skipped"
 
@@ -123,3 +125,35 @@ def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsy
     call("record", "image")  # a partial run records nothing
     monkeypatch.delenv("PYTEST_ARGS")
     assert call("fresh", "image") == 1
+
+
+def test_stale_names_the_tiers_that_would_run_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """`stale T...` (what make test-system-prepare asks before building for those tiers): exit 0 naming the tiers
+    without a pass on their current inputs, 1 when every one has; no times file either way."""
+    cache = tier_cache
+    monkeypatch.setattr(cache, "CACHE", tmp_path / "passes")
+    monkeypatch.setenv("HVDBENCH_TEST_TIMES", str(tmp_path / "times"))
+    monkeypatch.delenv("HVDBENCH_RERUN", raising=False)
+    monkeypatch.delenv("PYTEST_ARGS", raising=False)
+    monkeypatch.setattr(cache, "key", lambda tier: (tier * 8, []))
+
+    def call(*argv):
+        monkeypatch.setattr(sys, "argv", ["tier-cache", *argv])
+        try:
+            cache.main()
+            return 0
+        except SystemExit as exc:
+            return exc.code
+
+    assert call("stale", "image", "cluster") == 0
+    assert capsys.readouterr().out.split()[-2:] == ["image", "cluster"]
+    assert call("record", "image") == 0
+    assert call("stale", "image", "cluster") == 0
+    assert capsys.readouterr().out.split()[-1] == "cluster"
+    assert call("record", "cluster") == 0
+    assert call("stale", "image", "cluster") == 1
+    assert "stale: none" in capsys.readouterr().out
+    assert not (tmp_path / "times").exists()
+    monkeypatch.setenv("HVDBENCH_RERUN", "1")
+    assert call("stale", "cluster") == 0
+    assert call("fresh", "image", "cluster") == 2  # fresh, record and key take one tier
