@@ -95,22 +95,28 @@ def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
     assert out.strip().splitlines()[-1] == "all: 1 passed, 0 failed, 1 skipped"
 
 
-def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsys):
-    cache = tier_cache
-    monkeypatch.setattr(cache, "CACHE", tmp_path / "passes")
+def tier_cache_cli(tmp_path, monkeypatch, key):
+    """tools.tier_cache's command line in process, its passes and times under tmp_path and ``key`` for the
+    inputs' key: a function of the arguments that returns the exit code."""
+    monkeypatch.setattr(tier_cache, "CACHE", tmp_path / "passes")
     monkeypatch.setenv("HVDBENCH_TEST_TIMES", str(tmp_path / "times"))
     monkeypatch.delenv("HVDBENCH_RERUN", raising=False)
     monkeypatch.delenv("PYTEST_ARGS", raising=False)
-    inputs = {"key": "a" * 64}
-    monkeypatch.setattr(cache, "key", lambda tier: (inputs["key"], []))
+    monkeypatch.setattr(tier_cache, "key", key)
 
     def call(*argv):
         monkeypatch.setattr(sys, "argv", ["tier-cache", *argv])
         try:
-            cache.main()
+            tier_cache.main()
             return 0
         except SystemExit as exc:
             return exc.code
+    return call
+
+
+def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsys):
+    inputs = {"key": "a" * 64}
+    call = tier_cache_cli(tmp_path, monkeypatch, lambda tier: (inputs["key"], []))
 
     assert call("fresh", "image") == 1  # never passed
     assert call("record", "image") == 0
@@ -130,20 +136,7 @@ def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsy
 def test_stale_names_the_tiers_that_would_run_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """`stale T...` (what make test-system-prepare asks before building for those tiers): exit 0 naming the tiers
     without a pass on their current inputs, 1 when every one has; no times file either way."""
-    cache = tier_cache
-    monkeypatch.setattr(cache, "CACHE", tmp_path / "passes")
-    monkeypatch.setenv("HVDBENCH_TEST_TIMES", str(tmp_path / "times"))
-    monkeypatch.delenv("HVDBENCH_RERUN", raising=False)
-    monkeypatch.delenv("PYTEST_ARGS", raising=False)
-    monkeypatch.setattr(cache, "key", lambda tier: (tier * 8, []))
-
-    def call(*argv):
-        monkeypatch.setattr(sys, "argv", ["tier-cache", *argv])
-        try:
-            cache.main()
-            return 0
-        except SystemExit as exc:
-            return exc.code
+    call = tier_cache_cli(tmp_path, monkeypatch, lambda tier: (tier * 8, []))
 
     assert call("stale", "image", "cluster") == 0
     assert capsys.readouterr().out.split()[-2:] == ["image", "cluster"]
