@@ -15,7 +15,7 @@ IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 # The CUDA image test-image-cuda builds: on the same base, its self-test one mode per framework environment.
 IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:bookworm --self-test-modes "torch-ddp tf-horovod"
 
-.PHONY: test-system-prepare bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-system-prepare test-system-install test-system-build bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -38,23 +38,31 @@ TEST_TIMES ?= results/test-times
 export HVDBENCH_TEST_TIMES := $(TEST_TIMES)
 RUN_TESTS = tools/run-tests.sh $(PY)
 # A system tier that passed on exactly the same inputs is not run again (tools/tier_cache.py; HVDBENCH_RERUN=1).
-TIER_CACHE = $(PY) -m tools.tier_cache
-# The system tiers' set-up (test-system-prepare) runs beside lint and the unit, framework and multiproc tiers, in a
-# session of its own (taken down if make test ends first); the multiproc tests marked alone and the system tiers
-# start after it has ended. Its wall time and exit code are kept as system-prepare.beside, its output in its .log.
-test: venv ## set up (first time), lint, then every tier: unit, framework, multiproc, system
+# The standard library alone: asked before the venv exists, by the set-up that make test starts beside it.
+TIER_CACHE = $(PYTHON) -m tools.tier_cache
+# The system tiers' set-up runs beside the venv's and then beside lint and the unit, framework and multiproc tiers,
+# in a session of its own (taken down if make test ends first): the services first (test-system-install, which
+# needs no venv), then, once the venv is ready, the images (test-system-build). The multiproc tests marked alone
+# and the system tiers start after it has ended. Its wall time and exit code are kept as system-prepare.beside,
+# its output in its .log; the venv's as venv.took.
+test: ## set up (first time), lint, then every tier: unit, framework, multiproc, system
 	@rm -rf $(TEST_TIMES); mkdir -p $(TEST_TIMES); rc=0; start=$$(date +%s); \
-	setsid bash -c 's=$$(date +%s); $(MAKE) --no-print-directory test-system-prepare; r=$$?; \
+	setsid bash -c 's=$$(date +%s); $(MAKE) --no-print-directory test-system-install \
+	  && while [[ ! -e $(TEST_TIMES)/venv.ready ]]; do sleep 2; done \
+	  && $(MAKE) --no-print-directory test-system-build; r=$$?; \
 	  echo "$$(( $$(date +%s) - s )) $$r" > $(TEST_TIMES)/system-prepare.beside; exit $$r' \
 	  > $(TEST_TIMES)/system-prepare.log 2>&1 < /dev/null & prep=$$!; \
 	trap 'kill -- -'$$prep' 2>/dev/null' EXIT; \
-	for tier in lint test-unit test-framework test-multiproc; do \
-	  HVDBENCH_TEST_AWAIT_PID=$$prep $(MAKE) --no-print-directory $$tier || { rc=1; break; }; done; \
+	$(MAKE) --no-print-directory venv || rc=1; \
+	echo "$$(( $$(date +%s) - start )) $$rc" > $(TEST_TIMES)/venv.took; \
+	[[ $$rc == 1 ]] || touch $(TEST_TIMES)/venv.ready; \
+	for tier in lint test-unit test-framework test-multiproc; do [[ $$rc == 1 ]] && break; \
+	  HVDBENCH_TEST_AWAIT_PID=$$prep $(MAKE) --no-print-directory $$tier || rc=1; done; \
 	[[ $$rc == 1 ]] || wait $$prep || { rc=1; echo "make test: the system set-up failed (its output:" \
 	  "$(TEST_TIMES)/system-prepare.log)"; }; \
 	[[ $$rc == 1 ]] || $(MAKE) --no-print-directory test-system || rc=1; \
 	echo $$(( $$(date +%s) - start )) > $(TEST_TIMES)/make-test.total; \
-	$(PY) -m tools.times $(TEST_TIMES); exit $$rc
+	[[ ! -x $(PY) ]] || $(PY) -m tools.times $(TEST_TIMES); exit $$rc
 
 test-unit: venv ## the unit tier: in process, no framework, no subprocess (under a minute)
 	$(RUN_TESTS) unit -m unit $(or $(PYTEST_ARGS),tests/unit)
@@ -85,19 +93,25 @@ test-system: venv ## the system tiers below, each only when its inputs changed s
 # The quick check before a commit: the unit and framework tiers.
 test-fast: test-unit test-framework ## the unit and framework tiers: the check before a commit
 
-# What the system tiers build and start before their tests, for those whose inputs changed since they passed:
-# the services, the debootstrapped base, the CPU image, the cluster's node image and the CUDA image. Every step
-# is cached, so the tiers' own calls of the same steps then do nothing.
-test-system-prepare: venv docker-up ## the system tiers' set-up alone (make test runs it beside the first tiers)
+# What the system tiers start and build before their tests, for those whose inputs changed since they passed:
+# the services and the debootstrapped base (no venv needed: make test starts them beside the venv's set-up), then
+# the CPU image, the cluster's node image, the CUDA image and Apptainer (its own debootstrapped root, after the
+# images so that they start as early as they can). Every step is cached, so the tiers' own calls of the same
+# steps then do nothing.
+test-system-prepare: test-system-install test-system-build ## the system tiers' set-up alone (make test runs it beside the first tiers)
+
+test-system-install: docker-up ## the system tiers' services (Docker, Slurm, the registry) and base image: no venv needed
 	@if $(TIER_CACHE) stale slurm apptainer sif_pull; then tools/slurm-up.sh >/dev/null; fi
 	@if $(TIER_CACHE) stale image sif_pull; then tools/registry-up.sh >/dev/null; fi
-	@if $(TIER_CACHE) stale apptainer sif_pull; then tools/apptainer-up.sh >/dev/null; fi
 	@if $(TIER_CACHE) stale image kubernetes cluster diagnose image_cuda apptainer sif_pull; then \
-	  $(PY) -m tools.images base; fi
+	  $(PYTHON) -m tools.images base; fi
+
+test-system-build: venv docker-up ## the system tiers' images (CPU, cluster node, CUDA) and Apptainer: after the venv
 	@if $(TIER_CACHE) stale image kubernetes cluster diagnose apptainer sif_pull; then \
 	  $(PY) -m tools.images build $(IMAGE_TEST_BUILD); fi
 	@if $(TIER_CACHE) stale cluster diagnose; then $(PY) -m tools.cluster build; fi
 	@if $(TIER_CACHE) stale image_cuda; then $(PY) -m tools.images build $(IMAGE_CUDA_TEST_BUILD); fi
+	@if $(TIER_CACHE) stale apptainer sif_pull; then tools/apptainer-up.sh >/dev/null; fi
 
 test-times: venv ## each tier's wall time and the 20 slowest tests of the last make test
 	$(PY) -m tools.times $(TEST_TIMES)

@@ -34,8 +34,7 @@ chmod 755 "$DIR" "$DIR/bin"
 
 if ! command -v debootstrap >/dev/null; then
   log "installing debootstrap"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" debootstrap
 fi
 if [[ ! -x $ROOT/usr/bin/apptainer ]]; then
   log "bootstrapping a Debian sid root filesystem with apptainer into $ROOT (a few minutes, once)"

@@ -14,8 +14,7 @@ if ((${#need[@]})); then
     exit 1
   fi
   echo "docker-up: installing ${need[*]}" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${need[@]}"
 fi
 
 if "$DOCKER" info >/dev/null 2>&1; then

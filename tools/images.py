@@ -101,26 +101,26 @@ def frameworks_tag(stack: str, flavor: str) -> str:
 
 # -- base image ---------------------------------------------------------------------------------------
 def make_base(tag: str = LOCAL_BASE, suite: str = "bookworm", mirror: str = "http://deb.debian.org/debian") -> str:
-    """A minimal Debian image made here (no registry needed): debootstrap, then docker import."""
-    c = client()
-    try:
-        c.images.get(tag)
+    """A minimal Debian image made here (no registry needed): debootstrap, then docker import. Through the docker
+    command alone, not the Python client: make test makes it before the venv exists (make test-system-install)."""
+    docker = docker_cli()
+    if subprocess.run([docker, "info"], capture_output=True).returncode != 0:
+        raise ImageError("no Docker engine answers; run tools/docker-up.sh")
+    if subprocess.run([docker, "image", "inspect", tag], capture_output=True).returncode == 0:
         print(f"images: {tag} exists")
         return tag
-    except Exception:  # docker.errors.ImageNotFound
-        pass
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is not installed (apt-get install debootstrap)")
     with tempfile.TemporaryDirectory(prefix="hvdbench-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        print(f"images: debootstrap {suite} into {rootfs}")
+        print(f"images: debootstrap {suite} into {rootfs}", flush=True)
         subprocess.run(["debootstrap", "--variant=minbase", suite, str(rootfs), mirror], check=True,
                        stdout=subprocess.DEVNULL)
         archive = Path(tmp) / "rootfs.tar"
         with tarfile.open(archive, "w") as tar:
             tar.add(rootfs, arcname=".")
-        repo, _, version = tag.partition(":")
-        c.api.import_image_from_file(str(archive), repository=repo, tag=version or "latest")
+        subprocess.run([docker, "import", str(archive), tag if ":" in tag else f"{tag}:latest"], check=True,
+                       stdout=subprocess.DEVNULL)
     print(f"images: imported {tag}")
     return tag
 

@@ -23,8 +23,8 @@ if ! command -v docker-registry >/dev/null; then
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
   fi
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      docker-registry >/dev/null; } || { [[ -z $own_policy ]] || rm -f /usr/sbin/policy-rc.d; exit 1; }
+  "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" docker-registry \
+    || { [[ -z $own_policy ]] || rm -f /usr/sbin/policy-rc.d; exit 1; }
   [[ -z $own_policy ]] || rm -f /usr/sbin/policy-rc.d
 fi
 

@@ -15,8 +15,7 @@ command -v patch >/dev/null || need_apt+=(patch)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     echo "setup: installing ${need_apt[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    tools/apt-install.sh "${need_apt[@]}"
   else
     echo "setup: error: please install ${need_apt[*]} (OpenMPI, cmake, a C++ compiler, patch)" >&2
     exit 1

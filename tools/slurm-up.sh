@@ -17,8 +17,7 @@ command -v munged >/dev/null || need+=(munge)
 if ((${#need[@]})); then
   [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null || { log "error: please install ${need[*]}"; exit 1; }
   log "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${need[@]}"
 fi
 
 # munge: a key, a socket directory it owns, the daemon.

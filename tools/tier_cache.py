@@ -34,7 +34,7 @@ CACHE = Path(os.environ.get("HVDBENCH_TIER_CACHE", "/var/cache/hvdbench/tier-pas
 # What every system tier runs: the package, how it is installed, the shared test helpers and the make targets.
 # The tools every tier's set-up and runner use (tools/*.sh, the pass cache itself) are part of COMMON.
 SETUP = ["tools/__init__.py", "tools/setup.sh", "tools/run-tests.sh", "tools/docker-up.sh", "tools/registry-up.sh",
-         "tools/slurm-up.sh", "tools/apptainer-up.sh", "tools/tier_cache.py"]
+         "tools/slurm-up.sh", "tools/apptainer-up.sh", "tools/apt-install.sh", "tools/tier_cache.py"]
 COMMON = ["bench", "pyproject.toml", "README.md", "Makefile", "requirements", *SETUP, "tests/conftest.py",
           "tests/fixtures", "tests/plugins", "tools/benchmarks/endings.py"]
 # The images: what docker/ holds, and the tools that build and publish them.
@@ -51,7 +51,8 @@ INPUTS = {
                   "tests/system/test_apptainer.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
     "sif_pull": [*DOCKER, "tools/__init__.py", "tools/sif.py", "bench/records/env.py", "Makefile", "pyproject.toml",
-                 "tools/registry-up.sh", "tools/apptainer-up.sh", "tools/slurm-up.sh", "tests/conftest.py",
+                 "tools/registry-up.sh", "tools/apptainer-up.sh", "tools/slurm-up.sh", "tools/apt-install.sh",
+                 "tests/conftest.py",
                  "tests/system/test_apptainer.py", "tests/system/test_sif_pull.py"],
     # bench diagnose on the 4-node cluster: its own code, what it composes (the allreduce, the attribution, the
     # record's schema) and the cluster; the runs it starts are the other tiers' to test

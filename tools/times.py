@@ -4,8 +4,9 @@
     python -m tools.times [FOLDER]      # default results/test-times, written by tools/run-tests.sh
 
 Each tier leaves TIER.xml (JUnit, every test's time) and TIER.wall ("SECONDS EXIT-CODE") in FOLDER; `make test`
-also leaves make-test.total (its own seconds, after the venv) and system-prepare.beside ("SECONDS EXIT-CODE" of
-the system tiers' set-up, which ran beside the first tiers).
+also leaves make-test.total (its own seconds, the venv's set-up included), venv.took ("SECONDS EXIT-CODE" of
+`make venv`, its first step) and system-prepare.beside ("SECONDS EXIT-CODE" of the system tiers' set-up, which ran
+beside the venv's and the first tiers).
 """
 
 from __future__ import annotations
@@ -67,12 +68,16 @@ def main() -> None:
     if whole.is_file():  # written by `make test`: the tiers plus what ran between them
         seconds = int(whole.read_text().split()[0])
         print(f"{'make test':<16}{minutes(seconds):>9}  of which {minutes(max(seconds - total, 0))} outside the tiers' "
-              "pytest runs (image builds and their self-tests, services, the tier cache)")
+              "pytest runs (the venv, image builds and their self-tests, services, the tier cache)")
+    venv = a.folder / "venv.took"
+    if venv.is_file():
+        seconds, rc = venv.read_text().split()[:2]
+        print(f"{'venv':<16}{minutes(int(seconds)):>9}  its set-up, first (make venv, exit {rc})")
     beside = a.folder / "system-prepare.beside"
     if beside.is_file():
         seconds, rc = beside.read_text().split()[:2]
-        print(f"{'system set-up':<16}{minutes(int(seconds)):>9}  beside lint and the first tiers (make "
-              f"test-system-prepare, exit {rc}; its output: {a.folder / 'system-prepare.log'})")
+        print(f"{'system set-up':<16}{minutes(int(seconds)):>9}  beside the venv's and the first tiers "
+              f"(make test-system-prepare, exit {rc}; its output: {a.folder / 'system-prepare.log'})")
     cases = sorted(((c[0], r["tier"], c[1]) for r in rows for c in r["cases"]), reverse=True)[:a.slowest]
     print(f"\nthe {len(cases)} slowest tests (s, tier, test):")
     for seconds, tier, name in cases:

@@ -1,6 +1,7 @@
 """tools/run-tests.sh for real: the multiproc tier's two passes (the tests two files at a time, then those marked
 alone with nothing beside them), each pass's times kept, and an empty selection refused (the summary's and the
-pass cache's arithmetic: tests/unit/test_tiers.py)."""
+pass cache's arithmetic: tests/unit/test_tiers.py). And tools/apt-install.sh, which lets the set-up scripts that
+make test runs at the same time take turns at apt."""
 
 import subprocess
 import sys
@@ -88,3 +89,32 @@ def test_the_alone_tests_wait_for_the_process_make_test_names(tmp_path):
 
     r = run_tests(tmp_path, "2", "-k", "alone", HVDBENCH_TEST_AWAIT_PID=pid)  # ended already: no wait
     assert r.returncode == 0 and "waiting" not in r.stderr, r.stderr
+
+
+FAKE_APT = """#!/usr/bin/env bash
+echo "$1 start $(date +%s.%N)" >> "$APT_LOG"
+sleep 0.3
+echo "$1 end $(date +%s.%N)" >> "$APT_LOG"
+"""
+
+
+def test_installs_started_together_take_turns_at_apt(tmp_path):
+    """Three installs at once (as the venv's set-up and the system tiers' beside it may start them): each update
+    and install runs with no other apt beside it (apt's own lock would make a second `apt-get update` fail)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apt-get").write_text(FAKE_APT)
+    (bin_dir / "apt-get").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "APT_LOG": str(tmp_path / "log"),
+           "HVDBENCH_APT_LOCK": str(tmp_path / "lock")}
+    script = str(ROOT / "tools" / "apt-install.sh")
+    runs = [subprocess.Popen([script, f"package{i}"], env=env) for i in range(3)]
+    assert [r.wait(timeout=60) for r in runs] == [0, 0, 0]
+    events = [line.split() for line in (tmp_path / "log").read_text().splitlines()]
+    assert len(events) == 12  # update and install, each started and ended, three times
+    # in time order, every start is followed by its own end: no two apt calls overlapped
+    events.sort(key=lambda e: float(e[2]))
+    assert [e[1] for e in events] == ["start", "end"] * 6, events
+    assert [e[0] for e in events[::2]] == ["update", "install"] * 3  # each update and its install back to back
+    refused = subprocess.run([script], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "usage" in refused.stderr

@@ -85,12 +85,14 @@ def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
     (tmp_path / "image.wall").write_text("0 0 cached\n")
     (tmp_path / "make-test.total").write_text("75\n")
     (tmp_path / "system-prepare.beside").write_text("61 0\n")
+    (tmp_path / "venv.took").write_text("9 0\n")
     monkeypatch.setattr(sys, "argv", ["test-times", str(tmp_path)])
     times.main()
     out = capsys.readouterr().out
     assert "unit" in out and "0m12s" in out and "passed before on the same inputs" in out
     assert "make test           1m15s  of which 1m03s outside" in out  # 75 s in all, 12 s in the tiers
-    assert "system set-up       1m01s  beside lint and the first tiers (make test-system-prepare, exit 0" in out
+    assert "venv                0m09s  its set-up, first (make venv, exit 0)" in out  # not a tier: not in the 12 s
+    assert "system set-up       1m01s  beside the venv's and the first tiers (make test-system-prepare, exit 0" in out
     assert "3.5  unit            tests.test_a::test_x" in out
     assert out.strip().splitlines()[-1] == "all: 1 passed, 0 failed, 1 skipped"
 
