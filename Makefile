@@ -15,7 +15,7 @@ IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 # The CUDA image test-image-cuda builds: on the same base, its self-test one mode per framework environment.
 IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:bookworm --self-test-modes "torch-ddp tf-horovod"
 
-.PHONY: test-system-prepare test-system-install test-system-build bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -41,15 +41,17 @@ RUN_TESTS = tools/run-tests.sh $(PY)
 # The standard library alone: asked before the venv exists, by the set-up that make test starts beside it.
 TIER_CACHE = $(PYTHON) -m tools.tier_cache
 # The system tiers' set-up runs beside the venv's and then beside lint and the unit, framework and multiproc tiers,
-# in a session of its own (taken down if make test ends first): the services first (test-system-install, which
-# needs no venv), then, once the venv is ready, the images (test-system-build). The multiproc tests marked alone
-# and the system tiers start after it has ended. Its wall time and exit code are kept as system-prepare.beside,
+# in a session of its own (taken down if make test ends first): the services and the base image first
+# (test-system-install), then the CUDA image (test-system-cuda), neither of which needs the venv, and beside it,
+# once the venv is ready, the other images (test-system-build). The multiproc tests marked alone and the system
+# tiers start after it has ended. Its wall time and exit code are kept as system-prepare.beside,
 # its output in its .log; the venv's as venv.took.
 test: ## set up (first time), lint, then every tier: unit, framework, multiproc, system
 	@rm -rf $(TEST_TIMES); mkdir -p $(TEST_TIMES); rc=0; start=$$(date +%s); \
-	setsid bash -c 's=$$(date +%s); $(MAKE) --no-print-directory test-system-install \
-	  && while [[ ! -e $(TEST_TIMES)/venv.ready ]]; do sleep 2; done \
-	  && $(MAKE) --no-print-directory test-system-build; r=$$?; \
+	setsid bash -c 's=$$(date +%s); r=0; $(MAKE) --no-print-directory test-system-install || r=1; \
+	  if [[ $$r == 0 ]]; then $(MAKE) --no-print-directory test-system-cuda & cuda=$$!; \
+	    while [[ ! -e $(TEST_TIMES)/venv.ready ]]; do sleep 2; done; \
+	    $(MAKE) --no-print-directory test-system-build || r=1; wait $$cuda || r=1; fi; \
 	  echo "$$(( $$(date +%s) - s )) $$r" > $(TEST_TIMES)/system-prepare.beside; exit $$r' \
 	  > $(TEST_TIMES)/system-prepare.log 2>&1 < /dev/null & prep=$$!; \
 	trap 'kill -- -'$$prep' 2>/dev/null' EXIT; \
@@ -94,11 +96,10 @@ test-system: venv ## the system tiers below, each only when its inputs changed s
 test-fast: test-unit test-framework ## the unit and framework tiers: the check before a commit
 
 # What the system tiers start and build before their tests, for those whose inputs changed since they passed:
-# the services and the debootstrapped base (no venv needed: make test starts them beside the venv's set-up), then
-# the CPU image, the cluster's node image, the CUDA image and Apptainer (its own debootstrapped root, after the
-# images so that they start as early as they can). Every step is cached, so the tiers' own calls of the same
-# steps then do nothing.
-test-system-prepare: test-system-install test-system-build ## the system tiers' set-up alone (make test runs it beside the first tiers)
+# the services and the debootstrapped base, the CUDA image (neither needs the venv: make test starts them beside
+# the venv's set-up), then the CPU image (its Horovod the venv's wheel), the cluster's node image and Apptainer
+# (its own debootstrapped root). Every step is cached, so the tiers' own calls of the same steps then do nothing.
+test-system-prepare: test-system-install test-system-cuda test-system-build ## the system tiers' set-up alone (make test runs it beside the first tiers)
 
 test-system-install: docker-up ## the system tiers' services (Docker, Slurm, the registry) and base image: no venv needed
 	@if $(TIER_CACHE) stale slurm apptainer sif_pull; then tools/slurm-up.sh >/dev/null; fi
@@ -106,11 +107,13 @@ test-system-install: docker-up ## the system tiers' services (Docker, Slurm, the
 	@if $(TIER_CACHE) stale image kubernetes cluster diagnose image_cuda apptainer sif_pull; then \
 	  $(PYTHON) -m tools.images base; fi
 
-test-system-build: venv docker-up ## the system tiers' images (CPU, cluster node, CUDA) and Apptainer: after the venv
+test-system-cuda: docker-up ## the CUDA image the image_cuda tier tests, on the base image: no venv needed
+	@if $(TIER_CACHE) stale image_cuda; then $(PYTHON) -m tools.images build $(IMAGE_CUDA_TEST_BUILD); fi
+
+test-system-build: venv docker-up ## the CPU image (Horovod from the venv's wheel), the cluster's node image, Apptainer
 	@if $(TIER_CACHE) stale image kubernetes cluster diagnose apptainer sif_pull; then \
 	  $(PY) -m tools.images build $(IMAGE_TEST_BUILD); fi
 	@if $(TIER_CACHE) stale cluster diagnose; then $(PY) -m tools.cluster build; fi
-	@if $(TIER_CACHE) stale image_cuda; then $(PY) -m tools.images build $(IMAGE_CUDA_TEST_BUILD); fi
 	@if $(TIER_CACHE) stale apptainer sif_pull; then tools/apptainer-up.sh >/dev/null; fi
 
 test-times: venv ## each tier's wall time and the 20 slowest tests of the last make test

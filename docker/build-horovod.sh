@@ -21,7 +21,8 @@
 #   HVDBENCH_WHEEL_SEED    a read-only folder of such cache entries, looked at when the cache has
 #                          no wheel for the key (the image build gets the venv's wheels this way)
 #   HVDBENCH_SDIST_DIR     a folder already holding the sdist (offline builds, the GPU machine)
-#   MAKEFLAGS              parallel compile jobs                   (default -j<nproc>)
+#   MAKEFLAGS              parallel compile jobs                   (default -j<nproc>, also added to
+#                          make's own flags when make runs this without -j)
 #
 # The cache key covers everything the binary depends on: Horovod version, patch contents (the GCC 13 one where
 # it applies), Python ABI, framework versions, MPI presence and GPU flags. A second run with the same key only installs.
@@ -165,7 +166,9 @@ fi
 
 export HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MXNET=1
 export CMAKE_POLICY_VERSION_MINIMUM=3.5     # cmake >= 4 refuses Horovod's old cmake_minimum_required
-export MAKEFLAGS=${MAKEFLAGS:--j$(nproc)}
+# Under make (make venv), MAKEFLAGS holds make's own flags (--no-print-directory): -j<nproc> unless a -j is there.
+[[ ${MAKEFLAGS:-} =~ (^|[[:space:]])-j ]] || MAKEFLAGS="${MAKEFLAGS:-} -j$(nproc)"
+export MAKEFLAGS
 if [[ $HAS_TORCH == 1 ]]; then export HOROVOD_WITH_PYTORCH=1; else export HOROVOD_WITHOUT_PYTORCH=1; fi
 if [[ $HAS_TF == 1 ]]; then export HOROVOD_WITH_TENSORFLOW=1; else export HOROVOD_WITHOUT_TENSORFLOW=1; fi
 if [[ $HAS_MPI == 1 ]]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi

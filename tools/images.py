@@ -28,6 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER_DIR = ROOT / "docker"
 WHEELHOUSE = DOCKER_DIR / "wheelhouse"
+# Horovod's sdist for the CUDA image (docker/Dockerfile.cuda mounts it), apart from the CPU image's wheelhouse: the
+# two builds run at once in make test, and neither's files change the other's steps.
+CUDA_SDIST = DOCKER_DIR / "sdist"
 STACKS = DOCKER_DIR / "stacks"
 FLAVORS = ("cpu", "cuda")
 LOCAL_BASE = "hvdbench-base:bookworm"
@@ -131,9 +134,15 @@ def stage_sdist(stack: str, python: str = sys.executable, directory: Path = WHEE
     build downloads it again."""
     version = read_stack(stack)["HOROVOD_VERSION"]
     directory.mkdir(parents=True, exist_ok=True)
-    if not (directory / f"horovod-{version}.tar.gz").is_file():
-        subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d",
-                        str(directory), f"horovod=={version}"], check=True)
+    if (directory / f"horovod-{version}.tar.gz").is_file():
+        return
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        # make test builds the CUDA image before the venv exists, with a Python that may have no pip: the
+        # image's Horovod step then downloads the sdist itself (docker/build-horovod.sh).
+        print(f"images: no pip for {python}: Horovod's sdist left to the build", flush=True)
+        return
+    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d",
+                    str(directory), f"horovod=={version}"], check=True)
 
 
 # The CPU image's Python: Debian bookworm's python3 (the base of every stack's CPU flavour).
@@ -248,12 +257,9 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
     if base is None:
         args["BASE_IMAGE"] = resolve_base(args["BASE_IMAGE"])
     if dockerfile.name == "Dockerfile.cuda":
-        stage_sdist(stack, directory=WHEELHOUSE / "sdist")
+        stage_sdist(stack, directory=CUDA_SDIST)
     else:
         stage_wheels(stack)
-        # docker/Dockerfile binds all of docker/wheelhouse into its frameworks step, so the CUDA recipe's sdist/
-        # there (left by an earlier CUDA build) would change that step's cache key: rebuilt for nothing.
-        shutil.rmtree(WHEELHOUSE / "sdist", ignore_errors=True)
     cmd = [docker_cli(), "build", "--network", "host", "-f", str(dockerfile)]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]

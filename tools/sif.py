@@ -251,9 +251,7 @@ def _files_digest(text: str, h, skip: tuple[str, ...] = ()) -> None:
             continue
         src = ROOT / line.split()[0]
         for p in sorted([src] if src.is_file() else (q for q in src.rglob("*") if q.is_file())):
-            # docker/wheelhouse/sdist is the CUDA image's (staged when that image builds); the definition's build
-            # uses the sdist at the wheelhouse's top. Left out, the key does not depend on which tiers ran.
-            if "__pycache__" not in p.parts and not p.is_relative_to(ROOT / "docker/wheelhouse/sdist"):
+            if "__pycache__" not in p.parts:
                 h.update(str(p.relative_to(ROOT)).encode())
                 h.update(p.read_bytes())
 
