@@ -51,7 +51,8 @@ test: ## set up (first time), lint, then every tier: unit, framework, multiproc,
 	setsid bash -c 's=$$(date +%s); r=0; $(MAKE) --no-print-directory test-system-install || r=1; \
 	  if [[ $$r == 0 ]]; then $(MAKE) --no-print-directory test-system-cuda & cuda=$$!; \
 	    while [[ ! -e $(TEST_TIMES)/venv.ready ]]; do sleep 2; done; \
-	    $(MAKE) --no-print-directory test-system-build || r=1; wait $$cuda || r=1; fi; \
+	    $(MAKE) --no-print-directory test-system-build || r=1; wait $$cuda || r=1; \
+	    $(PYTHON) -m tools.images prune || r=1; fi; \
 	  echo "$$(( $$(date +%s) - s )) $$r" > $(TEST_TIMES)/system-prepare.beside; exit $$r' \
 	  > $(TEST_TIMES)/system-prepare.log 2>&1 < /dev/null & prep=$$!; \
 	trap 'kill -- -'$$prep' 2>/dev/null' EXIT; \
@@ -100,6 +101,7 @@ test-fast: test-unit test-framework ## the unit and framework tiers: the check b
 # the venv's set-up), then the CPU image (its Horovod the venv's wheel), the cluster's node image and Apptainer
 # (its own debootstrapped root). Every step is cached, so the tiers' own calls of the same steps then do nothing.
 test-system-prepare: test-system-install test-system-cuda test-system-build ## the system tiers' set-up alone (make test runs it beside the first tiers)
+	$(PYTHON) -m tools.images prune
 
 test-system-install: docker-up ## the system tiers' services (Docker, Slurm, the registry) and base image: no venv needed
 	@if $(TIER_CACHE) stale slurm apptainer sif_pull; then tools/slurm-up.sh >/dev/null; fi
@@ -149,7 +151,7 @@ registry-up: ## a local image registry on 127.0.0.1:5000 (the image tier publish
 
 test-image: venv docker-up registry-up ## system tier: build the CPU image as make publish does, run the image tests and a publish round trip
 	@$(TIER_CACHE) fresh image || { $(PY) -m tools.images base && $(PY) -m tools.images build $(IMAGE_TEST_BUILD) \
-	  && $(RUN_TESTS) image -m image $(SYSTEM_TESTS) && $(TIER_CACHE) record image; }
+	  && $(PY) -m tools.images prune && $(RUN_TESTS) image -m image $(SYSTEM_TESTS) && $(TIER_CACHE) record image; }
 
 # After test-image (it needs the CPU image): the pods of bench k8s's MPIJob, TrainJob and indexed Job, started as
 # their operators would start them (tests/system/test_kubernetes_pods.py); no control plane here.
@@ -161,7 +163,8 @@ test-k8s: venv docker-up ## system tier: the pods of bench k8s's manifests, star
 # framework environment, and the tier's tests run the other two modes in the built image.
 test-image-cuda: venv docker-up ## system tier: build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests
 	@$(TIER_CACHE) fresh image_cuda || { $(PY) -m tools.images base && $(PY) -m tools.images build $(IMAGE_CUDA_TEST_BUILD) \
-	  && $(RUN_TESTS) image_cuda -m image_cuda $(SYSTEM_TESTS) && $(TIER_CACHE) record image_cuda; }
+	  && $(PY) -m tools.images prune && $(RUN_TESTS) image_cuda -m image_cuda $(SYSTEM_TESTS) \
+	  && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as test-image builds it) plus Slurm and munge.
 cluster-up: venv docker-up ## a Slurm cluster of containers here: controller head, nodes node1 and node2 (CLUSTER_NODES=4 CLUSTER_CPUS=0.4: four nodes, 0.4 of a core each)

@@ -4,6 +4,7 @@
     python -m tools.images build --stack current --flavor cpu    # -> hvdbench:current-cpu
     python -m tools.images build --stack current --flavor cuda   # -> hvdbench:current-cuda, hvdbench:latest
     python -m tools.images check-secrets IMAGE [--secret FILE]   # no layer holds the CA bundle's private certs
+    python -m tools.images prune [--keep-gb N]                   # superseded build cache and untagged images
 
 Builds need BuildKit (secrets, cache and bind mounts), which the Docker SDK's build API lacks, so they run
 the docker CLI with DOCKER_BUILDKIT=1 (HVDBENCH_DOCKER picks the binary; a 20.10 client needs no buildx).
@@ -276,6 +277,25 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
     return tags(stack, flavor)
 
 
+# -- disk ---------------------------------------------------------------------------------------------
+# BuildKit keeps the cache of every build step it ran, superseded ones too, until its own collector (off on
+# a plain dockerd) removes them: a machine that ran the gate every day filled 41 GB with them. The gate calls
+# prune after its builds: the build cache beyond BUILD_CACHE_GB goes, least recently used first (the current
+# builds' steps were used last, so they stay), and so do the hvdbench images no tag names any more.
+BUILD_CACHE_GB = int(os.environ.get("HVDBENCH_BUILD_CACHE_GB", "40"))
+
+
+def prune(keep_gb: int = BUILD_CACHE_GB) -> None:
+    docker = docker_cli()
+    for cmd in ([docker, "builder", "prune", "--force", "--keep-storage", f"{keep_gb}GB"],
+                [docker, "image", "prune", "--force", "--filter", "label=org.opencontainers.image.title=hvdbench"]):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ImageError(f"{' '.join(cmd[1:3])} failed: {done.stderr.strip() or done.stdout.strip()}")
+        said = done.stdout.strip().splitlines()
+        print(f"images: {' '.join(cmd[1:3])}: {said[-1] if said else 'done'}")
+
+
 # -- secrets ------------------------------------------------------------------------------------------
 def pem_bodies(data: bytes) -> set[bytes]:
     return {re.sub(rb"\s+", b"", m) for m in PEM.findall(data)}
@@ -405,6 +425,9 @@ def main() -> None:
     cs.add_argument("image")
     cs.add_argument("--secret", default=os.environ.get("HVDBENCH_CA_BUNDLE", DEFAULT_CA))
     sub.add_parser("stacks", help="list the stacks")
+    pr = sub.add_parser("prune", help="the build cache beyond --keep-gb (least recently used first) and the "
+                        "hvdbench images no tag names")
+    pr.add_argument("--keep-gb", type=int, default=BUILD_CACHE_GB)
     a = p.parse_args()
     try:
         if a.command == "base":
@@ -424,6 +447,8 @@ def main() -> None:
             if hits:
                 raise ImageError(f"{a.image}: secret material in layers: {', '.join(hits)}")
             print(f"images: {a.image}: no layer holds {a.secret} or its private certificates")
+        elif a.command == "prune":
+            prune(a.keep_gb)
         else:
             print("\n".join(stacks()))
     except (ImageError, subprocess.CalledProcessError) as exc:

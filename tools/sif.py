@@ -23,7 +23,7 @@ same option (apptainer build from the docker:// reference: `apptainer pull` itse
 
 --cache frameworks keys the build by its heavy part only: the image's frameworks stage
 (hvdbench:STACK-FLAVOR-frameworks), or the definition and the files it copies in less this package's own
-(bench/, pyproject.toml, README.md). The SIF's bench may then be older than the checkout's: the tests
+(bench/, pyproject.toml). The SIF's bench may then be older than the checkout's: the tests
 bind the checkout's bench over it (APPTAINER_BIND), so a change to bench/ alone rebuilds no SIF.
 """
 
@@ -240,7 +240,7 @@ def localize(text: str, archive: Path) -> str:
 
 
 CACHES = ("inputs", "frameworks")
-PACKAGE_SOURCES = ("bench", "pyproject.toml", "README.md")  # what --cache frameworks leaves out of a key
+PACKAGE_SOURCES = ("bench", "pyproject.toml")  # what --cache frameworks leaves out of a key
 
 
 def _files_digest(text: str, h, skip: tuple[str, ...] = ()) -> None:

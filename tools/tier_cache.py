@@ -1,22 +1,32 @@
 #!/usr/bin/env python3
-"""The system tier reruns only when its own inputs change.
+"""The system tier reruns only when something it runs or reads changed.
 
     python -m tools.tier_cache fresh TIER     # exit 0 (and say so) when TIER passed on exactly these inputs
     python -m tools.tier_cache record TIER    # after TIER passed: remember its inputs' key
     python -m tools.tier_cache key TIER       # print the key and what it is made of
     python -m tools.tier_cache stale TIER...  # exit 0 (and name them) when any of these tiers would run
 
-A system tier's key is the SHA-256 of its inputs: the content of every tracked file under the paths in
-INPUTS (the code that ends up in the images and SIFs, the scripts that set the services up, the tier's own
-tests and the shared test helpers), and the versions of the tools on this machine that run them (Docker,
-Apptainer, Slurm). A pass is recorded in $HVDBENCH_TIER_CACHE (default /var/cache/hvdbench/tier-passes), one
-file per tier; a tier whose key has a recorded pass is skipped with one line that says when it passed.
-HVDBENCH_RERUN=1, or any PYTEST_ARGS, always runs it (and a run with PYTEST_ARGS records nothing).
-A change to bench/ changes every system tier's key but sif_pull's: the images hold bench, so those tiers run again.
-The sif_pull tier (a SIF pulled from a registry) is keyed by the pull path alone (OWN_ONLY: no COMMON): the SIF it
-pulls holds the same image as the apptainer tier's image SIF, which runs again on every change to bench/. The
-diagnose tier is keyed by bench diagnose's own code and what it composes, alike: the runs it starts are tested by
-the multiproc and cluster tiers on every change.
+A system tier's key is the SHA-256 of everything it executes or reads, in four parts:
+- files: the content of every file git knows or would add (tracked, and untracked but not ignored) under the
+  tier's paths: the package and how it is built and installed (COMMON: bench/, pyproject.toml, requirements/, the
+  venv's Horovod build script and patches, the set-up scripts, the shared test helpers), the images' inputs
+  (DOCKER: docker/, .dockerignore, the image tools) where it starts images, its own tools, and every
+  tests/system file that carries the tier's marker (a test marked `slurm` in any file is in slurm's key). The
+  Makefile counts without its comments and `## help` texts: a help line reruns nothing. README.md and docs/
+  are in no key: the images do not copy them.
+- tools: the versions of what the tier calls on this machine (Docker and compose, Slurm, Open MPI, PMIx,
+  Apptainer as the tier finds it) and the ID of the base image its images are built on.
+- venv: the name and version of every distribution in the venv the tier's tests and runs use (most requirements
+  are floors, so a fresh venv follows the index), less this project's own editable install.
+The diagnose tier is keyed by the import closure of `bench diagnose` (tools.imports: the modules it imports at
+any depth, the registries' lazy loads included) instead of all of bench/; the sif_pull tier by the pull path
+alone (OWN_ONLY): the SIF it pulls holds the same image as the apptainer tier's, which runs on every change.
+
+A pass is one line in $HVDBENCH_TIER_CACHE/TIER (default /var/cache/hvdbench/tier-passes): the key, the key less
+its venv part, the time. Every passed key is kept (the newest MAX_PASSES), so going back to an earlier state
+skips again. `stale` asked before the venv exists (make test starts the system set-up beside the venv's) judges
+by the key less its venv part. HVDBENCH_RERUN=1, or any PYTEST_ARGS, always runs a tier (and a run with
+PYTEST_ARGS records nothing).
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -31,97 +43,220 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("HVDBENCH_TIER_CACHE", "/var/cache/hvdbench/tier-passes"))
-# What every system tier runs: the package, how it is installed, the shared test helpers and the make targets.
-# The tools every tier's set-up and runner use (tools/*.sh, the pass cache itself) are part of COMMON.
+MAX_PASSES = 64
+# What every system tier's set-up and runner use: the scripts, the runner, the pass cache itself.
 SETUP = ["tools/__init__.py", "tools/setup.sh", "tools/run-tests.sh", "tools/docker-up.sh", "tools/registry-up.sh",
          "tools/slurm-up.sh", "tools/apptainer-up.sh", "tools/apt-install.sh", "tools/tier_cache.py"]
-COMMON = ["bench", "pyproject.toml", "README.md", "Makefile", "requirements", *SETUP, "tests/conftest.py",
-          "tests/fixtures", "tests/plugins", "tools/benchmarks/endings.py"]
-# The images: what docker/ holds, and the tools that build and publish them.
-DOCKER = ["docker", "tools/images.py", "tools/publish.py"]
+# The venv's Horovod (the slurm tier's srun jobs run it; the CPU image installs its wheel).
+HOROVOD_BUILD = ["docker/build-horovod.sh", "docker/horovod"]
+COMMON = ["bench", "pyproject.toml", "Makefile", "requirements", *SETUP, *HOROVOD_BUILD, "tests/conftest.py",
+          "tests/system/__init__.py", "tests/fixtures", "tests/plugins", "tools/benchmarks/endings.py"]
+# The images: what docker/ holds, what reaches the build context, and the tools that build and publish them.
+DOCKER = ["docker", ".dockerignore", "tools/images.py", "tools/publish.py"]
 INPUTS = {
-    "slurm": ["tests/system/test_slurm.py", "singularity/slurm"],
-    "image": [*DOCKER, "compose.yaml", "tests/system/test_images.py", "tests/system/test_publish.py",
-              "tests/multiproc/test_publish.py"],
-    "cluster": [*DOCKER, "tools/cluster.py", "singularity/slurm", "tests/system/test_cluster.py",
-                "tools/benchmarks/shaped_links.py", "tools/benchmarks/cluster_modes.py"],
-    "image_cuda": [*DOCKER, "tests/system/test_image_cuda.py"],
-    "kubernetes": [*DOCKER, "k8s", "tools/k8s_check.py", "tests/system/test_kubernetes_pods.py"],
-    "apptainer": [*DOCKER, "tools/cluster.py", "singularity", "tools/sif.py", "tools/recipes.py",
-                  "tests/system/test_apptainer.py"],
+    "slurm": ["singularity/slurm"],
+    "image": [*DOCKER, "compose.yaml", "tests/multiproc/test_publish.py"],
+    "cluster": [*DOCKER, "tools/cluster.py", "singularity/slurm", "tools/benchmarks/shaped_links.py",
+                "tools/benchmarks/cluster_modes.py"],
+    "image_cuda": [*DOCKER],
+    "kubernetes": [*DOCKER, "k8s", "tools/k8s_check.py"],
+    "apptainer": [*DOCKER, "tools/cluster.py", "singularity", "tools/sif.py", "tools/recipes.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
     "sif_pull": [*DOCKER, "tools/__init__.py", "tools/sif.py", "bench/records/env.py", "Makefile", "pyproject.toml",
                  "tools/registry-up.sh", "tools/apptainer-up.sh", "tools/slurm-up.sh", "tools/apt-install.sh",
-                 "tests/conftest.py",
-                 "tests/system/test_apptainer.py", "tests/system/test_sif_pull.py"],
-    # bench diagnose on the 4-node cluster: its own code, what it composes (the allreduce, the attribution, the
-    # record's schema) and the cluster; the runs it starts are the other tiers' to test
-    "diagnose": ["bench/commands/diagnose", "bench/commands/allreduce", "bench/measure/attribution.py",
-                 "bench/records/schema.py", "bench/data", "tools/__init__.py", "tools/cluster.py", "tools/images.py",
-                 "docker/cluster", "Makefile", "pyproject.toml", "tests/conftest.py",
-                 "tests/system/test_diagnose_cluster.py"],
+                 "tools/run-tests.sh", "tools/tier_cache.py", "tests/conftest.py", "tests/system/__init__.py"],
+    # bench diagnose on the 4-node cluster: COMMON with the import closure of its package in place of all of
+    # bench/ (PACKAGE), the node image (DOCKER, docker/cluster) and the cluster tool
+    "diagnose": [*DOCKER, "bench/commands/diagnose", "tools/cluster.py"],
 }
 # Tiers keyed by their INPUTS alone, without COMMON.
-OWN_ONLY = {"sif_pull", "diagnose"}
-TOOLS = {
-    "slurm": [["srun", "--version"]],
-    "image": [["docker", "version", "--format", "{{.Server.Version}}"]],
-    "cluster": [["docker", "version", "--format", "{{.Server.Version}}"], ["docker-compose", "version", "--short"]],
-    "image_cuda": [["docker", "version", "--format", "{{.Server.Version}}"]],
-    "kubernetes": [["docker", "version", "--format", "{{.Server.Version}}"]],
-    "apptainer": [["docker", "version", "--format", "{{.Server.Version}}"], ["srun", "--version"]],
-    "sif_pull": [["docker", "version", "--format", "{{.Server.Version}}"]],
-    "diagnose": [["docker", "version", "--format", "{{.Server.Version}}"], ["docker-compose", "version", "--short"]],
-}
+OWN_ONLY = {"sif_pull"}
+# The pytest marker each tier selects its tests by (the Makefile's -m); a file carrying it is in the tier's key.
+MARKERS = {tier: tier for tier in INPUTS}
+DOCKER_TIERS = {tier for tier, paths in INPUTS.items() if "docker" in paths}
+SLURM_TIERS = {"slurm", "cluster", "apptainer", "sif_pull", "diagnose"}
+APPTAINER_TIERS = {"apptainer", "sif_pull"}
+BASE_IMAGE = "hvdbench-base:bookworm"
+DOCKER_CMDS = [["docker", "version", "--format", "{{.Server.Version}}"], ["docker", "compose", "version", "--short"],
+               ["docker-compose", "version", "--short"],
+               ["docker", "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]]
+# Slurm and the MPI its srun --mpi=pmix and the mpirun runs take (the cluster's nodes have their own, in the image).
+SLURM_CMDS = [["srun", "--version"], ["mpirun", "--version"],
+              ["dpkg-query", "-W", "-f", "${Package}=${Version} ", "libpmix2", "libpmix-bin", "openmpi-bin",
+               "slurm-wlm-basic-plugins", "munge"]]
 
 
-def tracked(paths: list[str]) -> list[str]:
-    done = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=ROOT, capture_output=True, text=True)
+def listed(paths: list[str]) -> list[str]:
+    """The files git knows, or would add, under ``paths`` (tracked, and untracked but not ignored)."""
+    done = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths],
+                          cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"tier-cache: not a git checkout ({done.stderr.strip()})")
-    return sorted(name for name in done.stdout.split("\0") if name)
+    return sorted({name for name in done.stdout.split("\0") if name})
+
+
+def marked(marker: str) -> list[str]:
+    """The tests/system files that carry ``marker`` (pytest.mark.MARKER anywhere in them)."""
+    pattern = re.compile(rf"pytest\.mark\.{re.escape(marker)}\b")
+    return [name for name in listed(["tests/system"]) if name.endswith(".py")
+            and pattern.search((ROOT / name).read_text(errors="replace"))]
+
+
+def diagnose_modules() -> list[str]:
+    """The files of every bench module that `bench diagnose` imports at any depth (tools.imports' graph: module
+    level, in functions, and the modules the registries load by name)."""
+    from tools import imports
+    modules = imports.scan(ROOT / "bench")
+    seen: set[str] = set()
+    todo = [name for name in modules if name.startswith("bench.commands.diagnose")]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in modules:
+            continue
+        seen.add(name)
+        mod = modules[name]
+        parts = name.split(".")
+        todo += [*mod.top, *(m for m, _ in mod.local), *mod.dynamic]
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages' __init__ run first
+    files = []
+    for name in sorted(seen):
+        path = Path(*name.split("."))
+        files.append(str(path / "__init__.py") if (ROOT / path).is_dir() else f"{path}.py")
+    return files
+
+
+# Tiers keyed by part of bench/: a function that gives those files, in place of the whole package.
+PACKAGE = {"diagnose": diagnose_modules}
+
+
+def makefile_text(data: bytes) -> bytes:
+    """The Makefile as make runs it: comment lines and the `## help` text of a target line left out."""
+    lines = []
+    for line in data.decode().splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        if re.match(r"^[a-z][a-z0-9-]*:", line) and " ## " in line:
+            line = line.split(" ## ", 1)[0]
+        lines.append(line)
+    return "\n".join(lines).encode()
+
+
+def files_of(tier: str) -> tuple[list[str], list[str]]:
+    """(the paths the tier's key reads, the files under them)."""
+    paths = INPUTS[tier] if tier in OWN_ONLY else COMMON + INPUTS[tier]
+    if tier in PACKAGE:
+        paths = [path for path in paths if path != "bench"]
+    names = set(listed(paths)) | set(marked(MARKERS[tier]))
+    if tier in PACKAGE:
+        names |= set(PACKAGE[tier]())
+    return paths, sorted(names)
+
+
+def run_quiet(cmd: list[str]) -> str:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "absent"
+    # stdout alone: dpkg-query names the packages it knows and exits 1 for the others
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else "absent"
+
+
+def apptainer_version() -> str:
+    """The apptainer the tier runs: the Makefile puts `tools/apptainer-up.sh`'s folder first on PATH, which is a
+    real installation on PATH, else the wrappers under the cache folder."""
+    for name in ("apptainer", "singularity"):
+        found = shutil.which(name)
+        if found and "hvdbench-apptainer-wrapper" not in Path(found).read_text(errors="replace")[:4096]:
+            return f"{found}: {run_quiet([found, '--version'])}"
+    wrapper = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer")) / "bin/apptainer"
+    return f"{wrapper}: {run_quiet([str(wrapper), '--version'])}" if wrapper.exists() else "apptainer: absent"
 
 
 def tool_versions(tier: str) -> list[str]:
-    found = []
-    for cmd in TOOLS[tier]:
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            out = "absent"
-        found.append(f"{' '.join(cmd)}: {out}")
-    apptainer = Path(os.environ.get("HVDBENCH_APPTAINER_DIR", "/var/cache/hvdbench/apptainer")) / "bin/apptainer"
-    if tier in ("apptainer", "sif_pull") and apptainer.exists():
-        found.append("apptainer: " + subprocess.run([str(apptainer), "--version"], capture_output=True,
-                                                    text=True).stdout.strip())
+    cmds = (DOCKER_CMDS if tier in DOCKER_TIERS else []) + (SLURM_CMDS if tier in SLURM_TIERS else [])
+    found = [f"{' '.join(cmd)}: {run_quiet(cmd)}" for cmd in cmds]
+    if tier in APPTAINER_TIERS:
+        found.append(apptainer_version())
     return found
 
 
+def venv_packages() -> list[str] | None:
+    """Every distribution in the venv (name==version, sorted), less this project's own; None before `make venv`
+    has finished it (its stamp file)."""
+    venv = Path(os.environ.get("VENV", ROOT / ".venv"))
+    if not venv.is_absolute():
+        venv = ROOT / venv
+    sites = sorted(venv.glob("lib/python*/site-packages"))
+    if not sites or not (venv / ".hvdbench-ready").exists():
+        return None
+    found = set()
+    for info in sites[0].glob("*.dist-info"):
+        name, _, version = info.name[:-len(".dist-info")].partition("-")
+        if name.lower().replace("_", "-") != "hvdbench":
+            found.add(f"{name.lower().replace('_', '-')}=={version}")
+    return sorted(found)
+
+
 def key(tier: str) -> tuple[str, list[str]]:
+    """(the key, what it is made of); key_parts gives the key less its venv part too."""
+    full, _, parts = key_parts(tier)
+    return full, parts
+
+
+def key_parts(tier: str) -> tuple[str, str, list[str]]:
     if tier not in INPUTS:
         raise SystemExit(f"tier-cache: unknown tier '{tier}' (choose from: {', '.join(INPUTS)})")
     h = hashlib.sha256()
-    paths = INPUTS[tier] if tier in OWN_ONLY else COMMON + INPUTS[tier]
-    files = tracked(paths)
+    paths, files = files_of(tier)
     for name in files:
         path = ROOT / name
+        data = path.read_bytes() if path.is_file() else b"(absent)"
         h.update(name.encode() + b"\0")
-        h.update(path.read_bytes() if path.is_file() else b"(absent)")
+        h.update(makefile_text(data) if name == "Makefile" else data)
     tools = tool_versions(tier)
     for line in tools:
         h.update(line.encode() + b"\0")
-    return h.hexdigest(), [f"{len(files)} files under {', '.join(paths)}", *tools]
+    without_venv = h.hexdigest()
+    packages = venv_packages()
+    h.update("\n".join(packages if packages is not None else ["(no venv)"]).encode())
+    marks = ", ".join(marked(MARKERS[tier])) or "none"
+    venv = f"{len(packages)} distributions in the venv" if packages is not None else "no venv yet"
+    return h.hexdigest(), without_venv, [f"{len(files)} files under {', '.join(paths)}",
+                                         f"tests marked {MARKERS[tier]}: {marks}", *tools, venv]
 
 
-def passed(tier: str, digest: str) -> str | None:
-    """When ``tier`` passed on inputs of key ``digest`` (None: no such pass recorded, or a rerun was asked for)."""
+def passes(tier: str) -> list[tuple[str, str, str]]:
+    """The recorded passes of ``tier``: (key, key less venv, when), oldest first."""
+    try:
+        lines = (CACHE / tier).read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 3:
+            found.append((fields[0], fields[1], fields[2]))
+    return found
+
+
+def passed(tier: str, digest: str, without_venv: str | None = None) -> str | None:
+    """When ``tier`` passed on inputs of key ``digest`` (or, given ``without_venv``, on those inputs less the
+    venv's); None: no such pass recorded, or a rerun was asked for."""
     if os.environ.get("HVDBENCH_RERUN") == "1" or os.environ.get("PYTEST_ARGS", "").strip():
         return None
-    try:
-        recorded, _, when = (CACHE / tier).read_text().partition(" ")
-    except OSError:
-        return None
-    return when.strip() if recorded == digest else None
+    for full, partial, when in reversed(passes(tier)):
+        if full == digest or (without_venv is not None and partial == without_venv):
+            return when
+    return None
+
+
+def record(tier: str, digest: str, without_venv: str) -> None:
+    kept = [p for p in passes(tier) if p[0] != digest][-(MAX_PASSES - 1):]
+    kept.append((digest, without_venv, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = CACHE / f".{tier}.tmp"
+    tmp.write_text("".join(" ".join(p) + "\n" for p in kept))
+    tmp.replace(CACHE / tier)
 
 
 def main() -> None:
@@ -130,13 +265,17 @@ def main() -> None:
     p.add_argument("tier", nargs="+", help="one tier (stale: one or more)")
     a = p.parse_args()
     if a.command == "stale":  # no side effect: what `make test-system-prepare` asks before building for them
-        stale = [tier for tier in a.tier if passed(tier, key(tier)[0]) is None]
+        stale = []
+        for tier in a.tier:
+            full, without_venv, _ = key_parts(tier)
+            if passed(tier, full, without_venv if venv_packages() is None else None) is None:
+                stale.append(tier)
         print(f"tier-cache: stale: {' '.join(stale) or 'none'}")
         sys.exit(0 if stale else 1)
     if len(a.tier) != 1:
         p.error(f"{a.command} takes one tier")
     tier = a.tier[0]
-    digest, parts = key(tier)
+    digest, without_venv, parts = key_parts(tier)
     if a.command == "key":
         print(digest)
         print("\n".join(parts))
@@ -152,8 +291,7 @@ def main() -> None:
     else:
         if os.environ.get("PYTEST_ARGS", "").strip():
             return  # a partial run proves nothing about the tier
-        CACHE.mkdir(parents=True, exist_ok=True)
-        (CACHE / tier).write_text(f"{digest} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        record(tier, digest, without_venv)
 
 
 if __name__ == "__main__":

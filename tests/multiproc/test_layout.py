@@ -42,8 +42,25 @@ def test_every_input_of_every_system_tier_is_a_tracked_path():
     tier that tests it)."""
     missing = [(tier, path) for tier, paths in tier_cache.INPUTS.items()
                for path in [*paths, *([] if tier in tier_cache.OWN_ONLY else tier_cache.COMMON)]
-               if not tier_cache.tracked([path])]
+               if not tier_cache.listed([path])]
     assert missing == []
+
+
+def test_a_tiers_files_are_those_git_would_add(tmp_path, monkeypatch):
+    """An untracked file under bench/ reaches the images and the editable venv, so it is in the key; an ignored
+    one (bytecode, a build folder) is not."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench/cli.py").write_text("x = 1\n")
+    (tmp_path / ".gitignore").write_text("__pycache__/\n")
+    git("init", "-q")
+    git("add", ".")
+    (tmp_path / "bench/new.py").write_text("y = 2\n")
+    (tmp_path / "bench/__pycache__").mkdir()
+    (tmp_path / "bench/__pycache__/cli.pyc").write_bytes(b"\0")
+    monkeypatch.setattr(tier_cache, "ROOT", tmp_path)
+    assert tier_cache.listed(["bench"]) == ["bench/cli.py", "bench/new.py"]
 
 
 def test_every_tool_imports():

@@ -1,5 +1,6 @@
 """The image recipes without an engine: stacks -> build args, Dockerfile rules, hadolint, compose, CI matrix."""
 
+import subprocess
 
 import pytest
 import yaml
@@ -159,3 +160,22 @@ def test_resolve_base_without_a_registry_refuses_a_base_it_cannot_stand_in_for(m
     monkeypatch.setattr(images, "make_base", lambda tag=images.LOCAL_BASE: pytest.fail("no fallback expected"))
     with pytest.raises(images.ImageError, match=r"cannot pull the base image nvidia/cuda:12.4.1-devel-ubuntu22.04"):
         images.resolve_base("nvidia/cuda:12.4.1-devel-ubuntu22.04", _Client())
+
+
+def test_prune_keeps_the_newest_build_cache_and_removes_untagged_hvdbench_images(monkeypatch, capsys):
+    """What the gate calls after its builds (docs/development.md): the build cache beyond the budget, least
+    recently used first, and only this project's untagged images; a refusal is one line."""
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd[1:])
+        return subprocess.CompletedProcess(cmd, 0, "Total reclaimed space: 3GB\n", "")
+    monkeypatch.setattr(images.subprocess, "run", run)
+    images.prune(12)
+    assert calls == [["builder", "prune", "--force", "--keep-storage", "12GB"],
+                     ["image", "prune", "--force", "--filter", "label=org.opencontainers.image.title=hvdbench"]]
+    assert "builder prune: Total reclaimed space: 3GB" in capsys.readouterr().out
+    monkeypatch.setattr(images.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, "", "Cannot connect to the Docker daemon\n"))
+    with pytest.raises(images.ImageError, match="builder prune failed: Cannot connect"):
+        images.prune()

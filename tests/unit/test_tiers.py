@@ -47,33 +47,160 @@ def test_the_makefile_selects_each_tier_by_its_folders_marker():
         assert f"\n{target}:" in text and target in text.split("\ntest: ")[1].split("\n\n")[0]
 
 
-def test_a_system_tiers_key_follows_its_inputs(tmp_path, monkeypatch):
-    cache = tier_cache
-    files = {"bench/cli.py": "one", "bench/records/env.py": "env", "docs/x.md": "doc", "docker/Dockerfile": "FROM x",
-             "tests/system/test_images.py": "t", "bench/commands/diagnose/rules.toml": "rules"}
-    for name, text in files.items():
+# A tree of every class of input a system tier's key holds; tiers_key_tree() keys every tier over it.
+KEY_TREE = {
+    "bench/cli.py": "from bench.modes import registry\n",
+    "bench/modes/__init__.py": "registry = 'bench.modes.torch_common'\n",
+    "bench/modes/torch_common.py": "step = 1\n",
+    "bench/records/__init__.py": "",
+    "bench/records/env.py": "digest = 'read back'\n",
+    "bench/records/schema.py": "version = 3\n",
+    "bench/commands/__init__.py": "",
+    "bench/commands/diagnose/__init__.py": "from bench import modes\nfrom bench.records import schema\n",
+    "bench/commands/diagnose/rules.toml": "straggler = 0.9\n",
+    "bench/__init__.py": "",
+    "pyproject.toml": "[project]\n", "requirements/venv.txt": "torch==2.13.0\n",
+    "Makefile": "# the tiers\ntest-slurm: venv ## system tier: Slurm\n\tpytest -m slurm\n",
+    "README.md": "# hvdbench\n", "docs/running.md": "run it\n",
+    "docker/Dockerfile": "FROM base\n", "docker/build-horovod.sh": "make\n", "docker/horovod/gcc13.patch": "+fix\n",
+    "docker/cluster/Dockerfile": "FROM cpu\n", ".dockerignore": "*\n!bench\n",
+    "tools/__init__.py": "", "tools/tier_cache.py": "cache\n", "tools/cluster.py": "nodes\n",
+    "tools/sif.py": "pull\n", "singularity/slurm/common.sh": "sif\n", "k8s/examples/job.yaml": "kind: Job\n",
+    "tests/conftest.py": "fixtures\n", "tests/system/__init__.py": "",
+    "tests/system/test_slurm.py": "pytestmark = pytest.mark.slurm\n",
+    "tests/system/test_images.py": "pytestmark = pytest.mark.image\n",
+    "tests/system/test_image_cuda.py": "pytestmark = pytest.mark.image_cuda\n",
+    "tests/system/test_cluster.py": "pytestmark = pytest.mark.cluster\n",
+    "tests/system/test_diagnose_cluster.py": "pytestmark = pytest.mark.diagnose\n",
+    "tests/system/test_kubernetes_pods.py": "pytestmark = pytest.mark.kubernetes\n",
+    "tests/system/test_apptainer.py": "pytestmark = pytest.mark.apptainer\n",
+    "tests/system/test_sif_pull.py": "pytestmark = [pytest.mark.apptainer, pytest.mark.sif_pull]\n",
+}
+TOOLS = {"docker version": "20.10.24", "docker image inspect": "sha256:base1", "srun --version": "slurm 22.05.8",
+         "mpirun --version": "mpirun (Open MPI) 4.1.4", "dpkg-query": "libpmix2=4.2.2-1", "apptainer": "1.4.5"}
+
+
+@pytest.fixture
+def tiers_key_tree(tmp_path, monkeypatch):
+    """Every tier's key over a copy of KEY_TREE in tmp_path, with the machine's tools and the venv faked: a
+    function that gives {tier: key}; the tree, TOOLS and the venv's packages (the returned function's
+    ``packages``) may be changed between calls."""
+    for name, text in KEY_TREE.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    monkeypatch.setattr(cache, "ROOT", tmp_path)
-    monkeypatch.setattr(cache, "tracked", lambda paths: sorted(n for n in files if any(
-        n == p or n.startswith(p + "/") for p in paths)))
-    monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 20.10"])
-    image, _ = cache.key("image")
-    pull, _ = cache.key("sif_pull")
-    diagnose, _ = cache.key("diagnose")
-    (tmp_path / "docs/x.md").write_text("another doc")
-    assert cache.key("image")[0] == image  # the docs are no input of the images
-    (tmp_path / "bench/cli.py").write_text("two")
-    bench_changed = cache.key("image")[0]
-    assert bench_changed != image  # bench/ is in every image: every system tier runs again
-    assert cache.key("sif_pull")[0] == pull  # but the pull path's: it reads only bench/records/env.py
-    assert cache.key("diagnose")[0] == diagnose  # nor diagnose's: keyed by its own code
-    (tmp_path / "bench/commands/diagnose/rules.toml").write_text("other thresholds")
-    assert cache.key("diagnose")[0] != diagnose
-    (tmp_path / "bench/records/env.py").write_text("env reads the digest another way")
-    assert cache.key("sif_pull")[0] != pull
-    monkeypatch.setattr(cache, "tool_versions", lambda tier: ["docker: 29.0"])
-    assert cache.key("image")[0] != bench_changed  # another Docker: run again
+    monkeypatch.setattr(tier_cache, "ROOT", tmp_path)
+    monkeypatch.setattr(tier_cache, "listed", lambda paths: sorted(
+        str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()
+        and any(str(p.relative_to(tmp_path)) == q or str(p.relative_to(tmp_path)).startswith(q + "/") for q in paths)))
+    tools = dict(TOOLS)
+    monkeypatch.setattr(tier_cache, "run_quiet", lambda cmd: next(
+        (v for k, v in tools.items() if " ".join(cmd).startswith(k)), "absent"))
+    monkeypatch.setattr(tier_cache, "apptainer_version", lambda: tools["apptainer"])
+    packages = ["torch==2.13.0", "typer==0.29.0"]
+    monkeypatch.setattr(tier_cache, "venv_packages", lambda: list(packages))
+
+    def keys():
+        return {tier: tier_cache.key(tier)[0] for tier in tier_cache.INPUTS}
+    keys.tools, keys.packages = tools, packages
+    return keys
+
+
+ALL = set(tier_cache.INPUTS)
+DOCKER = {"image", "cluster", "image_cuda", "kubernetes", "apptainer", "sif_pull", "diagnose"}
+SLURM = {"slurm", "cluster", "apptainer", "sif_pull", "diagnose"}
+
+
+def changed_tiers(keys, tmp_path, name, text):
+    before = keys()
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.read_text() if path.exists() else None
+    path.write_text(text)
+    after = keys()
+    if old is None:
+        path.unlink()
+    else:
+        path.write_text(old)
+    assert keys() == before  # put back: the same keys again
+    return {tier for tier in before if before[tier] != after[tier]}
+
+
+@pytest.mark.parametrize("name, text, stale", [
+    # the package: every tier but the pull's; diagnose by its import closure only
+    ("bench/modes/torch_common.py", "step = 2\n", ALL - {"sif_pull"}),
+    ("bench/cli.py", "from bench.modes import registry  # edited\n", ALL - {"sif_pull", "diagnose"}),
+    ("bench/records/schema.py", "version = 4\n", ALL - {"sif_pull"}),
+    ("bench/records/env.py", "digest = 'another way'\n", ALL - {"diagnose"}),
+    ("bench/commands/diagnose/rules.toml", "straggler = 0.8\n", ALL - {"sif_pull"}),
+    ("bench/new_module.py", "x = 1\n", ALL - {"sif_pull", "diagnose"}),  # a new (untracked) file
+    # the venv's Horovod, how the package is built and installed
+    ("docker/build-horovod.sh", "make -j2\n", ALL),
+    ("docker/horovod/gcc13.patch", "+another fix\n", ALL),
+    ("requirements/venv.txt", "torch==2.13.0\nrich\n", ALL - {"sif_pull"}),
+    ("pyproject.toml", "[project]\nname = 'x'\n", ALL),
+    # what reaches the images
+    (".dockerignore", "*\n!bench\n!docs\n", DOCKER),
+    ("docker/cluster/Dockerfile", "FROM cpu2\n", DOCKER),
+    # a test of a tier's marker in any file of tests/system
+    ("tests/system/test_more.py", "@pytest.mark.slurm\ndef test_x(): pass\n", {"slurm"}),
+    ("tests/system/test_cluster.py", "pytestmark = pytest.mark.cluster\n# more\n", {"cluster"}),
+    ("tests/system/test_sif_pull.py", "pytestmark = [pytest.mark.apptainer, pytest.mark.sif_pull]\n#\n",
+     {"apptainer", "sif_pull"}),
+    ("tests/conftest.py", "fixtures 2\n", ALL),
+    # the tiers' own files
+    ("k8s/examples/job.yaml", "kind: Job\nspec: {}\n", {"kubernetes"}),
+    ("singularity/slurm/common.sh", "sif 2\n", {"slurm", "cluster", "apptainer"}),
+    # the Makefile as make runs it, not its comments or help texts
+    ("Makefile", "# the tiers, renamed\ntest-slurm: venv ## system tier: Slurm here\n\tpytest -m slurm\n", set()),
+    ("Makefile", "test-slurm: venv ## system tier: Slurm\n\tpytest -x -m slurm\n", ALL),
+    # the docs: no tier
+    ("README.md", "# hvdbench, reworded\n", set()),
+    ("docs/running.md", "run it again\n", set()),
+])
+def test_a_tier_goes_stale_on_every_class_of_its_inputs(tiers_key_tree, tmp_path, name, text, stale):
+    assert changed_tiers(tiers_key_tree, tmp_path, name, text) == stale
+
+
+@pytest.mark.parametrize("tool, value, stale", [
+    ("docker version", "29.0.1", DOCKER), ("docker image inspect", "sha256:base2", DOCKER),
+    ("srun --version", "slurm 23.11", SLURM), ("mpirun --version", "mpirun (Open MPI) 5.0", SLURM),
+    ("dpkg-query", "libpmix2=5.0.1", SLURM), ("apptainer", "1.5.0", {"apptainer", "sif_pull"}),
+])
+def test_a_tier_goes_stale_when_a_tool_it_calls_changes(tiers_key_tree, tool, value, stale):
+    before = tiers_key_tree()
+    tiers_key_tree.tools[tool] = value
+    after = tiers_key_tree()
+    assert {tier for tier in before if before[tier] != after[tier]} == stale
+
+
+def test_every_tier_goes_stale_when_the_venv_resolves_another_version(tiers_key_tree):
+    before = tiers_key_tree()
+    tiers_key_tree.packages[1] = "typer==0.30.0"
+    after = tiers_key_tree()
+    assert all(before[tier] != after[tier] for tier in ALL)
+
+
+def test_every_system_test_file_and_marker_belongs_to_a_key(monkeypatch):
+    """A tests/system file with no tier's marker, or a system marker no tier selects, would run nowhere or never
+    make its tier stale."""
+    files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests/system").glob("test_*.py"))
+    monkeypatch.setattr(tier_cache, "listed", lambda paths: files)  # in process: the files, not git's listing
+    keyed = {name for marker in tier_cache.MARKERS.values() for name in tier_cache.marked(marker)}
+    assert [name for name in files if name not in keyed] == []
+    general = {"unit", "framework", "multiproc", "system", "alone", "gpu", "horovod"}
+    declared = {line.split(":")[0].strip().strip('"') for line in
+                (ROOT / "pyproject.toml").read_text().split("markers = [")[1].split("]")[0].splitlines()
+                if ":" in line}
+    assert declared - general == set(tier_cache.MARKERS.values())
+    makefile = (ROOT / "Makefile").read_text()
+    for tier, marker in tier_cache.MARKERS.items():
+        assert f"fresh {tier} ||" in makefile and f"record {tier};" in makefile
+        assert f' -m "{marker}' in makefile or f" -m {marker} " in makefile
+
+
+def test_the_makefile_is_keyed_as_make_reads_it():
+    text = b"# comment\nvenv: $(STAMP) ## the venv\n\t# a recipe comment\n\ttools/setup.sh\nX ?= 1\n"
+    assert tier_cache.makefile_text(text) == b"venv: $(STAMP)\n\ttools/setup.sh\nX ?= 1"
 
 
 def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
@@ -104,7 +231,8 @@ def tier_cache_cli(tmp_path, monkeypatch, key):
     monkeypatch.setenv("HVDBENCH_TEST_TIMES", str(tmp_path / "times"))
     monkeypatch.delenv("HVDBENCH_RERUN", raising=False)
     monkeypatch.delenv("PYTEST_ARGS", raising=False)
-    monkeypatch.setattr(tier_cache, "key", key)
+    monkeypatch.setattr(tier_cache, "key_parts", lambda tier: (key(tier)[0], "less-venv-" + key(tier)[0], key(tier)[1]))
+    monkeypatch.setattr(tier_cache, "venv_packages", lambda: ["torch==2.13.0"])
 
     def call(*argv):
         monkeypatch.setattr(sys, "argv", ["tier-cache", *argv])
