@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import os
 import shlex
@@ -286,12 +287,21 @@ def _no_process(*args, **kwargs):
                             "mark it multiproc, or test the function in process")
 
 
+@pytest.fixture(scope="session")
+def plot_fonts():
+    """matplotlib's font list, made once before any unit test runs: on a machine where it was never made (a new
+    one), matplotlib makes it at its first plot by running fc-list, which the unit tier's guard refuses."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        import matplotlib.font_manager  # noqa: F401  (builds and caches the font list)
+
+
 @pytest.fixture(autouse=True)
 def unit_tier_stays_in_process(request, monkeypatch):
     """A unit test may start no process and import no framework: it fails here if it does."""
     if request.node.get_closest_marker("unit") is None:
         yield
         return
+    request.getfixturevalue("plot_fonts")
     before = {name for name in sys.modules if name.split(".")[0] in FRAMEWORKS}
     monkeypatch.setattr(subprocess, "Popen", _no_process)
     monkeypatch.setattr(os, "system", _no_process)
