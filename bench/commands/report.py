@@ -35,8 +35,18 @@ from bench.errors import BenchError
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
 from bench.records import files
-from bench.records.collect import STRICT_HELP, Key, key_of, label_of, load_results, significant, source_of, table_cells
-from bench.records.metrics import METRICS, sample_symbol
+from bench.records.collect import (
+    STRICT_HELP,
+    Key,
+    between_runs,
+    key_of,
+    label_of,
+    load_results,
+    significant,
+    source_of,
+    table_cells,
+)
+from bench.records.metrics import METRICS, device_word, devices_word, sample_symbol
 from bench.records.results import hosts_of
 
 # The registry's metrics each row of report.csv carries (bench.records.metrics), beside the derived speedups.
@@ -44,7 +54,19 @@ REPORTED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec
             "model_tflops_per_gpu", "init_s", "first_step_s")
 
 
-def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+def headline_sentence(unit: str) -> str:
+    """The report's definition of T, in the metric registry's words (bench.records.metrics)."""
+    return f"Throughput T ({unit}/s) is {METRICS['samples_per_sec_total'].definition}."
+
+
+def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None) -> list[dict[str, Any]]:
+    """One row per cell and world size: the headline and its intervals, speedup and efficiency against n = 1.
+
+    The interval each row is plotted with (``interval``, ``interval_kind``) is the between-run 95% interval of
+    the headline where the cell has repeated runs, else the run's own within-run one. Speedup's interval is
+    interval arithmetic on T_n / T_1 with T_1's interval of the same kind: [low_n / high_1, high_n / low_1]
+    (efficiency's is that over n); at n = 1 it is 1 exactly."""
+    repeats = repeats or {}
     rows = []
     for key in sorted(chosen, key=lambda k: (k.setting, k.label)):
         by_n = chosen[key]
@@ -52,23 +74,43 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
         spec = MODES.get(key.mode)  # None: a mode of a plugin not loaded here
         reference = replace(key, label=spec.reference, mode=spec.reference, fp16_allreduce=False) if spec else None
         single = chosen.get(reference, {}).get(1) if spec else None
+        spans = {n: _interval(r, repeats.get((key, n), [])) for n, r in by_n.items()}
         for n in sorted(by_n):
             r = by_n[n]
             t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
+            between = between_runs([r, *repeats.get((key, n), [])])
             row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
-                   "inputs": key.inputs, "n": n, "unit": sample_symbol(r),
+                   "inputs": key.inputs, "n": n, "unit": sample_symbol(r), "device": device_word(r),
                    **{name: METRICS[name].value(r) for name in REPORTED}, "ci95": r["summary"].get("ci95"),
-                   "run_id": r["run_id"], "speedup": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
+                   "between_runs": between["runs"] if between else 1,
+                   "between_ci95_low": between["ci95"][0] if between else None,
+                   "between_ci95_high": between["ci95"][1] if between else None,
+                   "interval_kind": spans[n][1], "run_id": r["run_id"], "speedup": None, "speedup_low": None,
+                   "speedup_high": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
             if base is not None:
                 t1 = base["summary"]["samples_per_sec_total"]
                 row["speedup"] = t / t1
                 row["efficiency"] = t / (n * t1)
+                (low_n, high_n), (low_1, high_1) = spans[n][0] or (None, None), spans[1][0] or (None, None)
+                if n == 1:  # the base against itself: 1, exactly
+                    row["speedup_low"] = row["speedup_high"] = 1.0
+                elif None not in (low_n, high_n, low_1, high_1) and low_1 > 0:
+                    row["speedup_low"], row["speedup_high"] = low_n / high_1, high_n / low_1
                 w1 = base["summary"].get("samples_per_sec_wall_total")
                 row["wall_speedup"] = w / w1 if w and w1 else None
             if single is not None:
                 row["vs_single"] = t / single["summary"]["samples_per_sec_total"]
             rows.append(row)
     return rows
+
+
+def _interval(result: dict, repeats: list[dict]) -> tuple[list[float] | None, str]:
+    """The 95% interval of a cell's headline to draw, and its kind: between runs where there are repeats."""
+    between = between_runs([result, *repeats])
+    if between is not None:
+        return between["ci95"], f"between {between['runs']} runs"
+    ci = result["summary"].get("ci95")
+    return ci, "within run" if ci else "none"
 
 
 def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list[dict[str, Any]]:
@@ -168,6 +210,55 @@ def _fmt(x, spec=".2f", none="–"):
     return none if x is None else format(x, spec)
 
 
+def scaling_series(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows with a speedup, one series per mode and setting, by n."""
+    series: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        if r["speedup"] is not None:
+            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["inputs"])].append(r)
+    return {k: sorted(rs, key=lambda r: r["n"]) for k, rs in sorted(series.items())}
+
+
+AXIS = {"GPU": "GPUs (n)", "rank": "ranks on the CPU (n)", "device": "GPUs or CPU ranks (n)"}
+
+
+def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
+    """speedup.png or efficiency.png: one line per series at the measured world sizes (the only ticks), each point
+    with its 95% interval (scaling_rows says which kind; the legend's title names the kinds drawn), the ideal
+    line labelled with its formula, the x axis in the runs' devices (GPUs, or ranks on the CPU)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    kinds = set()
+    for (label, model, precision, batch, size), rs in series.items():
+        ns = [r["n"] for r in rs]
+        values = [r[metric] for r in rs]
+        scale = [1.0 if metric == "speedup" else 1.0 / r["n"] for r in rs]
+        # a between-run interval is about the runs' mean: the newest run drawn may lie outside it (the bar ends there)
+        low = [max(0.0, v - r["speedup_low"] * k) if r["speedup_low"] is not None else 0.0
+               for v, r, k in zip(values, rs, scale, strict=True)]
+        high = [max(0.0, r["speedup_high"] * k - v) if r["speedup_high"] is not None else 0.0
+                for v, r, k in zip(values, rs, scale, strict=True)]
+        kinds |= {("between runs" if r["interval_kind"].startswith("between") else r["interval_kind"])
+                  for r in rs if r["speedup_low"] is not None and r["n"] > 1}
+        ax.errorbar(ns, values, yerr=[low, high], marker="o", capsize=3,
+                    label=f"{label} ({model} {size} b{batch} {precision})")
+    measured = sorted({r["n"] for rs in series.values() for r in rs})
+    ends = [1, max(measured)]
+    ax.plot(ends, ends if metric == "speedup" else [1.0, 1.0], "k--", lw=1,
+            label="ideal: S_n = n" if metric == "speedup" else "ideal: E_n = 1")
+    ax.set_xticks(measured)
+    ax.set_xticklabels([str(n) for n in measured])
+    ax.set_xlabel(AXIS[word])
+    ax.set_ylabel("speedup S_n = T_n / T_1 (step throughput)" if metric == "speedup"
+                  else "scaling efficiency E_n = T_n / (n T_1)")
+    ax.grid(alpha=0.3)
+    drawn = " and ".join(sorted(kinds)) if kinds else "none (no interval recorded)"
+    ax.legend(fontsize=7, title=f"bars: 95% interval, {drawn}", title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample") -> list[str]:
     import matplotlib
 
@@ -175,26 +266,10 @@ def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample"
     import matplotlib.pyplot as plt
 
     written = []
-    series: dict[tuple, list] = defaultdict(list)
-    for r in rows:
-        if r["speedup"] is not None:
-            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["inputs"])].append(r)
+    series = scaling_series(rows)
     if series:
-        max_n = max(r["n"] for rs in series.values() for r in rs)
-        for metric, name, ylabel in (("speedup", "speedup.png", "speedup vs 1 rank (step throughput)"),
-                                     ("efficiency", "efficiency.png", "scaling efficiency T_n / (n T_1)")):
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-            for (label, model, precision, batch, size), rs in sorted(series.items()):
-                rs = sorted(rs, key=lambda r: r["n"])
-                ax.plot([r["n"] for r in rs], [r[metric] for r in rs], marker="o",
-                        label=f"{label} ({model} {size} b{batch} {precision})")
-            ideal = list(range(1, max_n + 1))
-            ax.plot(ideal, ideal if metric == "speedup" else [1.0] * len(ideal), "k--", lw=1, label="ideal")
-            ax.set_xlabel("GPUs / ranks (n)")
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
+        for metric, name in (("speedup", "speedup.png"), ("efficiency", "efficiency.png")):
+            fig = scaling_figure(series, metric, devices_word(results))
             fig.savefig(out / name, dpi=120)
             plt.close(fig)
             written.append(name)
@@ -268,28 +343,32 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
     results = load_results(paths, skipped)
     out.mkdir(parents=True, exist_ok=True)
     chosen, repeats = table_cells(results)
-    rows = scaling_rows(chosen)
+    rows = scaling_rows(chosen, repeats)
     versus = horovod_vs_native(chosen, repeats)
     units = sorted({sample_symbol(r) for r in results})
     unit = units[0] if len(units) == 1 else "sample"  # e.g. img; mixed workloads are counted in samples
     images = plots(rows, results, out, unit)
 
+    dev = devices_word(results)
     md = ["# hvdbench report", "",
-          f"{len(results)} results from {', '.join(map(str, paths))}. Throughput T is the mean over timed "
-          f"windows of {unit}/s across all ranks (warmup excluded); every figure below is read from the result "
-          "files.", "",
+          f"{len(results)} results from {', '.join(map(str, paths))}. {headline_sentence(unit)} Per {dev} = T / n. "
+          "Every figure below is read from the result files.", "",
           "Formulas: speedup S_n = T_n / T_1 (same mode, model, precision, batch, image size); efficiency "
           "E_n = T_n / (n T_1); wall speedup = W_n / W_1 with W = samples after init / (init_s + train_s); "
           "vs single = T_n / T of torch-single or tf-single in the same setting.", "",
-          "## Scaling (the Horovod paper's table: 1 GPU, N GPUs, speedup)", "",
-          f"| mode | setting | n | {unit}/s total | {unit}/s per GPU | 95% CI within run | speedup | efficiency "
-          "| wall speedup | vs single | init s |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          f"## Scaling (the Horovod paper's table: 1 {dev}, n {dev}s, speedup)", "",
+          "The interval within run is from this launch's timed windows; between runs, from the cell's repeated "
+          "launches (what run-to-run noise is judged by; only with two or more runs).", "",
+          f"| mode | setting | n | {unit}/s total | {unit}/s per {dev} | 95% CI within run | 95% CI between runs "
+          "| speedup | efficiency | wall speedup | vs single | init s |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ci = r["ci95"]
+        between = (f"{r['between_ci95_low']:.2f}–{r['between_ci95_high']:.2f} ({r['between_runs']} runs)"
+                   if r["between_ci95_low"] is not None else "–")
         md.append(f"| {r['label']} | {r['model']} {r['inputs']} b{r['batch_size']} {r['precision']} | {r['n']} "
                   f"| {r['samples_per_sec_total']:.2f} | {r['samples_per_sec_per_gpu']:.2f} | "
-                  f"{f'{ci[0]:.2f}–{ci[1]:.2f}' if ci else '–'} | {_fmt(r['speedup'])} | "
+                  f"{f'{ci[0]:.2f}–{ci[1]:.2f}' if ci else '–'} | {between} | {_fmt(r['speedup'])} | "
                   f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "
                   f"{r['init_s']:.1f} |")
     md += ["", "## Horovod vs native", ""]

@@ -3,7 +3,8 @@
 The results.csv columns, the terminal table, the report's columns and ``bench compare``'s metrics are all
 made from this list, so a metric is defined once. Throughput is counted in samples; the workload says
 what a sample is (an image for the CNNs) and the unit is printed in its words (img/s). Text workloads
-add tokens/s beside samples/s.
+add tokens/s beside samples/s. A label says "per {dev}": "per GPU" for a run on GPUs, "per rank" for a CPU run,
+whose ranks are processes sharing the host's cores, not devices (label_for).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from bench.errors import BenchError
 class Metric:
     key: str  # where it lives: result[section][key]
     section: str  # "summary", "timing" or "telemetry"
-    label: str  # its name in tables
+    label: str  # its name in tables; "{dev}" is the device word (GPU, rank: device_word)
     unit: str  # "{s}" is the workload's sample symbol (img), e.g. "{s}/s"
     higher_is_better: bool
     definition: str
@@ -31,6 +32,21 @@ class Metric:
     def unit_for(self, result: dict[str, Any]) -> str:
         return self.unit.replace("{s}", sample_symbol(result))
 
+    def label_for(self, result: dict[str, Any] | None = None, dev: str | None = None) -> str:
+        """The label in the words of ``result``'s devices (or of ``dev``)."""
+        return self.label.replace("{dev}", dev or (device_word(result) if result is not None else "device"))
+
+
+def device_word(result: dict[str, Any]) -> str:
+    """What one unit of the world size is: a GPU for a run on CUDA devices, else a rank (a process on the CPU)."""
+    return "GPU" if str((result.get("config") or {}).get("device", "cpu")).startswith("cuda") else "rank"
+
+
+def devices_word(results: list[dict[str, Any]]) -> str:
+    """The device word shared by ``results``: GPU, rank, or device where they mix."""
+    words = {device_word(r) for r in results}
+    return words.pop() if len(words) == 1 else "device"
+
 
 def sample_symbol(result: dict[str, Any]) -> str:
     """The workload's short word for one sample: img, seq (results before schema 2 are images)."""
@@ -39,9 +55,10 @@ def sample_symbol(result: dict[str, Any]) -> str:
 
 METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("samples_per_sec_total", "summary", "throughput, total (all ranks)", "{s}/s", True,
-           "mean over the timed windows of the samples all ranks processed per second of the slowest rank's window"),
-    Metric("samples_per_sec_per_gpu", "summary", "throughput, per GPU", "{s}/s", True,
-           "samples_per_sec_total / world size (devices)"),
+           "every sample all ranks processed in the timed windows over the slowest rank's total time in them "
+           "(warmup excluded)"),
+    Metric("samples_per_sec_per_gpu", "summary", "throughput, per {dev}", "{s}/s", True,
+           "samples_per_sec_total / world size (GPUs, or ranks on the CPU)"),
     Metric("samples_per_sec_rank0_x_world", "summary", "rank 0 x world size", "{s}/s", True,
            "rank 0's own samples/s times the world size: what Horovod's scripts print"),
     Metric("samples_per_sec_wall_train", "summary", "wall-clock throughput", "{s}/s", True,
@@ -51,9 +68,9 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            in_table=False),
     Metric("tokens_per_sec_total", "summary", "tokens/s, total", "tokens/s", True,
            "samples_per_sec_total x tokens per sample (text workloads)"),
-    Metric("tokens_per_sec_per_gpu", "summary", "tokens/s, per GPU", "tokens/s", True,
+    Metric("tokens_per_sec_per_gpu", "summary", "tokens/s, per {dev}", "tokens/s", True,
            "tokens_per_sec_total / world size (text workloads)"),
-    Metric("model_tflops_per_gpu", "summary", "model TFLOP/s per GPU", "TFLOP/s", True,
+    Metric("model_tflops_per_gpu", "summary", "model TFLOP/s per {dev}", "TFLOP/s", True,
            "workload.train_flops_per_sample x samples_per_sec_per_gpu / 1e12 (MFU = this / the device's peak)",
            fmt=".3g"),
     Metric("init_s", "timing", "init", "s", False,

@@ -321,7 +321,7 @@ def render_table(result: dict[str, Any]):
             continue
         if value is None and metric.key.startswith("tokens"):
             continue  # not a text workload
-        table.add_row(metric.label, _num(value, metric.fmt), metric.unit_for(result))
+        table.add_row(metric.label_for(result), _num(value, metric.fmt), metric.unit_for(result))
         if metric.key == "samples_per_sec_total":
             ci = s.get("ci95")
             table.add_row("  95% CI, within run", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a",

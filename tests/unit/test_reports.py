@@ -9,7 +9,7 @@ from bench.commands.report import horovod_vs_native, scaling_rows, write_report
 from bench.commands.sweep import SweepConfig
 from bench.errors import BenchError
 from bench.records.collect import load_results, table_cells
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 A, B = FIXTURES / "sweep-a", FIXTURES / "sweep-b"
 
@@ -111,3 +111,87 @@ def test_a_difference_is_significant_only_from_repeated_runs():
     noisy = [_run("torch-horovod", v, str(i)) for i, v in enumerate([90.0, 130.0, 110.0])]
     assert significant(a, b) is True and significant(a, noisy) is False
     assert significant(a[:1], b[:1]) is None and significant(a, b[:1]) is None
+
+
+def test_the_report_and_the_docs_define_every_figure_as_the_registry_does(tmp_path):
+    """The report's first sentence and docs/results.md's table take each figure's definition from
+    bench/records/metrics.py: the headline is every timed sample over the slowest rank's time (schema 3), not a
+    mean of window rates."""
+    from bench.records.metrics import METRICS
+
+    headline = METRICS["samples_per_sec_total"].definition
+    assert "slowest rank's total time" in headline and "mean" not in headline
+    first = write_report([A], tmp_path).read_text().split("\n\n")[1]
+    assert f"Throughput T (img/s) is {headline}." in first and "Per rank = T / n." in first
+    docs = (ROOT / "docs" / "results.md").read_text()
+    for m in METRICS.values():
+        assert f"| `{m.section}.{m.key}` | {m.label} | {m.unit.replace('{s}', 'sample')} | {m.definition} |" in docs
+
+
+def test_tables_say_per_gpu_for_gpu_runs_and_per_rank_for_cpu_runs(tmp_path):
+    from rich.console import Console
+
+    from bench.records.results import render_table
+
+    cpu = load_results([A])[0]
+    gpu = json.loads(json.dumps({k: v for k, v in cpu.items() if k != "_path"}))
+    gpu["config"]["device"] = "cuda"
+
+    def text(result):
+        console = Console(width=200, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
+        console.print(render_table(result))
+        return console.export_text()
+    assert "throughput, per rank" in text(cpu) and "per GPU" not in text(cpu)
+    assert "throughput, per GPU" in text(gpu) and "per rank" not in text(gpu)
+    report = write_report([A], tmp_path).read_text()
+    assert "img/s per rank" in report and "per GPU" not in report and "1 rank, n ranks" in report
+
+
+def _ticks_and_bars(fig):
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    legend = ax.get_legend()
+    found = {"ticks": [t.get_text() for t in ax.get_xticklabels()], "xlabel": ax.get_xlabel(),
+             "bars": [[round(float(abs(seg[1][1] - seg[0][1])), 6) for seg in c.lines[2][0].get_segments()]
+                      for c in bars],
+             "labels": [t.get_text() for t in legend.get_texts()], "title": legend.get_title().get_text()}
+    plt.close(fig)
+    return found
+
+
+def test_the_scaling_plots_tick_at_the_measured_sizes_and_draw_their_intervals():
+    """speedup.png and efficiency.png: integer ticks at the world sizes measured (1 and 2, not 1.0, 1.2, ...), a
+    bar on every point, the within-run interval where a cell ran once and the between-run one where it was
+    repeated (the legend's title says which), the axis in the runs' devices, the ideal line labelled."""
+    from bench.commands.report import scaling_figure, scaling_series
+
+    results = load_results([A])
+    chosen, repeats = table_cells(results)
+    series = scaling_series(scaling_rows(chosen, repeats))
+    for metric, ideal in (("speedup", "ideal: S_n = n"), ("efficiency", "ideal: E_n = 1")):
+        drawn = _ticks_and_bars(scaling_figure(series, metric, "rank"))
+        assert drawn["ticks"] == ["1", "2"] and drawn["xlabel"] == "ranks on the CPU (n)"
+        # a bar where the row has an interval (none at n = 1: the base against itself), of the row's length
+        scale = (lambda r: 1.0) if metric == "speedup" else (lambda r: 1.0 / r["n"])
+        assert drawn["bars"] == [[round((r["speedup_high"] - r["speedup_low"]) * scale(r), 6)
+                                  if r["speedup_low"] is not None else 0.0 for r in rs] for rs in series.values()]
+        assert sum(length > 0 for bars in drawn["bars"] for length in bars) == 1  # torch-ddp at 2: both ran
+        assert ideal in drawn["labels"] and "within run" in drawn["title"]
+    assert _ticks_and_bars(scaling_figure(series, "speedup", "GPU"))["xlabel"] == "GPUs (n)"
+
+    # the same cells run twice more: the bars are between runs now, and the table shows that interval too
+    again = []
+    for i, r in enumerate(results * 2):
+        r = json.loads(json.dumps({k: v for k, v in r.items() if k != "_path"}))
+        r["created_utc"] = f"2000-01-0{1 + i // len(results)}T00:00:00Z"  # older than the originals
+        r["summary"]["samples_per_sec_total"] *= 0.97 + 0.02 * i / len(results)
+        again.append(r)
+    chosen, repeats = table_cells(results + again)
+    rows = scaling_rows(chosen, repeats)
+    assert all(r["between_runs"] == 3 and r["interval_kind"] == "between 3 runs" for r in rows)
+    assert all(r["speedup_low"] <= r["speedup_high"] for r in rows if r["speedup"] is not None)
+    drawn = _ticks_and_bars(scaling_figure(scaling_series(rows), "speedup", "rank"))
+    assert "between runs" in drawn["title"] and "within" not in drawn["title"]
