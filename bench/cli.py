@@ -25,12 +25,12 @@ from bench.commands.verify import VerifyConfig
 from bench.config import PLUGIN_OPTIONS, RunConfig, declared, option_specs
 from bench.data import make
 from bench.data.make import MakeConfig
-from bench.deps import missing_message
-from bench.errors import BenchError, Stopped
+from bench.errors import BenchError, Stopped, one_line
 from bench.launching import envs, supervise
 from bench.launching.detect import detect
 from bench.launching.slurm import slurm_time_limit
 from bench.modes import MODES
+from bench.tfutil import VERBOSE_ENV
 
 try:  # before the commands are made: plugins add modes (one command each) and models
     plugins.load()
@@ -50,8 +50,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
-    pass
+                                                help="Print the version and exit.")] = False,
+          verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the frameworks' start-up logging "
+                                                "(TensorFlow's, absl's), which bench drops by default "
+                                                f"(the same as {VERBOSE_ENV}=1).")] = False) -> None:
+    if verbose:  # in the environment: the ranks and children this command starts inherit it
+        os.environ[VERBOSE_ENV] = "1"
 
 
 def option_parameters(only_sweep: bool = False) -> list[inspect.Parameter]:
@@ -184,33 +188,12 @@ declared_command("bench", data.DataBenchConfig, data.main, "The input pipeline a
                  "loader with 1..K workers, the decode rate per core and the cores that feed a node's GPUs.", data_app)
 
 
-# The frameworks' out-of-memory errors, by type name (no framework import here): torch.cuda.OutOfMemoryError,
-# TensorFlow's ResourceExhaustedError (an allocation of the GPU's or the host's memory failed).
-OOM_ERRORS = {"OutOfMemoryError": "out of GPU memory", "ResourceExhaustedError": "out of memory"}
-
-
-def out_of_memory(exc: BaseException) -> str | None:
-    """One line for a framework's out-of-memory error: what ran out, the framework's own words, what to try."""
-    what = next((OOM_ERRORS[t.__name__] for t in type(exc).__mro__ if t.__name__ in OOM_ERRORS), None)
-    if what is None:
-        return None
-    return f"{what} ({summary_line(exc)[:200]}): try a smaller --batch-size, or --precision amp-bf16"
-
-
 def _rank_prefix() -> str:
     try:
         info = detect()
     except BenchError:
         return ""
     return f"rank {info.rank}: " if info.launcher != "none" else ""
-
-
-def summary_line(exc: BaseException) -> str:
-    """The informative line of an exception message: TensorFlow's start 'in user code:' and end with the error."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return ""
-    return lines[-1][:300] if lines[0].endswith(":") and len(lines) > 1 else lines[0][:300]
 
 
 def main() -> None:
@@ -233,20 +216,16 @@ def main() -> None:
         print(f"{_rank_prefix()}error: {exc}" + (f" ({why})" if why else ""), file=sys.stderr)
         sys.exit(exc.exit_code)
     except BenchError as exc:
-        print(f"{_rank_prefix()}error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        line, code = one_line(exc)
+        print(f"{_rank_prefix()}{line}", file=sys.stderr)
+        sys.exit(code)
     except KeyboardInterrupt:
         print(f"{_rank_prefix()}error: stopped by SIGINT", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:  # an unexpected failure on a rank: one line unless debugging
         if os.environ.get("HVDBENCH_DEBUG"):
             raise
-
-        message = missing_message(exc) if isinstance(exc, ModuleNotFoundError) else out_of_memory(exc)
-        if message:  # an optional dependency (which extra brings it), or memory the batch does not fit in
-            print(f"{_rank_prefix()}error: {message}", file=sys.stderr)
-            sys.exit(1)
-        print(f"{_rank_prefix()}internal error: {type(exc).__name__}: {summary_line(exc)}"
-              " (HVDBENCH_DEBUG=1 shows the traceback)", file=sys.stderr)
-        sys.exit(1)
+        line, code = one_line(exc)
+        print(f"{_rank_prefix()}{line}", file=sys.stderr)
+        sys.exit(code)
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,6 +1,11 @@
-"""Domain errors: the CLI turns them into one line on stderr and a non-zero exit code."""
+"""Domain errors: the CLI turns them into one line on stderr and a non-zero exit code (one_line), and so does a
+child process of a command for its parent (Reported)."""
+
+from __future__ import annotations
 
 import signal
+
+from bench.deps import missing_message
 
 
 class BenchError(Exception):
@@ -19,6 +24,16 @@ class ResultNotWhole(BenchError):
 class MissingDependency(BenchError):
     """An optional library this command needs is not installed or not built for it (Horovod without the
     framework's support): callers that can go on without it (bench verify: SKIP) catch this type."""
+
+
+class Reported(BenchError):
+    """A failure a child process of this command already put in one line (one_line's words, passed on as they
+    are): its parent raises it, so the user reads the line the child would have printed as a command."""
+
+    def __init__(self, line: str, exit_code: int = 1) -> None:
+        super().__init__(line)
+        self.line = line
+        self.exit_code = exit_code
 
 
 class Stopped(BenchError):
@@ -51,3 +66,40 @@ def stop_on_signals() -> dict[int, object]:
 def restore_handlers(old: dict[int, object]) -> None:
     for s, handler in old.items():
         signal.signal(s, handler)
+
+
+# The frameworks' out-of-memory errors, by type name (no framework import here): torch.cuda.OutOfMemoryError,
+# TensorFlow's ResourceExhaustedError (an allocation of the GPU's or the host's memory failed).
+OOM_ERRORS = {"OutOfMemoryError": "out of GPU memory", "ResourceExhaustedError": "out of memory"}
+
+
+def summary_line(exc: BaseException) -> str:
+    """The informative line of an exception message: TensorFlow's start 'in user code:' and end with the error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1][:300] if lines[0].endswith(":") and len(lines) > 1 else lines[0][:300]
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """One line for a framework's out-of-memory error: what ran out, the framework's own words, what to try."""
+    what = next((OOM_ERRORS[t.__name__] for t in type(exc).__mro__ if t.__name__ in OOM_ERRORS), None)
+    if what is None:
+        return None
+    return f"{what} ({summary_line(exc)[:200]}): try a smaller --batch-size, or --precision amp-bf16"
+
+
+def one_line(exc: BaseException) -> tuple[str, int]:
+    """The line a command prints for an exception that ends it (without a rank's prefix), and its exit code: a
+    domain error's message, a missing optional dependency and what installs it, a framework's out-of-memory
+    error and what to try; anything else is an internal error named by its type (HVDBENCH_DEBUG=1 lets the
+    traceback through instead, where the caller re-raises)."""
+    if isinstance(exc, Reported):
+        return exc.line, exc.exit_code
+    if isinstance(exc, BenchError):
+        return f"error: {exc}", exc.exit_code
+    message = missing_message(exc) if isinstance(exc, ModuleNotFoundError) else out_of_memory(exc)
+    if message:
+        return f"error: {message}", 1
+    return (f"internal error: {type(exc).__name__}: {summary_line(exc)} (HVDBENCH_DEBUG=1 shows the traceback)",
+            1)

@@ -30,10 +30,16 @@ PY=$VENV/bin/python
 # a fresh clone's multiproc tier took 21m56s without it, 14m12s with it).
 "$PY" -m pip install -q -r requirements/venv.txt
 # tf-keras without its dependencies: it would otherwise pull the non-CPU tensorflow wheel.
-"$PY" -m pip install -q --no-deps "tf-keras==$("$PY" -c 'import tensorflow as tf; print(tf.__version__)')"
+# (TensorFlow's start-up logging, written to stderr whatever TF_CPP_MIN_LOG_LEVEL says, is dropped here.)
+tf_version=$("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null) \
+  || { echo "setup: error: TensorFlow does not import in $VENV" >&2; exit 1; }
+"$PY" -m pip install -q --no-deps "tf-keras==$tf_version"
 # TorchRec for torch-hybrid: its dependencies, then itself without them (requirements/hybrid.txt says why).
 "$PY" -m pip install -q -r requirements/hybrid.txt
 "$PY" -m pip install -q --no-deps torchrec==1.8.0
 "$PY" -m pip install -q --no-deps -e .
 MAKEFLAGS=${MAKEFLAGS:--j$(nproc)} docker/build-horovod.sh "$PY"
-"$VENV/bin/horovodrun" --check-build | sed -n '/Available Frameworks/,$p'
+check_log=$(mktemp)
+"$VENV/bin/horovodrun" --check-build 2>"$check_log" | sed -n '/Available Frameworks/,$p' \
+  || { cat "$check_log" >&2; rm -f "$check_log"; exit 1; }
+rm -f "$check_log"

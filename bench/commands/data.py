@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 from bench.config import comma_list, option
 from bench.data import datasets
 from bench.data.loaders import LOADERS, installed, loader
-from bench.errors import BenchError
+from bench.errors import BenchError, Reported, one_line
 from bench.launching import envs
 from bench.records import store
 from bench.records.header import header, new_run_id
@@ -129,18 +130,38 @@ def loader_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
 
 
 # A loader measured in a child process of its framework's environment: a TensorFlow process never loads PyTorch.
-_CHILD = ("import json, sys; from bench.commands.data import DataBenchConfig, loader_rates; "
-          "cfg = DataBenchConfig(**json.loads(sys.argv[1])); "
-          "print(json.dumps(loader_rates(cfg, cfg.loaders[0])))")
+_CHILD = "import sys; from bench.commands.data import child_main; child_main(sys.argv[1])"
+
+
+def child_main(config: str) -> None:
+    """The child's side: its rates, or the one line its failure is (bench.errors.one_line), as JSON on the last
+    line of standard output, so the parent ends as the child would have (no traceback, no class name of a domain
+    error); HVDBENCH_DEBUG=1 lets the traceback through instead."""
+    try:
+        cfg = DataBenchConfig(**json.loads(config))
+        print(json.dumps({"rates": loader_rates(cfg, cfg.loaders[0])}), flush=True)
+    except Exception as exc:
+        if os.environ.get("HVDBENCH_DEBUG"):
+            raise
+        line, code = one_line(exc)
+        print(json.dumps({"error": line, "exit_code": code}), flush=True)
+        sys.exit(code)
 
 
 def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
     config = {**asdict(cfg), "loaders": [name]}
     python = envs.interpreter(LOADERS[name].framework) or sys.executable
     done = subprocess.run([python, "-c", _CHILD, json.dumps(config)], stdout=subprocess.PIPE, text=True)
-    if done.returncode != 0:
+    lines = done.stdout.strip().splitlines()
+    try:
+        said = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        said = {}
+    if "error" in said:
+        raise Reported(said["error"], said.get("exit_code", 1))
+    if done.returncode != 0 or "rates" not in said:
         raise BenchError(f"the {name} loader failed (exit {done.returncode}; its error is above)")
-    return {int(w): v for w, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    return {int(w): v for w, v in said["rates"].items()}
 
 
 def run(cfg: DataBenchConfig) -> dict[str, Any]:

@@ -23,6 +23,16 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
         (name, w) for name in installed() for w in (0, 1)}
     assert all(row["images_per_sec"] > 0 for row in record["rows"])
     assert set(record["cores_to_feed"]["torch"]) == {"H100 TF32", "H100 AMP"} and "to feed 8 GPUs" in r.stdout
+    # a domain error in the loader's child: the one line the parent would print, no traceback, no class name
+    more = ("data", "bench", str(tmp_path / "d"), "--loaders", "torch", "--batch-size", "4", "--batches", "20",
+            "--warmup", "1", "--repeats", "1", "--workers", "0", "--output", str(tmp_path / "more"))
+    r = bench(*more)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        "error: torch: the training split gave fewer than 21 batches of 4 to rank 0 of 1: make a larger dataset, "
+        "or lower --batches, --warmup or --batch-size"), r.stderr
+    assert "Traceback" not in r.stderr and "BenchError" not in r.stderr and not list(tmp_path.glob("more/*.json"))
+    r = bench(*more, HVDBENCH_DEBUG="1")
+    assert r.returncode == 1 and "Traceback" in r.stderr and "bench.errors.BenchError: torch: the training" in r.stderr
     r = bench("data", "bench", str(tmp_path / "missing"))
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].endswith("no such file or folder"), r.stderr
     assert "Traceback" not in r.stderr

@@ -1,6 +1,7 @@
 """The CLI contract: help without heavy imports, and bad input -> one line, non-zero exit, no result."""
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -97,7 +98,7 @@ def test_bad_input_one_line(cli, args, message, out):
 
 
 def test_summary_line_of_framework_errors():
-    from bench.cli import summary_line
+    from bench.errors import summary_line
 
     assert summary_line(TypeError("in user code:\n\n  File x\n    y\n\n  TypeError: bad dtype")) == \
         "TypeError: bad dtype"
@@ -138,3 +139,26 @@ def test_a_framework_out_of_memory_error_is_one_line_with_what_to_try(cli, monke
         line = one_line_error(r, code=1)
         assert line.startswith(f"error: {words}") and "try a smaller --batch-size" in line, line
         assert "internal error" not in line
+
+
+def test_verbose_lets_the_frameworks_start_up_logging_through_for_the_command_and_its_ranks(cli, monkeypatch):
+    """`bench -v ...` sets HVDBENCH_VERBOSE=1 in the environment the command's ranks and children inherit
+    (bench.tfutil.quiet_startup drops TensorFlow's start-up chatter unless it is set); without -v nothing is set."""
+    from bench.tfutil import VERBOSE_ENV
+
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    assert cli("models").returncode == 0 and VERBOSE_ENV not in os.environ
+    assert cli("-v", "models").returncode == 0 and os.environ[VERBOSE_ENV] == "1"
+    monkeypatch.delenv(VERBOSE_ENV)
+    assert cli("--verbose", "models").returncode == 0 and os.environ[VERBOSE_ENV] == "1"
+    assert "--verbose" in cli("--help").stdout and "-v" in cli("--help").stdout
+
+
+def test_a_childs_failure_reaches_the_user_as_its_own_line(cli, monkeypatch):
+    """bench.errors.one_line: the same line for a domain error whether the command or its child raised it."""
+    from bench.errors import BenchError, Reported, one_line
+
+    line, code = one_line(BenchError("tf: the training split gave fewer than 21 batches"))
+    assert (line, code) == ("error: tf: the training split gave fewer than 21 batches", 1)
+    assert one_line(Reported(line, code)) == (line, code)
+    assert one_line(ValueError("bad\nmore"))[0].startswith("internal error: ValueError: bad (HVDBENCH_DEBUG=1")
