@@ -3,7 +3,8 @@ them (docs/data.md).
 
 Formats (each written by ``bench data make`` and read by the loaders):
 
-    imagefolder  ROOT/train/<class>/*.JPEG and ROOT/val/<class>/*.JPEG (ImageNet's layout)
+    imagefolder  ROOT/train/<class>/*.JPEG and ROOT/val/<class>/*.JPEG, or a flat ROOT/val/ with its label file
+                 (ImageNet's layout as it ships: bench.data.datasets.VAL_LABEL_FILES)
     tfrecord     ROOT/train-NNNNN-of-NNNNN and ROOT/validation-NNNNN-of-NNNNN, tf.train.Example records with
                  image/encoded (JPEG bytes) and image/class/label (as TensorFlow's ImageNet scripts write them;
                  their labels start at 1, 0 being "background": ``label_offset`` in meta.json says so)

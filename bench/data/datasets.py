@@ -68,17 +68,74 @@ class Dataset:
     label_offset: int = 0  # tfrecord: ImageNet's scripts count labels from 1
 
 
-def _imagefolder(root: Path, name: str) -> Split:
+# A flat val/ folder's labels, as ImageNet's validation set ships: one file beside val/ that names each image's class
+# folder in train/ (its WordNet id). val_labels.txt: "FILE CLASS" per line (a comma or spaces between); or Kaggle's
+# LOC_val_solution.csv: "ImageId,PredictionString" whose first word is the class (FILE = ImageId + .JPEG).
+VAL_LABEL_FILES = ("val_labels.txt", "LOC_val_solution.csv")
+
+
+def class_folders(root: Path) -> list[str]:
+    """The class names, in label order: train/'s folders, sorted, hidden ones (.ipynb_checkpoints, ...) skipped.
+    Every split is labelled by this one map, so a class missing from val/ shifts no label."""
+    folder = root / "train"
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")) \
+        if folder.is_dir() else []
+
+
+def _imagefolder(root: Path, name: str, classes: list[str]) -> Split:
     folder = root / name
     if not folder.is_dir():
         return Split(np.zeros(0, np.int64), paths=[])
-    classes = sorted(d.name for d in folder.iterdir() if d.is_dir())
+    label_of = {c: i for i, c in enumerate(classes)}
+    found = sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    flat = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+    if flat and name != "train":
+        return _flat_split(root, folder, flat, label_of)
+    unknown = [c for c in found if c not in label_of]
+    if unknown:
+        raise BenchError(f"--data {root}: {name}/ holds classes that train/ has not ({', '.join(unknown[:5])}"
+                         f"{', ...' if len(unknown) > 5 else ''}): their labels would mean nothing")
     paths, labels = [], []
-    for label, c in enumerate(classes):
+    for c in found:
         for f in sorted((folder / c).iterdir()):
-            if f.suffix.lower() in IMAGE_SUFFIXES:
+            if f.suffix.lower() in IMAGE_SUFFIXES and not f.name.startswith("."):
                 paths.append(str(f))
-                labels.append(label)
+                labels.append(label_of[c])
+    return Split(np.asarray(labels, np.int64), paths=paths)
+
+
+def _flat_split(root: Path, folder: Path, files: list[Path], label_of: dict[str, int]) -> Split:
+    """A split's images in one folder, labelled by the label file beside it (VAL_LABEL_FILES)."""
+    source = next((root / n for n in VAL_LABEL_FILES if (root / n).is_file()), None)
+    if source is None:
+        raise BenchError(f"--data {root}: {folder.name}/ holds images without class folders; put its labels beside "
+                         f"it in {VAL_LABEL_FILES[0]} (a line 'FILE CLASS' per image, CLASS a folder of train/) or "
+                         f"Kaggle's {VAL_LABEL_FILES[1]}")
+    named: dict[str, str] = {}
+    for number, line in enumerate(source.read_text().splitlines(), 1):
+        words = line.replace(",", " ").split()
+        if not words or (number == 1 and words[0] == "ImageId"):
+            continue
+        if len(words) < 2:
+            raise BenchError(f"--data {source}:{number}: expected 'FILE CLASS', got {line.strip()!r}")
+        file = words[0] if source.name == VAL_LABEL_FILES[0] else f"{words[0]}.JPEG"
+        named[file] = words[1]
+    paths, labels, unlabelled, unknown = [], [], [], set()
+    for f in files:
+        cls = named.get(f.name)
+        if cls is None:
+            unlabelled.append(f.name)
+        elif cls not in label_of:
+            unknown.add(cls)
+        else:
+            paths.append(str(f))
+            labels.append(label_of[cls])
+    if unlabelled:
+        raise BenchError(f"--data {root}: {source.name} gives no class for {len(unlabelled)} image(s) of "
+                         f"{folder.name}/ ({', '.join(unlabelled[:3])}{', ...' if len(unlabelled) > 3 else ''})")
+    if unknown:
+        raise BenchError(f"--data {root}: {source.name} names classes that train/ has not "
+                         f"({', '.join(sorted(unknown)[:5])})")
     return Split(np.asarray(labels, np.int64), paths=paths)
 
 
@@ -111,7 +168,7 @@ def class_count(path: str | Path) -> int:
     if fmt == "imagefolder":
         if not (root / "train").is_dir():
             raise BenchError(f"--data {root}: an ImageNet-layout dataset needs train/<class>/ folders")
-        return len([d for d in (root / "train").iterdir() if d.is_dir()])
+        return len(class_folders(root))
     if fmt == "tokens" and "classes" not in info:
         raise BenchError(f"--data {root}: a tokens dataset says its vocabulary in meta.json (classes), as bench data "
                          "make writes it")
@@ -150,7 +207,8 @@ def load(path: str | Path, seq_len: int | None = None) -> Dataset:
                                  f"0..{vocab - 1}")
         return Dataset(root, fmt, vocab, splits)
     if fmt == "imagefolder":
-        splits = {"train": _imagefolder(root, "train"), "val": _imagefolder(root, "val")}
+        names = class_folders(root)
+        splits = {"train": _imagefolder(root, "train", names), "val": _imagefolder(root, "val", names)}
     elif fmt == "cifar":
         splits = {"train": _cifar(root, True), "val": _cifar(root, False)}
     elif fmt == "tfrecord":

@@ -149,3 +149,43 @@ def test_a_dataset_changed_during_a_run_is_named(tmp_path):
         f.write(b"\x01\x00")
     with pytest.raises(BenchError, match=r"\(train.bin\)"):
         check_unchanged(tmp_path / "t", before)
+
+
+def _images(root, names):
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"")
+
+
+def test_every_split_is_labelled_by_trains_class_folders(tmp_path):
+    """One class map, train/'s folders sorted (hidden ones skipped), for val/ too: a class missing from val/ (which
+    bench data make gives at small sizes) or a hidden folder shifts no label; a val class train/ lacks is refused."""
+    _images(tmp_path, ["train/n01/a.JPEG", "train/n02/b.JPEG", "train/n03/c.JPEG", "train/.ipynb_checkpoints/x.JPEG",
+                       "val/n01/d.JPEG", "val/n03/e.JPEG", "val/.hidden/f.JPEG"])
+    data = load(tmp_path)
+    assert data.classes == 3 and data.splits["train"].labels.tolist() == [0, 1, 2]
+    assert [p.split("/")[-1] for p in data.splits["val"].paths] == ["d.JPEG", "e.JPEG"]
+    assert data.splits["val"].labels.tolist() == [0, 2]  # n03 is class 2 in both splits
+    _images(tmp_path, ["val/n09/g.JPEG"])
+    with pytest.raises(BenchError, match=r"val/ holds classes that train/ has not \(n09\)"):
+        load(tmp_path)
+
+
+def test_a_flat_val_folder_is_read_with_its_label_file_as_imagenet_ships_it(tmp_path):
+    """ImageNet's validation images come in one folder with a label list: val_labels.txt ('FILE CLASS'), or
+    Kaggle's LOC_val_solution.csv; each class a folder name of train/."""
+    _images(tmp_path, ["train/n01/a.JPEG", "train/n02/b.JPEG", "val/ILSVRC2012_val_00000001.JPEG",
+                       "val/ILSVRC2012_val_00000002.JPEG"])
+    with pytest.raises(BenchError, match="without class folders; put its labels beside it in val_labels.txt"):
+        load(tmp_path)
+    (tmp_path / "LOC_val_solution.csv").write_text(
+        "ImageId,PredictionString\nILSVRC2012_val_00000002,n01 1 2 3 4\nILSVRC2012_val_00000001,n02 5 6 7 8\n")
+    assert load(tmp_path).splits["val"].labels.tolist() == [1, 0]
+    (tmp_path / "val_labels.txt").write_text("ILSVRC2012_val_00000001.JPEG n01\nILSVRC2012_val_00000002.JPEG n02\n")
+    assert load(tmp_path).splits["val"].labels.tolist() == [0, 1]  # val_labels.txt first
+    (tmp_path / "val_labels.txt").write_text("ILSVRC2012_val_00000001.JPEG n01\n")
+    with pytest.raises(BenchError, match=r"gives no class for 1 image\(s\) of val/ \(ILSVRC2012_val_00000002.JPEG\)"):
+        load(tmp_path)
+    (tmp_path / "val_labels.txt").write_text("ILSVRC2012_val_00000001.JPEG n01\nILSVRC2012_val_00000002.JPEG n07\n")
+    with pytest.raises(BenchError, match=r"names classes that train/ has not \(n07\)"):
+        load(tmp_path)
