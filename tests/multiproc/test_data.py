@@ -28,8 +28,8 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
             "--warmup", "1", "--repeats", "1", "--workers", "0", "--output", str(tmp_path / "more"))
     r = bench(*more)
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
-        "error: torch: the training split gave fewer than 21 batches of 4 to rank 0 of 1: make a larger dataset, "
-        "or lower --batches, --warmup or --batch-size"), r.stderr
+        "error: torch: the training split gave fewer than 21 batches of 4 to rank 0 of 1 (1 untimed, 20 timed at 0 "
+        "worker(s)): make a larger dataset, or lower --batches, --warmup or --batch-size"), r.stderr
     assert "Traceback" not in r.stderr and "BenchError" not in r.stderr and not list(tmp_path.glob("more/*.json"))
     r = bench(*more, HVDBENCH_DEBUG="1")
     assert r.returncode == 1 and "Traceback" in r.stderr and "bench.errors.BenchError: torch: the training" in r.stderr

@@ -189,3 +189,40 @@ def test_a_flat_val_folder_is_read_with_its_label_file_as_imagenet_ships_it(tmp_
     (tmp_path / "val_labels.txt").write_text("ILSVRC2012_val_00000001.JPEG n01\nILSVRC2012_val_00000002.JPEG n07\n")
     with pytest.raises(BenchError, match=r"names classes that train/ has not \(n07\)"):
         load(tmp_path)
+
+
+class _BurstyLoader:
+    """A loader as the clock sees it: W workers hand over W batches together every ``period`` seconds, and the
+    queue they filled during start-up (PREFETCH x W batches) arrives at once with the first round."""
+
+    def __init__(self, clock, workers, period, batch_size):
+        self.clock, self.workers, self.period, self.batch_size = clock, max(workers, 1), period, batch_size
+
+    def batches(self, *args, **kwargs):
+        from bench.commands.data import PREFETCH
+
+        self.clock[0] += self.period  # start-up: the first round, and the prefetched queue with it
+        for _ in range(max(PREFETCH * self.workers, self.workers)):
+            yield np.zeros((self.batch_size, 1)), None
+        while True:
+            self.clock[0] += self.period
+            for _ in range(self.workers):
+                yield np.zeros((self.batch_size, 1)), None
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 4, 10])
+def test_data_bench_counts_only_the_batches_made_inside_its_clock(monkeypatch, tmp_path, workers):
+    """Worked example (issue: data bench overstates every rate): W workers making W batches of 4 every 0.5 s give
+    8 W img/s (8 for none or one). Counting the batch that started the clock read +14% at one worker with the
+    defaults; draining the prefetched queue inside the clock +33% at two and more near ten. Now exact."""
+    from bench.commands import data
+
+    clock = [0.0]
+    monkeypatch.setattr(data.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(data, "loader", lambda name: _BurstyLoader(clock, workers, 0.5, 4))
+    monkeypatch.setattr(data.datasets, "detect_format", lambda path: "imagefolder")
+    cfg = data.DataBenchConfig(path=str(tmp_path), loaders=("torch",), batch_size=4)
+    assert data.measure_once(cfg, None, "torch", workers, 0) == pytest.approx(8.0 * max(workers, 1))
+    warmup, timed = data.lengths(cfg, workers)
+    assert warmup >= max(cfg.warmup, data.PREFETCH * workers) and timed >= max(cfg.batches, data.ROUNDS * workers)
+    assert warmup % max(workers, 1) == 0 and timed % max(workers, 1) == 0
