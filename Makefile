@@ -15,7 +15,7 @@ IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 # The CUDA image test-image-cuda builds: on the same base, its self-test one mode per framework environment.
 IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:bookworm --self-test-modes "torch-ddp tf-horovod"
 
-.PHONY: test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -246,6 +246,9 @@ bench-overhead: venv ## torch-ddp, tf-horovod and tf-native against their bare l
 
 bench-converge: venv ## bench converge on the digits (every distributed mode, np 1 and 2, repeated) and what evaluations cost
 	$(PY) -m tools.benchmarks.converge $(ARGS)
+
+bench-data-check: venv ## bench data bench against a long independent read of the same loader and shard (ARGS=...)
+	$(PY) -m tools.benchmarks.data_bench_check $(ARGS)
 
 bench-data-cost: venv ## VGG-16 and ResNet-50 at np 2 from JPEG files against synthetic, torch-ddp and tf-horovod: img/s and data wait
 	$(PY) -m tools.benchmarks.data_cost $(ARGS)

@@ -83,7 +83,7 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None
                    "inputs": key.inputs, "n": n, "unit": sample_symbol(r), "device": device_word(r),
                    **{name: METRICS[name].value(r) for name in REPORTED}, "ci95": r["summary"].get("ci95"),
                    "between_runs": between["runs"] if between else 1,
-                   "between_ci95_low": between["ci95"][0] if between else None,
+                   "between_ci95_low": max(0.0, between["ci95"][0]) if between else None,
                    "between_ci95_high": between["ci95"][1] if between else None,
                    "interval_kind": spans[n][1], "run_id": r["run_id"], "speedup": None, "speedup_low": None,
                    "speedup_high": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
@@ -107,8 +107,8 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None
 def _interval(result: dict, repeats: list[dict]) -> tuple[list[float] | None, str]:
     """The 95% interval of a cell's headline to draw, and its kind: between runs where there are repeats."""
     between = between_runs([result, *repeats])
-    if between is not None:
-        return between["ci95"], f"between {between['runs']} runs"
+    if between is not None:  # a rate is not negative: a lower bound below 0 (few runs, wide t) is drawn from 0
+        return [max(0.0, between["ci95"][0]), between["ci95"][1]], f"between {between['runs']} runs"
     ci = result["summary"].get("ci95")
     return ci, "within run" if ci else "none"
 
@@ -229,7 +229,7 @@ def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    kinds = set()
+    kinds, unbounded = set(), False
     for (label, model, precision, batch, size), rs in series.items():
         ns = [r["n"] for r in rs]
         values = [r[metric] for r in rs]
@@ -241,6 +241,7 @@ def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
                 for v, r, k in zip(values, rs, scale, strict=True)]
         kinds |= {("between runs" if r["interval_kind"].startswith("between") else r["interval_kind"])
                   for r in rs if r["speedup_low"] is not None and r["n"] > 1}
+        unbounded |= any(r["speedup_low"] is None and r["interval_kind"] != "none" for r in rs)
         ax.errorbar(ns, values, yerr=[low, high], marker="o", capsize=3,
                     label=f"{label} ({model} {size} b{batch} {precision})")
     measured = sorted({r["n"] for rs in series.values() for r in rs})
@@ -254,6 +255,8 @@ def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
                   else "scaling efficiency E_n = T_n / (n T_1)")
     ax.grid(alpha=0.3)
     drawn = " and ".join(sorted(kinds)) if kinds else "none (no interval recorded)"
+    if unbounded:  # T_1's interval reaches 0 (or is missing at n = 1): T_n / T_1 has no upper bound
+        drawn += "; no bar where T_1's is missing or reaches 0"
     ax.legend(fontsize=7, title=f"bars: 95% interval, {drawn}", title_fontsize=7)
     fig.tight_layout()
     return fig
