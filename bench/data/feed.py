@@ -3,10 +3,14 @@
 
 Per step, on each rank (raw values kept, one per timed step)::
 
-    wait_s  from the step asking for its batch (the end of the previous step) to the batch on the device:
-            the time the step was held up by the input pipeline, the host-to-device copy included
-    h2d_s   the host-to-device part of it (PyTorch on a GPU: the copy, synchronised so that it is timed; None
-            where there is no copy: on a CPU, or under TensorFlow, which copies inside its compiled step)
+    wait_s  from the step asking for its batch (the end of the previous step) to the batch handed to the step,
+            on the host's clock: the time the host was held up by the input pipeline. On a GPU the copy to the
+            device is only queued in it (PyTorch: on a side stream, which the step's kernels wait for on the
+            device): it overlaps the previous step's kernels, as in a production loop, and no synchronisation
+            per step adds to what is measured
+    h2d_s   the copy to the device (PyTorch on a GPU: its time on the device's clock, between two CUDA events around
+            it, read after the timed windows; None where there is no copy: on a CPU, or under TensorFlow, which
+            copies inside its compiled step)
 
 Per rank, over the timed windows: ``wait_share = sum(wait_s) / sum(window times)``, the share of the rank's timed
 time its steps waited for data. A rank whose share is at least ``PACE_SHARE`` is named as the one whose input
@@ -72,15 +76,17 @@ class Feed:
     ``copies`` says whether that is a copy worth timing apart."""
 
     def __init__(self, cfg, rank: int, world: int, local_world: int, place: Callable[[Any], Any],
-                 copies: bool, framework: str, device_id: int | None = None, draws: bool = True) -> None:
+                 copies: bool, framework: str, device_id: int | None = None, draws: bool = True,
+                 copy_time: Callable[[], Callable[[], float]] | None = None) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world
         self.dataset = datasets.load(cfg.data, cfg.seq_len)
         self.loader = loader_named(cfg.loader)
         self.workers = default_workers(local_world) if cfg.loader_workers is None else cfg.loader_workers
-        self.place, self.copies = place, copies
+        # copy_time: after place, the copy's time as a deferred reading (device events); else the host's clock
+        self.place, self.copies, self.copy_time = place, copies, copy_time
         self.framework, self.device_id = framework, device_id  # DALI's output layout and GPU
         self.wait_s: list[float] = []
-        self.h2d_s: list[float] = []
+        self.h2d_s: list[float | Callable[[], float]] = []
         n = len(self.dataset.splits["train"])
         self.per_epoch = datasets.shard(n, rank, world, cfg.batch_size, cfg.seed).size // cfg.batch_size \
             if n else None  # TFRecord shards without counts: unknown
@@ -141,7 +147,7 @@ class Feed:
         batch = self.place(host)
         t2 = time.perf_counter()
         self.wait_s.append(t2 - t0)
-        self.h2d_s.append(t2 - t1)
+        self.h2d_s.append(self.copy_time() if self.copy_time is not None else t2 - t1)
         return batch
 
     def held_out(self):
@@ -168,7 +174,7 @@ class Feed:
         """This rank's raw figures from step ``timed_from`` on (the timed windows), for the gather."""
         train = self.dataset.splits["train"]
         return {"wait_step_s": self.wait_s[timed_from:],
-                "h2d_step_s": self.h2d_s[timed_from:] if self.copies else None,
+                "h2d_step_s": [x() if callable(x) else x for x in self.h2d_s[timed_from:]] if self.copies else None,
                 "loader_rate": self.loader_rate, "workers": self.workers,
                 "epochs": len(self.wait_s) / self.per_epoch if self.per_epoch else None,
                 "format": self.dataset.format, "classes": self.dataset.classes, "train_samples": len(train)}
@@ -256,9 +262,10 @@ def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "paced_by_rank": paced["rank"] if paced else None,
         "paced_by_worker": paced.get("worker") if paced else None,  # tf-native ps: a worker's pipeline
         "pace_share": PACE_SHARE,
-        "definition": "wait_s: per timed step, from the step asking for its batch to the batch on the device "
-                      "(h2d_s: the copy part); wait_share: a rank's waits over its timed windows; loader_rate: the "
-                      "pipeline alone at set-up, samples/s (bench.data.feed)",
+        "definition": "wait_s: per timed step, from the step asking for its batch to the batch handed to it, on "
+                      "the host's clock (a copy to a GPU is queued in it, not waited for); h2d_s: the copies' time "
+                      "on the device's clock (CUDA events), overlapping compute; wait_share: a rank's waits over its "
+                      "timed windows; loader_rate: the pipeline alone at set-up, samples/s (bench.data.feed)",
     }
 
 

@@ -24,6 +24,7 @@ import json
 import pickle
 import shutil
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -149,10 +150,26 @@ def split(n: int, val_fraction: float) -> int:
     return min(n - 1, max(1, round(n * val_fraction)))
 
 
+def held_out(labels: np.ndarray, n_val: int) -> list[int]:
+    """The held-out samples of an ImageNet folder: the first ``n_val`` in order, but for the last sample of a
+    class, which stays in train/ (a class folder only val/ had would be refused when read: its label would mean
+    nothing); fewer where the classes leave no more to hold out."""
+    left = Counter(labels.tolist())
+    val = []
+    for i, c in enumerate(labels.tolist()):
+        if len(val) == n_val:
+            break
+        if left[c] > 1:
+            val.append(i)
+            left[c] -= 1
+    return val
+
+
 def write_imagefolder(root: Path, images, labels: np.ndarray, cfg: MakeConfig) -> dict[str, int]:
-    n_val = split(len(labels), cfg.val_fraction)
+    val = held_out(labels, split(len(labels), cfg.val_fraction))
+    kept = set(val)
     counts = {}
-    for name, part in (("train", range(n_val, len(labels))), ("val", range(n_val))):
+    for name, part in (("train", [i for i in range(len(labels)) if i not in kept]), ("val", val)):
         for i in part:
             folder = root / name / f"n{int(labels[i]):08d}"  # ImageNet's synset-style class folders
             folder.mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,8 @@ class TorchTrainer:
         self.scaler = None
         self.feed = None
         self._losses: list[torch.Tensor] = []
+        self._copy_stream = None  # --data on a GPU: the side stream the batches are copied on (to_device)
+        self._last_copy = None  # the CUDA events around the last batch's copy
 
     # -- building blocks -------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -114,7 +116,8 @@ class TorchTrainer:
         cfg = self.cfg
         if cfg.data:
             self.feed = Feed(cfg, self.rank, self.world_size, self.launch.local_world_size, self.to_device,
-                             copies=self.device.type == "cuda", framework="torch", device_id=self.device.index)
+                             copies=self.device.type == "cuda", framework="torch", device_id=self.device.index,
+                             copy_time=self.last_copy_time if self.device.type == "cuda" else None)
             return
         workload = model_spec(cfg.model).workload
         parts = [workload.torch_batch(cfg, index) for index in (shards or [self.rank])]
@@ -126,14 +129,44 @@ class TorchTrainer:
         self.target = target.to(self.device)
 
     def to_device(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """A loader's host batch on the run's device, the copy finished (it is timed: bench.data.feed)."""
+        """A loader's host batch on the run's device, as a production loop places it: on a GPU the copy is queued
+        on a side stream between two CUDA events, and the compute stream waits for its end event there, so the host
+        goes on at once and the copy overlaps the previous step's kernels. No synchronisation: one per step (as
+        before) made the step's timed wait hold the previous step's queued kernels and stopped the host running
+        ahead. The copy's device time is read from its events after the windows (last_copy_time)."""
         data, target = batch
-        data = data.to(self.device, non_blocking=True)
-        if self.cfg.channels_last:
-            data = data.contiguous(memory_format=torch.channels_last)
-        target = target.to(self.device, non_blocking=True)
-        self.sync()
+        if self.device.type != "cuda":
+            data, target = data.to(self.device), target.to(self.device)
+            if self.cfg.channels_last:
+                data = data.contiguous(memory_format=torch.channels_last)
+            return data, target
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(self.device)
+        compute = torch.cuda.current_stream(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self._copy_stream):
+            start.record()
+            data = data.to(self.device, non_blocking=True)
+            if self.cfg.channels_last:
+                data = data.contiguous(memory_format=torch.channels_last)
+            target = target.to(self.device, non_blocking=True)
+            end.record()
+        compute.wait_event(end)
+        # made on the copy stream, used on the compute stream: their memory is not reused before that use ends
+        data.record_stream(compute)
+        target.record_stream(compute)
+        self._last_copy = (start, end)
         return data, target
+
+    def last_copy_time(self):
+        """The last batch's copy as a reading deferred until its events have completed: a function that gives the
+        copy's seconds on the device's clock (bench.data.feed reads it after the timed windows' synchronisation)."""
+        start, end = self._last_copy
+
+        def seconds() -> float:
+            end.synchronize()  # this copy alone, when it is read (after the windows): it has long finished
+            return start.elapsed_time(end) / 1000
+        return seconds
 
     def next_batch(self) -> None:
         """With --data, the step's batch from the feed; the synthetic batch stays where it is otherwise."""

@@ -226,3 +226,21 @@ def test_data_bench_counts_only_the_batches_made_inside_its_clock(monkeypatch, t
     warmup, timed = data.lengths(cfg, workers)
     assert warmup >= max(cfg.warmup, data.PREFETCH * workers) and timed >= max(cfg.batches, data.ROUNDS * workers)
     assert warmup % max(workers, 1) == 0 and timed % max(workers, 1) == 0
+
+
+def test_make_leaves_every_class_of_val_in_train_too():
+    """bench data make at small sizes: the last sample of a class stays in train/, so every val/ class is one the
+    classifier trains on and the folder reads back (before, val/ could hold a class train/ lacked)."""
+    from bench.data.make import held_out
+
+    labels = np.array([3, 3, 1, 7, 1, 3, 9, 9])  # class 7 once: it never goes to val
+    val = held_out(labels, 4)
+    assert val == [0, 1, 2, 6] and set(labels[val]) <= set(np.delete(labels, val))
+    assert held_out(np.array([0, 1, 2]), 1) == []  # one sample a class: nothing can be held out
+
+
+def test_a_small_made_folder_reads_back_with_every_val_class_in_train(tmp_path):
+    # seed 3: the first six samples held out would leave one of their classes out of train/
+    record = make(MakeConfig(path=str(tmp_path / "d"), images=30, classes=12, image_size=8, seed=3))
+    data = load(tmp_path / "d")
+    assert record["counts"]["val"] == 6 and set(data.splits["val"].labels) <= set(data.splits["train"].labels)

@@ -90,3 +90,28 @@ def test_the_input_cost_is_the_share_of_synthetic_throughput_lost():
     assert input_cost("synthetic", "imagefolder via torch", 100.0, 80.0) == pytest.approx(0.2)
     assert input_cost("imagefolder via torch", "synthetic", 80.0, 100.0) == pytest.approx(0.2)
     assert input_cost("synthetic", "synthetic", 100.0, 80.0) is None
+
+
+def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step():
+    """On a GPU the batch's copy is only queued during the step (bench.modes.torch_common.to_device: a side
+    stream and CUDA events); the feed keeps each copy's reading deferred and reads it when the record is made, so
+    no step waits for the device, and the step's wait is the host's alone (a fake device here: no GPU)."""
+    from types import SimpleNamespace
+
+    read = []
+
+    def copy_time():  # what TorchTrainer.last_copy_time gives: a reading of the copy's events, deferred
+        return lambda: read.append(1) or 0.01
+
+    fed = feed.Feed.__new__(feed.Feed)
+    fed.cfg, fed.copies, fed.copy_time, fed.place = SimpleNamespace(data="d"), True, copy_time, lambda host: host
+    fed.wait_s, fed.h2d_s, fed._batches = [], [], iter([("batch", 1)] * 3)
+    fed.dataset = SimpleNamespace(splits={"train": []}, format="imagefolder", classes=2)
+    fed.loader_rate, fed.workers, fed.per_epoch = 100.0, 1, None
+    for _ in range(3):
+        assert fed.next() == ("batch", 1)
+    assert read == []  # nothing read while the steps ran
+    record = fed.record(1)
+    assert record["h2d_step_s"] == [0.01, 0.01] and len(record["wait_step_s"]) == 2 and len(read) == 2
+    fed.copies = False  # a CPU run: no copy kept
+    assert fed.record(0)["h2d_step_s"] is None
