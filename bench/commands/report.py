@@ -404,10 +404,9 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
     if attributed:
         md += ["", "## Where each rank's step goes", "",
                "Per rank, ms per step (bench.measure.attribution): compute with the gradient exchange skipped, "
-               "the exchange "
-               "alone, the timed step, exposed = step - compute (in or waiting for the exchange), and the share of "
-               "the exchange hidden under compute. A straggler is named when its compute is more than "
-               f"{STRAGGLER_THRESHOLD:.0%} slower than the other ranks' median.", "",
+               "the exchange alone, the timed step, exposed = step - compute - data wait (in or waiting for the "
+               "exchange), and the share of the exchange hidden under compute. A straggler is named when its "
+               f"compute is more than {STRAGGLER_THRESHOLD:.0%} slower than the other ranks' median.", "",
                "| mode | setting | n | rank | host | compute | exchange alone | step | exposed | hidden | data wait "
                "| note |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|"]

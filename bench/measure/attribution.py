@@ -19,12 +19,15 @@ pace, never a wait for another rank. Per rank, in seconds per step::
     step_s      = fastest timed window of the job / steps per window   (a window of the job lasts as long as
                   its slowest rank's; the fastest of those, the same statistic as compute_s, so the difference
                   below is one pace minus another; the same for every rank, as a synchronous step is)
-    exposed_s   = max(0, step_s - compute_s)   the part of a step the rank spends on, or waiting in, the exchange
+    data_wait_s = the rank's wait for its batch per step in that window (--data: bench.data.feed; else 0)
+    exposed_s   = max(0, step_s - compute_s - data_wait_s)
+                  the part of a step the rank spends on, or waiting in, the exchange (a wait for data is not one)
     hidden_share = 1 - exposed_s / exchange_s, clipped to [0, 1]
                  the share of the exchange that the backward pass hid (1: all of it, 0: none)
 
-compute_s + exposed_s = step_s by construction, except where a compute-only step ran slower than a whole
-timed step (noise larger than the exchange): exposed_s is then 0, never negative, and ``exposed_clipped`` says so.
+compute_s + data_wait_s + exposed_s = step_s by construction, except where a compute-only step ran slower than
+the rest of a whole timed step (noise larger than the exchange): exposed_s is then 0, never negative, and
+``exposed_clipped`` says so. The compute-only steps draw no batch: they reuse the step's own.
 What is measured apart is compute_s and exchange_s.
 
 The fastest, not the median: interference (another process on the core, a page fault, the first use of a
@@ -60,7 +63,8 @@ DEFINITIONS = {
                   "step)",
     "step_s": "seconds per step in the timed windows (the job's fastest window, each window as long as its slowest "
               "rank's, / steps per window)",
-    "exposed_s": "max(0, step_s - compute_s): the step's time in, or waiting for, the exchange",
+    "data_wait_s": "the rank's wait for its batch per step in the window step_s is read from (--data; else 0)",
+    "exposed_s": "max(0, step_s - compute_s - data_wait_s): the step's time in, or waiting for, the exchange",
     "hidden_share": "1 - exposed_s / exchange_s, clipped to [0, 1]: the share of the exchange hidden by compute",
     "straggler": f"the rank whose compute_s exceeds the other ranks' median by more than "
                  f"{STRAGGLER_THRESHOLD:.0%}; slowdown = its compute_s / that median, wait_share = (its compute_s"
@@ -113,9 +117,24 @@ def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
             "cost_s": time.perf_counter() - t_begin}
 
 
+def fastest_window(ranks: list[dict[str, Any]]) -> int:
+    """The index of the job's fastest timed window (each as long as its slowest rank's)."""
+    lengths = [max(times) for times in zip(*(r["window_s"] for r in ranks), strict=True)]
+    return lengths.index(min(lengths))
+
+
 def job_step(ranks: list[dict[str, Any]], steps_per_window: int) -> float:
-    """The job's fastest timed window (each as long as its slowest rank's) per step: the step every rank shares."""
-    return min(max(times) for times in zip(*(r["window_s"] for r in ranks), strict=True)) / steps_per_window
+    """The job's fastest timed window per step: the step every rank shares."""
+    return max(r["window_s"][fastest_window(ranks)] for r in ranks) / steps_per_window
+
+
+def data_wait(rank: dict[str, Any], window: int, steps_per_window: int) -> float:
+    """The rank's wait for its batch per step in timed window ``window`` (0 without --data; the coordinator of
+    tf-native ps, whose workers wait instead, 0 too)."""
+    data = rank.get("data") or {}
+    waits = [] if "per_worker" in data else data.get("wait_step_s") or []
+    part = waits[window * steps_per_window:(window + 1) * steps_per_window]
+    return sum(part) / steps_per_window if part else 0.0
 
 
 def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] | None:
@@ -128,15 +147,17 @@ def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] 
         return {"measured": False, "reason": "; ".join(sorted(reasons)) or "not every rank measured it",
                 "definitions": DEFINITIONS}
     step = job_step(ranks, steps_per_window)
+    window = fastest_window(ranks)
     per_rank = []
     for r, a in zip(ranks, raw, strict=True):
         compute = min(a["compute_step_s"])
         exchange = min(a["exchange_step_s"])
-        exposed = max(0.0, step - compute)
+        waited = data_wait(r, window, steps_per_window)
+        exposed = max(0.0, step - compute - waited)
         hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
         per_rank.append({"rank": r["rank"], "host": r["host"], "device": r["device"], "compute_s": compute,
-                         "exchange_s": exchange, "step_s": step, "exposed_s": exposed, "hidden_share": hidden,
-                         "exposed_clipped": step < compute,
+                         "exchange_s": exchange, "step_s": step, "data_wait_s": waited, "exposed_s": exposed,
+                         "hidden_share": hidden, "exposed_clipped": step < compute + waited,
                          "compute_step_s": a["compute_step_s"], "exchange_step_s": a["exchange_step_s"]})
     return {"measured": True, "unit": "s", "steps": raw[0]["steps"], "per_rank": per_rank,
             "straggler": straggler(per_rank), "straggler_threshold": STRAGGLER_THRESHOLD,

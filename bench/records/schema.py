@@ -161,8 +161,12 @@ class RankAttribution(_RankOf):
     compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
     exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
     step_s: float = Field(description="per step in the timed windows (the job's fastest window / steps per window)")
-    exposed_s: float = Field(description="max(0, step_s - compute_s): time in, or waiting for, the exchange")
-    exposed_clipped: bool = Field(False, description="step_s < compute_s (noise above the exchange): exposed_s is 0")
+    data_wait_s: float = Field(0.0, description="per step, the rank's wait for its batch in the window step_s is "
+                                                "read from (--data; 0 otherwise, and in results before it was kept)")
+    exposed_s: float = Field(description="max(0, step_s - compute_s - data_wait_s): time in, or waiting for, the "
+                                         "exchange")
+    exposed_clipped: bool = Field(False, description="step_s < compute_s + data_wait_s (noise above the exchange): "
+                                                     "exposed_s is 0")
     hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
     compute_step_s: list[float] = Field(description="raw: each compute-only step's wall time")
     exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")

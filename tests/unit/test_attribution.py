@@ -47,6 +47,25 @@ def test_the_step_and_the_compute_are_the_same_statistic():
     assert first["exposed_s"] == pytest.approx(0.07) and second["exposed_s"] == pytest.approx(0.06)
 
 
+def test_a_wait_for_data_is_not_booked_as_exchange():
+    """With --data a timed step holds the rank's wait for its batch; the compute-only steps draw none. The wait in
+    the window step_s comes from (the job's fastest, window 1 here) is taken out of exposed_s: a rank held up by
+    its input pipeline does not read as a slow network."""
+    a, b = rank(0, 0.30, 0.35), rank(1, 0.30, 0.35)
+    a["window_s"] = b["window_s"] = [0.90, 0.80, 0.84]  # window 1: 0.40 s a step
+    a["data"] = {"wait_step_s": [0.2, 0.2, 0.08, 0.08, 0.0, 0.0]}  # 0.08 s a step in window 1
+    b["data"] = {"wait_step_s": [0.0] * 6}
+    first, second = attribution.build([a, b], 2)["per_rank"]
+    assert first["step_s"] == second["step_s"] == pytest.approx(0.40)
+    assert first["data_wait_s"] == pytest.approx(0.08) and first["exposed_s"] == pytest.approx(0.02)
+    assert second["data_wait_s"] == 0.0 and second["exposed_s"] == pytest.approx(0.10)
+    a["data"] = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0], "per_worker": []}  # tf-native ps's coordinator
+    assert attribution.build([a, b], 2)["per_rank"][0]["exposed_s"] == pytest.approx(0.10)
+    a["data"] = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0]}  # a wait above the rest of the step: clipped
+    first = attribution.build([a, b], 2)["per_rank"][0]
+    assert first["exposed_s"] == 0.0 and first["exposed_clipped"]
+
+
 def test_a_straggler_is_named_only_beyond_the_threshold():
     within = 1 + attribution.STRAGGLER_THRESHOLD - 0.01
     assert attribution.build([rank(0, 0.30, 0.5), rank(1, 0.30 * within, 0.5)], 2)["straggler"] is None
