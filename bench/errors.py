@@ -21,6 +21,13 @@ class ResultNotWhole(BenchError):
 
 
 
+class NotValid(BenchError):
+    """The run measured and its result is written, but it failed a check of the run itself (the ranks finished
+    with different parameters: the result's sync says so). Exit code 4, so that the spawner says the result was
+    written instead of "no result written", and a sweep keeps the cell's result beside its failure."""
+    exit_code = 4
+
+
 class MissingDependency(BenchError):
     """An optional library this command needs is not installed or not built for it (Horovod without the
     framework's support): callers that can go on without it (bench verify: SKIP) catch this type."""

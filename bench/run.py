@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from bench.config import RunConfig
 from bench.data import datasets, feed
-from bench.errors import STOP_SIGNALS, BenchError
+from bench.errors import STOP_SIGNALS, BenchError, NotValid
 from bench.hooks import Hooks
 from bench.launching import detect, kubernetes, supervise
 from bench.measure import checkpoint, host_load, telemetry
@@ -202,5 +202,5 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     if busy:
         print(busy, file=sys.stderr)
     if not result["sync"]["ranks_in_sync"]:
-        raise BenchError(f"ranks finished with different parameters (see {path}); the run is not valid")
+        raise NotValid(f"ranks finished with different parameters (see {path}); the run is not valid")
     return path

@@ -4,8 +4,9 @@ relative change = (B - A) / A. For throughput a drop is a regression; for times 
 A throughput change is called significant only from repeated runs: when each side has two or more runs of the
 cell (on the same hosts) and the between-run 95% intervals of their mean throughput do not overlap
 (bench.records.collect.significant). One run a side gives only within-run intervals, which leave out what changes
-from launch to launch (NCCL's algorithm choice, cuDNN autotuning, clocks, heat): shown as n/a, with the number of
-runs each side had; other metrics are n/a too.
+from launch to launch (NCCL's algorithm choice, cuDNN autotuning, clocks, heat): shown as undecided, with the
+number of runs each side had, as are overlapping intervals (they do not show that there is no difference); other
+metrics are n/a.
 
 A run that read a dataset (``--data``) and a synthetic run of the same settings are paired when each side has
 just that one input for the cell; their headline row then carries the share of throughput the input pipeline
@@ -47,6 +48,19 @@ class CompareConfig:
         object.__setattr__(self, "metric", find(self.metric).key)  # a name or alias the registry knows
 
 
+def significance(row: dict[str, Any]) -> str:
+    """The table's word on a change: yes (the between-run intervals do not overlap); undecided where they overlap
+    (an overlap does not show that there is no difference, only that these runs cannot tell) or where a side has
+    fewer than two runs; n/a for a metric the call is not made for."""
+    if row["significant"] is True:
+        return "yes"
+    if row["significant"] is False:
+        return f"undecided: between-run intervals overlap ({row['runs'][0]} vs {row['runs'][1]} runs)"
+    if row["runs"]:
+        return f"undecided: {row['runs'][0]} vs {row['runs'][1]} runs; needs 2+ each"
+    return "n/a"
+
+
 def main(cfg: CompareConfig) -> None:
     """The table of every cell's metrics, the input pipeline's cost where a pair shows it, and the
     --max-regression check (one line and exit 1 when a cell regressed more)."""
@@ -56,10 +70,8 @@ def main(cfg: CompareConfig) -> None:
     rows = compare(Path(cfg.a), Path(cfg.b), cfg.strict)
     table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{cfg.a} -> {cfg.b}")
     for r in rows:
-        sig = {True: "yes", False: "no", None: "n/a"}[r["significant"]]
-        if r["runs"] and r["significant"] is None:
-            sig = f"n/a ({r['runs'][0]} vs {r['runs'][1]} runs; needs 2+ each)"
-        table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}", sig)
+        table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}",
+                      significance(r))
     Console().print(never_cut(table, "cell", "metric"))
     for r in rows:
         if r.get("input_cost") is not None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.commands.sweep import SweepConfig, run_sweep
+from bench.commands.sweep import Manifest, SweepConfig, run_sweep
 from bench.config import check_declared, comma_list, int_list, option
 from bench.errors import BenchError
 from bench.hooks import FAULTS, Hooks
@@ -129,8 +129,10 @@ def analyse(results: list[dict[str, Any]], tolerance: float = TOLERANCE) -> dict
     if len(epochs_run) > 1:
         reasons.append(f"the runs trained different numbers of epochs ({epochs_run}): final accuracies are not "
                        "at one epoch")
-    target = results[0]["training"]["target_accuracy"]
-    return {"target_accuracy": target, "tolerance": tolerance, "median_final_top1": overall, "rows": rows,
+    targets = sorted({r["training"]["target_accuracy"] for rs in runs.values() for r in rs})
+    if len(targets) > 1:
+        reasons.append(f"the runs trained to different targets ({targets}): their times to target do not compare")
+    return {"target_accuracy": targets[0], "tolerance": tolerance, "median_final_top1": overall, "rows": rows,
             "verdict": "FAIL" if reasons else "PASS", "reasons": reasons,
             "curves": [{"mode": label, "np": n, "seed": r["config"]["seed"], "init_s": r["timing"]["init_s"],
                         "points": [(c["wall_s"], c["top1"]) for c in r["training"]["curve"]]}
@@ -199,10 +201,39 @@ def render(record: dict[str, Any]):
     return table
 
 
-def summarise(folder: Path, tolerance: float) -> tuple[dict[str, Any], Path]:
-    """Analyse the runs in ``folder``; write the converge record, converge.md and converge.png beside them."""
-    record = {**header(new_run_id("converge"), store.Kind.CONVERGE),
-              **analyse(load_results([folder], skipped=[]), tolerance)}
+def matrix_results(sweep: SweepConfig, folder: Path) -> tuple[list[Path], list[str]]:
+    """This matrix's results in ``folder`` (the manifest's entry of each of its cells, run with its options), and
+    one reason for each cell that failed or has no result: failed, timed out, never run, or run with other
+    options. A run found not valid (its ranks' parameters differ) failed with its result written: both count.
+    Other files in the folder (an earlier matrix's, another target's) are not read."""
+    cells = Manifest(folder, None).data["cells"]
+    key = sweep.options_key()
+    paths, failures = [], []
+    for cell in sweep.cells():
+        entry = cells.get(cell.id) or {}
+        result = folder / str(entry.get("result"))
+        if entry.get("options") == key and entry.get("result") and result.is_file():
+            paths.append(result)
+            if entry.get("status") != "ok":
+                failures.append(f"{cell.id}: {entry.get('status')} ({entry.get('error')})")
+        else:
+            why = entry.get("error") or (entry.get("status", "never run") if entry.get("options") in (None, key)
+                                         else "run with other options")
+            failures.append(f"{cell.id}: no result ({why})")
+    return paths, failures
+
+
+def summarise(folder: Path, tolerance: float, sweep: SweepConfig | None = None) -> tuple[dict[str, Any], Path]:
+    """Analyse the runs of ``sweep``'s matrix in ``folder`` (every result there when None: bench report's view);
+    write the converge record, converge.md and converge.png beside them. A cell of the matrix without a result
+    makes the verdict FAIL."""
+    paths, failures = matrix_results(sweep, folder) if sweep is not None else ([folder], [])
+    if not paths:
+        raise BenchError(f"no run of this matrix left a result in {folder}: " + "; ".join(failures[:3]))
+    found = analyse(load_results(paths, skipped=[]), tolerance)
+    if failures:
+        found.update(verdict="FAIL", reasons=[*found["reasons"], *failures])
+    record = {**header(new_run_id("converge"), store.Kind.CONVERGE), **found}
     path = store.write(folder / f"{record['run_id']}.json", record)
     files.replace(folder / "converge.md", "\n".join(["# bench converge", "", *markdown(record), ""]))
     plot(record, folder / "converge.png")
@@ -220,7 +251,11 @@ def main(cfg: ConvergeConfig) -> int:
     else:
         summary = run_sweep(cfg.sweep(), folder)
     failed = summary.get("failed", 0) + summary.get("timed_out", 0)
-    record, path = summarise(folder, cfg.tolerance)
+    if hooks is not None:
+        with hooks.exported():  # the options key holds the hooks the cells ran with
+            record, path = summarise(folder, cfg.tolerance, cfg.sweep())
+    else:
+        record, path = summarise(folder, cfg.tolerance, cfg.sweep())
     console = Console()
     console.print(render(record))
     for reason in record["reasons"]:

@@ -367,11 +367,12 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ci = r["ci95"]
+        within = f"{ci[0]:.2f}–{_fmt(ci[1], none='∞')}" if ci else "–"  # no upper bound: unbounded above
         between = (f"{r['between_ci95_low']:.2f}–{r['between_ci95_high']:.2f} ({r['between_runs']} runs)"
                    if r["between_ci95_low"] is not None else "–")
         md.append(f"| {r['label']} | {r['model']} {r['inputs']} b{r['batch_size']} {r['precision']} | {r['n']} "
                   f"| {r['samples_per_sec_total']:.2f} | {r['samples_per_sec_per_gpu']:.2f} | "
-                  f"{f'{ci[0]:.2f}–{ci[1]:.2f}' if ci else '–'} | {between} | {_fmt(r['speedup'])} | "
+                  f"{within} | {between} | {_fmt(r['speedup'])} | "
                   f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "
                   f"{r['init_s']:.1f} |")
     md += ["", "## Horovod vs native", ""]
@@ -380,8 +381,8 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "beyond run-to-run noise |", "|---|---|---|---|---|---|---|---|---|"]
         for v in versus:
             runs = f"{v['runs'][0]} and {v['runs'][1]} runs"
-            beyond = {True: f"yes ({runs})", False: f"no: between-run 95% intervals overlap ({runs})",
-                      None: f"not decided: {runs}; needs 2+ each"}[v["beyond_noise"]]
+            beyond = {True: f"yes ({runs})", False: f"undecided: between-run 95% intervals overlap ({runs})",
+                      None: f"undecided: {runs}; needs 2+ each"}[v["beyond_noise"]]
             md.append(f"| {v['setting']} | {v['n']} | {v['horovod']} | {v['horovod_samples_per_sec']:.2f} | "
                       f"{v['native']} | {v['native_samples_per_sec']:.2f} | {v['ratio']:.3f} | "
                       f"{v['faster']} by {v['by_pct']:.1f}% | {beyond} |")

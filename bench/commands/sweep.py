@@ -8,8 +8,10 @@ Slurm allocation), writing its normal result into the sweep folder. A cell gets 
 configuration as JSON (``configs/<cell>.json``, run with ``bench run FILE``), never as rebuilt options. The manifest
 (``manifest.json``, rewritten atomically after every cell) records each cell's status (``ok``,
 ``failed``, ``timed_out``, ``interrupted``), its result file, duration, log file and, for a failure, the error
-line. Re-running the same sweep, or ``bench sweep --resume --output FOLDER`` (the manifest's own matrix),
-skips cells whose result exists and reruns every other, unless ``--redo``.
+line, and the key of the options it ran with (``options``: the common run options and any hooks, hashed).
+Re-running the same sweep, or ``bench sweep --resume --output FOLDER`` (the manifest's own matrix), skips cells
+whose result exists and that ran with the same options, and reruns every other (a new target, dataset or rate
+reruns them all), unless ``--redo``.
 
 Endings: Ctrl-C, SIGTERM or SIGHUP to the sweep stops the running cell (SIGTERM to its process group; the
 cell's own bench stops its ranks) and marks it ``interrupted``. ``--cell-timeout`` ends a cell that runs
@@ -18,6 +20,7 @@ longer the same way, marks it ``timed_out`` and goes on with the next.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -30,7 +33,8 @@ from typing import Any
 
 from bench import SCHEMA_VERSION
 from bench.config import PLUGIN_OPTIONS, RunConfig, check_declared, cli_options, comma_list, int_list, option
-from bench.errors import BenchError, Stopped, restore_handlers, stop_on_signals
+from bench.errors import BenchError, NotValid, Stopped, restore_handlers, stop_on_signals
+from bench.hooks import HOOKS_ENV
 from bench.launching.slurm import inside_allocation, srun_command
 from bench.launching.supervise import SWEEP_PID_ENV, stop_processes
 from bench.modes import mode_label, variant
@@ -106,6 +110,12 @@ class SweepConfig:
             raise BenchError("--seeds needs one or more different seeds, e.g. 1,2,3")
         for cell in self.cells():  # every cell's configuration is valid before any runs
             cell.config(self.common, Path("."))
+
+    def options_key(self) -> str:
+        """What every cell runs with beside its own fields: the common run options and the hooks exported to the
+        ranks (bench converge --fault), hashed. A cell that ran with other options is not done (run_sweep)."""
+        what = {"common": self.common, "hooks": os.environ.get(HOOKS_ENV)}
+        return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def cells(self) -> list[Cell]:
         out = []
@@ -253,7 +263,9 @@ def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bo
     (folder / "logs").mkdir(exist_ok=True)
     manifest = Manifest(folder, sweep)
     cells = sweep.cells()
+    key = sweep.options_key()
     todo = [c for c in cells if redo or not (manifest.cell(c)["status"] == "ok"
+                                             and manifest.cell(c).get("options") == key
                                              and (folder / str(manifest.cell(c).get("result"))).is_file())]
     manifest.save()
     console = Console(stderr=True)
@@ -286,7 +298,8 @@ def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, c
     log = folder / "logs" / f"{cell.id}.log"
     before = set(folder.glob("*.json"))
     start = time.time()
-    entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None)
+    entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None,
+                 result=None, options=sweep.options_key())
     manifest.save()
     try:
         code = run_cell(command(cell, write_cell_config(cell, sweep.common, folder), sweep.common.get("num_ps")),
@@ -302,8 +315,9 @@ def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, c
         entry.update(status="timed_out", error=f"ran past --cell-timeout {cell_timeout:g} s; stopped")
     elif code == 0 and len(new) == 1:
         entry.update(status="ok", result=new[0].name)
-    else:
-        entry.update(status="failed", exit_code=code, error=last_error(log))
+    else:  # a run found not valid (NotValid) wrote its result, which says why: kept beside the failure
+        entry.update(status="failed", exit_code=code, error=last_error(log),
+                     result=new[0].name if code == NotValid.exit_code and len(new) == 1 else None)
     if entry["status"] != "ok":
         console.print(f"sweep: {cell.id} {entry['status']}: {entry['error']}", highlight=False)
     manifest.save()

@@ -17,7 +17,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.errors import STOP_SIGNALS, BenchError, ResultNotWhole, Stopped, restore_handlers, stop_on_signals
+from bench.errors import (
+    STOP_SIGNALS,
+    BenchError,
+    NotValid,
+    ResultNotWhole,
+    Stopped,
+    restore_handlers,
+    stop_on_signals,
+)
 from bench.measure import watchdog
 
 CHILD_CONFIG_ENV = "HVDBENCH_CONFIG"
@@ -244,6 +252,9 @@ def wait_all(procs: list[subprocess.Popen], grace_s: float = 10.0, servers: froz
     if code == ResultNotWhole.exit_code:  # it measured; its own line says what it wrote where
         raise BenchError(f"rank {rank} could not write the whole result (its error above says what was written "
                          "where); stopped the other ranks")
+    if code == NotValid.exit_code:  # it measured and wrote the result, which a check of the run failed
+        raise NotValid(f"rank {rank} found the run not valid (its error above); its result is written, marked so; "
+                       "stopped the other ranks")
     how = killed_how(-code, oom_before) if code < 0 else f"exited with code {code}"
     if code < 0 and -code in FAULT_SIGNALS and stall_dir is not None:
         how += crash_site(stall_dir / f"fault-{rank}.txt")

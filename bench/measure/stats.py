@@ -126,5 +126,7 @@ def ratio_of_totals(window_seconds: Sequence[Sequence[float]], samples_per_windo
     headline = samples_per_window / mean
     if half is None:
         return headline, None
+    # mean - half <= 0 (few, very uneven windows): the time's lower bound is no time, so the rate has no upper
+    # bound; the lower bound still holds and is kept
     upper = samples_per_window / (mean - half) if mean - half > 0 else None
-    return headline, [samples_per_window / (mean + half), upper] if upper is not None else None
+    return headline, [samples_per_window / (mean + half), upper]

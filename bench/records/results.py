@@ -324,7 +324,7 @@ def render_table(result: dict[str, Any]):
         table.add_row(metric.label_for(result), _num(value, metric.fmt), metric.unit_for(result))
         if metric.key == "samples_per_sec_total":
             ci = s.get("ci95")
-            table.add_row("  95% CI, within run", f"{ci[0]:.2f} .. {ci[1]:.2f}" if ci else "n/a",
+            table.add_row("  95% CI, within run", f"{ci[0]:.2f} .. {_num(ci[1], '.2f')}" if ci else "n/a",
                           f"{symbol}/s (windows of this launch; repeats give the run-to-run spread)")
             table.add_row("  per window: median / min / max",
                           f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}", f"{symbol}/s")

@@ -84,8 +84,9 @@ class Summary(_Open):
     tokens_per_sec_total: float | None = None
     tokens_per_sec_per_gpu: float | None = None
     model_tflops_per_gpu: float | None = None
-    ci95: list[float] | None = Field(description="95% interval of samples_per_sec_total within this run (from the "
-                                     "slowest rank's window times); not run-to-run variation")
+    ci95: list[float | None] | None = Field(description="95% interval of samples_per_sec_total within this run (from "
+                                            "the slowest rank's window times; its upper bound null where the "
+                                            "windows leave the rate unbounded above); not run-to-run variation")
     ci95_kind: Literal["within-run"] = "within-run"
     median: float
 

@@ -130,7 +130,7 @@ def test_tf_native_user_tf_config_malformed(out):
     r = bench("tf-native", *TF_SMALL, "--output", str(out),
               TF_CONFIG=json.dumps({"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}))
     assert r.returncode == 1 and "is not in the cluster" in r.stderr
-    assert "Traceback" not in r.stderr and not out.exists() or not list(out.glob("*.json"))
+    assert "Traceback" not in r.stderr and (not out.exists() or not list(out.glob("*.json")))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -195,3 +195,34 @@ def test_the_scaling_plots_tick_at_the_measured_sizes_and_draw_their_intervals()
     assert all(r["speedup_low"] <= r["speedup_high"] for r in rows if r["speedup"] is not None)
     drawn = _ticks_and_bars(scaling_figure(scaling_series(rows), "speedup", "rank"))
     assert "between runs" in drawn["title"] and "within" not in drawn["title"]
+
+
+def test_compare_calls_a_change_undecided_where_its_runs_cannot_tell():
+    """Overlapping between-run intervals do not show that there is no difference: 'undecided', as with one run
+    a side; 'yes' only where they do not overlap."""
+    from bench.commands.compare import significance
+
+    assert significance({"significant": True, "runs": (3, 3)}) == "yes"
+    assert significance({"significant": False, "runs": (3, 2)}) == \
+        "undecided: between-run intervals overlap (3 vs 2 runs)"
+    assert significance({"significant": None, "runs": (1, 1)}) == "undecided: 1 vs 1 runs; needs 2+ each"
+    assert significance({"significant": None, "runs": None}) == "n/a"
+
+
+def test_an_interval_unbounded_above_keeps_its_lower_bound_in_the_tables(tmp_path):
+    from rich.console import Console
+
+    from bench.records.results import render_table
+
+    folder = tmp_path / "runs"
+    shutil.copytree(A, folder)
+    path = next(p for p in sorted(folder.glob("*.json")) if "torch-single" in p.name)
+    result = json.loads(path.read_text())
+    assert result["world_size"] == 1 and result["schema_version"] < 3  # read as schema 3: upgraded from windows
+    result["samples"]["window_s"] = [[1.0, 9.0]]  # two very uneven windows: the time's interval reaches 0
+    path.write_text(json.dumps(result))
+    low = load_results([path])[0]["summary"]["ci95"][0]
+    assert f"| {low:.2f}–∞ |" in write_report([folder], tmp_path / "out").read_text()
+    console = Console(width=200, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
+    console.print(render_table(load_results([path])[0]))
+    assert f"{low:.2f} .. n/a" in console.export_text()

@@ -155,3 +155,43 @@ def test_a_sweep_repeats_each_cell_once_per_seed_and_converge_trains_every_epoch
     sweep = ConvergeConfig(repeats=3, common={"data": str(digits), "epochs": 2, "target_accuracy": 0.9}).sweep()
     assert sweep.seeds == [1, 2, 3] and sweep.common["stop_at_target"] is False
     assert {c.model for c in sweep.cells()} == {"resnet20"} and {c.np for c in sweep.cells()} == {1, 2}
+
+
+def test_converge_reads_only_its_matrix_run_with_its_options_and_a_missing_cell_fails(digits, tmp_path, monkeypatch):
+    """Rerunning bench converge into the same folder with another target: a cell's manifest entry records the
+    options it ran with, so every cell is not done and runs again, and only the results of this matrix at these
+    options are read (never the folder's other files); a cell without a result is a reason to FAIL."""
+    import json
+
+    from bench.commands.converge import matrix_results, summarise
+    from bench.hooks import HOOKS_ENV
+
+    common = {"data": str(digits), "epochs": 2, "target_accuracy": 0.9}
+    sweep = ConvergeConfig(modes=("torch-ddp",), nps=(1,), repeats=2, common=common).sweep()
+    again = ConvergeConfig(modes=("torch-ddp",), nps=(1,), repeats=2, common={**common, "target_accuracy": 0.95})
+    assert again.sweep().options_key() != sweep.options_key()
+    monkeypatch.setenv(HOOKS_ENV, '{"fault": "skip-allreduce"}')
+    faulted = sweep.options_key()
+    monkeypatch.delenv(HOOKS_ENV)
+    assert faulted != sweep.options_key()  # a --fault run is not the same cell as a clean one
+
+    first, second = sweep.cells()
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "old.json").write_text("{}")
+    (tmp_path / "manifest.json").write_text(json.dumps({"kind": "hvdbench-sweep", "cells": {
+        first.id: {"status": "ok", "result": "a.json", "options": sweep.options_key()},
+        second.id: {"status": "ok", "result": "old.json", "options": again.sweep().options_key()}}}))
+    paths, missing = matrix_results(sweep, tmp_path)
+    assert paths == [tmp_path / "a.json"] and missing == [f"{second.id}: no result (run with other options)"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"kind": "hvdbench-sweep", "cells": {
+        first.id: {"status": "failed", "error": "rank 1 exited with code 1", "options": sweep.options_key()}}}))
+    paths, missing = matrix_results(sweep, tmp_path)
+    assert paths == [] and missing == [f"{first.id}: no result (rank 1 exited with code 1)",
+                                       f"{second.id}: no result (never run)"]
+    with pytest.raises(BenchError, match="no run of this matrix left a result in"):
+        summarise(tmp_path, 0.02, sweep)
+    (tmp_path / "manifest.json").write_text(json.dumps({"kind": "hvdbench-sweep", "cells": {
+        first.id: {"status": "failed", "result": "a.json", "error": "rank 0 found the run not valid",
+                   "options": sweep.options_key()}}}))
+    paths, failures = matrix_results(sweep, tmp_path)  # a run found not valid: its result is read, its failure too
+    assert paths == [tmp_path / "a.json"] and failures[0] == f"{first.id}: failed (rank 0 found the run not valid)"
