@@ -101,8 +101,9 @@ def assert_valid_run(result: dict, mode: str, world: int, launcher: str) -> None
 
 def assert_attribution_adds_up(result: dict) -> None:
     """A distributed run carries its per-rank attribution (bench.measure.attribution), or says why it has none; where
-    measured, every rank's parts add up: compute + exposed = the timed step (exposed 0 where noise made compute the
-    longer), and each part was measured."""
+    measured, every rank's parts add up: compute + data wait + exposed = the timed step (exposed 0 where noise made
+    compute and the wait the longer), each part was measured, and a rank's data wait is its own raw waits (the input
+    section's) in the window the step comes from."""
     section = result.get("attribution")
     if section is None:
         assert result["processes"] < 2 or not result["config"].get("attribution_steps"), "no attribution"
@@ -111,13 +112,20 @@ def assert_attribution_adds_up(result: dict) -> None:
         assert section["reason"], section
         return
     assert [p["rank"] for p in section["per_rank"]] == list(range(result["processes"]))
+    windows, per_window = result["samples"]["window_s"], result["samples"]["steps_per_window"]
+    lengths = [max(times) for times in zip(*windows, strict=True)]
+    fastest = lengths.index(min(lengths))
+    fed = {q["rank"]: q["wait_step_s"] for q in (result.get("input") or {}).get("per_rank") or []
+           if q.get("rank") is not None and "worker" not in q}
     for p in section["per_rank"]:
         assert p["compute_s"] > 0 and p["exchange_s"] > 0, p
         assert p["exposed_s"] >= 0, p  # never negative (numbers issue, finding 12)
-        if p["exposed_clipped"]:  # a compute-only step slower than a whole timed step: noise, exposed 0
-            assert p["exposed_s"] == 0 and p["compute_s"] > p["step_s"], p
+        waits = fed.get(p["rank"], [])[fastest * per_window:(fastest + 1) * per_window]
+        assert p["data_wait_s"] == pytest.approx(sum(waits) / per_window if waits else 0.0), p
+        if p["exposed_clipped"]:  # compute and the wait longer than a whole timed step: noise, exposed 0
+            assert p["exposed_s"] == 0 and p["compute_s"] + p["data_wait_s"] > p["step_s"], p
         else:
-            assert abs(p["compute_s"] + p["exposed_s"] - p["step_s"]) <= 1e-9 * p["step_s"], p
+            assert abs(p["compute_s"] + p["data_wait_s"] + p["exposed_s"] - p["step_s"]) <= 1e-9 * p["step_s"], p
     assert 0 < section["cost_s"]
 
 
