@@ -42,6 +42,21 @@ GPU_PROFILE = Profile("gpu-paper", batch_size=64, image_size=None, seq_len=None,
 # CPU defaults: a short, honest run that fits about two minutes on a 2-core machine.
 CPU_PROFILE = Profile("cpu-quick", batch_size=8, image_size=64, seq_len=32, warmup_steps=2, steps_per_window=4,
                       windows=5)
+# --tuned: the hardware driven the way the field drives it (docs/measuring.md, "Profiles"): the paper's lengths,
+# a batch that fills a GPU (Lambda's and MLPerf's per-GPU batches are 256-1280; the issue's bound is 256), and,
+# on the model, TUNED_SETTINGS. Precision stays --precision's: it changes the arithmetic, so both profiles take it
+# from the user and a comparison of paper and tuned is made at one precision.
+GPU_TUNED_PROFILE = dataclasses.replace(GPU_PROFILE, name="gpu-tuned", batch_size=256)
+CPU_TUNED_PROFILE = dataclasses.replace(CPU_PROFILE, name="cpu-tuned")
+PROFILES = {(False, "cuda"): GPU_PROFILE, (False, "cpu"): CPU_PROFILE,
+            (True, "cuda"): GPU_TUNED_PROFILE, (True, "cpu"): CPU_TUNED_PROFILE}
+# What --tuned sets where the user left it unset, per framework: the compiler's default mode, NHWC for the image
+# models (PyTorch; TensorFlow is always NHWC) and the fused optimizer (PyTorch). TensorFlow's XLA is not built in
+# yet: a TensorFlow mode's --tuned is the batch alone.
+TUNED_SETTINGS = {"torch": dict(compile="default", channels_last=True, fused_optimizer=True),
+                  "tensorflow": {}}
+# torch.compile's modes (--compile): none is eager, the paper's.
+COMPILE_MODES = ("none", "default", "max-autotune", "reduce-overhead")
 
 # Config fields that only some modes take (their ModeSpec.options lists them).
 MODE_OPTIONS = ("strategy", "num_ps")
@@ -159,8 +174,20 @@ class RunConfig:
                                      "(default: the model's: 1000 classes, 37000 tokens for transformer-base).",
                                      minimum=1, sweep=True)
     precision: Precision = option(Precision.fp32, "fp32 (TF32 on GPU) or autocast mixed precision.")
-    channels_last: bool = option(False, "NHWC memory format (PyTorch; TensorFlow is always NHWC).",
-                                 flag="--channels-last")
+    channels_last: bool | None = option(None, "NHWC memory format (PyTorch image models; TensorFlow is always NHWC; "
+                                        "default: off, on with --tuned).",
+                                        flag="--channels-last/--nchw")
+    tuned: bool = option(False, "The profile: --paper (the Horovod paper's settings: batch 64 per GPU, eager, the "
+                         "plain optimizer) or --tuned (batch 256 per GPU, --compile default, channels-last and "
+                         "--fused-optimizer for PyTorch; what you set yourself wins). "
+                         "docs/measuring.md says when to use which.", flag="--tuned/--paper", sweep=True)
+    compile: str | None = option(None, "PyTorch modes: torch.compile the model: none (eager), default, max-autotune "
+                                 "or reduce-overhead (CUDA graphs); compiled in the first step, reported as "
+                                 "compile_s and never inside a timed window (default: none, default with --tuned).",
+                                 sweep=True)
+    fused_optimizer: bool | None = option(None, "PyTorch modes: the optimizer's fused kernel (SGD(fused=True), "
+                                          "Adagrad's on the CPU; default: off, on with --tuned).",
+                                          flag="--fused-optimizer/--unfused", sweep=True)
     warmup_steps: int | None = option(None, "Timed steps after the first, kept out of the headline (default: 10 "
                                       "GPU, 2 CPU).", minimum=0, sweep=True)
     steps_per_window: int | None = option(None, "Steps between two device syncs (default: 10 GPU, 4 CPU).",
@@ -263,6 +290,7 @@ class RunConfig:
         if unknown:
             raise BenchError(f"unknown run option(s) in extra: {', '.join(sorted(unknown))}")
         model_spec.check_embedding(self.sparse_embeddings, self.sparse_as_dense)
+        self._check_tuning(spec, model_spec)
         if self.channels_last and spec.framework != "torch":
             raise BenchError(f"--channels-last applies to the PyTorch modes; {self.mode} is TensorFlow, whose "
                              "images are always NHWC")
@@ -273,6 +301,24 @@ class RunConfig:
             model_spec.workload.check(model_spec, self)
         self._check_data(spec, model_spec)
         self._check_goal()
+
+    def _check_tuning(self, spec, model_spec) -> None:
+        """--compile and --fused-optimizer: PyTorch's, one line for a TensorFlow mode."""
+        if self.compile is not None and self.compile not in COMPILE_MODES:
+            raise BenchError(f"--compile takes {', '.join(COMPILE_MODES)} (got '{self.compile}')")
+        if self.compile not in (None, "none") and spec.framework != "torch":
+            raise BenchError(f"--compile applies to the PyTorch modes; {self.mode} is TensorFlow (XLA is not "
+                             "built in yet: docs/measuring.md)")
+        if self.fused_optimizer and spec.framework != "torch":
+            raise BenchError(f"--fused-optimizer applies to the PyTorch modes; {self.mode} is TensorFlow")
+
+    def _no_fused_optimizer(self, device: str) -> str | None:
+        """Why torch has no fused kernel for this run's optimizer, or None."""
+        if self.sparse_embeddings and not self.sparse_as_dense:
+            return "torch's fused kernels take dense gradients; --sparse-embeddings makes a sparse one"
+        if self.optimizer == "adagrad" and device == "cuda":
+            return "torch's fused Adagrad runs on the CPU only; on a GPU use --optimizer sgd or drop the flag"
+        return None
 
     def _check_data(self, spec, model_spec) -> None:
         """--data and its loader: one line for a mode, model or loader that cannot read it (the dataset's own
@@ -354,7 +400,7 @@ class RunConfig:
     def resolve(self, device: str, np: int) -> RunConfig:
         """Fill defaults for the device the run lands on ('cpu' or 'cuda') and the world size."""
         spec = model(self.model)
-        profile = GPU_PROFILE if device == "cuda" else CPU_PROFILE
+        profile = PROFILES[(self.tuned, device)]
         batch = self.batch_size or profile.batch_size
         to_goal = {}
         if goal.active(self):  # every window one epoch of the rank's shard (bench.measure.goal)
@@ -386,8 +432,32 @@ class RunConfig:
             profile=profile.name,
             strategy=self.strategy or mode(self.mode).default_variant().strategy,
             loader=(self.loader or default_loader(mode(self.mode).framework)) if self.data else None,
+            **self.tuning(spec, device),
         )
         return dataclasses.replace(self, **{**resolved, **to_goal})
+
+    def tuning(self, spec, device: str) -> dict[str, Any]:
+        """The model-side settings of the profile, each given by the user or by it (TUNED_SETTINGS), with the other
+        framework's left None: compile, channels_last, fused_optimizer (PyTorch; None for TensorFlow). --tuned
+        leaves out what cannot apply: NHWC for a text model, the fused optimizer where torch has none (sparse
+        gradients; Adagrad on a GPU)."""
+        framework = mode(self.mode).framework
+        own = dict(TUNED_SETTINGS[framework]) if self.tuned else {}
+        no_fused = self._no_fused_optimizer(device)
+        if no_fused and self.fused_optimizer:
+            raise BenchError(f"--fused-optimizer: {no_fused}")
+        if no_fused:
+            own.pop("fused_optimizer", None)
+        off = {"torch": dict(compile="none", channels_last=False, fused_optimizer=False), "tensorflow": {}}
+        settings = {}
+        for name, paper in off[framework].items():
+            given = getattr(self, name)
+            if given is None:
+                given = own.get(name, paper)
+                if name == "channels_last" and spec.workload.kind != "image":
+                    given = False
+            settings[name] = given
+        return settings
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -4,6 +4,7 @@ Per rank::
 
     t_start (process start, from /proc)  -> trainer.setup()   (imports, rendezvous, model, data)
       -> first step, synchronised          } init_s = end of first step - t_start
+                                              (--compile compile here: compile_s, bench.records.results)
       -> warmup_steps steps, each timed     } kept out of the headline figures, reported apart
       -> windows of steps_per_window steps, each window bounded by trainer.sync()
       -> parameter checksum, allgather of every rank's samples -> rank 0 writes the result
@@ -118,6 +119,9 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         """Training wall time so far: before the checkpoint this run resumed from, and since this run's init."""
         return wall_before + time.time() - t_init_end
     dog.first_step_done(first_step_s, cfg.steps_per_window)
+    # --compile: graphs compiled so far, read again after the windows (one compiled between them was timed)
+    graphs = getattr(trainer, "compiled_graphs", None) or (lambda: None)
+    compiling = graphs() is not None
     log = WindowLog(cfg, trainer) if progress is None and trainer.rank == 0 else None
     if log is not None:
         log.before = epochs_before
@@ -133,9 +137,12 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         step()
         trainer.sync()
         warmup_s.append(time.perf_counter() - t0)
+        if i == 0 and compiling:  # a compiled first step is mostly compilation: the stall bound from
+            dog.first_step_done(warmup_s[0], cfg.steps_per_window)  # a compiled step instead
         dog.progress()
         if progress is not None:
             progress.advance()
+    graphs_before = graphs()
 
     window_s: list[float] = []
     timed = 0.0
@@ -202,6 +209,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     # every rank its own processes' CPU time, the host's local rank 0 the host's too (bench.measure.host_load)
     cpu = host_load.between(load_before, host_load.reading(host=launch.local_rank == 0),
                             serving=measuring(trainer) < trainer.world_size)
+    graphs_after = graphs()
     hooks.snapshot(trainer, "final")
     if sampler is not None:
         sampler.mark("end")
@@ -229,6 +237,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         "train_s": t_end - t_init_end,
         "warmup_step_s": warmup_s,
         "window_s": window_s,
+        "graphs_compiled_in_windows": None if graphs_before is None else graphs_after - graphs_before,
         "checksum": checksum,
         "param_sum_initial": initial,
         "param_sum_final": final,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,7 +48,32 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
             check_gpus_per_node(launch, gpus)
     if device == "cpu" and cfg.precision == Precision.amp_fp16:
         raise BenchError("--precision amp-fp16 needs a GPU; on CPU use fp32 or amp-bf16")
-    return cfg.resolve(device, np)
+    cfg = cfg.resolve(device, np)
+    if compiles(cfg) and compiler_missing(device):
+        raise BenchError(f"--compile {cfg.compile}: TorchInductor builds its kernels with a C compiler "
+                         f"({compiler_missing(device)}) and none is on PATH; install one, or run eager (--compile "
+                         "none; this project's images ship no compiler)")
+    return cfg
+
+
+def compiles(cfg: RunConfig) -> bool:
+    """Whether the run's model is compiled (--compile, or --tuned's default)."""
+    return cfg.compile not in (None, "none")
+
+
+def compiler_missing(device: str) -> str | None:
+    """What TorchInductor would call and cannot find: the C++ compiler of its CPU kernels ($CXX, else g++), or the
+    C compiler Triton builds its GPU launchers with ($CC, else gcc or clang); None when one is on PATH."""
+    if device == "cuda":
+        names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    else:
+        names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    return None if any(shutil.which(n) for n in names) else " or ".join(names)
+
+
+def compile_arguments(mode: str) -> dict[str, Any]:
+    """torch.compile's keyword arguments for --compile MODE."""
+    return {"mode": mode}
 
 
 def score(counts: dict[str, Any], out: torch.Tensor, target: torch.Tensor) -> None:
@@ -68,6 +94,9 @@ class TorchTrainer:
     # --sparse-as-dense: the library densifies the sparse gradient itself (Horovod); otherwise the model's
     # embedding makes a dense gradient to begin with (the same untied model, the same arithmetic).
     densifies_sparse = False
+    # --channels-last: the weights in NHWC too (their gradients then are). A channels-last input alone already makes
+    # the convolutions pick their NHWC kernels (a weight is converted per call, a small copy beside the activations).
+    channels_last_weights = True
 
     def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks | None = None) -> None:
         self.cfg = cfg
@@ -92,6 +121,9 @@ class TorchTrainer:
         self._losses: list[torch.Tensor] = []
         self._copy_stream = None  # --data on a GPU: the side stream the batches are copied on (to_device)
         self._last_copy = None  # the CUDA events around the last batch's copy
+        # --compile: the attribution's compute-only step is compiled too, on its first (untimed) call
+        self.traces_compute_step = compiles(cfg)
+        self._compute_module = None
 
     # -- building blocks -------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -101,7 +133,7 @@ class TorchTrainer:
         if cfg.sparse_as_dense and not self.densifies_sparse:
             embedding = "untied"
         model = model_spec(cfg.model).build_torch(cfg.num_classes, embedding).to(self.device)
-        if cfg.channels_last:
+        if cfg.channels_last and self.channels_last_weights:
             model = model.to(memory_format=torch.channels_last)
         if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
             for m in model.modules():
@@ -109,6 +141,24 @@ class TorchTrainer:
                     m.p = 0.0
         model.train()
         return model
+
+    def compile(self, module: torch.nn.Module) -> torch.nn.Module:
+        """--compile: ``module`` (the bare model, or the DDP wrapper, as torch's DDP notes advise: its optimizer
+        then splits the graph at DDP's buckets, so the exchange still overlaps the backward) compiled in place
+        (nn.Module.compile: its parameter names, state dict and wrappers stay as they are). Compilation happens on
+        the first call, in the first step: inside init_s, reported apart as compile_s (bench.records.results)."""
+        if compiles(self.cfg):
+            module.compile(**compile_arguments(self.cfg.compile))
+        return module
+
+    def compiled_graphs(self) -> int | None:
+        """Graphs TorchDynamo has compiled in this process so far (its own counter); None when nothing compiles.
+        The loop reads it before and after the timed windows: a graph compiled between them was timed."""
+        if not compiles(self.cfg):
+            return None
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
 
     def build_data(self, shards: list[int] | None = None) -> None:
         """The synthetic batch of this rank's data shard, or the concatenation of ``shards``; with --data, the
@@ -180,9 +230,9 @@ class TorchTrainer:
             # torch warns at each until told whether to check them
             torch.sparse.check_sparse_tensor_invariants.disable()
             return torch.optim.Adagrad(params, lr=cfg.learning_rate, eps=goal.ADAGRAD_EPS,
-                                       weight_decay=cfg.weight_decay or 0.0)
+                                       weight_decay=cfg.weight_decay or 0.0, fused=bool(cfg.fused_optimizer) or None)
         return torch.optim.SGD(params, lr=cfg.learning_rate, momentum=cfg.momentum,
-                               weight_decay=cfg.weight_decay or 0.0)
+                               weight_decay=cfg.weight_decay or 0.0, fused=bool(cfg.fused_optimizer) or None)
 
     # -- training to a goal (bench.measure.goal) ------------------------------------------------
     def set_learning_rate(self, rate: float) -> None:
@@ -269,9 +319,14 @@ class TorchTrainer:
         run's own optimizer's update on them (Horovod's without its synchronize)."""
         module = getattr(self.model, "module", self.model)  # DDP wraps the model
         params = [p for p in module.parameters() if p.requires_grad]
+        forward = module
+        if compiles(self.cfg) and module is not self.model:  # DDP compiled whole: the bare model compiled apart
+            if self._compute_module is None:
+                self._compute_module = torch.compile(module, **compile_arguments(self.cfg.compile))
+            forward = self._compute_module
         self.optimizer.zero_grad()
         with self.autocast():
-            loss = loss_fn(module(self.data), self.target)
+            loss = loss_fn(forward(self.data), self.target)
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):

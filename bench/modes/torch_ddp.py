@@ -45,7 +45,7 @@ class DDPTrainer(TorchTrainer):
         self.backend = torchdist.init_group(self.launch, self.device, self.cfg.rendezvous_timeout)
         model = self.build_model()
         ids = [self.device.index] if self.device.type == "cuda" else None
-        self.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        self.model = self.compile(torch.nn.parallel.DistributedDataParallel(model, device_ids=ids))
         if self.cfg.fp16_allreduce:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

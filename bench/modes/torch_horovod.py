@@ -33,11 +33,14 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrain
 
 class HorovodTrainer(TorchTrainer):
     densifies_sparse = True  # DistributedOptimizer(sparse_as_dense=True); else sparse gradients are allgathered
+    # Horovod's allreduce takes contiguous tensors only, and an NHWC weight's gradient is NHWC: --channels-last lays
+    # out the inputs (and so the activations and the kernels chosen) only, the weights stay NCHW.
+    channels_last_weights = False
 
     def setup(self) -> None:
         hvd = self.hvd = hvdist.import_hvd("torch", self.cfg.mode)
         hvdist.init(hvd, self.rank, self.world_size)
-        self.model = self.build_model()
+        self.model = self.compile(self.build_model())
         optimizer = self.build_optimizer(self.model.parameters())
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none
         if self.hooks.fault == "skip-allreduce":  # bench verify's negative control: no DistributedOptimizer

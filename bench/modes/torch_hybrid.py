@@ -94,8 +94,11 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
                          "hybrid shards it instead (drop --sparse-as-dense, or use torch-ddp for that)")
     if cfg.precision != Precision.fp32:
         raise BenchError("torch-hybrid runs fp32 (TorchRec's fused table kernels here are fp32); drop --precision")
+    if cfg.compile not in (None, "none"):
+        raise BenchError("torch-hybrid runs eager: TorchRec traces its sharded model with torch.fx, which a compiled "
+                         "module does not pass through; drop --compile (--tuned leaves it out here)")
     torchrec()  # a missing TorchRec is one line here, in the parent, before any rank starts
-    return resolve(dataclasses.replace(cfg, sparse_embeddings=True), launch)
+    return resolve(dataclasses.replace(cfg, sparse_embeddings=True, compile="none"), launch)
 
 
 def spawn(cfg: RunConfig) -> None:

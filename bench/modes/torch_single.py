@@ -29,7 +29,7 @@ def make_trainer(cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> TorchTrain
 
 class SingleTrainer(TorchTrainer):
     def setup(self) -> None:
-        self.model = self.build_model()
+        self.model = self.compile(self.build_model())
         self.optimizer = self.build_optimizer(self.model.parameters())
         if self.cfg.precision == Precision.amp_fp16:
             self.scaler = torch.amp.GradScaler("cuda")

@@ -37,17 +37,19 @@ class Key:
     fp16_allreduce: bool = False
     channels_last: bool = False
     source: str = "synthetic"  # or the dataset's format and loader: "imagefolder via torch" (bench.data.feed)
+    tuning: str = ""  # what the model runs with beyond the paper's eager loop: "compiled (default), fused optimizer"
 
     @property
     def setting(self) -> tuple:
         return (self.model, self.precision, self.batch_size, self.inputs, self.classes, self.device,
-                self.fp16_allreduce, self.channels_last, self.source)
+                self.fp16_allreduce, self.channels_last, self.source, self.tuning)
 
     def setting_text(self) -> str:
         spec = MODELS.get(self.model)
         extra = [f"{self.classes} classes"] if spec and self.classes not in (None, spec.default_classes) else []
         extra += ["fp16 allreduce"] * self.fp16_allreduce + ["channels-last"] * self.channels_last
         extra += [] if self.source == "synthetic" else [f"data: {self.source}"]
+        extra += [self.tuning] if self.tuning else []
         return (f"{self.model} {self.inputs}, batch {self.batch_size}/device, {self.precision}, {self.device}"
                 + "".join(f", {e}" for e in extra))
 
@@ -74,7 +76,15 @@ def key_of(result: dict[str, Any]) -> Key:
     c = result["config"]
     return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], describe_inputs(c),
                c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")),
-               source_of(result))
+               source_of(result), tuning_of(result["config"]))
+
+
+def tuning_of(config: dict[str, Any]) -> str:
+    """What a run's model ran with beyond the paper's eager loop (--compile, --fused-optimizer), in words; '' for
+    none (and for records older than these options)."""
+    parts = [f"compiled ({config['compile']})"] if config.get("compile") not in (None, "none") else []
+    parts += ["fused optimizer"] * bool(config.get("fused_optimizer"))
+    return ", ".join(parts)
 
 
 def source_of(result: dict[str, Any]) -> str:

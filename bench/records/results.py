@@ -8,6 +8,7 @@ import fcntl
 import io
 import os
 import secrets
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,27 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     return out
 
 
+def compile_seconds(cfg: RunConfig, ranks: list[dict[str, Any]]) -> float | None:
+    """--compile: how much longer the first step took than a compiled step, on the slowest rank: the
+    compilation (and the first step's own one-off costs, which an eager run has too and which are small beside it).
+    A compiled step's time is the median warmup step, or the fastest window's per-step time without warmup. None
+    for an eager run."""
+    if cfg.compile in (None, "none"):
+        return None
+
+    def steady(r: dict[str, Any]) -> float:
+        if r["warmup_step_s"]:
+            return statistics.median(r["warmup_step_s"])
+        return min(r["window_s"]) / cfg.steps_per_window
+    return max(max(0.0, r["first_step_s"] - steady(r)) for r in ranks)
+
+
+def compiled_in_windows(ranks: list[dict[str, Any]]) -> int | None:
+    """The most graphs any rank's compiler compiled during its timed windows; None where nothing compiles."""
+    counts = [r.get("graphs_compiled_in_windows") for r in ranks]
+    return None if all(c is None for c in counts) else max(c or 0 for c in counts)
+
+
 def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> dict[str, Any]:
     """Assemble the result from every rank's raw samples (see bench.measure.stats for the formulas)."""
     ranks = gathered["ranks"]
@@ -124,11 +146,17 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
             "first_step_s": max(r["first_step_s"] for r in ranks),
             "train_s": train_s,
             "timed_windows_s": max(sum(r["window_s"]) for r in ranks),
+            "compile_s": compile_seconds(cfg, ranks),
+            "graphs_compiled_in_windows": compiled_in_windows(ranks),
             "per_rank": [{k: r[k] for k in ("rank", "setup_s", "first_step_s", "init_s", "train_s")}
                          for r in ranks],
             "definitions": {
                 "init_s": "process start to end of the first (synchronised) training step; slowest rank",
                 "train_s": "end of init to end of the last timed window, warmup included; slowest rank",
+                "compile_s": "--compile: the first step's time beyond a compiled step's (first_step_s - the "
+                             "median warmup step, else the fastest window's step); inside init_s; slowest rank",
+                "graphs_compiled_in_windows": "--compile: graphs TorchDynamo compiled during the timed windows "
+                                              "(0 expected: a compilation there was timed); most on any rank",
             },
         },
         "samples": {

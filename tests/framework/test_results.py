@@ -208,3 +208,21 @@ def test_results_csv_is_locked_through_a_file_opened_for_writing(tmp_path, monke
     with pytest.raises(BenchError, match="cannot lock a file for results.csv.*No locks available"):
         check_output_dir(tmp_path / "nolocks")
     assert not list((tmp_path / "nolocks").iterdir())  # the probe is gone
+
+
+def test_compile_time_is_reported_apart_and_a_compiled_run_is_its_own_cell():
+    """--compile: compile_s = the first step beyond a compiled step (median warmup step), slowest rank; the graphs
+    compiled inside the windows are kept; an eager run has neither, and is another cell than the compiled one."""
+    from bench.records.collect import key_of
+
+    g = gathered()
+    for r, first, graphs in zip(g["ranks"], (9.0, 12.0), (0, 2), strict=True):
+        r.update(first_step_s=first, warmup_step_s=[0.2, 0.4, 0.3], graphs_compiled_in_windows=graphs)
+    cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3, compile="default")
+    result = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
+    assert result["timing"]["compile_s"] == pytest.approx(12.0 - 0.3)
+    assert result["timing"]["graphs_compiled_in_windows"] == 2
+    eager = make()
+    assert eager["timing"]["compile_s"] is None and eager["timing"]["graphs_compiled_in_windows"] is None
+    assert key_of(result).setting != key_of(eager).setting
+    assert "compiled (default)" in key_of(result).setting_text()

@@ -76,6 +76,25 @@ def test_torch_horovod_under_mpirun(out):
     assert result["environment"]["distribution"]["controller"] == "mpi"
 
 
+@pytest.mark.parametrize("mode", ["torch-ddp", "torch-horovod"])
+def test_the_tuned_profile_compiles_and_says_so(mode, out):
+    """--tuned in real ranks: DDP compiled whole (its optimizer splits the graph at the buckets), Horovod's
+    DistributedOptimizer over a model compiled in place; the compile time is reported apart and no graph is
+    compiled inside the timed windows; the attribution's compute-only step is compiled before it is timed."""
+    r = bench(mode, "--model", "resnet20", "--tuned", "--np", "2", "--output", str(out), timeout=600)
+    assert r.returncode == 0, r.stderr
+    result = only_result(out)
+    assert_valid_run(result, mode, 2, "self")
+    c, timing = result["config"], result["timing"]
+    assert (c["profile"], c["compile"], c["channels_last"], c["fused_optimizer"]) == ("cpu-tuned", "default", True,
+                                                                                      True)
+    assert timing["graphs_compiled_in_windows"] == 0
+    assert 1.0 < timing["compile_s"] < timing["first_step_s"] <= timing["init_s"]
+    steady = sorted(result["samples"]["warmup_step_s"][0])
+    assert timing["first_step_s"] > 10 * steady[-1]  # the first step compiled; the warmup steps did not
+    assert result["attribution"]["per_rank"][0]["compute_s"] < 2 * steady[-1]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["torch-ddp", "torch-horovod"])
 def test_gpu_run(mode, out):

@@ -61,3 +61,50 @@ def test_channels_last_is_refused_where_it_cannot_work(mode, model, message):
     with pytest.raises(BenchError, match=re.escape(message)):
         RunConfig(mode=mode, model=model, channels_last=True)
     assert RunConfig(mode="torch-ddp", model="resnet50", channels_last=True).channels_last
+
+
+def test_the_tuned_profile_fills_what_the_user_left_unset():
+    """--tuned beside the paper's profile: the batch that fills a GPU, the compiled model, NHWC for CNNs and the fused
+    optimizer; what the user sets wins, and the profile leaves out what cannot apply."""
+    paper = RunConfig(mode="torch-ddp", model="resnet50").resolve("cuda", 8)
+    assert (paper.profile, paper.batch_size, paper.compile, paper.channels_last, paper.fused_optimizer) == \
+        ("gpu-paper", 64, "none", False, False)
+    tuned = RunConfig(mode="torch-ddp", model="resnet50", tuned=True).resolve("cuda", 8)
+    assert (tuned.profile, tuned.batch_size, tuned.compile, tuned.channels_last, tuned.fused_optimizer) == \
+        ("gpu-tuned", 256, "default", True, True)
+    assert tuned.precision == Precision.fp32  # precision is the user's in both profiles
+    mine = RunConfig(mode="torch-ddp", model="resnet50", tuned=True, batch_size=128, compile="reduce-overhead",
+                     channels_last=False, fused_optimizer=False).resolve("cuda", 8)
+    assert (mine.batch_size, mine.compile, mine.channels_last, mine.fused_optimizer) == \
+        (128, "reduce-overhead", False, False)
+    cpu = RunConfig(mode="torch-ddp", model="resnet50", tuned=True).resolve("cpu", 2)
+    assert (cpu.profile, cpu.batch_size, cpu.compile) == ("cpu-tuned", 8, "default")
+    text = RunConfig(mode="torch-ddp", model="transformer-small", tuned=True, sparse_embeddings=True)
+    assert (text.resolve("cpu", 2).channels_last, text.resolve("cpu", 2).fused_optimizer) == (False, False)
+    tf = RunConfig(mode="tf-horovod", model="resnet50", tuned=True).resolve("cuda", 8)
+    assert (tf.profile, tf.batch_size, tf.compile, tf.fused_optimizer) == ("gpu-tuned", 256, None, None)
+    assert RunConfig.from_json(tuned.to_json()) == tuned
+
+
+@pytest.mark.parametrize("kwargs, device, message", [
+    ({"mode": "tf-horovod", "compile": "default"}, None, "--compile applies to the PyTorch modes; tf-horovod is "
+                                                         "TensorFlow"),
+    ({"mode": "torch-ddp", "compile": "fast"}, None, "--compile takes none, default, max-autotune, reduce-overhead"),
+    ({"mode": "tf-single", "fused_optimizer": True}, None, "--fused-optimizer applies to the PyTorch modes"),
+    ({"mode": "torch-ddp", "model": "transformer-small", "sparse_embeddings": True, "fused_optimizer": True}, "cpu",
+     "--fused-optimizer: torch's fused kernels take dense gradients"),
+])
+def test_tuning_options_that_cannot_apply_are_one_line(kwargs, device, message):
+    with pytest.raises(BenchError, match=re.escape(message)):
+        cfg = RunConfig(**kwargs)
+        cfg.resolve(device, 2)
+
+
+def test_the_fused_optimizer_is_left_out_where_torch_has_none():
+    """Adagrad's fused kernel runs on the CPU only: --tuned leaves it out on a GPU, and asking for it is one line
+    (the dataset-free path of the check: RunConfig._no_fused_optimizer)."""
+    assert RunConfig(mode="torch-ddp", model="resnet20")._no_fused_optimizer("cuda") is None
+    adagrad = RunConfig(mode="torch-ddp", model="resnet20")
+    object.__setattr__(adagrad, "optimizer", "adagrad")  # --optimizer needs --epochs and a dataset to construct
+    assert "CPU only" in adagrad._no_fused_optimizer("cuda")
+    assert adagrad._no_fused_optimizer("cpu") is None
