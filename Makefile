@@ -15,7 +15,7 @@ IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 # The CUDA image test-image-cuda builds: on the same base, its self-test one mode per framework environment.
 IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:bookworm --self-test-modes "torch-ddp tf-horovod"
 
-.PHONY: test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -256,6 +256,9 @@ bench-data-cost: venv ## VGG-16 and ResNet-50 at np 2 from JPEG files against sy
 # Push and pull times of an image through a registry of its own here, cold (tools/benchmarks/publish.py).
 bench-publish: venv docker-up registry-up ## push and pull times of an image through a registry here, from empty
 	PATH=$(APPTAINER_PATH) $(PY) -m tools.benchmarks.publish $(ARGS)
+
+bench-tuning: venv ## paper against --tuned (and each of its settings alone) at np 2, and Horovod's knobs (ARGS=...)
+	$(PY) -m tools.benchmarks.tuning $(ARGS)
 
 bench-reference: venv ## tf-horovod and torch-horovod against Horovod's own synthetic benchmarks, alternated (ARGS=...)
 	$(PY) -m tools.benchmarks.reference $(ARGS)

@@ -15,7 +15,20 @@ from typer.exceptions import TyperException
 
 import bench.run
 from bench import __version__, plugins
-from bench.commands import allreduce, compare, converge, data, info, peak, predict, report, run_file, sweep, verify
+from bench.commands import (
+    allreduce,
+    compare,
+    converge,
+    data,
+    info,
+    peak,
+    predict,
+    report,
+    run_file,
+    sweep,
+    tune,
+    verify,
+)
 from bench.commands import kubernetes as k8s
 from bench.commands.converge import ConvergeConfig
 from bench.commands.diagnose import DiagnoseConfig
@@ -66,6 +79,8 @@ def option_parameters(only_sweep: bool = False) -> list[inspect.Parameter]:
         if only_sweep and not how.sweep:
             continue
         decls = [how.flag] if how.flag else []
+        if how.parse is not None:  # written as text (a size): RunConfig parses it (bench.config.Option.parse)
+            type_ = str | None if default is None else str
         text = f"Passed to every run: {how.help}" if only_sweep else how.help
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                         annotation=Annotated[type_, typer.Option(*decls, help=text)]))
@@ -162,6 +177,8 @@ declared_command("sweep", sweep.SweepOptions, sweep.main, "Run a matrix of bench
 declared_command("converge", ConvergeConfig, converge.main, "Train to a target in several modes and world sizes, "
                  "each repeated: the time to the target, the final accuracies, one plot and PASS or FAIL "
                  "(docs/training.md).", run_options="sweep")
+declared_command("tune", tune.TuneConfig, tune.main, "Find the batch past which throughput stops growing: the batch "
+                 "doubles while it gains >= 2% and memory lasts (docs/measuring.md, Profiles).", run_options="sweep")
 declared_command("report", report.ReportConfig, report.main, "Write report.md, report.csv and plots from results "
                  "(never re-runs anything).")
 declared_command("compare", compare.CompareConfig, compare.main, "Compare two results or sweeps metric by metric: "

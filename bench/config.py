@@ -59,7 +59,7 @@ TUNED_SETTINGS = {"torch": dict(compile="default", channels_last=True, fused_opt
 COMPILE_MODES = ("none", "default", "max-autotune", "reduce-overhead")
 
 # Config fields that only some modes take (their ModeSpec.options lists them).
-MODE_OPTIONS = ("strategy", "num_ps")
+MODE_OPTIONS = ("strategy", "num_ps", "fusion_threshold", "cycle_time", "nccl_streams")
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -176,7 +176,7 @@ class RunConfig:
     precision: Precision = option(Precision.fp32, "fp32 (TF32 on GPU) or autocast mixed precision.")
     channels_last: bool | None = option(None, "NHWC memory format (PyTorch image models; TensorFlow is always NHWC; "
                                         "default: off, on with --tuned).",
-                                        flag="--channels-last/--nchw")
+                                        flag="--channels-last/--nchw", sweep=True)
     tuned: bool = option(False, "The profile: --paper (the Horovod paper's settings: batch 64 per GPU, eager, the "
                          "plain optimizer) or --tuned (batch 256 per GPU, --compile default, channels-last and "
                          "--fused-optimizer for PyTorch; what you set yourself wins). "
@@ -259,6 +259,15 @@ class RunConfig:
                                   "first).")
     num_ps: int | None = option(None, "tf-native --strategy ps: parameter servers (default: 1).", flag="--num-ps",
                                 minimum=1)
+    # Horovod's knobs (the Horovod modes; bench.distributed.hvdist): every Horovod result records their values.
+    fusion_threshold: int | None = option(None, "Horovod modes: tensor fusion buffer, bytes (4K, 64M; 0 turns fusion "
+                                          "off; default: Horovod's, 128M, or HOROVOD_FUSION_THRESHOLD).",
+                                          parse=byte_size, sweep=True)
+    cycle_time: float | None = option(None, "Horovod modes: milliseconds between its background thread's cycles "
+                                      "(default: Horovod's, 1, or HOROVOD_CYCLE_TIME).", positive=True, unit="ms",
+                                      sweep=True)
+    nccl_streams: int | None = option(None, "Horovod modes on GPUs: NCCL streams (default: Horovod's, 1, or "
+                                      "HOROVOD_NUM_NCCL_STREAMS).", minimum=1, sweep=True)
     telemetry: bool = option(True, "Sample GPU telemetry through NVML on each node.",
                              flag="--telemetry/--no-telemetry")
     telemetry_interval: float = option(0.5, "Seconds between telemetry samples.", positive=True, unit="seconds")
@@ -284,6 +293,9 @@ class RunConfig:
                 raise BenchError(f"--{name.replace('_', '-')} does not apply to {self.mode}")
         if self.strategy is not None:
             variant(f"{self.mode}:{self.strategy}")
+        for name, how in cli_options().items():  # an option the command line writes as text: its value
+            if how.parse is not None and name not in PLUGIN_OPTIONS and isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, how.parse(getattr(self, name)))
         for name, how in cli_options().items():
             check_option(name, self.extra.get(name) if name in PLUGIN_OPTIONS else getattr(self, name), how)
         unknown = set(self.extra) - set(PLUGIN_OPTIONS)

@@ -4,7 +4,8 @@
 #   tools/gpu-check.sh [--short] [OUT]          (OUT default: $OUT, else results/gpu-check)
 #
 # On a GPU machine: installs bench from this tree with the wheels `make gpu-check-prepare` put in .gpu-check/
-# (no download), then runs bench env, bench peak at each precision, torch-single / torch-ddp on VGG-16 and
+# (no download), then runs bench env, bench peak at each precision, ResNet-50 at Lambda's batch and layout, paper
+# and --tuned side by side (ResNet-50 in amp-bf16 and amp-fp16, VGG-16 in amp-bf16), torch-single / torch-ddp on VGG-16 and
 # ResNet-50 at 224x224 in fp32 (TF32), amp-bf16 and amp-fp16 (ResNet-50 also channels-last), ResNet-50 from JPEG
 # files (--data), ResNet-20 to a target on the digits, one Transformer, bench verify on two GPUs or more; last,
 # builds Horovod with NCCL against the machine's PyTorch and runs torch-horovod the same, and Horovod's own
@@ -117,6 +118,24 @@ fi
 
 step env "${BENCH[@]}" env
 for p in "${PEAKS[@]}"; do step "peak-$p" "${BENCH[@]}" peak "${DEVICE[@]}" --precision "$p" --output "$RES"; done
+# First in the window: paper and tuned side by side (docs/measuring.md, Profiles), and ResNet-50 at Lambda's own
+# batch and layout (NCHW, eager) for the ratio to their published figure, like for like. The paper's runs carry
+# the names of the loop's below, which then skips them.
+if [ "$SHORT" = 1 ]; then
+  LAMBDA=(); SIDE=("vgg16 fp32"); TUNED=("${SIZE[@]}")
+else
+  LAMBDA=("amp-fp16 1280" "fp32 640"); SIDE=("resnet50 amp-bf16" "resnet50 amp-fp16" "vgg16 amp-bf16")
+  TUNED=(--image-size 224)  # --tuned's own batch (256)
+fi
+for run in "${LAMBDA[@]}"; do
+  read -r p b <<< "$run"
+  step "lambda-resnet50-$p" "${BENCH[@]}" torch-single "${DEVICE[@]}" --model resnet50 --precision "$p" --batch-size "$b" --image-size 224 --output "$RES"
+done
+for run in "${SIDE[@]}"; do
+  read -r model p <<< "$run"
+  step "torch-single-$model-$p" "${BENCH[@]}" torch-single "${DEVICE[@]}" --model "$model" --precision "$p" "${SIZE[@]}" --output "$RES"
+  step "tuned-$model-$p" "${BENCH[@]}" torch-single "${DEVICE[@]}" --tuned --model "$model" --precision "$p" "${TUNED[@]}" --output "$RES"
+done
 for model in "${MODELS[@]}"; do
   for p in "${PRECISIONS[@]}"; do
     step "torch-single-$model-$p" "${BENCH[@]}" torch-single "${DEVICE[@]}" --model "$model" --precision "$p" "${SIZE[@]}" --output "$RES"

@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 
 from bench.records import store
-from bench.records.collect import load_results
+from bench.records.collect import load_results, tuning_of
+
+# Published per-GPU ResNet-50 figures (docs/measuring.md, "The published anchors"): (GPU, precision) -> (img/s, batch,
+# how). Lambda's PyTorch runs: NVIDIA's DeepLearningExamples code, synthetic data, NCHW, eager; AMP is fp16.
+ANCHORS = {("H100", "amp-fp16"): (2791, 1280, "Lambda, PyTorch AMP"),
+           ("H100", "fp32"): (1895, 640, "Lambda, PyTorch TF32"),
+           ("H200", "amp-fp16"): (3090, 2560, "Lambda, PyTorch AMP"),
+           ("H200", "fp32"): (2270, 640, "Lambda, PyTorch TF32")}
+MLPERF = {"H100": 7160, "H200": 7950}  # MLPerf Training v4.0, NVIDIA (MXNet + Horovod, DALI, CUDA graphs), batch ~400
 
 
 def _f(value, fmt: str = ".1f") -> str:
@@ -71,6 +79,31 @@ def input_section(runs: list[dict]) -> list[str]:
     return md
 
 
+def anchors_section(runs: list[dict]) -> list[str]:
+    """Every ResNet-50 run on an H100 or H200 against Lambda's published figure at its precision (amp-bf16 held
+    against their AMP (fp16) figure, said so) and MLPerf's: the ratio per GPU, with the batch and settings beside it."""
+    md = []
+    for r in runs:
+        c = r["config"]
+        if c["model"] != "resnet50" or c.get("data") or c.get("device") != "cuda":
+            continue
+        gpu = next((g for g in ("H100", "H200") if g in " ".join(x.get("device", "") for x in
+                                                                 r["environment"].get("ranks", []))), None)
+        anchor = ANCHORS.get((gpu, "amp-fp16" if c["precision"].startswith("amp") else "fp32"))
+        if gpu is None or anchor is None:
+            continue
+        rate = r["summary"]["samples_per_sec_per_gpu"]
+        settings = ", ".join([f"batch {c['batch_size']}", c.get("profile") or "-"] +
+                             ["channels-last"] * bool(c.get("channels_last")) + [t for t in [tuning_of(c)] if t])
+        md.append(f"| {r['mode']} | {c['precision']} | {settings} | {rate:.1f} | {anchor[2]} {anchor[0]} at batch "
+                  f"{anchor[1]} | {rate / anchor[0]:.3f} | {rate / MLPERF[gpu]:.3f} |")
+    if not md:
+        return []
+    return ["", "## ResNet-50 against the published figures (per GPU)", "",
+            "| mode | precision | settings | img/s per GPU | published | ratio | ratio to MLPerf v4.0 |",
+            "|---|---|---|---|---|---|---|", *md]
+
+
 def training_section(runs: list[dict]) -> list[str]:
     """The runs that trained to a target (docs/training.md): epochs, time to the target, final accuracy."""
     trained = [r for r in runs if r.get("training")]
@@ -107,20 +140,22 @@ def main() -> None:
         md += ["", "## Measured peak (bench peak)", "", "| device | precision | TFLOP/s |", "|---|---|---|"]
         md += [f"| {p['device']} | {p['precision']} | {p['peak_tflops']:.4g} |" for p in peaks]
     if runs:
-        md += ["", "## Runs", "", "| mode | model | precision | layout | np | samples/s total | per GPU | MFU measured "
-               "| MFU spec | W total | J/sample | throttled | GPUs sampled | traffic check |",
+        md += ["", "## Runs", "", "| mode | model | precision | profile, batch, settings | np | samples/s total | "
+               "per GPU | MFU measured | MFU spec | W total | J/sample | throttled | GPUs sampled | traffic check |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(runs, key=lambda r: (r["config"]["model"], r["mode"], r["config"]["precision"],
                                              r["world_size"])):
             c, s, t, u = r["config"], r["summary"], r["telemetry"], r.get("utilisation") or {}
             layout = ["channels-last"] * bool(c.get("channels_last")) + ["data"] * bool(c.get("data"))
-            md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | "
-                      f"{', '.join(layout) or '-'} | {r['world_size']} | "
+            layout += [t for t in [tuning_of(c)] if t]
+            md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | {c.get('profile', '-')}, batch "
+                      f"{c['batch_size']}{', ' if layout else ''}{', '.join(layout)} | {r['world_size']} | "
                       f"{s['samples_per_sec_total']:.1f} | {s['samples_per_sec_per_gpu']:.1f} | "
                       f"{_f(u.get('mfu_measured') and 100 * u['mfu_measured'])}% | "
                       f"{_f(u.get('mfu_spec') and 100 * u['mfu_spec'])}% | {_f(t.get('power_w_mean_total'))} | "
                       f"{_f(t.get('energy_per_sample_j'), '.3g')} | {t.get('throttled', '-')} | "
                       f"{t.get('gpus_sampled', '-')} of {r['world_size']} | {_traffic(r)} |")
+    md += anchors_section(runs)
     md += input_section(runs)
     md += training_section(runs)
     reference = results / "reference.json"

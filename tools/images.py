@@ -282,7 +282,7 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
 # a plain dockerd) removes them: a machine that ran the gate every day filled 41 GB with them. The gate calls
 # prune after its builds: the build cache beyond BUILD_CACHE_GB goes, least recently used first (the current
 # builds' steps were used last, so they stay), and so do the hvdbench images no tag names any more.
-BUILD_CACHE_GB = int(os.environ.get("HVDBENCH_BUILD_CACHE_GB", "40"))
+BUILD_CACHE_GB = int(os.environ.get("HVDBENCH_BUILD_CACHE_GB", "25"))
 
 
 def prune(keep_gb: int = BUILD_CACHE_GB) -> None:

@@ -11,7 +11,8 @@ tools/apptainer-up.sh set up. From an image, `docker save` writes an archive tha
 From a definition file, the %files paths are relative to the repository root, and the machine's CA
 bundle is bound to /run/secrets/ca for pip (as the Docker build's secret: never copied into the image).
 --base replaces the file's `Bootstrap: docker` base with a local Docker image (this machine reaches no
-registry). A SIF is written to a temporary name and renamed, so a failed build leaves no partial file;
+registry). A SIF is written to a temporary name and renamed, so a failed build leaves no partial file, and
+hvdbench.sif beside it is pointed at it (the name the batch scripts and the README's srun line use);
 a build whose inputs did not change since the last one (same image ID, or same definition, files and base)
 is skipped unless --force. The key of what it was built from is kept next to it (<sif>.key).
 
@@ -287,6 +288,26 @@ def from_definition(stack: str, flavor: str, out: Path | None = None, base: str 
         return _build(str(local), out, key, options, ROOT, [Path(tmp), out.parent, ROOT])
 
 
+LINK = "hvdbench.sif"  # what the batch scripts (singularity/slurm/common.sh) and the README's srun line run
+
+
+def link_default(out: Path) -> None:
+    """Point hvdbench.sif beside ``out`` at it (a relative link, replaced in one step): the name the batch scripts
+    and `srun singularity exec hvdbench.sif` use, so the SIF last built or pulled there is the one they run. A
+    hvdbench.sif that is a file of its own (a SIF pulled under that name) is left alone, and said so."""
+    link = out.parent / LINK
+    if out.name == LINK:
+        return
+    if link.exists() and not link.is_symlink():
+        print(f"sif: {link} is a file of its own, left as it is; the batch scripts run it unless HVDBENCH_SIF={out}")
+        return
+    tmp = out.parent / f".{LINK}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(out.name)
+    os.replace(tmp, link)
+    print(f"sif: {link} -> {out.name} (what the batch scripts run by default)")
+
+
 def compression_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compression", choices=list(COMPRESSIONS), default="gzip",
                         help="the squashfs compression: gzip (default, every runtime reads it) or zstd (level 3: "
@@ -318,15 +339,18 @@ def main() -> None:
     sub.add_parser("runtime", help="print the runtime used")
     a = p.parse_args()
     try:
+        if a.command == "runtime":
+            print(runtime())
+            return
+        out = Path(a.output or default_output(a.stack, a.flavor)).resolve()
         if a.command == "image":
             images.build_args(a.stack, a.flavor)  # validates the stack and flavour
-            from_image(a.stack, a.flavor, a.output, a.force, a.cache, a.compression)
+            from_image(a.stack, a.flavor, out, a.force, a.cache, a.compression)
         elif a.command == "def":
-            from_definition(a.stack, a.flavor, a.output, a.base, a.force, a.cache, a.compression)
-        elif a.command == "pull":
-            pull(a.registry, a.stack, a.flavor, a.output, a.force, a.compression)
+            from_definition(a.stack, a.flavor, out, a.base, a.force, a.cache, a.compression)
         else:
-            print(runtime())
+            pull(a.registry, a.stack, a.flavor, out, a.force, a.compression)
+        link_default(out)
     except (SifError, images.ImageError, subprocess.CalledProcessError) as exc:
         print(f"sif: error: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -265,10 +265,10 @@ def main() -> None:
     p.add_argument("tier", nargs="+", help="one tier (stale: one or more)")
     a = p.parse_args()
     if a.command == "stale":  # no side effect: what `make test-system-prepare` asks before building for them
-        stale = []
+        stale, no_venv = [], venv_packages() is None
         for tier in a.tier:
             full, without_venv, _ = key_parts(tier)
-            if passed(tier, full, without_venv if venv_packages() is None else None) is None:
+            if passed(tier, full, without_venv if no_venv else None) is None:
                 stale.append(tier)
         print(f"tier-cache: stale: {' '.join(stale) or 'none'}")
         sys.exit(0 if stale else 1)

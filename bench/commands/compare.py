@@ -10,7 +10,10 @@ metrics are n/a.
 
 A run that read a dataset (``--data``) and a synthetic run of the same settings are paired when each side has
 just that one input for the cell; their headline row then carries the share of throughput the input pipeline
-costs: ``input_cost = 1 - data run's throughput / synthetic run's throughput``. With ``--max-regression PCT`` the
+costs: ``input_cost = 1 - data run's throughput / synthetic run's throughput``. Likewise a run of the paper's
+profile and one of ``--tuned`` (batch, memory format, compiler and optimizer settings apart) are paired when each
+side has just that one for the cell: ``bench compare results/paper results/tuned`` puts them side by side, the
+cell naming what A ran with. With ``--max-regression PCT`` the
 command exits 1 when the chosen metric regressed by more than PCT percent in any cell (for CI use).
 """
 
@@ -102,8 +105,8 @@ def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:
                 change = (vb - va) / va
                 headline = name == "samples_per_sec_total"
                 cell = f"{key.label} {key.setting_text()} n={n}"
-                if key_a.source != key_b.source:
-                    cell += f" (A: {key_a.source})"
+                if key_a != key_b:
+                    cell += f" (A: {differences(key_a, key_b)})"
                 rows.append({"cell": cell, "metric": name, "a": va, "b": vb,
                              "change": change, "regression": -change if metric.higher_is_better else change,
                              "significant": significant(runs_a, runs_b) if headline else None,
@@ -114,25 +117,47 @@ def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+# The cell fields a pair may differ in when each side has just one cell for the rest: the input (a --data run
+# against a synthetic one), or the profile (paper against --tuned: the batch, the memory format, the compiler and
+# optimizer settings).
+LOOSE = (("source",), ("batch_size", "channels_last", "tuning"))
+
+
 def _pairs(a: dict, b: dict) -> list[tuple[Any, Any]]:
-    """The cells of A and B compared with each other: equal cells, and a synthetic cell with a --data cell of the
-    same settings where each side has only that one input for them."""
-    def by_setting(cells):
+    """The cells of A and B compared with each other: equal cells; then, among the others, a cell of A and one of
+    B that differ only in the input or only in the profile's fields (LOOSE), where each side has just that one."""
+    pairs = [(k, k) for k in set(a) & set(b)]
+    taken_a, taken_b = set(set(a) & set(b)), set(set(a) & set(b))
+    def by_setting(cells, taken, fields):
         out: dict[Any, list] = {}
         for key in cells:
-            out.setdefault(dataclasses.replace(key, source=""), []).append(key)
+            if key not in taken:
+                out.setdefault(dataclasses.replace(key, **dict.fromkeys(fields)), []).append(key)
         return out
 
-    sides_a, sides_b = by_setting(a), by_setting(b)
-    pairs = []
-    for setting in set(sides_a) & set(sides_b):
-        ka, kb = sides_a[setting], sides_b[setting]
-        same = set(ka) & set(kb)
-        if same:
-            pairs += [(k, k) for k in same]
-        elif len(ka) == len(kb) == 1:
-            pairs.append((ka[0], kb[0]))
+    for fields in LOOSE:
+        sides_a, sides_b = by_setting(a, taken_a, fields), by_setting(b, taken_b, fields)
+        for setting in set(sides_a) & set(sides_b):
+            ka, kb = sides_a[setting], sides_b[setting]
+            if len(ka) == len(kb) == 1:
+                pairs.append((ka[0], kb[0]))
+                taken_a.add(ka[0])
+                taken_b.add(kb[0])
     return sorted(pairs, key=lambda p: (p[1].setting, p[1].label))
+
+
+def differences(ka: Any, kb: Any) -> str:
+    """What A's cell ran with where B's differs (the loosened fields), in words: '' for equal cells."""
+    parts = []
+    if ka.source != kb.source:
+        parts.append(ka.source)
+    if ka.batch_size != kb.batch_size:
+        parts.append(f"batch {ka.batch_size}")
+    if ka.channels_last != kb.channels_last:
+        parts.append("channels-last" if ka.channels_last else "NCHW")
+    if ka.tuning != kb.tuning:
+        parts.append(ka.tuning or "eager, plain optimizer")
+    return ", ".join(parts)
 
 
 def input_cost(source_a: str, source_b: str, a: float, b: float) -> float | None:

@@ -80,7 +80,9 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None
             t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
             between = between_runs([r, *repeats.get((key, n), [])])
             row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
-                   "inputs": key.inputs, "n": n, "unit": sample_symbol(r), "device": device_word(r),
+                   "inputs": key.inputs, "extras": ", ".join(key.extras()), "device_name": key.device,
+                   "profile": r["config"].get("profile"), "compile_s": (r.get("timing") or {}).get("compile_s"),
+                   "n": n, "unit": sample_symbol(r), "device": device_word(r),
                    **{name: METRICS[name].value(r) for name in REPORTED}, "ci95": r["summary"].get("ci95"),
                    "between_runs": between["runs"] if between else 1,
                    "between_ci95_low": max(0.0, between["ci95"][0]) if between else None,
@@ -102,6 +104,37 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None
                 row["vs_single"] = t / single["summary"]["samples_per_sec_total"]
             rows.append(row)
     return rows
+
+
+def paper_and_tuned(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Rows of one mode, model, precision, inputs, device and n side by side: the paper's profile's and --tuned's
+    (docs/measuring.md, Profiles), where there is one of each."""
+    groups: dict[tuple, dict[str, list]] = {}
+    for r in rows:
+        kind = "tuned" if str(r.get("profile") or "").endswith("-tuned") else "paper"
+        group = groups.setdefault((r["label"], r["model"], r["precision"], r["inputs"], r["device_name"], r["n"]),
+                                  {"paper": [], "tuned": []})
+        group[kind].append(r)
+    return [(g["paper"][0], g["tuned"][0]) for g in groups.values() if len(g["paper"]) == len(g["tuned"]) == 1]
+
+
+def paper_and_tuned_section(rows: list[dict[str, Any]], unit: str, dev: str) -> list[str]:
+    pairs = paper_and_tuned(rows)
+    if not pairs:
+        return []
+    md = ["", "## Paper and tuned", "", "The same mode, model, precision and devices under the paper's profile and "
+          "under --tuned (docs/measuring.md, Profiles): what driving the hardware the way the field does changes.",
+          "", f"| mode | model, precision | n | paper: setting | {unit}/s per {dev} | tuned: setting | "
+          f"{unit}/s per {dev} | tuned / paper | compile s |", "|---|---|---|---|---|---|---|---|---|"]
+    for paper, tuned in pairs:
+        def setting(r):
+            return f"b{r['batch_size']}" + (f", {r['extras']}" if r["extras"] else "")
+        md.append(f"| {paper['label']} | {paper['model']} {paper['inputs']} {paper['precision']} | {paper['n']} | "
+                  f"{setting(paper)} | {paper['samples_per_sec_per_gpu']:.2f} | {setting(tuned)} | "
+                  f"{tuned['samples_per_sec_per_gpu']:.2f} | "
+                  f"{tuned['samples_per_sec_per_gpu'] / paper['samples_per_sec_per_gpu']:.2f} | "
+                  f"{_fmt(tuned['compile_s'], '.1f')} |")
+    return md
 
 
 def _interval(result: dict, repeats: list[dict]) -> tuple[list[float] | None, str]:
@@ -215,7 +248,7 @@ def scaling_series(rows: list[dict]) -> dict[tuple, list[dict]]:
     series: dict[tuple, list] = defaultdict(list)
     for r in rows:
         if r["speedup"] is not None:
-            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["inputs"])].append(r)
+            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["inputs"], r["extras"])].append(r)
     return {k: sorted(rs, key=lambda r: r["n"]) for k, rs in sorted(series.items())}
 
 
@@ -230,7 +263,7 @@ def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     kinds, unbounded = set(), False
-    for (label, model, precision, batch, size), rs in series.items():
+    for (label, model, precision, batch, size, extras), rs in series.items():
         ns = [r["n"] for r in rs]
         values = [r[metric] for r in rs]
         scale = [1.0 if metric == "speedup" else 1.0 / r["n"] for r in rs]
@@ -243,7 +276,7 @@ def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
                   for r in rs if r["speedup_low"] is not None and r["n"] > 1}
         unbounded |= any(r["speedup_low"] is None and r["interval_kind"] != "none" for r in rs)
         ax.errorbar(ns, values, yerr=[low, high], marker="o", capsize=3,
-                    label=f"{label} ({model} {size} b{batch} {precision})")
+                    label=f"{label} ({model} {size} b{batch} {precision}{', ' + extras if extras else ''})")
     measured = sorted({r["n"] for rs in series.values() for r in rs})
     ends = [1, max(measured)]
     ax.plot(ends, ends if metric == "speedup" else [1.0, 1.0], "k--", lw=1,
@@ -370,11 +403,13 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
         within = f"{ci[0]:.2f}–{_fmt(ci[1], none='∞')}" if ci else "–"  # no upper bound: unbounded above
         between = (f"{r['between_ci95_low']:.2f}–{r['between_ci95_high']:.2f} ({r['between_runs']} runs)"
                    if r["between_ci95_low"] is not None else "–")
-        md.append(f"| {r['label']} | {r['model']} {r['inputs']} b{r['batch_size']} {r['precision']} | {r['n']} "
+        extras = f", {r['extras']}" if r["extras"] else ""
+        md.append(f"| {r['label']} | {r['model']} {r['inputs']} b{r['batch_size']} {r['precision']}{extras} | {r['n']} "
                   f"| {r['samples_per_sec_total']:.2f} | {r['samples_per_sec_per_gpu']:.2f} | "
                   f"{within} | {between} | {_fmt(r['speedup'])} | "
                   f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "
                   f"{r['init_s']:.1f} |")
+    md += paper_and_tuned_section(rows, unit, dev)
     md += ["", "## Horovod vs native", ""]
     if versus:
         md += [f"| setting | n | Horovod | {unit}/s | native | {unit}/s | Horovod / native | faster | "

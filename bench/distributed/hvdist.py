@@ -82,10 +82,42 @@ def check_host_name(launch: LaunchInfo, environ: MutableMapping[str, str] = os.e
                      "network interface that reaches them")
 
 
-def init(hvd, rank: int, world_size: int) -> None:
-    """hvd.init(), then check Horovod agrees with the launcher about who is who."""
+# Horovod's knobs that the MLPerf entries set, as run options (bench.config): option -> (its environment variable,
+# Horovod 0.28's default; 1 ms and 128 MiB since 0.21, one NCCL stream). Read by hvd.init().
+KNOBS = {"fusion_threshold": ("HOROVOD_FUSION_THRESHOLD", 128 * 1024**2),
+         "cycle_time": ("HOROVOD_CYCLE_TIME", 1.0),
+         "nccl_streams": ("HOROVOD_NUM_NCCL_STREAMS", 1)}
+
+
+def set_knobs(cfg: Any, environ: MutableMapping[str, str] = os.environ) -> None:
+    """The run's --fusion-threshold, --cycle-time and --nccl-streams into the variables hvd.init() reads (the
+    options win over the variables; whichever launcher started the rank)."""
+    for name, (variable, _) in KNOBS.items():
+        value = getattr(cfg, name, None)
+        if value is not None:
+            environ[variable] = f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def knob_values(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
+    """What Horovod ran with: each knob's value, from its variable (set by the option, the user or horovodrun's
+    own flags) or Horovod's default, and which of the two (``knobs_set``)."""
+    values: dict[str, Any] = {}
+    for name, (variable, default) in KNOBS.items():
+        text = environ.get(variable)
+        try:
+            values[name] = type(default)(float(text)) if text is not None else default
+        except ValueError:
+            values[name] = text  # Horovod's own parse decides; kept as written
+    values["knobs_set"] = sorted(n for n, (variable, _) in KNOBS.items() if variable in environ)
+    return values
+
+
+def init(hvd, rank: int, world_size: int, cfg: Any = None) -> None:
+    """hvd.init() with the run's knobs (set_knobs), then check Horovod agrees with the launcher about who is who."""
     if uses_gloo(hvd, os.environ):
         check_host_name(detect())
+    if cfg is not None:
+        set_knobs(cfg)
     hvd.init()
     if hvd.rank() != rank or hvd.size() != world_size:
         raise BenchError(f"Horovod says rank {hvd.rank()}/{hvd.size()} but the launcher said {rank}/{world_size}")
@@ -94,4 +126,4 @@ def init(hvd, rank: int, world_size: int) -> None:
 def environment(hvd, framework: str, on_gpu: bool) -> dict[str, Any]:
     return {"horovod": env.horovod_info(framework),
             "distribution": {"library": "horovod", "controller": "mpi" if hvd.mpi_enabled() else "gloo",
-                             "nccl": bool(hvd.nccl_built()) and on_gpu}}
+                             "nccl": bool(hvd.nccl_built()) and on_gpu, **knob_values()}}

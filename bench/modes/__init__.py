@@ -148,6 +148,9 @@ def single_of(framework: str) -> ModeSpec:
     return next(s for s in MODES.values() if s.framework == framework and not s.distributed)
 
 
+# Horovod's knobs as run options (bench.distributed.hvdist.KNOBS)
+HOROVOD_OPTIONS = ("fusion_threshold", "cycle_time", "nccl_streams")
+
 for _spec in (
     ModeSpec("torch-ddp", "torch", "bench.modes.torch_ddp",
              "PyTorch DistributedDataParallel (NCCL on GPU, Gloo on CPU)",
@@ -156,11 +159,11 @@ for _spec in (
     ModeSpec("torch-horovod", "torch", "bench.modes.torch_horovod",
              "PyTorch with Horovod allreduce (NCCL on GPU, Gloo or MPI on CPU)",
              library="horovod", reference="torch-single", peer="torch-ddp", allreduce={None: "horovod-torch"},
-             needs_mpi=True, gradient_compression=True),
+             needs_mpi=True, gradient_compression=True, options=HOROVOD_OPTIONS),
     ModeSpec("tf-horovod", "tensorflow", "bench.modes.tf_horovod",
              "TensorFlow with Horovod's DistributedGradientTape (NCCL on GPU, Gloo or MPI on CPU)",
              library="horovod", reference="tf-single", peer="tf-native", allreduce={None: "horovod-tf"},
-             needs_mpi=True, gradient_compression=True),
+             needs_mpi=True, gradient_compression=True, options=HOROVOD_OPTIONS),
     ModeSpec("tf-native", "tensorflow", "bench.modes.tf_native",
              "TensorFlow tf.distribute: --strategy multiworker (default), mirrored or ps",
              library="native", reference="tf-single", peer="tf-horovod", allreduce={"multiworker": "tf"},

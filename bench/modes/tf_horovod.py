@@ -35,7 +35,7 @@ class HorovodTFTrainer(TFTrainer):
 
     def setup(self) -> None:
         hvd = self.hvd = hvdist.import_hvd("tensorflow", self.cfg.mode)
-        hvdist.init(hvd, self.rank, self.world_size)
+        hvdist.init(hvd, self.rank, self.world_size, self.cfg)
         self.build_model()
         self.build_feed(*(self.make_data(self.rank) if not self.cfg.data else (None, None)))
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none

@@ -39,7 +39,7 @@ class HorovodTrainer(TorchTrainer):
 
     def setup(self) -> None:
         hvd = self.hvd = hvdist.import_hvd("torch", self.cfg.mode)
-        hvdist.init(hvd, self.rank, self.world_size)
+        hvdist.init(hvd, self.rank, self.world_size, self.cfg)
         self.model = self.compile(self.build_model())
         optimizer = self.build_optimizer(self.model.parameters())
         compression = hvd.Compression.fp16 if self.cfg.fp16_allreduce else hvd.Compression.none

@@ -44,14 +44,17 @@ class Key:
         return (self.model, self.precision, self.batch_size, self.inputs, self.classes, self.device,
                 self.fp16_allreduce, self.channels_last, self.source, self.tuning)
 
-    def setting_text(self) -> str:
+    def extras(self) -> list[str]:
+        """What sets the cell apart beyond model, inputs, batch, precision and device, in words."""
         spec = MODELS.get(self.model)
         extra = [f"{self.classes} classes"] if spec and self.classes not in (None, spec.default_classes) else []
         extra += ["fp16 allreduce"] * self.fp16_allreduce + ["channels-last"] * self.channels_last
         extra += [] if self.source == "synthetic" else [f"data: {self.source}"]
-        extra += [self.tuning] if self.tuning else []
+        return extra + ([self.tuning] if self.tuning else [])
+
+    def setting_text(self) -> str:
         return (f"{self.model} {self.inputs}, batch {self.batch_size}/device, {self.precision}, {self.device}"
-                + "".join(f", {e}" for e in extra))
+                + "".join(f", {e}" for e in self.extras()))
 
 
 def label_of(result: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ class Kind(str, Enum):
     BASELINE = "diagnose-baseline"
     DATA_BENCH = "data-bench"
     CONVERGE = "converge"
+    TUNE = "tune"
 
 
 def kind_of(data: Any) -> Kind | None:

@@ -1,7 +1,7 @@
 # Sourced by the hvdbench batch scripts: container runtime, network settings, results directory.
 #
 #   HVDBENCH_RUNTIME   apptainer (default) | singularity | none (run the installed bench natively)
-#   HVDBENCH_SIF       the image (default ./hvdbench.sif): make sif, or apptainer pull docker://...
+#   HVDBENCH_SIF       the image (default ./hvdbench.sif: make sif links it to the SIF it built; or apptainer pull)
 #   HVDBENCH_RESULTS   results directory on a shared filesystem (default ./results)
 #   BENCH_ARGS         extra bench options, e.g. "--model resnet50 --precision amp-bf16"
 #   HVDBENCH_DATA      a dataset folder to train from (--data; bound read-only into the image at the same path)

@@ -35,13 +35,18 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     steps = [line.split("\t") for line in (out / "status.tsv").read_text().splitlines()]
     names = [s[0] for s in steps]
     assert len(names) == len(set(names)) and names[:3] == ["install", "env", "peak-fp32"]  # each once, in order
-    assert {"torch-ddp-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data", "transformer",
-            "verify", "torch-ddp-converge"} <= set(names)
+    assert {"torch-ddp-vgg16-fp32", "tuned-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data",
+            "transformer", "verify", "torch-ddp-converge"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
     files = sorted(p.name for p in out.iterdir())
     assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
     summary = (out / "summary.md").read_text()
-    assert "| torch-ddp | vgg16 | fp32 | - | 2 |" in summary and "## bench verify: PASS" in summary
+    assert "| torch-ddp | vgg16 | fp32 | cpu-quick, batch 2 | 2 |" in summary and "## bench verify: PASS" in summary
+    # paper and tuned side by side (the paper's run first in the window, under the loop's own name)
+    assert names.index("torch-single-vgg16-fp32") < names.index("tuned-vgg16-fp32") < names.index(
+        "torch-ddp-vgg16-fp32")
+    assert ("| torch-single | vgg16 | fp32 | cpu-tuned, batch 2, channels-last, compiled (default), fused optimizer "
+            "| 1 |") in summary
     assert "## torch-horovod against Horovod's own PyTorch benchmark" in summary
     assert "| peak-fp32 | ok |" in summary
     assert "## Input pipeline (--data against synthetic)" in summary

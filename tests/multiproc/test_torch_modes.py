@@ -52,11 +52,17 @@ def test_torch_ddp_duration_mode_and_fp16_compression(out):
 
 
 def test_torch_horovod_self_spawned_gloo(out):
-    r = bench("torch-horovod", *SMALL, "--np", "2", "--output", str(out))
+    # Horovod's knobs: one set by its option, one by its variable, one left at Horovod's default; all recorded
+    r = bench("torch-horovod", *SMALL, "--np", "2", "--output", str(out), "--fusion-threshold", "1M",
+              HOROVOD_CYCLE_TIME="2.5")
     assert r.returncode == 0, r.stderr
     result = only_result(out)
     assert_valid_run(result, "torch-horovod", 2, "self")
-    assert result["environment"]["distribution"]["controller"] == "gloo"
+    distribution = result["environment"]["distribution"]
+    assert distribution["controller"] == "gloo" and result["config"]["fusion_threshold"] == 1048576
+    assert (distribution["fusion_threshold"], distribution["cycle_time"], distribution["nccl_streams"]) == \
+        (1048576, 2.5, 1)
+    assert distribution["knobs_set"] == ["cycle_time", "fusion_threshold"]
     assert result["environment"]["horovod"]["version"] == "0.28.1"
 
 

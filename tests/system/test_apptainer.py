@@ -81,6 +81,8 @@ def sif(host_env):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     print(r.stdout.strip().splitlines()[-1])
     out.chmod(0o644)
+    # the name the batch scripts and the README's srun line use points at the SIF made last there
+    assert os.readlink(SIF_DIR / "hvdbench.sif") == out.name
     return out
 
 
@@ -248,6 +250,17 @@ def source_common(env, tmp_path, **extra):
     e = dict(env, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="2",
              HVDBENCH_RESULTS=str(tmp_path / "results"), **extra)
     return sh(["bash", "-c", f"source {SCRIPTS / 'common.sh'}"], env=e, cwd=tmp_path, timeout=300)
+
+
+def test_batch_scripts_run_the_sif_make_sif_linked_by_default(env, sif, tmp_path):
+    """Without HVDBENCH_SIF the scripts take ./hvdbench.sif, the link `make sif` leaves beside the SIF it built."""
+    e = dict(env, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="2",
+             HVDBENCH_RESULTS=str(tmp_path / "results"), HVDBENCH_RUNTIME="apptainer")
+    e.pop("HVDBENCH_SIF", None)
+    r = sh(["bash", "-c", f"source {SCRIPTS / 'common.sh'} && echo \"$HVDBENCH_SIF\""], env=e, cwd=SIF_DIR,
+           timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip().splitlines()[-1]) == SIF_DIR / "hvdbench.sif"
 
 
 def test_batch_scripts_say_what_is_wrong_in_one_line(env, sif, tmp_path):

@@ -108,3 +108,24 @@ def test_the_fused_optimizer_is_left_out_where_torch_has_none():
     object.__setattr__(adagrad, "optimizer", "adagrad")  # --optimizer needs --epochs and a dataset to construct
     assert "CPU only" in adagrad._no_fused_optimizer("cuda")
     assert adagrad._no_fused_optimizer("cpu") is None
+
+
+def test_horovods_knobs_are_horovod_modes_options_and_reach_its_variables():
+    from bench.distributed.hvdist import knob_values, set_knobs
+
+    cfg = RunConfig(mode="torch-horovod", fusion_threshold="64M", cycle_time=3.5, nccl_streams=2)
+    assert cfg.fusion_threshold == 64 * 1024**2  # written as a size, kept in bytes
+    environ = {"HOROVOD_CYCLE_TIME": "1"}
+    set_knobs(cfg, environ)  # the options win over the variables
+    assert environ == {"HOROVOD_FUSION_THRESHOLD": "67108864", "HOROVOD_CYCLE_TIME": "3.5",
+                       "HOROVOD_NUM_NCCL_STREAMS": "2"}
+    assert knob_values(environ) == {"fusion_threshold": 67108864, "cycle_time": 3.5, "nccl_streams": 2,
+                                    "knobs_set": ["cycle_time", "fusion_threshold", "nccl_streams"]}
+    assert knob_values({}) == {"fusion_threshold": 128 * 1024**2, "cycle_time": 1.0, "nccl_streams": 1,
+                               "knobs_set": []}
+    assert RunConfig.from_json(cfg.to_json()) == cfg
+    for name, value in (("fusion_threshold", 0), ("cycle_time", 2.0), ("nccl_streams", 2)):
+        with pytest.raises(BenchError, match=f"--{name.replace('_', '-')} does not apply to torch-ddp"):
+            RunConfig(mode="torch-ddp", **{name: value})
+    with pytest.raises(BenchError, match="cannot read '1X' as a size"):
+        RunConfig(mode="tf-horovod", fusion_threshold="1X")

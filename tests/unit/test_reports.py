@@ -41,7 +41,7 @@ def test_report_figures_follow_the_formulas(tmp_path):
 
     path = write_report([A], tmp_path)
     text = path.read_text()
-    assert "| torch-ddp | resnet50 32x32 b2 fp32 | 2 |" in text and "## Horovod vs native" in text
+    assert "| torch-ddp | resnet50 32x32 b2 fp32, 10 classes | 2 |" in text and "## Horovod vs native" in text
     assert f"{rows[('torch-ddp', 2)]['speedup']:.2f}" in text
     for png in ("speedup.png", "efficiency.png"):
         assert (tmp_path / png).stat().st_size > 5000
@@ -226,3 +226,33 @@ def test_an_interval_unbounded_above_keeps_its_lower_bound_in_the_tables(tmp_pat
     console = Console(width=200, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
     console.print(render_table(load_results([path])[0]))
     assert f"{low:.2f} .. n/a" in console.export_text()
+
+
+def test_paper_and_tuned_runs_are_their_own_cells_and_are_put_side_by_side():
+    """--tuned beside the paper's profile: a compiled, fused run is another cell than the eager one (never a repeat),
+    the report pairs the two of one mode, model, precision and n, and compare pairs a paper folder's cell with a
+    tuned folder's, naming what A ran with."""
+    from bench.commands.compare import _pairs, differences
+    from bench.commands.report import paper_and_tuned, paper_and_tuned_section, scaling_rows
+
+    paper = _run("torch-ddp", 100.0, "1", profile="cpu-quick", num_classes=1000)
+    tuned = _run("torch-ddp", 130.0, "2", profile="cpu-tuned", batch_size=8, channels_last=True, compile="default",
+                 fused_optimizer=True, num_classes=1000)
+    for r in (paper, tuned):
+        r["summary"]["samples_per_sec_per_gpu"] = r["summary"]["samples_per_sec_total"] / 2
+        r["run_id"] = r["created_utc"]
+    tuned["timing"] = {"compile_s": 21.5}
+    chosen, repeats = table_cells([paper, tuned])
+    assert len(chosen) == 2 and not any(repeats.values())
+    rows = scaling_rows(chosen, repeats)
+    assert {r["extras"] for r in rows} == {"", "channels-last, compiled (default), fused optimizer"}
+    ((a, b),) = paper_and_tuned(rows)
+    assert (a["profile"], b["profile"]) == ("cpu-quick", "cpu-tuned")
+    section = "\n".join(paper_and_tuned_section(rows, "img", "rank"))
+    assert ("| torch-ddp | resnet50 32x32 fp32 | 2 | b2 | 50.00 | b8, channels-last, compiled (default), fused "
+            "optimizer | 65.00 | 1.30 | 21.5 |") in section
+    side_a, _ = table_cells([paper])
+    side_b, _ = table_cells([tuned])
+    ((ka, kb),) = _pairs(side_a, side_b)
+    assert differences(ka, kb) == "batch 2, NCHW, eager, plain optimizer"
+    assert _pairs(side_a, side_a) == [(ka, ka)]

@@ -1,0 +1,28 @@
+"""The GPU check's summary holds every ResNet-50 GPU run against the published figure of its GPU and precision."""
+
+from tools.gpu_check_summary import anchors_section
+
+
+def run(device: str, precision: str, rate: float, **config) -> dict:
+    return {"mode": "torch-single", "config": {"model": "resnet50", "device": "cuda", "precision": precision,
+                                               "batch_size": 64, "profile": "gpu-paper", **config},
+            "environment": {"ranks": [{"device": device}]}, "summary": {"samples_per_sec_per_gpu": rate}}
+
+
+def test_resnet50_runs_are_held_against_lambdas_and_mlperfs_figures():
+    rows = anchors_section([
+        run("cuda:0 NVIDIA H100 80GB HBM3", "amp-fp16", 2791 / 2),
+        run("cuda:0 NVIDIA H200", "fp32", 2270.0, batch_size=640),
+        run("cuda:0 NVIDIA H200", "amp-bf16", 3090.0, profile="gpu-tuned", batch_size=256, channels_last=True,
+            compile="default", fused_optimizer=True),
+        run("cuda:0 NVIDIA A100-SXM4-80GB", "amp-fp16", 2000.0),  # no anchor for this GPU: no row
+        run("cuda:0 NVIDIA H100 80GB HBM3", "fp32", 1000.0, data="/data"),  # from files: not the synthetic figure
+    ])
+    body = rows[5:]
+    assert len(body) == 3
+    assert body[0].startswith("| torch-single | amp-fp16 | batch 64, gpu-paper | 1395.5 | Lambda, PyTorch AMP 2791 at "
+                              "batch 1280 | 0.500 | 0.195 |")
+    assert "| Lambda, PyTorch TF32 2270 at batch 640 | 1.000 | 0.286 |" in body[1]
+    assert body[2].startswith("| torch-single | amp-bf16 | batch 256, gpu-tuned, channels-last, compiled (default), "
+                              "fused optimizer | 3090.0 | Lambda, PyTorch AMP 3090 at batch 2560 | 1.000 |")
+    assert anchors_section([run("cuda:0 NVIDIA A100", "fp32", 1.0)]) == []

@@ -1,0 +1,90 @@
+"""The tuned profile and Horovod's knobs on this machine: what each setting does to throughput and init at np 2.
+
+    python -m tools.benchmarks.tuning [--study profile|knobs|both] [--model resnet50] [--repeats 3]
+                                      [-- more bench arguments]
+
+``profile``: torch-ddp with the paper's settings, --tuned, and each of --tuned's model settings alone (--compile
+default, --fused-optimizer, --channels-last), so the table says what each part adds. ``knobs``: torch-horovod
+with Horovod's defaults (fusion buffer 128 MiB, cycle 1 ms), fusion off (--fusion-threshold 0), a 1 MiB buffer,
+and a 5 ms cycle. Within a repeat every setting runs once, in an order rotated by one per repeat (alternated:
+drift on the shared host falls on every setting alike); the table has the median throughput over the repeats, its
+spread (min-max), the median init and, for compiled runs, the median compile_s and the first (cold cache) run's.
+A compiled run's first repeat compiles cold; later repeats read TorchInductor's cache (/tmp/torchinductor_<user>),
+as a user's second run does. The batch is the CPU profile's for every setting (--tuned's batch 256 is a GPU's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+PROFILE = {"paper": ("torch-ddp", []),
+           "tuned": ("torch-ddp", ["--tuned"]),
+           "compile only": ("torch-ddp", ["--compile", "default"]),
+           "fused optimizer only": ("torch-ddp", ["--fused-optimizer"]),
+           "channels-last only": ("torch-ddp", ["--channels-last"])}
+KNOBS = {"Horovod's defaults": ("torch-horovod", []),
+         "fusion off": ("torch-horovod", ["--fusion-threshold", "0"]),
+         "fusion 1 MiB": ("torch-horovod", ["--fusion-threshold", "1M"]),
+         "cycle 5 ms": ("torch-horovod", ["--cycle-time", "5"])}
+
+
+def run(mode: str, args: list[str], out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "bench", mode, "--np", "2", "--output", str(out), *args], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    (path,) = out.glob("*.json")
+    return json.loads(path.read_text())
+
+
+def study(settings: dict[str, tuple[str, list[str]]], extra: list[str], repeats: int, title: str) -> Table:
+    names = list(settings)
+    results: dict[str, list[dict]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(repeats):
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                mode, args = settings[name]
+                results[name].append(run(mode, [*args, *extra], Path(tmp) / f"{repeat}-{names.index(name)}"))
+    table = Table("setting", "img/s (median)", "min-max", "vs first row", "init s", "compile s (median)",
+                  "compile s (first run)", "graphs in windows", title=title)
+    base = statistics.median(r["summary"]["samples_per_sec_total"] for r in results[names[0]])
+    for name in names:
+        rates = [r["summary"]["samples_per_sec_total"] for r in results[name]]
+        compiles = [r["timing"].get("compile_s") for r in results[name]]
+        graphs = {r["timing"].get("graphs_compiled_in_windows") for r in results[name]}
+        median = statistics.median(rates)
+        table.add_row(name, f"{median:.1f}", f"{min(rates):.1f}-{max(rates):.1f}", f"{median / base - 1:+.1%}",
+                      f"{statistics.median(r['timing']['init_s'] for r in results[name]):.1f}",
+                      "-" if compiles[0] is None else f"{statistics.median(compiles):.1f}",
+                      "-" if compiles[0] is None else f"{compiles[0]:.1f}",
+                      ", ".join(str(g) for g in sorted(graphs, key=str)))
+    return table
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--study", choices=("profile", "knobs", "both"), default="both")
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("extra", nargs="*", help="more bench arguments (after --)")
+    a = p.parse_args()
+    extra = ["--model", a.model, "--no-telemetry", "--attribution-steps", "0", *a.extra]
+    console = Console(width=200)
+    if a.study in ("profile", "both"):
+        console.print(study(PROFILE, extra, a.repeats, f"torch-ddp np 2: paper and tuned ({' '.join(extra)}), "
+                                                       f"{a.repeats} alternated repeats"))
+    if a.study in ("knobs", "both"):
+        console.print(study(KNOBS, extra, a.repeats, f"torch-horovod np 2: Horovod's knobs ({' '.join(extra)}), "
+                                                     f"{a.repeats} alternated repeats"))
+
+
+if __name__ == "__main__":
+    main()
