@@ -15,7 +15,7 @@ IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 # The CUDA image test-image-cuda builds: on the same base, its self-test one mode per framework environment.
 IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:bookworm --self-test-modes "torch-ddp tf-horovod"
 
-.PHONY: test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -37,7 +37,8 @@ bench: venv ## set up (first time) and run a benchmark that fits this machine (M
 TEST_TIMES ?= results/test-times
 export HVDBENCH_TEST_TIMES := $(TEST_TIMES)
 RUN_TESTS = tools/run-tests.sh $(PY)
-# A system tier that passed on exactly the same inputs is not run again (tools/tier_cache.py; HVDBENCH_RERUN=1).
+# A system tier that passed on exactly the same inputs is not run again (tools/tier_cache.py; HVDBENCH_RERUN=1);
+# one whose features passed on the same surface of bench/ runs its smoke tests only (`select`: tools/surface.py).
 # The standard library alone: asked before the venv exists, by the set-up that make test starts beside it.
 TIER_CACHE = $(PYTHON) -m tools.tier_cache
 # The system tiers' set-up runs beside the venv's and then beside lint and the unit, framework and multiproc tiers,
@@ -118,11 +119,17 @@ test-system-build: venv docker-up ## the CPU image (Horovod from the venv's whee
 	@if $(TIER_CACHE) stale cluster diagnose; then $(PY) -m tools.cluster build; fi
 	@if $(TIER_CACHE) stale apptainer sif_pull; then tools/apptainer-up.sh >/dev/null; fi
 
+# Which of bench/ the unit, framework and multiproc tiers run (coverage.py over them and every process they start):
+# tools/lower-covered.txt, from which the system tiers' feature tests are keyed (tools/surface.py).
+test-surface: venv ## measure which of bench/ the lower tiers run (about 30 minutes): tools/lower-covered.txt
+	$(PY) -m tools.surface measure
+
 test-times: venv ## each tier's wall time and the 20 slowest tests of the last make test
 	$(PY) -m tools.times $(TEST_TIMES)
 
 test-slurm: venv slurm-up ## system tier: a one-node Slurm here, srun and sbatch runs of every mode
-	@$(TIER_CACHE) fresh slurm || { $(RUN_TESTS) slurm -m "slurm and not apptainer and not cluster" $(SYSTEM_TESTS) \
+	@$(TIER_CACHE) fresh slurm || { $(RUN_TESTS) slurm \
+	  -m "slurm and not apptainer and not cluster$$($(TIER_CACHE) select slurm)" $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record slurm; }
 
 lint: venv ## ruff over the whole tree, hadolint on the Dockerfiles, bash -n on the scripts
@@ -151,19 +158,19 @@ registry-up: ## a local image registry on 127.0.0.1:5000 (the image tier publish
 
 test-image: venv docker-up registry-up ## system tier: build the CPU image as make publish does, run the image tests and a publish round trip
 	@$(TIER_CACHE) fresh image || { $(PY) -m tools.images base && $(PY) -m tools.images build $(IMAGE_TEST_BUILD) \
-	  && $(PY) -m tools.images prune && $(RUN_TESTS) image -m image $(SYSTEM_TESTS) && $(TIER_CACHE) record image; }
+	  && $(PY) -m tools.images prune && $(RUN_TESTS) image -m "image$$($(TIER_CACHE) select image)" $(SYSTEM_TESTS) && $(TIER_CACHE) record image; }
 
 # After test-image (it needs the CPU image): the pods of bench k8s's MPIJob, TrainJob and indexed Job, started as
 # their operators would start them (tests/system/test_kubernetes_pods.py); no control plane here.
 test-k8s: venv docker-up ## system tier: the pods of bench k8s's manifests, started as the operators would start them
-	@$(TIER_CACHE) fresh kubernetes || { $(RUN_TESTS) kubernetes -m kubernetes $(SYSTEM_TESTS) \
+	@$(TIER_CACHE) fresh kubernetes || { $(RUN_TESTS) kubernetes -m "kubernetes$$($(TIER_CACHE) select kubernetes)" $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record kubernetes; }
 
 # The CUDA flavour on the same debootstrapped base; its build runs the self-test (no GPU needed) with one mode per
 # framework environment, and the tier's tests run the other two modes in the built image.
 test-image-cuda: venv docker-up ## system tier: build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests
 	@$(TIER_CACHE) fresh image_cuda || { $(PY) -m tools.images base && $(PY) -m tools.images build $(IMAGE_CUDA_TEST_BUILD) \
-	  && $(PY) -m tools.images prune && $(RUN_TESTS) image_cuda -m image_cuda $(SYSTEM_TESTS) \
+	  && $(PY) -m tools.images prune && $(RUN_TESTS) image_cuda -m "image_cuda$$($(TIER_CACHE) select image_cuda)" $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as test-image builds it) plus Slurm and munge.
@@ -175,7 +182,7 @@ cluster-up: venv docker-up ## a Slurm cluster of containers here: controller hea
 # The cluster tiers take their cluster down however they end (a failed tier left 4 nodes running).
 test-cluster: venv ## system tier: multi-node runs and faults on the cluster of containers
 	@$(TIER_CACHE) fresh cluster || { $(MAKE) --no-print-directory cluster-up \
-	  && $(RUN_TESTS) cluster -m "cluster and not apptainer" $(SYSTEM_TESTS) && $(TIER_CACHE) record cluster; \
+	  && $(RUN_TESTS) cluster -m "cluster and not apptainer$$($(TIER_CACHE) select cluster)" $(SYSTEM_TESTS) && $(TIER_CACHE) record cluster; \
 	  rc=$$?; $(PY) -m tools.cluster down >/dev/null; exit $$rc; }
 
 # bench diagnose on the cluster made 4 nodes of 0.4 of a core each, broken on purpose; keyed by what diagnose runs.
@@ -225,7 +232,7 @@ sif-pull: venv ## pull the published image from REGISTRY into SIF, by digest (ap
 # After test-image (it needs the CPU image): the SIF from that image and from the definition file.
 test-apptainer: venv docker-up slurm-up ## system tier: build the CPU SIFs here, run them under Apptainer and Slurm
 	@$(TIER_CACHE) fresh apptainer || { PATH=$(APPTAINER_PATH) $(RUN_TESTS) apptainer \
-	  -m "apptainer and not sif_pull" $(SYSTEM_TESTS) && $(TIER_CACHE) record apptainer; }
+	  -m "apptainer and not sif_pull$$($(TIER_CACHE) select apptainer)" $(SYSTEM_TESTS) && $(TIER_CACHE) record apptainer; }
 
 # After test-image: publish the CPU image to the registry here and `make sif-pull` it back. Keyed by the pull path's
 # own files (tools/tier_cache.py), not by all of bench/: the pulled SIF holds the image test-apptainer runs.
@@ -249,6 +256,9 @@ bench-converge: venv ## bench converge on the digits (every distributed mode, np
 
 bench-data-check: venv ## bench data bench against a long independent read of the same loader and shard (ARGS=...)
 	$(PY) -m tools.benchmarks.data_bench_check $(ARGS)
+
+bench-data-queue: venv ## a loader slower than training: the headline with its queue full or empty after the warm-up (ARGS=...)
+	$(PY) -m tools.benchmarks.queue_settle $(ARGS)
 
 bench-data-cost: venv ## VGG-16 and ResNet-50 at np 2 from JPEG files against synthetic, torch-ddp and tf-horovod: img/s and data wait
 	$(PY) -m tools.benchmarks.data_cost $(ARGS)

@@ -263,6 +263,8 @@ def misplaced(tier: str | None, marks: set[str]) -> str | None:
         return f"marked {', '.join(needs)} (what a system test needs) but kept in tests/{tier}/: move it to system/"
     if "alone" in marks and tier != "multiproc":
         return f"marked alone but kept in tests/{tier}/: only the multiproc tier runs tests two at a time"
+    if "smoke" in marks and tier != "system":
+        return f"marked smoke but kept in tests/{tier}/: only a system tier has smoke tests (tools/tier_cache.py)"
     return None
 
 

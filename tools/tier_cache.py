@@ -5,6 +5,7 @@
     python -m tools.tier_cache record TIER    # after TIER passed: remember its inputs' key
     python -m tools.tier_cache key TIER       # print the key and what it is made of
     python -m tools.tier_cache stale TIER...  # exit 0 (and name them) when any of these tiers would run
+    python -m tools.tier_cache select TIER    # the -m clause to add: " and smoke" when only the smoke tests must run
 
 A system tier's key is the SHA-256 of everything it executes or reads, in four parts:
 - files: the content of every file git knows or would add (tracked, and untracked but not ignored) under the
@@ -18,15 +19,22 @@ A system tier's key is the SHA-256 of everything it executes or reads, in four p
   Apptainer as the tier finds it) and the ID of the base image its images are built on.
 - venv: the name and version of every distribution in the venv the tier's tests and runs use (most requirements
   are floors, so a fresh venv follows the index), less this project's own editable install.
-The diagnose tier is keyed by the import closure of `bench diagnose` (tools.imports: the modules it imports at
-any depth, the registries' lazy loads included) instead of all of bench/; the sif_pull tier by the pull path
-alone (OWN_ONLY): the SIF it pulls holds the same image as the apptainer tier's, which runs on every change.
 
-A pass is one line in $HVDBENCH_TIER_CACHE/TIER (default /var/cache/hvdbench/tier-passes): the key, the key less
-its venv part, the time. Every passed key is kept (the newest MAX_PASSES), so going back to an earlier state
-skips again. `stale` asked before the venv exists (make test starts the system set-up beside the venv's) judges
-by the key less its venv part. HVDBENCH_RERUN=1, or any PYTEST_ARGS, always runs a tier (and a run with
-PYTEST_ARGS records nothing).
+Two parts, two keys. Every tier but diagnose and sif_pull has smoke tests (pytest.mark.smoke: one or two real runs
+in its environment, their results checked in full), keyed by all of the above (the "whole" key). Its other tests,
+the features, are keyed by the same inputs with bench/ replaced by its surface (tools/surface.py: the source of
+every code unit that the unit, framework and multiproc tiers do not run; those tiers prove the rest on every run
+themselves). So a change to a function the lower tiers run reruns each tier's smoke tests only (`select` prints
+the pytest -m clause that narrows a tier to them), and a change to one only the system tiers run reruns them all.
+The diagnose tier has features only, keyed by the surface of the import closure of `bench diagnose` (tools.imports:
+the modules it imports at any depth, the registries' lazy loads included) and its own command's files; the
+sif_pull tier by the pull path's files alone (OWN_ONLY): the SIF it pulls holds the image the apptainer tier runs.
+
+A pass is one line in $HVDBENCH_TIER_CACHE/TIER (the whole key) or TIER.features (default
+/var/cache/hvdbench/tier-passes): the key, the key less its venv part, the time. A tier's pass records both. Every
+passed key is kept (the newest MAX_PASSES), so going back to an earlier state skips again. `stale` asked before the
+venv exists (make test starts the system set-up beside the venv's) judges by the key less its venv part.
+HVDBENCH_RERUN=1, or any PYTEST_ARGS, always runs a tier (and a run with PYTEST_ARGS records nothing).
 """
 
 from __future__ import annotations
@@ -41,12 +49,15 @@ import sys
 import time
 from pathlib import Path
 
+from tools import surface
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("HVDBENCH_TIER_CACHE", "/var/cache/hvdbench/tier-passes"))
 MAX_PASSES = 64
 # What every system tier's set-up and runner use: the scripts, the runner, the pass cache itself.
 SETUP = ["tools/__init__.py", "tools/setup.sh", "tools/run-tests.sh", "tools/docker-up.sh", "tools/registry-up.sh",
-         "tools/slurm-up.sh", "tools/apptainer-up.sh", "tools/apt-install.sh", "tools/tier_cache.py"]
+         "tools/slurm-up.sh", "tools/apptainer-up.sh", "tools/apt-install.sh", "tools/tier_cache.py",
+         "tools/surface.py"]
 # The venv's Horovod (the slurm tier's srun jobs run it; the CPU image installs its wheel).
 HOROVOD_BUILD = ["docker/build-horovod.sh", "docker/horovod"]
 COMMON = ["bench", "pyproject.toml", "Makefile", "requirements", *SETUP, *HOROVOD_BUILD, "tests/conftest.py",
@@ -64,7 +75,8 @@ INPUTS = {
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
     "sif_pull": [*DOCKER, "tools/__init__.py", "tools/sif.py", "bench/records/env.py", "Makefile", "pyproject.toml",
                  "tools/registry-up.sh", "tools/apptainer-up.sh", "tools/slurm-up.sh", "tools/apt-install.sh",
-                 "tools/run-tests.sh", "tools/tier_cache.py", "tests/conftest.py", "tests/system/__init__.py"],
+                 "tools/run-tests.sh", "tools/tier_cache.py", "tools/surface.py", "tests/conftest.py",
+                 "tests/system/__init__.py"],
     # bench diagnose on the 4-node cluster: COMMON with the import closure of its package in place of all of
     # bench/ (PACKAGE), the node image (DOCKER, docker/cluster) and the cluster tool
     "diagnose": [*DOCKER, "bench/commands/diagnose", "tools/cluster.py"],
@@ -73,6 +85,10 @@ INPUTS = {
 OWN_ONLY = {"sif_pull"}
 # The pytest marker each tier selects its tests by (the Makefile's -m); a file carrying it is in the tier's key.
 MARKERS = {tier: tier for tier in INPUTS}
+# Tiers with smoke tests (one or two real runs per environment: host Slurm, the CPU image, pods, the cluster of
+# containers, the CUDA image, Apptainer), selected by pytest.mark.smoke. Each other test of a tier is a feature.
+SMOKE = {"slurm", "image", "kubernetes", "cluster", "image_cuda", "apptainer"}
+SMOKE_MARKER = "smoke"
 DOCKER_TIERS = {tier for tier, paths in INPUTS.items() if "docker" in paths}
 SLURM_TIERS = {"slurm", "cluster", "apptainer", "sif_pull", "diagnose"}
 APPTAINER_TIERS = {"apptainer", "sif_pull"}
@@ -141,15 +157,25 @@ def makefile_text(data: bytes) -> bytes:
     return "\n".join(lines).encode()
 
 
-def files_of(tier: str) -> tuple[list[str], list[str]]:
-    """(the paths the tier's key reads, the files under them)."""
+def parts_of(tier: str) -> list[str]:
+    """The parts of a tier with a key each: "whole" (every input, all of bench/: what its smoke tests are run on)
+    where the tier has smoke tests, and "features" (bench/ as its surface)."""
+    return ["whole", "features"] if tier in SMOKE else ["features"]
+
+
+def files_of(tier: str, part: str = "whole") -> tuple[list[str], list[str], list[str] | None]:
+    """(the paths the key reads, the files under them hashed whole, the bench/ files whose surface is hashed in
+    their place, or None)."""
     paths = INPUTS[tier] if tier in OWN_ONLY else COMMON + INPUTS[tier]
-    if tier in PACKAGE:
-        paths = [path for path in paths if path != "bench"]
-    names = set(listed(paths)) | set(marked(MARKERS[tier]))
-    if tier in PACKAGE:
-        names |= set(PACKAGE[tier]())
-    return paths, sorted(names)
+    marks = set(marked(MARKERS[tier]))
+    if tier in OWN_ONLY:
+        return paths, sorted(set(listed(paths)) | marks), None
+    if part == "whole" and tier not in PACKAGE:
+        return paths, sorted(set(listed(paths)) | marks), None
+    paths = [path for path in paths if path != "bench"]
+    whole = set(listed(paths)) | marks
+    package = PACKAGE[tier]() if tier in PACKAGE else listed(["bench"])
+    return paths, sorted(whole), sorted(set(package) - whole)
 
 
 def run_quiet(cmd: list[str]) -> str:
@@ -197,22 +223,30 @@ def venv_packages() -> list[str] | None:
     return sorted(found)
 
 
-def key(tier: str) -> tuple[str, list[str]]:
-    """(the key, what it is made of); key_parts gives the key less its venv part too."""
-    full, _, parts = key_parts(tier)
-    return full, parts
+def key(tier: str, part: str | None = None) -> tuple[str, list[str]]:
+    """(the key of ``part`` of ``tier`` (default its first: the whole where it has smoke tests), what it is made
+    of); key_parts gives the key less its venv part too."""
+    full, _, made_of = key_parts(tier, part)
+    return full, made_of
 
 
-def key_parts(tier: str) -> tuple[str, str, list[str]]:
+def key_parts(tier: str, part: str | None = None) -> tuple[str, str, list[str]]:
     if tier not in INPUTS:
         raise SystemExit(f"tier-cache: unknown tier '{tier}' (choose from: {', '.join(INPUTS)})")
+    part = part or parts_of(tier)[0]
     h = hashlib.sha256()
-    paths, files = files_of(tier)
+    paths, files, package = files_of(tier, part)
     for name in files:
         path = ROOT / name
         data = path.read_bytes() if path.is_file() else b"(absent)"
         h.update(name.encode() + b"\0")
         h.update(makefile_text(data) if name == "Makefile" else data)
+    made_of = [f"{part}: {len(files)} files under {', '.join(paths)}"]
+    if package is not None:
+        digest, names = surface.surface(ROOT, package)
+        h.update(b"surface\0" + digest.encode())
+        made_of.append(f"the surface of {len(package)} bench/ files: {len(names)} units no lower tier runs "
+                       f"(tools/surface.py)")
     tools = tool_versions(tier)
     for line in tools:
         h.update(line.encode() + b"\0")
@@ -221,14 +255,17 @@ def key_parts(tier: str) -> tuple[str, str, list[str]]:
     h.update("\n".join(packages if packages is not None else ["(no venv)"]).encode())
     marks = ", ".join(marked(MARKERS[tier])) or "none"
     venv = f"{len(packages)} distributions in the venv" if packages is not None else "no venv yet"
-    return h.hexdigest(), without_venv, [f"{len(files)} files under {', '.join(paths)}",
-                                         f"tests marked {MARKERS[tier]}: {marks}", *tools, venv]
+    return h.hexdigest(), without_venv, [*made_of, f"tests marked {MARKERS[tier]}: {marks}", *tools, venv]
 
 
-def passes(tier: str) -> list[tuple[str, str, str]]:
-    """The recorded passes of ``tier``: (key, key less venv, when), oldest first."""
+def store(tier: str, part: str) -> Path:
+    return CACHE / (tier if part == "whole" else f"{tier}.{part}")
+
+
+def passes(tier: str, part: str = "whole") -> list[tuple[str, str, str]]:
+    """The recorded passes of ``part`` of ``tier``: (key, key less venv, when), oldest first."""
     try:
-        lines = (CACHE / tier).read_text().splitlines()
+        lines = store(tier, part).read_text().splitlines()
     except OSError:
         return []
     found = []
@@ -239,59 +276,77 @@ def passes(tier: str) -> list[tuple[str, str, str]]:
     return found
 
 
-def passed(tier: str, digest: str, without_venv: str | None = None) -> str | None:
-    """When ``tier`` passed on inputs of key ``digest`` (or, given ``without_venv``, on those inputs less the
-    venv's); None: no such pass recorded, or a rerun was asked for."""
+def passed(tier: str, digest: str, without_venv: str | None = None, part: str = "whole") -> str | None:
+    """When ``part`` of ``tier`` passed on inputs of key ``digest`` (or, given ``without_venv``, on those inputs
+    less the venv's); None: no such pass recorded, or a rerun was asked for."""
     if os.environ.get("HVDBENCH_RERUN") == "1" or os.environ.get("PYTEST_ARGS", "").strip():
         return None
-    for full, partial, when in reversed(passes(tier)):
+    for full, partial, when in reversed(passes(tier, part)):
         if full == digest or (without_venv is not None and partial == without_venv):
             return when
     return None
 
 
-def record(tier: str, digest: str, without_venv: str) -> None:
-    kept = [p for p in passes(tier) if p[0] != digest][-(MAX_PASSES - 1):]
+def record(tier: str, digest: str, without_venv: str, part: str = "whole") -> None:
+    kept = [p for p in passes(tier, part) if p[0] != digest][-(MAX_PASSES - 1):]
     kept.append((digest, without_venv, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
     CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = CACHE / f".{tier}.tmp"
+    tmp = CACHE / f".{store(tier, part).name}.tmp"
     tmp.write_text("".join(" ".join(p) + "\n" for p in kept))
-    tmp.replace(CACHE / tier)
+    tmp.replace(store(tier, part))
+
+
+def stale_parts(tier: str, no_venv: bool = False) -> list[str]:
+    """The parts of ``tier`` with no pass on their current inputs (judged less the venv's part when the venv is
+    not there yet)."""
+    found = []
+    for part in parts_of(tier):
+        full, without_venv, _ = key_parts(tier, part)
+        if passed(tier, full, without_venv if no_venv else None, part) is None:
+            found.append(part)
+    return found
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=("fresh", "record", "key", "stale"))
+    p.add_argument("command", choices=("fresh", "record", "key", "stale", "select"))
     p.add_argument("tier", nargs="+", help="one tier (stale: one or more)")
     a = p.parse_args()
     if a.command == "stale":  # no side effect: what `make test-system-prepare` asks before building for them
-        stale, no_venv = [], venv_packages() is None
-        for tier in a.tier:
-            full, without_venv, _ = key_parts(tier)
-            if passed(tier, full, without_venv if no_venv else None) is None:
-                stale.append(tier)
+        no_venv = venv_packages() is None
+        stale = [tier for tier in a.tier if stale_parts(tier, no_venv)]
         print(f"tier-cache: stale: {' '.join(stale) or 'none'}")
         sys.exit(0 if stale else 1)
     if len(a.tier) != 1:
         p.error(f"{a.command} takes one tier")
     tier = a.tier[0]
-    digest, without_venv, parts = key_parts(tier)
+    if tier not in INPUTS:
+        raise SystemExit(f"tier-cache: unknown tier '{tier}' (choose from: {', '.join(INPUTS)})")
     if a.command == "key":
-        print(digest)
-        print("\n".join(parts))
+        for part in parts_of(tier):
+            digest, _, made_of = key_parts(tier, part)
+            print(f"{part}: {digest}")
+            print("\n".join(f"  {line}" for line in made_of))
     elif a.command == "fresh":
-        when = passed(tier, digest)
-        if when is None:
+        if stale_parts(tier):
             sys.exit(1)
-        print(f"{tier}: passed at {when} on these same inputs (key {digest[:12]}); not run again "
-              f"(HVDBENCH_RERUN=1 runs it)")
+        when = passed(tier, key(tier, "features")[0], part="features")
+        print(f"{tier}: passed at {when} on these same inputs; not run again (HVDBENCH_RERUN=1 runs it)")
         times = Path(os.environ.get("HVDBENCH_TEST_TIMES", "results/test-times"))
         times.mkdir(parents=True, exist_ok=True)
         (times / f"{tier}.wall").write_text("0 0 cached\n")
+    elif a.command == "select":
+        # the features passed on these inputs: only a change to code the lower tiers run, so the smoke tests only
+        if stale_parts(tier) == ["whole"]:
+            print(f" and {SMOKE_MARKER}")
+            print(f"{tier}: its features passed on these inputs (bench/'s surface unchanged): its smoke tests only",
+                  file=sys.stderr)
     else:
         if os.environ.get("PYTEST_ARGS", "").strip():
             return  # a partial run proves nothing about the tier
-        record(tier, digest, without_venv)
+        for part in parts_of(tier):  # a smoke-only run leaves the features' key as it was when they passed
+            digest, without_venv, _ = key_parts(tier, part)
+            record(tier, digest, without_venv, part)
 
 
 if __name__ == "__main__":

@@ -133,6 +133,7 @@ def test_the_sif_is_skipped_while_its_frameworks_did_not_change(host_env, sif):
     assert r.returncode == 0 and "is up to date" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.smoke
 def test_the_sif_runs_this_checkouts_bench(env, sif, package_path):
     """The bind is in place (the SIF's mount table shows it) and the SIF's bench is this checkout's, to the byte."""
     assert "site-packages" in package_path, package_path
@@ -162,6 +163,7 @@ def test_definition_sif_runs_a_two_rank_job(env, def_sif, out):
     assert_valid_run(only_result(out), "torch-horovod", 2, "self")
 
 
+@pytest.mark.smoke
 def test_exec_self_spawned_ranks_inside_one_container(env, sif, out):
     r = apptainer(env, "exec", "--bind", str(out.parent), str(sif), "bench", "torch-ddp", *SMALL, "--np", "2",
                   "--output", str(out))

@@ -44,6 +44,7 @@ def results_of(shared: Path, name: str) -> dict:
 
 
 # torch-ddp and tf-horovod cross the nodes through their batch scripts' srun (test_sbatch_scripts_across_two_nodes).
+@pytest.mark.smoke
 @pytest.mark.parametrize("mode, mpi", [("torch-horovod", "--mpi=pmix"), ("tf-native", "")])
 def test_srun_one_rank_per_node(shared, mode, mpi):
     """tf-native is multiworker here: TensorFlow's SlurmClusterResolver finds the two nodes."""

@@ -61,6 +61,7 @@ def test_each_framework_in_its_environment_with_its_own_libraries(dk):
     assert record["torch"]["cuda"].startswith("13.") and record["tensorflow"]["cuda"].startswith("12.")
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("mode", ["torch-horovod", "tf-native"])
 def test_a_cpu_run_is_labelled_cpu(dk, tmp_path, mode):
     results = tmp_path / "results"

@@ -45,6 +45,7 @@ def test_labels_name_the_versions(dk):
     assert labels["org.opencontainers.image.version"]
 
 
+@pytest.mark.smoke
 def test_torch_ddp_in_container(dk, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
@@ -63,6 +64,7 @@ def test_torch_ddp_in_container(dk, tmp_path):
     assert result["telemetry"]["available"] is False
 
 
+@pytest.mark.smoke
 def test_tf_horovod_as_non_root_user(dk, tmp_path):
     results = tmp_path / "results"
     results.mkdir()

@@ -164,6 +164,7 @@ def test_mpijob_launcher_runs_mpirun_across_two_worker_pods(cluster, tmp_path, m
     assert_both_hosts(cluster[2], name, mode, "mpirun", set(hosts))
 
 
+@pytest.mark.smoke
 def test_trainjob_torchrun_in_two_node_pods(cluster):
     (job,) = render("torch-ddp")
     name, trainer = job["metadata"]["name"], job["spec"]["trainer"]

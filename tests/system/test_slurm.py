@@ -51,6 +51,7 @@ def sbatch_jobs(slurm_env, tmp_path_factory):
                            HVDBENCH_RUNTIME="none")
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("script, extra_env, mode", SCRIPTED)
 def test_sbatch_scripts_without_container(sbatch_jobs, script, extra_env, mode):
     code, logs, results, elapsed = sbatch_jobs[mode]

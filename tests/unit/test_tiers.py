@@ -26,6 +26,8 @@ def test_a_tests_folder_is_its_tier_and_its_marks_must_agree():
     assert "one of tests/" in misplaced(None, set())
     assert misplaced("multiproc", {"alone"}) is None
     assert "only the multiproc tier" in misplaced("framework", {"alone"})
+    assert misplaced("system", {"cluster", "smoke"}) is None
+    assert "only a system tier has smoke tests" in misplaced("multiproc", {"smoke"})
 
 
 def test_every_test_file_sits_in_a_tier_folder():
@@ -99,8 +101,9 @@ def tiers_key_tree(tmp_path, monkeypatch):
     packages = ["torch==2.13.0", "typer==0.29.0"]
     monkeypatch.setattr(tier_cache, "venv_packages", lambda: list(packages))
 
-    def keys():
-        return {tier: tier_cache.key(tier)[0] for tier in tier_cache.INPUTS}
+    def keys(part=None):
+        return {tier: tier_cache.key(tier, part)[0] for tier in tier_cache.INPUTS
+                if part is None or part in tier_cache.parts_of(tier)}
     keys.tools, keys.packages = tools, packages
     return keys
 
@@ -110,18 +113,18 @@ DOCKER = {"image", "cluster", "image_cuda", "kubernetes", "apptainer", "sif_pull
 SLURM = {"slurm", "cluster", "apptainer", "sif_pull", "diagnose"}
 
 
-def changed_tiers(keys, tmp_path, name, text):
-    before = keys()
+def changed_tiers(keys, tmp_path, name, text, part=None):
+    before = keys(part)
     path = tmp_path / name
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.read_text() if path.exists() else None
     path.write_text(text)
-    after = keys()
+    after = keys(part)
     if old is None:
         path.unlink()
     else:
         path.write_text(old)
-    assert keys() == before  # put back: the same keys again
+    assert keys(part) == before  # put back: the same keys again
     return {tier for tier in before if before[tier] != after[tier]}
 
 
@@ -180,6 +183,41 @@ def test_every_tier_goes_stale_when_the_venv_resolves_another_version(tiers_key_
     assert all(before[tier] != after[tier] for tier in ALL)
 
 
+# torch_common.py with a function the lower tiers ran (step) and one they did not (on_gpu), as measured in
+# tools/lower-covered.txt; the module's own code ran too.
+STEP = "def step(x):\n    return x + 1\n"
+ON_GPU = "def on_gpu(x):\n    return x.cuda()\n"
+COVERED = "# measured\nbench/modes/torch_common.py:<module>\nbench/modes/torch_common.py:step\n"
+SMOKE = {"slurm", "image", "kubernetes", "cluster", "image_cuda", "apptainer"}
+PACKAGE_TIERS = ALL - {"sif_pull"}  # keyed by bench/ (diagnose by its import closure, in which torch_common is)
+
+
+@pytest.mark.parametrize("text, whole, features", [
+    # a function the lower tiers run: each tier's smoke tests only
+    (f"{STEP.replace('+ 1', '+ 2')}\n{ON_GPU}", SMOKE, set()),
+    (f"step = 1\n{STEP.replace('+ 1', '+ 2')}\n{ON_GPU}", SMOKE, set()),  # module-level code ran too
+    # one they do not run, or did not exist when measured: every test of every tier bench/ reaches
+    (f"{STEP}\n{ON_GPU.replace('cuda', 'to')}", SMOKE, PACKAGE_TIERS),
+    (f"{STEP}\n{ON_GPU}\n\ndef added():\n    return 0\n", SMOKE, PACKAGE_TIERS),
+    (f"{STEP.replace('step', 'step2')}\n{ON_GPU}", SMOKE, PACKAGE_TIERS),  # renamed: not measured under it
+    # the surface is read as syntax: a comment or a blank line there reruns only what reads the bytes
+    (f"{STEP}\n{ON_GPU.replace('x.cuda()', 'x.cuda()  # to the GPU')}\n\n", SMOKE, set()),
+])
+def test_only_the_smoke_tests_rerun_for_code_the_lower_tiers_run(tiers_key_tree, tmp_path, text, whole, features):
+    (tmp_path / "bench/modes/torch_common.py").write_text(f"{STEP}\n{ON_GPU}")
+    (tmp_path / "tools/lower-covered.txt").write_text(COVERED)
+    assert changed_tiers(tiers_key_tree, tmp_path, "bench/modes/torch_common.py", text, "whole") == whole
+    assert changed_tiers(tiers_key_tree, tmp_path, "bench/modes/torch_common.py", text, "features") == features
+
+
+def test_a_new_measurement_changes_the_features_keys_only(tiers_key_tree, tmp_path):
+    (tmp_path / "bench/modes/torch_common.py").write_text(f"{STEP}\n{ON_GPU}")
+    (tmp_path / "tools/lower-covered.txt").write_text(COVERED)
+    assert changed_tiers(tiers_key_tree, tmp_path, "tools/lower-covered.txt", COVERED + "bench/modes/torch_common"
+                         ".py:on_gpu\n", "features") == PACKAGE_TIERS
+    assert changed_tiers(tiers_key_tree, tmp_path, "tools/lower-covered.txt", "", "whole") == set()
+
+
 def test_every_system_test_file_and_marker_belongs_to_a_key(monkeypatch):
     """A tests/system file with no tier's marker, or a system marker no tier selects, would run nowhere or never
     make its tier stale."""
@@ -187,7 +225,7 @@ def test_every_system_test_file_and_marker_belongs_to_a_key(monkeypatch):
     monkeypatch.setattr(tier_cache, "listed", lambda paths: files)  # in process: the files, not git's listing
     keyed = {name for marker in tier_cache.MARKERS.values() for name in tier_cache.marked(marker)}
     assert [name for name in files if name not in keyed] == []
-    general = {"unit", "framework", "multiproc", "system", "alone", "gpu", "horovod"}
+    general = {"unit", "framework", "multiproc", "system", "alone", "gpu", "horovod", "smoke"}
     declared = {line.split(":")[0].strip().strip('"') for line in
                 (ROOT / "pyproject.toml").read_text().split("markers = [")[1].split("]")[0].splitlines()
                 if ":" in line}
@@ -196,6 +234,10 @@ def test_every_system_test_file_and_marker_belongs_to_a_key(monkeypatch):
     for tier, marker in tier_cache.MARKERS.items():
         assert f"fresh {tier} ||" in makefile and f"record {tier};" in makefile
         assert f' -m "{marker}' in makefile or f" -m {marker} " in makefile
+        # a tier with smoke tests has some in a file of its marker, and its target narrows to them when told
+        smoke = [name for name in tier_cache.marked(marker) if "@pytest.mark.smoke" in (ROOT / name).read_text()]
+        assert bool(smoke) == (tier in tier_cache.SMOKE), (tier, smoke)
+        assert (f"$$($(TIER_CACHE) select {tier})\"" in makefile) == (tier in tier_cache.SMOKE), tier
 
 
 def test_the_makefile_is_keyed_as_make_reads_it():
@@ -225,13 +267,14 @@ def test_the_times_summary_reads_every_tier(tmp_path, capsys, monkeypatch):
 
 
 def tier_cache_cli(tmp_path, monkeypatch, key):
-    """tools.tier_cache's command line in process, its passes and times under tmp_path and ``key`` for the
-    inputs' key: a function of the arguments that returns the exit code."""
+    """tools.tier_cache's command line in process, its passes and times under tmp_path and ``key(tier, part)``
+    for the inputs' key: a function of the arguments that returns the exit code."""
     monkeypatch.setattr(tier_cache, "CACHE", tmp_path / "passes")
     monkeypatch.setenv("HVDBENCH_TEST_TIMES", str(tmp_path / "times"))
     monkeypatch.delenv("HVDBENCH_RERUN", raising=False)
     monkeypatch.delenv("PYTEST_ARGS", raising=False)
-    monkeypatch.setattr(tier_cache, "key_parts", lambda tier: (key(tier)[0], "less-venv-" + key(tier)[0], key(tier)[1]))
+    monkeypatch.setattr(tier_cache, "key_parts", lambda tier, part=None: (
+        key(tier, part or tier_cache.parts_of(tier)[0])[0], "less-venv-" + key(tier, part)[0], key(tier, part)[1]))
     monkeypatch.setattr(tier_cache, "venv_packages", lambda: ["torch==2.13.0"])
 
     def call(*argv):
@@ -246,7 +289,7 @@ def tier_cache_cli(tmp_path, monkeypatch, key):
 
 def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsys):
     inputs = {"key": "a" * 64}
-    call = tier_cache_cli(tmp_path, monkeypatch, lambda tier: (inputs["key"], []))
+    call = tier_cache_cli(tmp_path, monkeypatch, lambda tier, part: (inputs["key"], []))
 
     assert call("fresh", "image") == 1  # never passed
     assert call("record", "image") == 0
@@ -266,7 +309,7 @@ def test_a_recorded_pass_skips_only_the_same_inputs(tmp_path, monkeypatch, capsy
 def test_stale_names_the_tiers_that_would_run_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """`stale T...` (what make test-system-prepare asks before building for those tiers): exit 0 naming the tiers
     without a pass on their current inputs, 1 when every one has; no times file either way."""
-    call = tier_cache_cli(tmp_path, monkeypatch, lambda tier: (tier * 8, []))
+    call = tier_cache_cli(tmp_path, monkeypatch, lambda tier, part: (tier * 8, []))
 
     assert call("stale", "image", "cluster") == 0
     assert capsys.readouterr().out.split()[-2:] == ["image", "cluster"]
@@ -280,3 +323,26 @@ def test_stale_names_the_tiers_that_would_run_and_writes_nothing(tmp_path, monke
     monkeypatch.setenv("HVDBENCH_RERUN", "1")
     assert call("stale", "cluster") == 0
     assert call("fresh", "image", "cluster") == 2  # fresh, record and key take one tier
+
+
+def test_select_narrows_a_tier_to_its_smoke_tests_while_its_features_passed(tmp_path, monkeypatch, capsys):
+    keys = {"whole": "w1", "features": "f1"}
+    call = tier_cache_cli(tmp_path, monkeypatch, lambda tier, part: (keys[part or "whole"] * 32, []))
+
+    assert call("select", "cluster") == 0 and capsys.readouterr().out == ""  # never passed: every test
+    assert call("record", "cluster") == 0 and call("fresh", "cluster") == 0
+    keys["whole"] = "w2"  # a change the lower tiers run: bench/ differs, its surface does not
+    assert call("fresh", "cluster") == 1
+    capsys.readouterr()
+    assert call("select", "cluster") == 0 and capsys.readouterr().out == " and smoke\n"
+    assert call("record", "cluster") == 0 and call("fresh", "cluster") == 0  # the smoke run passed
+    capsys.readouterr()
+    keys["whole"], keys["features"] = "w3", "f2"  # and one the lower tiers do not run: every test
+    assert call("select", "cluster") == 0 and capsys.readouterr().out == ""
+    keys["whole"], keys["features"] = "w1", "f1"  # back to the first state: passed before
+    assert call("fresh", "cluster") == 0 and "passed at" in capsys.readouterr().out
+    monkeypatch.setenv("HVDBENCH_RERUN", "1")
+    keys["whole"] = "w4"
+    assert call("select", "cluster") == 0 and capsys.readouterr().out == ""
+    monkeypatch.delenv("HVDBENCH_RERUN")
+    assert call("select", "diagnose") == 0 and capsys.readouterr().out == ""  # no smoke tests: features only
