@@ -20,6 +20,15 @@ for ``PROBE_S`` seconds at least, after the first ``prefetch + 1`` (the ones the
 for the first); every rank probes at the same time, so it is the rate each rank's pipeline gets while the node's
 other ranks read too.
 
+The timed windows start with the pipeline's queue in its steady state. Its workers fill it while the rank sets up
+and warms up, so a pipeline slower than training would hand the first timed steps batches made before the clock
+started (with 100 timed steps and 2 batches ahead per worker, about +37% on the headline at 10 workers). After the
+warm-up steps, every rank steps on, untimed, until each rank's queue is full (the pipeline keeps up) or empty (it
+sets the pace), at most ``SETTLE_DEPTHS`` times the queue's depth (a pipeline exactly as fast as training stays
+in between). The result keeps per rank the batches ready when the clock started (``queue_at_start``), the queue's
+depth and the steps this took (``settle_steps``). Only the torch loader's queue can be read: the tf and DALI
+pipelines have no settling (their ``queue_at_start`` is None).
+
 Epochs: one pipeline reads epoch after epoch (its workers kept), each with its own shuffle (seed, epoch); every
 rank has the same number of batches per epoch (bench.data.datasets.shard), so ranks turn the epoch at the same
 step, and no epoch turn restarts a pipeline inside the timed windows.
@@ -38,6 +47,7 @@ from bench.errors import BenchError
 from bench.launching.supervise import cpu_thread_share
 
 PACE_SHARE = 0.10
+SETTLE_DEPTHS = 4
 PROBE_BATCHES = 3
 PROBE_S = 0.5  # and at least this long: a rate over a few milliseconds is noise (a CPU quota's period is 100 ms)
 
@@ -87,6 +97,8 @@ class Feed:
         self.framework, self.device_id = framework, device_id  # DALI's output layout and GPU
         self.wait_s: list[float] = []
         self.h2d_s: list[float | Callable[[], float]] = []
+        self.queue_at_start: int | None = None
+        self.settle_steps = 0
         n = len(self.dataset.splits["train"])
         self.per_epoch = datasets.shard(n, rank, world, cfg.batch_size, cfg.seed).size // cfg.batch_size \
             if n else None  # TFRecord shards without counts: unknown
@@ -139,6 +151,28 @@ class Feed:
         for _ in range(skip):
             self._draw(self._batches)
 
+    def depth(self) -> int:
+        """How many batches the pipeline's queue holds at most; 0 where it cannot be read (module docstring)."""
+        return getattr(self._batches, "depth", 0) if self._batches is not None and self.ready() is not None else 0
+
+    def ready(self) -> int | None:
+        """Batches made ahead and not yet drawn, or None where the pipeline cannot tell."""
+        ready = getattr(self._batches, "ready", None)
+        return ready() if ready is not None else None
+
+    def steady(self) -> bool:
+        """The queue is full (the pipeline keeps up with training) or empty (training waits for it)."""
+        ready, depth = self.ready(), self.depth()
+        return ready is None or depth == 0 or ready == 0 or ready >= depth
+
+    def settle_limit(self) -> int:
+        """The most untimed steps the run takes to bring the queue to its steady state (module docstring)."""
+        return SETTLE_DEPTHS * self.depth()
+
+    def started(self, settle_steps: int) -> None:
+        """The timed windows start now, after ``settle_steps`` untimed steps of settling."""
+        self.queue_at_start, self.settle_steps = self.ready(), settle_steps
+
     def next(self):
         """The step's batch on its device; the wait and the copy timed."""
         t0 = time.perf_counter()
@@ -176,6 +210,8 @@ class Feed:
         return {"wait_step_s": self.wait_s[timed_from:],
                 "h2d_step_s": [x() if callable(x) else x for x in self.h2d_s[timed_from:]] if self.copies else None,
                 "loader_rate": self.loader_rate, "workers": self.workers,
+                "queue_at_start": self.queue_at_start, "queue_depth": self.depth() or None,
+                "settle_steps": self.settle_steps,
                 "epochs": len(self.wait_s) / self.per_epoch if self.per_epoch else None,
                 "format": self.dataset.format, "classes": self.dataset.classes, "train_samples": len(train)}
 
@@ -245,6 +281,8 @@ def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
                    "wait_share": wait / timed if timed > 0 else None,
                    "wait_step_ms_median": 1000 * statistics.median(waits) if waits else None,
                    "loader_rate": d["loader_rate"], "workers": d["workers"], "epochs": d["epochs"],
+                   "queue_at_start": d.get("queue_at_start"), "queue_depth": d.get("queue_depth"),
+                   "settle_steps": d.get("settle_steps", 0),
                    "wait_step_s": waits, "h2d_step_s": part["h2d_step_s"]}
             if "worker" in part:
                 row.update(rank=None, worker=part["worker"], host=None)
@@ -262,10 +300,14 @@ def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "paced_by_rank": paced["rank"] if paced else None,
         "paced_by_worker": paced.get("worker") if paced else None,  # tf-native ps: a worker's pipeline
         "pace_share": PACE_SHARE,
+        "settle_steps": max(p["settle_steps"] for p in per_rank) if per_rank else 0,
         "definition": "wait_s: per timed step, from the step asking for its batch to the batch handed to it, on "
                       "the host's clock (a copy to a GPU is queued in it, not waited for); h2d_s: the copies' time "
                       "on the device's clock (CUDA events), overlapping compute; wait_share: a rank's waits over its "
-                      "timed windows; loader_rate: the pipeline alone at set-up, samples/s (bench.data.feed)",
+                      "timed windows; loader_rate: the pipeline alone at set-up, samples/s; queue_at_start: the "
+                      "batches the pipeline had ready when the clock started, after settle_steps untimed steps "
+                      "brought its queue "
+                      "(queue_depth at most) to full or empty (bench.data.feed)",
     }
 
 
@@ -290,6 +332,11 @@ def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
         rows.append(("host-to-device copy (max rank)", f"{max(copies):.3f}", "s over the timed windows"))
     if rates:
         rows.append(("loader alone, per rank (min)", f"{min(rates):.1f}", "samples/s at set-up"))
+    queues = [p for p in ranks if p.get("queue_at_start") is not None and p.get("queue_depth")]
+    if queues:
+        ready = "/".join(sorted({str(p["queue_at_start"]) for p in queues}))
+        rows.append(("input queue when timing started", f"{ready} of {queues[0]['queue_depth']}",
+                     f"batches ready, after {section.get('settle_steps', 0)} untimed step(s) to full or empty"))
     rows.append(("input sets the pace", pacer(section) or "no",
                  f"a rank waiting >= {section['pace_share']:.0%} of its step for data"))
     return rows

@@ -215,7 +215,40 @@ class TorchLoader:
             pin_memory=device == "cuda", prefetch_factor=2 if workers else None,
             multiprocessing_context=worker_start() if workers else None,
             worker_init_fn=functools.partial(watch_rank, os.getpid()) if workers else None)
-        yield from loader
+        return Queued(loader)
+
+
+class Queued:
+    """A DataLoader's batches, with how many of them its workers have made ahead readable (bench.data.feed:
+    the timed windows start with that queue in its steady state). ``depth``: the most it holds (prefetch_factor
+    batches per worker); 0 without workers."""
+
+    def __init__(self, loader) -> None:
+        self._it = iter(loader)
+        self.depth = (loader.prefetch_factor or 0) * loader.num_workers if loader.num_workers else 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def ready(self) -> int | None:
+        """Batches made and not yet drawn: those in the result queue (the pin-memory thread's, on a GPU) and those
+        that arrived ahead of their turn; None where the queue cannot tell its size."""
+        if not self.depth:
+            return 0
+        try:
+            queued = self._it._data_queue.qsize()
+        except (AttributeError, NotImplementedError):
+            return None
+        ahead = sum(1 for info in getattr(self._it, "_task_info", {}).values() if len(info) == 2)
+        return min(self.depth, queued + ahead)
+
+    def close(self) -> None:
+        shutdown = getattr(self._it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
 
 
 class TFLoader:

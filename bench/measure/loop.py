@@ -142,12 +142,21 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         dog.progress()
         if progress is not None:
             progress.advance()
+    feed = getattr(trainer, "feed", None)  # --data: the rank's batches, each draw timed (bench.data.feed)
+    if feed is not None:  # untimed steps until every rank's input queue is full or empty (bench.data.feed)
+        settle, limit = 0, feed.settle_limit()
+        while settle < limit and not all(trainer.allgather(feed.steady())):
+            dog.at("warmup", 0, cfg.warmup_steps + settle)
+            step()
+            trainer.sync()
+            settle += 1
+            dog.progress()
+        feed.started(settle)
     graphs_before = graphs()
 
     window_s: list[float] = []
     timed = 0.0
     net_before = load_before = None
-    feed = getattr(trainer, "feed", None)  # --data: the rank's batches, each draw timed (bench.data.feed)
     timed_from = feed.mark() if feed is not None else 0
     while True:
         if not window_s:

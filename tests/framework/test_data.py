@@ -45,3 +45,28 @@ def test_a_file_that_cannot_be_decoded_is_named(tmp_path):
         f.write_bytes(b"not an image")
     with pytest.raises(BenchError, match=f"cannot decode .*{bad[0].parent.parent.name}"):
         next(iter(LOADERS["torch"].batches(load(tmp_path / "d"), "train", 32, 2, 0, seed=0)))
+
+
+def test_the_torch_loader_tells_how_many_batches_its_workers_made_ahead(tmp_path):
+    """The queue bench.data.feed settles before the clock starts: empty while the workers start (each a new
+    interpreter that imports torch), full once they had time."""
+    import time
+
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "d", images=40)
+    batches = LOADERS["torch"].batches(load(tmp_path / "d"), "train", 32, 2, 2, seed=0, epochs=None)
+    try:
+        assert batches.depth == 4  # 2 workers, 2 batches ahead each
+        assert batches.ready() == 0
+        deadline = time.monotonic() + 60
+        while batches.ready() < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert batches.ready() == 4
+        images, _ = next(batches)
+        assert images.shape == (2, 3, 32, 32)
+    finally:
+        batches.close()
+    plain = LOADERS["torch"].batches(load(tmp_path / "d"), "train", 32, 2, 0, seed=0)
+    assert plain.depth == 0 and plain.ready() == 0  # no workers: nothing made ahead
+    plain.close()

@@ -108,6 +108,7 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
     fed.wait_s, fed.h2d_s, fed._batches = [], [], iter([("batch", 1)] * 3)
     fed.dataset = SimpleNamespace(splits={"train": []}, format="imagefolder", classes=2)
     fed.loader_rate, fed.workers, fed.per_epoch = 100.0, 1, None
+    fed.queue_at_start, fed.settle_steps = None, 0
     for _ in range(3):
         assert fed.next() == ("batch", 1)
     assert read == []  # nothing read while the steps ran
@@ -115,3 +116,43 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
     assert record["h2d_step_s"] == [0.01, 0.01] and len(record["wait_step_s"]) == 2 and len(read) == 2
     fed.copies = False  # a CPU run: no copy kept
     assert fed.record(0)["h2d_step_s"] is None
+
+
+class FakeQueue:
+    """A pipeline whose queue holds ``ready`` of ``depth`` batches made ahead (bench.data.loaders.Queued's face)."""
+
+    def __init__(self, ready, depth):
+        self.ready_now, self.depth = ready, depth
+
+    def ready(self):
+        return self.ready_now
+
+
+@pytest.mark.parametrize("ready, depth, steady", [
+    (4, 4, True),    # full: the pipeline keeps up with training
+    (0, 4, True),    # empty: training waits for it
+    (3, 4, False),   # made while the rank set up and warmed up, still draining (or still filling)
+    (1, 4, False),
+    (None, 4, True),  # a queue that cannot be read: no settling
+    (0, 0, True),    # no workers: nothing made ahead
+])
+def test_the_timed_windows_start_when_the_input_queue_is_full_or_empty(ready, depth, steady):
+    fed = feed.Feed.__new__(feed.Feed)
+    fed._batches = FakeQueue(ready, depth)
+    assert fed.steady() is steady
+    assert fed.settle_limit() == (feed.SETTLE_DEPTHS * depth if ready is not None else 0)
+    fed.started(5)
+    assert (fed.queue_at_start, fed.settle_steps) == (ready, 5)
+    fed._batches = iter([])  # the tf and DALI pipelines: no queue to read, never settled
+    assert fed.steady() and fed.settle_limit() == 0 and fed.ready() is None
+
+
+def test_the_input_section_keeps_each_ranks_queue_when_the_clock_started(jpegs):
+    cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
+    ranks = [rank(0, [0.01]), rank(1, [0.2])]
+    ranks[0]["data"].update(queue_at_start=4, queue_depth=4, settle_steps=0)
+    ranks[1]["data"].update(queue_at_start=0, queue_depth=4, settle_steps=7)
+    section = feed.section(cfg, ranks)
+    assert [(p["queue_at_start"], p["queue_depth"], p["settle_steps"]) for p in section["per_rank"]] == \
+        [(4, 4, 0), (0, 4, 7)]
+    assert section["settle_steps"] == 7 and "queue_at_start" in section["definition"]
