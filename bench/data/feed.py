@@ -23,9 +23,10 @@ other ranks read too.
 The timed windows start with the pipeline's queue in its steady state. Its workers fill it while the rank sets up
 and warms up, so a pipeline slower than training would hand the first timed steps batches made before the clock
 started (with 100 timed steps and 2 batches ahead per worker, about +37% on the headline at 10 workers). After the
-warm-up steps, every rank steps on, untimed, until each rank's queue is full (the pipeline keeps up) or empty (it
-sets the pace), at most ``SETTLE_DEPTHS`` times the queue's depth (a pipeline exactly as fast as training stays
-in between). The result keeps per rank the batches ready when the clock started (``queue_at_start``), the queue's
+warm-up steps, every rank steps on, untimed, until each rank's queue is empty (the pipeline sets the pace) or has
+not drained over its last ``depth`` steps (the pipeline keeps up: its queue holds steady, full or nearly), at most
+``SETTLE_DEPTHS`` times the queue's depth. A full queue alone proves nothing: it is what a slow pipeline leaves
+after set-up. The result keeps per rank the batches ready when the clock started (``queue_at_start``), the queue's
 depth and the steps this took (``settle_steps``). Only the torch loader's queue can be read: the tf and DALI
 pipelines have no settling (their ``queue_at_start`` is None).
 
@@ -99,6 +100,7 @@ class Feed:
         self.h2d_s: list[float | Callable[[], float]] = []
         self.queue_at_start: int | None = None
         self.settle_steps = 0
+        self.readings: list[int] = []  # the queue's ready batches at each settling check
         n = len(self.dataset.splits["train"])
         self.per_epoch = datasets.shard(n, rank, world, cfg.batch_size, cfg.seed).size // cfg.batch_size \
             if n else None  # TFRecord shards without counts: unknown
@@ -153,7 +155,7 @@ class Feed:
 
     def depth(self) -> int:
         """How many batches the pipeline's queue holds at most; 0 where it cannot be read (module docstring)."""
-        return getattr(self._batches, "depth", 0) if self._batches is not None and self.ready() is not None else 0
+        return getattr(self._batches, "depth", 0) if hasattr(self._batches, "ready") else 0
 
     def ready(self) -> int | None:
         """Batches made ahead and not yet drawn, or None where the pipeline cannot tell."""
@@ -161,9 +163,13 @@ class Feed:
         return ready() if ready is not None else None
 
     def steady(self) -> bool:
-        """The queue is full (the pipeline keeps up with training) or empty (training waits for it)."""
+        """The queue is empty (training waits for the pipeline) or held steady over the last ``depth`` steps (the
+        pipeline keeps up); called once per settling step."""
         ready, depth = self.ready(), self.depth()
-        return ready is None or depth == 0 or ready == 0 or ready >= depth
+        if ready is None or depth == 0 or ready == 0:
+            return True
+        self.readings.append(ready)
+        return len(self.readings) > depth and ready >= self.readings[-1 - depth]
 
     def settle_limit(self) -> int:
         """The most untimed steps the run takes to bring the queue to its steady state (module docstring)."""

@@ -35,8 +35,8 @@ def test_torch_ddp_trains_from_the_files_and_says_what_the_data_cost(torch_run):
     assert result["sync"]["params_changed"]
     for p in section["per_rank"]:
         assert len(p["wait_step_s"]) == 9 and p["workers"] == 1  # the timed steps' waits, raw
-        # the clock started with the rank's input queue full or empty (bench.data.feed), or settling gave up
-        assert p["queue_depth"] == 2 and (p["queue_at_start"] in (0, 2) or p["settle_steps"] == 4 * 2), p
+        # the clock started with the rank's input queue empty, or held over its depth's steps (bench.data.feed)
+        assert p["queue_depth"] == 2 and (p["queue_at_start"] == 0 or p["settle_steps"] >= 2), p
         assert p["epochs"] == pytest.approx((11 + p["settle_steps"]) / 5)  # the epoch turned inside the run
         assert p["loader_rate"] > 0 and 0 <= p["wait_share"] < 1
         assert p["h2d_s"] is None  # no copy on a CPU

@@ -119,30 +119,38 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
 
 
 class FakeQueue:
-    """A pipeline whose queue holds ``ready`` of ``depth`` batches made ahead (bench.data.loaders.Queued's face)."""
+    """A pipeline whose queue holds the next of ``readings`` batches of ``depth`` made ahead at each look
+    (bench.data.loaders.Queued's face)."""
 
-    def __init__(self, ready, depth):
-        self.ready_now, self.depth = ready, depth
+    def __init__(self, readings, depth):
+        self.readings, self.depth = list(readings), depth
 
     def ready(self):
-        return self.ready_now
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
 
 
-@pytest.mark.parametrize("ready, depth, steady", [
-    (4, 4, True),    # full: the pipeline keeps up with training
-    (0, 4, True),    # empty: training waits for it
-    (3, 4, False),   # made while the rank set up and warmed up, still draining (or still filling)
-    (1, 4, False),
-    (None, 4, True),  # a queue that cannot be read: no settling
-    (0, 0, True),    # no workers: nothing made ahead
+@pytest.mark.parametrize("readings, depth, settled_after", [
+    ([0], 4, 0),                      # empty after the warm-up: training waits for the pipeline already
+    ([4, 3, 2, 1, 0], 4, 4),          # made during set-up, drained by a pipeline slower than training
+    ([4, 4, 4, 4, 4], 4, 4),          # full and held so over 4 steps: the pipeline keeps up
+    ([3, 2, 3, 2, 3, 2], 4, 4),       # held nearly full: keeps up, a batch still in making at each look
+    ([8, 7, 7, 6, 6, 5, 5, 4, 4, 4, 3], 4, 14),  # drained slowly: steady once it held 4 steps (at 3)
+    ([None], 4, 0),                   # a queue that cannot tell its size: no settling
+    ([0], 0, 0),                      # no workers: nothing made ahead
 ])
-def test_the_timed_windows_start_when_the_input_queue_is_full_or_empty(ready, depth, steady):
+def test_the_timed_windows_start_when_the_input_queue_has_stopped_draining(readings, depth, settled_after):
+    """The settling loop of bench.measure.loop: untimed steps while the queue is not steady, at most 4 x its
+    depth; a full queue is not steady until it has held (a slow pipeline leaves it full after set-up)."""
     fed = feed.Feed.__new__(feed.Feed)
-    fed._batches = FakeQueue(ready, depth)
-    assert fed.steady() is steady
-    assert fed.settle_limit() == (feed.SETTLE_DEPTHS * depth if ready is not None else 0)
-    fed.started(5)
-    assert (fed.queue_at_start, fed.settle_steps) == (ready, 5)
+    fed._batches, fed.readings = FakeQueue(readings, depth), []
+    limit = fed.settle_limit()
+    assert limit == feed.SETTLE_DEPTHS * depth
+    steps = 0
+    while steps < limit and not fed.steady():
+        steps += 1
+    assert steps == settled_after
+    fed.started(steps)
+    assert (fed.queue_at_start, fed.settle_steps) == (fed.ready(), settled_after)
     fed._batches = iter([])  # the tf and DALI pipelines: no queue to read, never settled
     assert fed.steady() and fed.settle_limit() == 0 and fed.ready() is None
 
