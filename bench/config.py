@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 from bench.data import detect_format
-from bench.data.datasets import class_count
+from bench.data.datasets import class_count, rank_samples
 from bench.data.datasets import load as load_dataset
 from bench.data.loaders import loader
 from bench.errors import BenchError
@@ -51,15 +51,34 @@ CPU_TUNED_PROFILE = dataclasses.replace(CPU_PROFILE, name="cpu-tuned")
 PROFILES = {(False, "cuda"): GPU_PROFILE, (False, "cpu"): CPU_PROFILE,
             (True, "cuda"): GPU_TUNED_PROFILE, (True, "cpu"): CPU_TUNED_PROFILE}
 # What --tuned sets where the user left it unset, per framework: the compiler's default mode, NHWC for the image
-# models (PyTorch; TensorFlow is always NHWC) and the fused optimizer (PyTorch). TensorFlow's XLA is not built in
-# yet: a TensorFlow mode's --tuned is the batch alone.
+# models (PyTorch; TensorFlow is always NHWC) and the fused optimizer (PyTorch); XLA (TensorFlow). PAPER_SETTINGS:
+# the same fields as the paper's profile has them (eager, NCHW, the plain optimizer, no XLA). --tuned sets XLA on a
+# GPU only (RunConfig.tuning).
 TUNED_SETTINGS = {"torch": dict(compile="default", channels_last=True, fused_optimizer=True),
-                  "tensorflow": {}}
+                  "tensorflow": dict(xla=True)}
+PAPER_SETTINGS = {"torch": dict(compile="none", channels_last=False, fused_optimizer=False),
+                  "tensorflow": dict(xla=False)}
+# Why tf-native's parameter servers take no --xla (seen: "Trying to access resource ... located in device /job:ps").
+NO_XLA_ON_PS = ("XLA compiles a step on the device that holds its variables, and under --strategy ps the parameter "
+                "servers hold them: use --strategy multiworker or drop --xla")
 # torch.compile's modes (--compile): none is eager, the paper's.
 COMPILE_MODES = ("none", "default", "max-autotune", "reduce-overhead")
 
 # Config fields that only some modes take (their ModeSpec.options lists them).
 MODE_OPTIONS = ("strategy", "num_ps", "fusion_threshold", "cycle_time", "nccl_streams")
+# Config fields that one framework's modes take and the other's refuse.
+FRAMEWORK_OPTIONS = {"compile": "torch", "fused_optimizer": "torch", "channels_last": "torch", "xla": "tensorflow"}
+
+
+
+def takes(mode_name: str, name: str) -> bool:
+    """Whether a mode takes the run option ``name``: one of MODE_OPTIONS its spec lists, one of its framework's
+    FRAMEWORK_OPTIONS, or any other option (every mode takes those)."""
+    spec = mode(mode_name)
+    if name in MODE_OPTIONS:
+        return name in spec.options
+    return FRAMEWORK_OPTIONS.get(name, spec.framework) == spec.framework
+
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -179,7 +198,7 @@ class RunConfig:
                                         flag="--channels-last/--nchw", sweep=True)
     tuned: bool = option(False, "The profile: --paper (the Horovod paper's settings: batch 64 per GPU, eager, the "
                          "plain optimizer) or --tuned (batch 256 per GPU, --compile default, channels-last and "
-                         "--fused-optimizer for PyTorch; what you set yourself wins). "
+                         "--fused-optimizer for PyTorch, --xla for TensorFlow on a GPU; what you set yourself wins). "
                          "docs/measuring.md says when to use which.", flag="--tuned/--paper", sweep=True)
     compile: str | None = option(None, "PyTorch modes: torch.compile the model: none (eager), default, max-autotune "
                                  "or reduce-overhead (CUDA graphs); compiled in the first step, reported as "
@@ -188,6 +207,10 @@ class RunConfig:
     fused_optimizer: bool | None = option(None, "PyTorch modes: the optimizer's fused kernel (SGD(fused=True), "
                                           "Adagrad's on the CPU; default: off, on with --tuned).",
                                           flag="--fused-optimizer/--unfused", sweep=True)
+    xla: bool | None = option(None, "TensorFlow modes: compile each step's forward and backward pass with XLA "
+                              "(tf.function(jit_compile=True)); the exchange and the update stay TensorFlow's. "
+                              "Compiled in the first step, reported as compile_s and never inside a timed window "
+                              "(default: off, on with --tuned on a GPU).", flag="--xla/--no-xla", sweep=True)
     warmup_steps: int | None = option(None, "Timed steps after the first, kept out of the headline (default: 10 "
                                       "GPU, 2 CPU).", minimum=0, sweep=True)
     steps_per_window: int | None = option(None, "Steps between two device syncs (default: 10 GPU, 4 CPU).",
@@ -229,7 +252,9 @@ class RunConfig:
                                    positive=True, sweep=True)
     lr_scaling: str = option("linear", "--epochs: linear (the rate is base-lr x global batch / 256, Goyal et al.) "
                              "or none (base-lr as it is).", sweep=True)
-    warmup_epochs: float = option(0.0, "--epochs: epochs of linear warmup to the scaled rate.", sweep=True)
+    warmup_epochs: float | None = option(None, "--epochs: epochs of linear warmup to the scaled rate (default: "
+                                         "with --lr-scaling linear, one per doubling of the global batch past "
+                                         "256, at most 5 and a quarter of --epochs; else 0).", sweep=True)
     lr_decay: str = option("cosine", "--epochs: after the warmup, cosine (to zero at the last epoch), step "
                            "(x0.1 at 50% and 75% of the epochs) or none.", sweep=True)
     optimizer: str = option("sgd", "--epochs: sgd (momentum 0.9, the image models' recipe) or adagrad "
@@ -315,14 +340,22 @@ class RunConfig:
         self._check_goal()
 
     def _check_tuning(self, spec, model_spec) -> None:
-        """--compile and --fused-optimizer: PyTorch's, one line for a TensorFlow mode."""
+        """--compile and --fused-optimizer: PyTorch's, one line for a TensorFlow mode; --xla: TensorFlow's."""
         if self.compile is not None and self.compile not in COMPILE_MODES:
             raise BenchError(f"--compile takes {', '.join(COMPILE_MODES)} (got '{self.compile}')")
         if self.compile not in (None, "none") and spec.framework != "torch":
-            raise BenchError(f"--compile applies to the PyTorch modes; {self.mode} is TensorFlow (XLA is not "
-                             "built in yet: docs/measuring.md)")
+            raise BenchError(f"--compile applies to the PyTorch modes; {self.mode} is TensorFlow (its compiler: "
+                             "--xla)")
         if self.fused_optimizer and spec.framework != "torch":
             raise BenchError(f"--fused-optimizer applies to the PyTorch modes; {self.mode} is TensorFlow")
+        if self.xla and spec.framework != "tensorflow":
+            raise BenchError(f"--xla applies to the TensorFlow modes; {self.mode} is PyTorch (its compiler: "
+                             "--compile)")
+        if self.xla and self.strategy == "ps":
+            raise BenchError(f"--xla: {NO_XLA_ON_PS}")
+        if self.xla and self.sparse_embeddings and not self.sparse_as_dense:
+            raise BenchError("--xla makes the embedding's gradient dense inside the compiled pass: with "
+                             "--sparse-embeddings add --sparse-as-dense, or drop --xla")
 
     def _no_fused_optimizer(self, device: str) -> str | None:
         """Why torch has no fused kernel for this run's optimizer, or None."""
@@ -356,10 +389,10 @@ class RunConfig:
     def _check_goal(self) -> None:
         """--epochs and what goes with it (bench.measure.goal): one line for each contradiction."""
         goal_options = ("target_accuracy", "eval_every", "base_lr", "weight_decay", "checkpoint_every",
-                        "checkpoint_dir", "resume_from")
+                        "checkpoint_dir", "resume_from", "warmup_epochs")
         if self.epochs is None:
             named = [n for n in goal_options if getattr(self, n) is not None]
-            named += [n for n, d in (("lr_scaling", "linear"), ("warmup_epochs", 0.0), ("lr_decay", "cosine"),
+            named += [n for n, d in (("lr_scaling", "linear"), ("lr_decay", "cosine"),
                                      ("label_smoothing", 0.0), ("stop_at_target", True), ("optimizer", "sgd"))
                       if getattr(self, n) != d]
             if named:
@@ -387,7 +420,7 @@ class RunConfig:
             raise BenchError(f"--optimizer takes {', '.join(goal.OPTIMIZERS)} (got '{self.optimizer}')")
         if self.lr_decay not in goal.DECAYS:
             raise BenchError(f"--lr-decay takes {', '.join(goal.DECAYS)} (got '{self.lr_decay}')")
-        if not 0 <= self.warmup_epochs < self.epochs:
+        if self.warmup_epochs is not None and not 0 <= self.warmup_epochs < self.epochs:
             raise BenchError(f"--warmup-epochs must be >= 0 and below --epochs {self.epochs} "
                              f"(got {self.warmup_epochs})")
         if self.weight_decay is not None and self.weight_decay < 0:
@@ -406,6 +439,11 @@ class RunConfig:
         return "sparse" if self.sparse_embeddings else "tied"
 
     @property
+    def compiles(self) -> bool:
+        """A compiler builds the step: --compile (PyTorch) or --xla (TensorFlow); it compiles in the first step."""
+        return self.compile not in (None, "none") or bool(self.xla)
+
+    @property
     def is_resolved(self) -> bool:
         return self.profile is not None
 
@@ -420,13 +458,11 @@ class RunConfig:
             label = f"{self.mode}:{self.strategy}" if self.strategy else self.mode
             update_ranks = 1 if variant(label).exchange == "ps" else np
             seq_len = spec.workload.resolve(spec, self, profile).get("seq_len")
-            per_rank = (train_count(self.data, seq_len) // np) // batch
-            if per_rank == 0:
-                raise BenchError(f"--data {self.data}: its training split gives {np} rank(s) no whole batch of "
-                                 f"{batch}")
+            per_rank = epoch_batches(self.data, seq_len, np, batch)
             to_goal = dict(warmup_steps=0, steps_per_window=per_rank, windows=self.epochs,
                            attribution_steps=self.attribution_steps or 0, eval_every=self.eval_every or 1,
                            learning_rate=goal.peak_rate(self, batch * update_ranks),
+                           warmup_epochs=goal.warmup_epochs(self, batch * update_ranks),
                            momentum=goal.async_momentum(MOMENTUM, np) if update_ranks == 1 < np else MOMENTUM,
                            weight_decay=goal.WEIGHT_DECAY if self.weight_decay is None else self.weight_decay)
         resolved = dict(
@@ -450,9 +486,9 @@ class RunConfig:
 
     def tuning(self, spec, device: str) -> dict[str, Any]:
         """The model-side settings of the profile, each given by the user or by it (TUNED_SETTINGS), with the other
-        framework's left None: compile, channels_last, fused_optimizer (PyTorch; None for TensorFlow). --tuned
+        framework's left None: compile, channels_last, fused_optimizer (PyTorch), xla (TensorFlow). --tuned
         leaves out what cannot apply: NHWC for a text model, the fused optimizer where torch has none (sparse
-        gradients; Adagrad on a GPU)."""
+        gradients; Adagrad on a GPU), XLA under parameter servers and on the CPU."""
         framework = mode(self.mode).framework
         own = dict(TUNED_SETTINGS[framework]) if self.tuned else {}
         no_fused = self._no_fused_optimizer(device)
@@ -460,9 +496,10 @@ class RunConfig:
             raise BenchError(f"--fused-optimizer: {no_fused}")
         if no_fused:
             own.pop("fused_optimizer", None)
-        off = {"torch": dict(compile="none", channels_last=False, fused_optimizer=False), "tensorflow": {}}
+        if self.strategy == "ps" or device != "cuda":  # on the CPU XLA ran ResNet-50 at 0.29-0.43x of TensorFlow's
+            own.pop("xla", None)                        # kernels (docs/measured/2026-11-27-xla.md): a GPU's setting
         settings = {}
-        for name, paper in off[framework].items():
+        for name, paper in PAPER_SETTINGS[framework].items():
             given = getattr(self, name)
             if given is None:
                 given = own.get(name, paper)
@@ -499,14 +536,17 @@ class RunConfig:
         return cls.from_dict(data)
 
 
-def train_count(path: str, seq_len: int | None = None) -> int:
-    """The samples of a --data dataset's training split (--epochs cuts them into each rank's epoch); a tokens
-    dataset's, of ``seq_len``."""
-    n = len(load_dataset(path, seq_len).splits["train"])
-    if n == 0:
+def epoch_batches(path: str, seq_len: int | None, world: int, batch: int) -> int:
+    """The batches each of ``world`` ranks trains on per epoch of a --data dataset's training split (--epochs:
+    one window each; bench.data.datasets.rank_samples); a tokens dataset's samples are of ``seq_len``."""
+    try:
+        per_rank = rank_samples(load_dataset(path, seq_len).splits["train"], world, batch)
+    except BenchError as exc:
+        raise BenchError(f"--data {path}: {exc}") from None
+    if per_rank is None:
         raise BenchError(f"--epochs needs the training split's sample count; {path} does not say it (TFRecord "
                          "shards: meta.json's counts, as bench data make writes them)")
-    return n
+    return per_rank // batch
 
 
 def data_classes(path: str) -> int:

@@ -344,7 +344,10 @@ def environment_text(results: list[dict]) -> list[str]:
     envs = [r["environment"] for r in results]
     first = envs[0]
     hosts = sorted({host for r in results for host in hosts_of(r)})
-    lines = [f"- hosts: {', '.join(hosts)}", f"- CPU: {first.get('cpu')} ({first.get('cpu_count')} cores)",
+    usable = first.get("usable_cores")  # older records have no such field
+    cores = f"{first.get('cpu_count')} cores" + (f", {usable} the run could use" if usable not in (None,
+                                                                                   first.get("cpu_count")) else "")
+    lines = [f"- hosts: {', '.join(hosts)}", f"- CPU: {first.get('cpu')} ({cores})",
              f"- Python {first.get('python')}, MPI: {first.get('mpi')}, container: {first.get('container')}"]
     for name in ("torch", "tensorflow", "horovod"):
         versions = sorted({str(e[name].get("version")) for e in envs if isinstance(e.get(name), dict)})

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import SCHEMA_VERSION
-from bench.config import PLUGIN_OPTIONS, RunConfig, check_declared, cli_options, comma_list, int_list, option
+from bench.config import PLUGIN_OPTIONS, RunConfig, check_declared, cli_options, comma_list, int_list, option, takes
 from bench.errors import BenchError, NotValid, Stopped, restore_handlers, stop_on_signals
 from bench.hooks import HOOKS_ENV
 from bench.launching.slurm import inside_allocation, srun_command
@@ -109,7 +109,15 @@ class SweepConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise BenchError("--seeds needs one or more different seeds, e.g. 1,2,3")
         for cell in self.cells():  # every cell's configuration is valid before any runs
-            cell.config(self.common, Path("."))
+            cell.config(self.common_for(cell), Path("."))
+
+    def common_for(self, cell: Cell) -> dict[str, Any]:
+        """The common options this cell's mode takes: in a sweep over modes that differ, one framework's options
+        (--compile, --xla, ...) or one library's (Horovod's knobs) reach the cells of the modes that take them. An
+        option no mode of the sweep takes stays, so that the cell's own check says why in one line."""
+        modes = {variant(label).mode.name for label in self.modes}
+        return {name: value for name, value in self.common.items()
+                if takes(cell.mode, name) or not any(takes(m, name) for m in modes)}
 
     def options_key(self) -> str:
         """What every cell runs with beside its own fields: the common run options and the hooks exported to the
@@ -302,8 +310,8 @@ def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, c
                  result=None, options=sweep.options_key())
     manifest.save()
     try:
-        code = run_cell(command(cell, write_cell_config(cell, sweep.common, folder), sweep.common.get("num_ps")),
-                        log, cell_timeout)
+        config = write_cell_config(cell, sweep.common_for(cell), folder)
+        code = run_cell(command(cell, config, sweep.common.get("num_ps")), log, cell_timeout)
     except Stopped as exc:
         entry.update(status="interrupted", seconds=round(time.time() - start, 2), error=str(exc))
         manifest.save()

@@ -273,6 +273,31 @@ def shard(n: int, rank: int, world: int, batch_size: int, seed: int, epoch: int 
     return order[rank::world][:per_rank]
 
 
+def rank_samples(split: Split, world: int, batch_size: int) -> int | None:
+    """The training samples each of ``world`` ranks takes per epoch: whole batches, the same count on every rank;
+    None where the split does not say its size (TFRecord shards without counts). A split read by index: its
+    :func:`shard`'s. TFRecord shards: a rank reads whole files, positions r, r + W, ... of the epoch's order of the
+    S files (bench.data.loaders), so at least floor(S / W) of them, and each file holds at least floor(n / S) of
+    the n records where the files are of near-equal size (as TensorFlow's ImageNet scripts and bench data make
+    write them): every rank takes floor(S / W) x floor(n / S), cut to whole batches. Fewer files than ranks, or
+    too few records for a batch, is an error."""
+    n = len(split)
+    if not split.shards:
+        return len(shard(n, 0, world, batch_size, 0))
+    files = len(split.shards)
+    if files < world:
+        raise BenchError(f"{files} TFRecord training shard file(s) for {world} ranks: a rank reads whole files, "
+                         f"so each needs one at least (write the dataset with as many shards as ranks or more: "
+                         f"bench data make --shards {world})")
+    if not n:
+        return None
+    per_rank = (files // world) * (n // files) // batch_size * batch_size
+    if per_rank == 0:
+        raise BenchError(f"the split has {n} records in {files} files: a rank's {files // world} file(s) hold no "
+                         f"whole batch of {batch_size}")
+    return per_rank
+
+
 def held_out(n: int, rank: int, world: int) -> np.ndarray:
     """Rank ``rank``'s part of a held-out split for evaluation: samples rank, rank + W, ... in order, none dropped,
     so that the ranks together score every sample once (bench.measure.goal)."""

@@ -54,8 +54,9 @@ PROBE_S = 0.5  # and at least this long: a rate over a few milliseconds is noise
 
 
 def default_workers(local_world_size: int) -> int:
-    """Loader workers per rank by default: the rank's share of this node's cores (as its compute threads get)."""
-    return cpu_thread_share(local_world_size)
+    """Loader workers per rank by default: the rank's share of the cores this process may use, less one for the
+    rank itself (its step, its exchange), at least one."""
+    return max(1, cpu_thread_share(local_world_size) - 1)
 
 
 def check(cfg) -> dict[str, Any]:
@@ -65,8 +66,8 @@ def check(cfg) -> dict[str, Any]:
     if ds.classes > cfg.num_classes:
         raise BenchError(f"--data {cfg.data} has {ds.classes} classes; --num-classes {cfg.num_classes} is fewer")
     train = ds.splits["train"]
-    if len(train):
-        datasets.shard(len(train), 0, cfg.np, cfg.batch_size, cfg.seed)
+    if len(train) or train.shards:
+        datasets.rank_samples(train, cfg.np, cfg.batch_size)
     val = ds.splits["val"]
     if getattr(cfg, "epochs", None) is not None and not len(val) and not val.shards:
         raise BenchError(f"--epochs evaluates on the held-out split; {cfg.data} has none (val/<class>/, CIFAR's "
@@ -101,9 +102,8 @@ class Feed:
         self.queue_at_start: int | None = None
         self.settle_steps = 0
         self.readings: list[int] = []  # the queue's ready batches at each settling check
-        n = len(self.dataset.splits["train"])
-        self.per_epoch = datasets.shard(n, rank, world, cfg.batch_size, cfg.seed).size // cfg.batch_size \
-            if n else None  # TFRecord shards without counts: unknown
+        per_rank = datasets.rank_samples(self.dataset.splits["train"], world, cfg.batch_size)
+        self.per_epoch = None if per_rank is None else per_rank // cfg.batch_size  # None: TFRecord without counts
         self.loader_rate = self._probe()
         self._batches = self._open(0, None) if draws else None  # draws=False: the batches are read elsewhere
 

@@ -16,6 +16,9 @@ the flip. Held-out split: the centre crop of 87.5% resized, no flip; each rank r
 * ``tf``: tf.data: the file names shuffled and sharded, ``map`` with ``workers`` parallel calls
   (decode_and_crop_jpeg: only the crop is decoded, as TensorFlow's ResNet pipeline does), batch, prefetch;
   tf.data's own thread pool held to ``workers`` threads so that the count means what it means for DataLoader.
+  TFRecord shards: a rank reads whole files; every epoch the files in an order of (seed, epoch), the same on every
+  rank, rank r taking positions r, r + W, ... of it, their records interleaved and shuffled in a buffer of four
+  batches, and cut to the count every rank shares (bench.data.datasets.rank_samples).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.data.datasets import Dataset, held_out, shard
+from bench.data.datasets import Dataset, held_out, rank_samples, shard
 from bench.errors import BenchError
 from bench.tfutil import import_tf
 
@@ -302,21 +305,42 @@ class TFLoader:
             return (tf.cast(image, tf.float32) - mean) / std, label
 
         if dataset.format == "tfrecord":
-            files = tf.data.Dataset.from_tensor_slices(part.shards).shard(world, rank).repeat(epochs)
             cycle = max(1, min(len(part.shards), workers or 4))
-            records = files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=parallel,
-                                       deterministic=False)
             spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                     "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
 
-            def parse(position, record):  # no sample index in a stream of records: its place in this pipeline
+            def read(files):
+                return files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=parallel,
+                                        deterministic=False)
+
+            if train:  # every epoch the files in an order of (seed, epoch), the same on every rank; the rank
+                # takes positions r, r + W, ... of it, its records shuffled, cut to the quota every rank shares
+                quota = rank_samples(part, world, batch_size)
+                names = tf.constant(part.shards)
+
+                def epoch_records(e):
+                    order = tf.random.experimental.stateless_shuffle(
+                        names, seed=tf.stack([tf.constant(seed, tf.int64), tf.cast(e, tf.int64)]))
+                    records = read(tf.data.Dataset.from_tensor_slices(order).shard(world, rank))
+                    records = records.shuffle(4 * batch_size, seed=tf.constant(seed, tf.int64) * 1_000_003 + e)
+                    records = records.take(-1 if quota is None else quota)
+                    return records.enumerate().map(lambda position, record: (e, position, record))
+
+                turns = tf.data.experimental.Counter(epoch) if epochs is None else \
+                    tf.data.Dataset.range(epoch, epoch + epochs)
+                records = turns.flat_map(epoch_records)
+            else:
+                files = tf.data.Dataset.from_tensor_slices(part.shards).shard(world, rank)
+                records = read(files).enumerate().map(lambda position, record: (tf.constant(epoch, tf.int64),
+                                                                                 position, record))
+
+            def parse(e, position, record):  # no sample index in a stream of records: its place in the epoch
                 ex = tf.io.parse_single_example(record, spec)
-                crop, flip = keys(epoch, position)
+                crop, flip = keys(e, position)
                 return finish(crop_decode(ex["image/encoded"], crop), ex["image/class/label"] - dataset.label_offset,
                               flip)
 
-            ds = records.shuffle(4 * batch_size, seed=seed + epoch) if train else records
-            ds = ds.enumerate().map(parse, num_parallel_calls=parallel)
+            ds = records.map(parse, num_parallel_calls=parallel)
         else:
             n = len(part)
             if train:

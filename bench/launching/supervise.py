@@ -43,14 +43,69 @@ FAULT_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, si
 PR_SET_PDEATHSIG = 1
 
 
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The CPU time this process's cgroup may use, in cores (a container's --cpus, a Kubernetes limit, Slurm's
+    cgroup): the smallest quota / period on the way from its cgroup up to the root, cgroup v2's cpu.max or v1's
+    cpu.cfs_quota_us and cpu.cfs_period_us; None where no quota is set or none can be read."""
+    try:
+        lines = own.read_text().splitlines()
+    except OSError:
+        return None
+    paths = {}  # hierarchy -> this process's cgroup path in it ("" for v2's unified one)
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        paths["v2" if controllers == "" else controllers] = path
+    v1 = next((path for name, path in paths.items() if "cpu" in name.split(",")), None)
+    quotas = []
+    for base, path, read in ((root, paths.get("v2"), _v2_quota),
+                             (root / "cpu", v1, _v1_quota), (root / "cpu,cpuacct", v1, _v1_quota)):
+        if path is None or not base.is_dir():
+            continue
+        folder = base / path.lstrip("/")
+        for step in (folder, *folder.parents):
+            if step == base.parent:
+                break
+            quota = read(step)
+            if quota is not None:
+                quotas.append(quota)
+    return min(quotas) if quotas else None
+
+
+def _v2_quota(folder: Path) -> float | None:
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(folder: Path) -> float | None:
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        return None if quota < 0 else quota / int((folder / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores() -> int:
+    """The cores this process may keep busy: those it may run on (its CPU affinity: taskset, a cpuset, Slurm's
+    --cpus-per-task binding, docker --cpuset-cpus), no more than its cgroup's CPU quota (docker --cpus, Kubernetes'
+    limits) rounded down; at least 1. os.cpu_count() is the host's, whatever the process was given."""
+    cores = len(os.sched_getaffinity(0))
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        cores = min(cores, int(quota))
+    return max(1, cores)
+
+
 def cpu_thread_share(local_world_size: int) -> int:
-    """Threads per rank when ``local_world_size`` ranks share this node's cores.
+    """Threads per rank when ``local_world_size`` ranks share this node's cores (:func:`usable_cores`).
 
     N ranks on one node each using every core oversubscribe it and measure contention, not training. The
     spawner gives each rank ``cores // ranks`` threads (OMP_NUM_THREADS, marked with HVDBENCH_THREAD_SHARE),
     as torchrun does; PyTorch ranks use that share. TensorFlow ranks keep TF's own pool unless the user set
     OMP_NUM_THREADS (see bench.distributed.tfdist.set_cpu_threads for why)."""
-    return max(1, (os.cpu_count() or 1) // max(1, local_world_size))
+    return max(1, usable_cores() // max(1, local_world_size))
 
 
 # Self-spawned runs take their rendezvous ports from here: below Slurm jobs' ranges (bench.launching.slurm,

@@ -17,6 +17,8 @@ worker's under tf-native ``--strategy ps`` (asynchronous: each worker's closure 
 with its own batch; scaled by the workers' sum its rate was twice too high at 2 workers and stayed below 0.76 on
 the digits where every other mode reaches 0.95). An epoch is ``S`` steps of one closure per worker there.
     warmup = peak x (s + 1) / (W x S)                 while s < W x S (linear, from peak / (W x S))
+    W      = --warmup-epochs, or by default under linear scaling min(log2(global batch / 256), 5, E / 4) for a
+             global batch past 256 (one epoch per doubling: Goyal et al.'s 5 epochs at 8k), else 0
     cosine = peak x (1 + cos(pi x t)) / 2             t = (s - W x S) / ((E - W) x S), after the warmup
     step   = peak x 0.1 ^ (number of 50 %, 75 % marks of the E epochs passed)   (He et al.'s CIFAR schedule)
     none   = peak
@@ -54,6 +56,7 @@ SCALINGS = ("linear", "none")
 REFERENCE_BATCH = 256  # the global batch base_lr is given for
 BASE_LR = 0.1  # ResNet's rate for a batch of 256 (He et al. 2016; Goyal et al. 2017)
 WEIGHT_DECAY = 1e-4  # ResNet's, on ImageNet and CIFAR-10
+MAX_WARMUP_EPOCHS = 5.0  # the default warmup's longest (Goyal et al. 2017's gradual warmup, at a global batch of 8k)
 
 
 def active(cfg) -> bool:
@@ -64,6 +67,16 @@ def active(cfg) -> bool:
 def peak_rate(cfg, global_batch: int) -> float:
     base = cfg.base_lr if cfg.base_lr is not None else BASE_LR
     return base * global_batch / REFERENCE_BATCH if cfg.lr_scaling == "linear" else base
+
+
+def warmup_epochs(cfg, global_batch: int) -> float:
+    """The warmup's length in epochs (module docstring: W): the user's, or the default that grows with the global
+    batch where the rate is scaled linearly with it."""
+    if cfg.warmup_epochs is not None:
+        return cfg.warmup_epochs
+    if cfg.lr_scaling != "linear" or global_batch <= REFERENCE_BATCH:
+        return 0.0
+    return round(min(math.log2(global_batch / REFERENCE_BATCH), MAX_WARMUP_EPOCHS, cfg.epochs / 4), 2)
 
 
 def async_momentum(momentum: float, workers: int) -> float:

@@ -135,11 +135,31 @@ class TFTrainer:
         parts = [self.make_data(i) for i in range(shards)]
         return tf.concat([x for x, _ in parts], 0), tf.concat([y for _, y in parts], 0)
 
-    def replica_step(self, x, y, loss_divisor, wrap_tape=None):
+    def replica_step(self, x, y, loss_divisor, wrap_tape=None, exchange=None):
         """Forward, backward, update on one replica; the loss is summed over examples / loss_divisor
         (the global batch under tf.distribute, which then sums gradients; the local batch under Horovod,
         which averages them). The fault ``skip-allreduce`` makes tf.distribute apply each replica's
-        gradients unaggregated."""
+        gradients unaggregated. With --xla the forward and backward pass is XLA's (:meth:`gradients` compiled), and
+        Horovod's exchange is ``exchange`` (grads -> grads) instead of ``wrap_tape``, which would put its
+        allreduce inside the compiled pass, where XLA cannot take it."""
+        variables = self.model.trainable_variables
+        if self.cfg.xla:
+            if getattr(self, "_compiled_gradients", None) is None:
+                self._compiled_gradients = tf.function(self.gradients, jit_compile=True)
+            loss, grads = self._compiled_gradients(x, y, loss_divisor)
+            if exchange is not None:
+                grads = exchange(grads)
+        else:
+            loss, grads = self.gradients(x, y, loss_divisor, wrap_tape)
+        if self.hooks.fault == "skip-allreduce":
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True), skip_gradients_aggregation=True)
+        else:
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return loss
+
+    def gradients(self, x, y, loss_divisor, wrap_tape=None):
+        """The replica's loss and unscaled gradients (see :meth:`replica_step`). Under XLA an embedding's sparse
+        gradient is made dense here (the config check asks for --sparse-as-dense)."""
         from bench.models.tf_models import per_example_loss
 
         variables = self.model.trainable_variables
@@ -155,15 +175,19 @@ class TFTrainer:
         if wrap_tape is not None:
             tape = wrap_tape(tape)
         grads = tape.gradient(scaled, variables)
-        if self.cfg.sparse_as_dense and not self.densifies_sparse:
+        if (self.cfg.sparse_as_dense and not self.densifies_sparse) or self.cfg.xla:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if self.fp16:
             grads = self.optimizer.get_unscaled_gradients(grads)
-        if self.hooks.fault == "skip-allreduce":
-            self.optimizer.apply_gradients(zip(grads, variables, strict=True), skip_gradients_aggregation=True)
-        else:
-            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
-        return loss
+        return loss, grads
+
+    def compiled_graphs(self) -> int | None:
+        """--xla: the graphs XLA has compiled for the forward and backward pass so far (one per trace of the
+        compiled function); None when nothing compiles. The loop reads it before and after the timed windows."""
+        if not self.cfg.xla:
+            return None
+        compiled = getattr(self, "_compiled_gradients", None)
+        return 0 if compiled is None else int(compiled.experimental_get_tracing_count())
 
     # -- training to a goal (bench.measure.goal) ------------------------------------------------
     def set_learning_rate(self, rate: float) -> None:

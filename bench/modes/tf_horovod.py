@@ -1,4 +1,5 @@
-"""tf-horovod: a compiled TensorFlow step with Horovod's DistributedGradientTape (NCCL on GPU, Gloo or MPI on CPU)."""
+"""tf-horovod: a compiled TensorFlow step with Horovod's DistributedGradientTape (NCCL on GPU, Gloo or MPI on CPU);
+with --xla, Horovod's grouped allreduce after the XLA-compiled forward and backward pass."""
 
 from __future__ import annotations
 
@@ -46,9 +47,14 @@ class HorovodTFTrainer(TFTrainer):
             return hvd.DistributedGradientTape(tape, compression=compression,
                                                sparse_as_dense=self.cfg.sparse_as_dense)
 
+        def exchange(grads):  # --xla: the tape's averaging allreduce, after the compiled pass
+            if self.hooks.fault == "skip-allreduce":
+                return grads
+            return hvd.grouped_allreduce(grads, op=hvd.Average, compression=compression)
+
         @tf.function
         def train_step(x, y):
-            return self.replica_step(x, y, self.cfg.batch_size, wrap_tape=wrap)
+            return self.replica_step(x, y, self.cfg.batch_size, wrap_tape=wrap, exchange=exchange)
 
         self._train_step = train_step
         self._first = True

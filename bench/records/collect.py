@@ -83,10 +83,11 @@ def key_of(result: dict[str, Any]) -> Key:
 
 
 def tuning_of(config: dict[str, Any]) -> str:
-    """What a run's model ran with beyond the paper's eager loop (--compile, --fused-optimizer), in words; '' for
-    none (and for records older than these options)."""
+    """What a run's model ran with beyond the paper's eager loop (--compile, --fused-optimizer, --xla), in words; ''
+    for none (and for records older than these options)."""
     parts = [f"compiled ({config['compile']})"] if config.get("compile") not in (None, "none") else []
     parts += ["fused optimizer"] * bool(config.get("fused_optimizer"))
+    parts += ["XLA"] * bool(config.get("xla"))
     return ", ".join(parts)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from bench import __version__
 from bench.kinds import FRAMEWORKS
 from bench.launching import envs
+from bench.launching.supervise import usable_cores
 from bench.measure.telemetry import load_nvml
 from bench.tfutil import import_tf, quiet_startup
 
@@ -215,6 +216,7 @@ def base() -> dict[str, Any]:
         "environment": sys.prefix,  # which Python environment ran it (the CUDA image has one per framework)
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),  # the CPU affinity, no more than the cgroup's quota (bench.launching.supervise)
         "numa_nodes": numa_nodes(),
         "shm_gib": shm_gib(),
         "mpi": mpi_version(),

@@ -69,11 +69,11 @@ def check_output_dir(path: str | os.PathLike) -> Path:
 
 
 def compile_seconds(cfg: RunConfig, ranks: list[dict[str, Any]]) -> float | None:
-    """--compile: how much longer the first step took than a compiled step, on the slowest rank: the
-    compilation (and the first step's own one-off costs, which an eager run has too and which are small beside it).
-    A compiled step's time is the median warmup step, or the fastest window's per-step time without warmup. None
-    for an eager run."""
-    if cfg.compile in (None, "none"):
+    """--compile or --xla: how much longer the first step took than a compiled step, on the slowest rank: the
+    compilation (and the first step's own one-off costs, which an uncompiled run has too and which are small beside
+    it). A compiled step's time is the median warmup step, or the fastest window's per-step time without warmup.
+    None for a run that compiles nothing."""
+    if not cfg.compiles:
         return None
 
     def steady(r: dict[str, Any]) -> float:
@@ -153,10 +153,11 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
             "definitions": {
                 "init_s": "process start to end of the first (synchronised) training step; slowest rank",
                 "train_s": "end of init to end of the last timed window, warmup included; slowest rank",
-                "compile_s": "--compile: the first step's time beyond a compiled step's (first_step_s - the "
-                             "median warmup step, else the fastest window's step); inside init_s; slowest rank",
-                "graphs_compiled_in_windows": "--compile: graphs TorchDynamo compiled during the timed windows "
-                                              "(0 expected: a compilation there was timed); most on any rank",
+                "compile_s": "--compile or --xla: the first step's time beyond a compiled step's (first_step_s - "
+                             "the median warmup step, else the fastest window's step); inside init_s; slowest rank",
+                "graphs_compiled_in_windows": "--compile or --xla: graphs TorchDynamo or XLA compiled during the "
+                                              "timed windows (0 expected: a compilation there was timed); most "
+                                              "on any rank",
             },
         },
         "samples": {

@@ -61,9 +61,9 @@ class Timing(_Open):
     first_step_s: float
     train_s: float
     timed_windows_s: float
-    compile_s: float | None = Field(None, description="--compile: first step beyond a compiled step's")
+    compile_s: float | None = Field(None, description="--compile or --xla: first step beyond a compiled step's")
     graphs_compiled_in_windows: int | None = Field(
-        None, description="--compile: graphs compiled during the timed windows (0 expected)")
+        None, description="--compile or --xla: graphs compiled during the timed windows (0 expected)")
     per_rank: list[dict[str, Any]]
     definitions: dict[str, str]
 

@@ -70,3 +70,42 @@ def test_the_torch_loader_tells_how_many_batches_its_workers_made_ahead(tmp_path
     plain = LOADERS["torch"].batches(load(tmp_path / "d"), "train", 32, 2, 0, seed=0)
     assert plain.depth == 0 and plain.ready() == 0  # no workers: nothing made ahead
     plain.close()
+
+
+def test_tfrecord_ranks_read_whole_files_in_a_new_order_every_epoch_and_the_same_count(tmp_path):
+    """Issue 66 item 7. Four shard files, each record labelled by its file: at 3 ranks every rank yields the same
+    batches per epoch (two files' worth of records at rank 0, one at the others, cut to the shared count), no two
+    ranks read one file in an epoch, the files move between ranks from one epoch to the next, and 5 ranks for 4
+    files is one line."""
+    from bench.data.datasets import rank_samples
+    from bench.data.loaders import LOADERS
+    from bench.tfutil import import_tf
+
+    tf, _ = import_tf()
+    small(tmp_path / "r", format="tfrecord", images=60, image_size=32, shards=4, val_fraction=0.2)
+    for path in sorted((tmp_path / "r").glob("train-*-of-*")):  # relabel every record with its file's number
+        records = list(tf.data.TFRecordDataset(str(path)).as_numpy_iterator())
+        file_number = int(path.name.split("-")[1])
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            for raw in records:
+                example = tf.train.Example.FromString(raw)
+                example.features.feature["image/class/label"].int64_list.value[:] = [file_number + 1]
+                writer.write(example.SerializeToString())
+    data = load(tmp_path / "r")
+    train = data.splits["train"]
+    assert len(train) == 48 and len(train.shards) == 4  # 12 records a file
+    assert rank_samples(train, 3, 4) == 12  # floor(4 / 3) files x 12 records, whole batches of 4
+    epochs = 3
+    seen = {}  # (rank, epoch) -> the files whose records it read
+    for rank in range(3):
+        batches = list(LOADERS["tf"].batches(data, "train", 32, 4, 1, seed=7, rank=rank, world=3, epochs=epochs))
+        assert len(batches) == epochs * 3, rank  # 12 records = 3 batches of 4, every epoch, on every rank
+        for epoch in range(epochs):
+            labels = np.concatenate([np.asarray(y) for _, y in batches[3 * epoch:3 * epoch + 3]])
+            seen[rank, epoch] = set(labels.tolist())
+    for epoch in range(epochs):
+        files = [seen[rank, epoch] for rank in range(3)]
+        assert all(files) and not any(a & b for i, a in enumerate(files) for b in files[i + 1:]), files
+    assert len({tuple(sorted(seen[0, epoch])) for epoch in range(epochs)}) > 1  # the order changes with the epoch
+    with pytest.raises(BenchError, match=r"4 TFRecord training shard file\(s\) for 5 ranks"):
+        rank_samples(train, 5, 4)

@@ -82,7 +82,17 @@ def test_the_tuned_profile_fills_what_the_user_left_unset():
     text = RunConfig(mode="torch-ddp", model="transformer-small", tuned=True, sparse_embeddings=True)
     assert (text.resolve("cpu", 2).channels_last, text.resolve("cpu", 2).fused_optimizer) == (False, False)
     tf = RunConfig(mode="tf-horovod", model="resnet50", tuned=True).resolve("cuda", 8)
-    assert (tf.profile, tf.batch_size, tf.compile, tf.fused_optimizer) == ("gpu-tuned", 256, None, None)
+    assert (tf.profile, tf.batch_size, tf.compile, tf.fused_optimizer, tf.xla) == ("gpu-tuned", 256, None, None, True)
+    assert tf.compiles and not RunConfig(mode="tf-horovod", model="resnet50").resolve("cuda", 8).compiles
+    assert (paper.xla, tuned.xla) == (None, None)  # XLA is TensorFlow's
+    assert RunConfig(mode="tf-horovod", model="resnet50", tuned=True, xla=False).resolve("cuda", 8).xla is False
+    # parameter servers hold the variables away from the device XLA compiles for: --tuned leaves XLA out there
+    ps = RunConfig(mode="tf-native", model="resnet50", tuned=True, strategy="ps").resolve("cuda", 2)
+    assert (ps.profile, ps.xla) == ("gpu-tuned", False)
+    # XLA's CPU code is slower than TensorFlow's own there (docs/measured/2026-11-27-xla.md): a GPU's setting
+    cpu = RunConfig(mode="tf-horovod", model="resnet50", tuned=True).resolve("cpu", 2)
+    assert (cpu.profile, cpu.xla) == ("cpu-tuned", False)
+    assert RunConfig(mode="tf-horovod", model="resnet50", tuned=True, xla=True).resolve("cpu", 2).xla is True
     assert RunConfig.from_json(tuned.to_json()) == tuned
 
 
@@ -91,6 +101,11 @@ def test_the_tuned_profile_fills_what_the_user_left_unset():
                                                          "TensorFlow"),
     ({"mode": "torch-ddp", "compile": "fast"}, None, "--compile takes none, default, max-autotune, reduce-overhead"),
     ({"mode": "tf-single", "fused_optimizer": True}, None, "--fused-optimizer applies to the PyTorch modes"),
+    ({"mode": "torch-ddp", "xla": True}, None, "--xla applies to the TensorFlow modes; torch-ddp is PyTorch"),
+    ({"mode": "tf-native", "strategy": "ps", "xla": True}, None, "--xla: XLA compiles a step on the device that "
+                                                                 "holds its variables"),
+    ({"mode": "tf-horovod", "model": "transformer-small", "sparse_embeddings": True, "xla": True}, None,
+     "--xla makes the embedding's gradient dense inside the compiled pass"),
     ({"mode": "torch-ddp", "model": "transformer-small", "sparse_embeddings": True, "fused_optimizer": True}, "cpu",
      "--fused-optimizer: torch's fused kernels take dense gradients"),
 ])

@@ -256,3 +256,43 @@ def test_rendezvous_ports_are_below_the_ephemeral_range(tmp_path):
     (tmp_path / "range").write_text("12000\t60999\n")
     assert supervise.ephemeral_ports(tmp_path / "range") == (12000, 60999)
     assert supervise.ephemeral_ports(tmp_path / "missing") == (32768, 60999)
+
+
+def test_a_ranks_core_share_comes_from_its_affinity_and_its_cgroups_quota(tmp_path, monkeypatch):
+    """Issue 66 item 8: os.cpu_count() is the host's. A container held to 2.5 cores (cgroup v2, the limit on a
+    parent of the process's cgroup), or to 1.5 by cgroup v1's CFS quota, or a process bound to 3 cores, gives
+    that many (rounded down); the loader's workers leave the rank one core of its share."""
+    from bench.data.feed import default_workers
+    from bench.launching import supervise
+
+    v2 = tmp_path / "v2"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v2 / "cpu.max").write_text("max 100000\n")
+    (v2 / "job" / "cpu.max").write_text("250000 100000\n")
+    (v2 / "job" / "step" / "cpu.max").write_text("max 100000\n")
+    own = tmp_path / "cgroup-v2"
+    own.write_text("0::/job/step\n")
+    assert supervise.cgroup_cpu_quota(v2, own) == 2.5
+    v1 = tmp_path / "v1"
+    (v1 / "cpu" / "docker" / "abc").mkdir(parents=True)
+    (v1 / "cpu" / "docker" / "abc" / "cpu.cfs_quota_us").write_text("150000\n")
+    (v1 / "cpu" / "docker" / "abc" / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    own1 = tmp_path / "cgroup-v1"
+    own1.write_text("4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n")
+    assert supervise.cgroup_cpu_quota(v1, own1) == 1.5
+    own1.write_text("3:cpu,cpuacct:/\n")
+    assert supervise.cgroup_cpu_quota(v1, own1) is None  # the root: no quota
+    assert supervise.cgroup_cpu_quota(v1, tmp_path / "missing") is None
+
+    monkeypatch.setattr(supervise.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(supervise, "cgroup_cpu_quota", lambda: None)
+    assert supervise.usable_cores() == 3 and supervise.cpu_thread_share(2) == 1
+    monkeypatch.setattr(supervise, "cgroup_cpu_quota", lambda: 2.5)
+    assert supervise.usable_cores() == 2
+    monkeypatch.setattr(supervise, "cgroup_cpu_quota", lambda: 0.4)
+    assert supervise.usable_cores() == 1  # at least one
+    monkeypatch.setattr(supervise.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(supervise, "cgroup_cpu_quota", lambda: None)
+    assert [default_workers(n) for n in (1, 8, 64, 128)] == [63, 7, 1, 1]

@@ -75,6 +75,21 @@ def test_sweep_config_validation():
             SweepConfig(**kwargs)
 
 
+def test_a_sweep_over_both_frameworks_and_libraries_gives_each_cell_the_options_its_mode_takes():
+    """--compile and --fused-optimizer reach the PyTorch cells, --xla the TensorFlow ones, Horovod's knobs the Horovod
+    ones; an option no mode of the sweep takes is still the cell's own one-line refusal."""
+    common = {"compile": "default", "fused_optimizer": True, "xla": True, "cycle_time": 5.0}
+    sweep = SweepConfig(modes=["torch-ddp", "torch-horovod", "tf-horovod", "tf-native"], nps=[2], common=common)
+    configs = {c.mode: c.config(sweep.common_for(c), ROOT) for c in sweep.cells()}
+    assert {m: (c.compile, c.fused_optimizer, c.xla, c.cycle_time) for m, c in configs.items()} == {
+        "torch-ddp": ("default", True, None, None), "torch-horovod": ("default", True, None, 5.0),
+        "tf-horovod": (None, None, True, 5.0), "tf-native": (None, None, True, None)}
+    with pytest.raises(BenchError, match="--xla applies to the TensorFlow modes; torch-ddp is PyTorch"):
+        SweepConfig(modes=["torch-ddp", "torch-single"], nps=[1], common={"xla": True})
+    with pytest.raises(BenchError, match="--cycle-time does not apply to torch-ddp"):
+        SweepConfig(modes=["torch-ddp", "tf-native"], nps=[2], common={"cycle_time": 5.0})
+
+
 def _run(mode, rate, created, hosts=("h1",), **config):
     """A minimal result for the cell logic: what table_cells, key_of and significant read."""
     cfg = {"model": "resnet50", "precision": "fp32", "batch_size": 2, "image_size": 32, "num_classes": 10,
@@ -256,3 +271,15 @@ def test_paper_and_tuned_runs_are_their_own_cells_and_are_put_side_by_side():
     ((ka, kb),) = _pairs(side_a, side_b)
     assert differences(ka, kb) == "batch 2, NCHW, eager, plain optimizer"
     assert _pairs(side_a, side_a) == [(ka, ka)]
+
+
+def test_the_reports_environment_says_the_cores_a_run_could_use_where_fewer_than_the_hosts():
+    from bench.commands.report import environment_text
+
+    held = {"environment": {"cpu": "EPYC", "cpu_count": 64, "usable_cores": 8, "ranks": [{"host": "h1"}]},
+            "world_size": 1}
+    assert "- CPU: EPYC (64 cores, 8 the run could use)" in environment_text([held])
+    whole = {"environment": {**held["environment"], "usable_cores": 64}, "world_size": 1}
+    assert "- CPU: EPYC (64 cores)" in environment_text([whole])
+    older = {"environment": {"cpu": "EPYC", "cpu_count": 64, "ranks": [{"host": "h1"}]}, "world_size": 1}
+    assert "- CPU: EPYC (64 cores)" in environment_text([older])

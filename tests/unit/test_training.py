@@ -30,6 +30,7 @@ from bench.measure import goal
     ({"epochs": 2, "windows": 3}, "--epochs and --windows contradict"),
     ({"epochs": 2, "warmup_steps": 3}, "--epochs and --warmup-steps contradict"),
     ({"epochs": 2, "warmup_epochs": 2}, "--warmup-epochs must be >= 0 and below --epochs 2"),
+    ({"warmup_epochs": 1.0}, "--warmup-epochs applies to runs with --epochs N"),
     ({"epochs": 2, "lr_decay": "exp"}, "--lr-decay takes cosine, step, none"),
     ({"epochs": 2, "lr_scaling": "sqrt"}, "--lr-scaling takes linear or none"),
     ({"optimizer": "adagrad"}, "--optimizer applies to runs with --epochs N"),
@@ -62,6 +63,25 @@ def test_epochs_make_every_window_one_epoch_of_the_ranks_shard_and_scale_the_rat
                       base_lr=0.2, lr_scaling="none").resolve("cpu", 4)
     assert plain.learning_rate == 0.2 and plain.steps_per_window == (1437 // 4) // 32
     assert RunConfig(mode="torch-ddp").resolve("cpu", 2).weight_decay is None  # a throughput run: no decay
+
+
+def test_the_default_warmup_grows_with_the_global_batch_where_the_rate_scales_with_it(digits):
+    """Issue 66 item 10: linear scaling with no warmup at any batch. The default: one epoch per doubling of the
+    global batch past 256, at most 5 (Goyal et al.'s at 8k) and a quarter of the epochs; what the user gives wins."""
+    def resolved(np, batch, epochs=40, **kw):
+        return RunConfig(mode="torch-ddp", model="resnet20", data=str(digits), epochs=epochs, batch_size=batch,
+                         **kw).resolve("cpu", np)
+    assert resolved(2, 32).warmup_epochs == 0.0  # global 64: the reference batch's rate or below, no warmup
+    assert resolved(2, 128).warmup_epochs == 0.0  # global 256
+    assert resolved(4, 128).warmup_epochs == 1.0  # global 512: one doubling
+    assert resolved(8, 96).warmup_epochs == pytest.approx(1.58, abs=0.01)  # global 768: log2(3)
+    assert resolved(8, 128, epochs=6).warmup_epochs == 1.5  # global 1024, two doublings; a quarter of 6 epochs
+    assert resolved(4, 128, warmup_epochs=0.0).warmup_epochs == 0.0
+    assert resolved(4, 128, lr_scaling="none").warmup_epochs == 0.0
+    assert goal.warmup_epochs(type("Cfg", (), {"warmup_epochs": None, "lr_scaling": "linear", "epochs": 90})(),
+                              32 * 256) == goal.MAX_WARMUP_EPOCHS == 5.0  # 8k: five doublings, at the bound
+    assert goal.warmup_epochs(type("Cfg", (), {"warmup_epochs": None, "lr_scaling": "linear", "epochs": 90})(),
+                              64 * 256) == 5.0
 
 
 def test_asynchronous_workers_scale_the_rate_by_one_workers_batch_and_lower_the_momentum(digits):
