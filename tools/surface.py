@@ -144,7 +144,7 @@ def measure() -> None:
     """Run the lower tiers with coverage.py in every Python process, then write COVERED. A tier's failing test
     does not stop the measurement (what ran is still what ran); it is named at the end."""
     try:
-        import coverage  # noqa: F401
+        import coverage
     except ImportError:
         raise SystemExit("surface: coverage.py is not in this Python (run make venv, then .venv/bin/python -m "
                          "tools.surface measure)") from None
@@ -162,8 +162,6 @@ def measure() -> None:
                 failed.append(target)
     finally:
         pth.unlink(missing_ok=True)
-    import coverage
-
     combined = coverage.Coverage(data_file=str(work / "cov"), config_file=str(rc))
     combined.combine([str(work)], keep=False)
     combined.save()
