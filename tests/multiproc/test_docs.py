@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.unit.test_docs import COMMANDS, RUN_BY, bench_args, parse_with_cli, words
+from tests.unit.test_docs import COMMANDS, INLINE, RUN_BY, bench_args, parse_with_cli, words
 
 # Commands the docs show that no test here can run, and why. Listed, so that none is silently unchecked.
 NOT_RUN_HERE = {
@@ -51,3 +51,31 @@ def test_doc_command(where, cmd):
         pytest.skip(next(why for k, why in NOT_RUN_HERE.items() if line.startswith(k)))
     key = next((k for k in RUN_BY if line.startswith(k)), None)
     assert key, f"{where}: '{cmd}' is run by no test or make target: add one, and list it in RUN_BY"
+
+
+def tool_module(span: str) -> str | None:
+    """The module an inline tool command runs: ``python -m tools.X ...`` or ``tools/X.py ...``."""
+    argv = words(span)
+    if argv[:2] == ["python", "-m"]:
+        return argv[2]
+    if argv[0].startswith("tools/") and argv[0].endswith(".py"):
+        return argv[0][:-3].replace("/", ".")
+    return None
+
+
+TOOL_SPANS: dict[str, list[tuple[str, str]]] = {}
+for _where, _span in INLINE:
+    if (_module := tool_module(_span)) is not None:
+        TOOL_SPANS.setdefault(_module, []).append((_where, _span))
+
+
+@pytest.mark.parametrize("module", sorted(TOOL_SPANS))
+def test_inline_tool_commands_take_the_flags_the_prose_gives_them(module):
+    """Issue 69: `python -m tools.benchmarks.apptainer --sif ... --sbatch` in the prose named a flag the tool does
+    not have (it takes --parts sbatch). Every flag an inline tool command shows is in that tool's --help."""
+    r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60)
+    assert r.returncode == 0, f"python -m {module} --help failed: {r.stderr[-500:]}"
+    for where, span in TOOL_SPANS[module]:
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", span):
+            assert flag in r.stdout, f"{where}: `{span}`: {module} has no {flag}"

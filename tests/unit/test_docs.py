@@ -4,7 +4,9 @@
   CLI: every subcommand, option and value type exists as written (parsed, not run);
 * a ``make`` target must exist in the Makefile; a ``python -m tools.<tool>`` must exist and answer ``--help``;
 * every other command (docker, sbatch, apptainer, pip, ...) must be listed in RUN_BY with the test or make
-  target that runs it, and that test must exist. A new command in the docs fails here until it is covered.
+  target that runs it, and that test must exist. A new command in the docs fails here until it is covered;
+* in the prose, an inline `bench ...` names commands and options that exist, an inline `make X` a target, and an
+  inline tool command only flags its --help lists (tests/multiproc/test_docs.py).
 """
 
 import re
@@ -69,6 +71,36 @@ def words(cmd: str) -> list[str]:
 COMMANDS = doc_commands()
 
 
+def prose(text: str) -> str:
+    """A doc's text outside its code blocks (indented or fenced)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and not line.startswith("    "):
+            out.append(line)
+    return "\n".join(out)
+
+
+def inline_commands() -> list[tuple[str, str]]:
+    """(file, span) for every inline code span in the docs' prose that is a command of ``bench``, ``make`` or one
+    of this project's tools (``python -m tools.X``, ``tools/X.py``), placeholders filled: MODE as a mode, and the
+    ``[...]`` of an optional part kept without its brackets; ``python -m tools.NAME`` (any tool) is not a command."""
+    found = []
+    for path in DOC_FILES:
+        if "measured" in path.parts:  # a measurement page keeps the command line it ran with
+            continue
+        for span in re.findall(r"`([^`\n]+)`", prose(path.read_text())):
+            for part in span.replace("[", "").replace("]", "").replace("MODE", "torch-ddp").split(" && "):
+                if re.match(r"(bench|make|python -m tools\.[\w.]+|tools/[\w/]+\.py)( |$)", part) and \
+                        "tools.NAME" not in part:
+                    found.append((path.relative_to(ROOT).as_posix(), part))
+    return found
+
+
+INLINE = inline_commands()
+
+
 def bench_args(argv: list[str]) -> list[str] | None:
     """The arguments given to bench, wherever it sits in the command line; None if bench is not run."""
     for i, w in enumerate(argv):
@@ -116,6 +148,37 @@ def test_a_rotten_command_fails_the_check():
     docker = "docker run --gpus all hvdbench:current-cpu torch-ddp --np 2"
     assert bench_args(words(docker)) == ["torch-ddp", "--np", "2"]
     assert bench_args(words("OMP_NUM_THREADS=1 srun -n 8 python -m bench torch-ddp")) == ["torch-ddp"]
+
+
+@pytest.mark.parametrize("where, span", [(w, s) for w, s in INLINE if s.startswith(("bench", "make"))],
+                         ids=[f"{w}:{s[:50]}" for w, s in INLINE if s.startswith(("bench", "make"))])
+def test_inline_bench_and_make_commands_exist(where, span):
+    """Issue 69: the prose's own commands, not only the code blocks'. A ``bench`` span names a command and options
+    that exist (a mention may leave out the values and arguments the command needs); a ``make`` span, a target."""
+    argv = words(span)
+    if argv[0] == "make":
+        targets = set(re.findall(r"^([a-zA-Z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+        assert all(t in targets for t in argv[1:] if "=" not in t and not t.startswith("-")), f"{where}: {span}"
+        return
+    assert rotten(argv[1:]) is None, f"{where}: `{span}`: {rotten(argv[1:])}"
+
+
+def rotten(args: list[str]) -> str | None:
+    """Why a mention of ``bench ARGS`` names what does not exist (an option, a command), or None. Typer's parser
+    errors are told apart by their class names (typer vendors click's as private classes)."""
+    try:
+        parse_with_cli(args)
+    except Exception as exc:  # noqa: BLE001 - --help's exit, or a value or argument the mention leaves out
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        if type(exc).__name__ == "NoSuchOption" or "No such command" in message:
+            return message
+    return None
+
+
+def test_the_inline_check_catches_a_rotten_mention():
+    assert ("docs/running.md", "bench models --json") in INLINE
+    assert "--sbatch" in rotten(["torch-ddp", "--sbatch"]) and "No such command" in rotten(["nope"])
+    assert rotten(["report"]) is None and rotten(["torch-ddp", "--help"]) is None  # a mention, not a run
 
 
 def _slug(heading: str) -> str:
