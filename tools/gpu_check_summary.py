@@ -11,20 +11,19 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.records import store
-from bench.records.collect import load_results, tuning_of
-
-# Published per-GPU ResNet-50 figures (docs/measuring.md, "The published anchors"): (GPU, precision) -> (img/s, batch,
-# how). Lambda's PyTorch runs: NVIDIA's DeepLearningExamples code, synthetic data, NCHW, eager; AMP is fp16.
-ANCHORS = {("H100", "amp-fp16"): (2791, 1280, "Lambda, PyTorch AMP"),
-           ("H100", "fp32"): (1895, 640, "Lambda, PyTorch TF32"),
-           ("H200", "amp-fp16"): (3090, 2560, "Lambda, PyTorch AMP"),
-           ("H200", "fp32"): (2270, 640, "Lambda, PyTorch TF32")}
-MLPERF = {"H100": 7160, "H200": 7950}  # MLPerf Training v4.0, NVIDIA (MXNet + Horovod, DALI, CUDA graphs), batch ~400
+from bench.records import references, store
+from bench.records.collect import load_results
+from bench.records.describe import tuning_of
 
 
 def _f(value, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
+
+
+def _against(result: dict) -> str:
+    """The run's share of the shipped reference that matches it (bench.records.references), or '-'."""
+    found = references.standing(result, [])
+    return "-" if found is None else f"{found[0]:.0%} of {found[1].per_device:.0f} ({found[1].source.split(',')[0]})"
 
 
 def _traffic(result: dict) -> str:
@@ -89,14 +88,16 @@ def anchors_section(runs: list[dict]) -> list[str]:
             continue
         gpu = next((g for g in ("H100", "H200") if g in " ".join(x.get("device", "") for x in
                                                                  r["environment"].get("ranks", []))), None)
-        anchor = ANCHORS.get((gpu, "amp-fp16" if c["precision"].startswith("amp") else "fp32"))
-        if gpu is None or anchor is None:
+        anchor = gpu and references.published(gpu, "amp-fp16" if c["precision"].startswith("amp") else "fp32")
+        if not anchor:
             continue
         rate = r["summary"]["samples_per_sec_per_gpu"]
         settings = ", ".join([f"batch {c['batch_size']}", c.get("profile") or "-"] +
                              ["channels-last"] * bool(c.get("channels_last")) + [t for t in [tuning_of(c)] if t])
-        md.append(f"| {r['mode']} | {c['precision']} | {settings} | {rate:.1f} | {anchor[2]} {anchor[0]} at batch "
-                  f"{anchor[1]} | {rate / anchor[0]:.3f} | {rate / MLPERF[gpu]:.3f} |")
+        how = "Lambda, PyTorch " + ("AMP" if anchor.precision == "amp-fp16" else "TF32")
+        md.append(f"| {r['mode']} | {c['precision']} | {settings} | {rate:.1f} | {how} {anchor.per_device:.0f} at "
+                  f"batch {anchor.batch_size} | {rate / anchor.per_device:.3f} | "
+                  f"{rate / references.MLPERF_RESNET50[gpu]:.3f} |")
     if not md:
         return []
     return ["", "## ResNet-50 against the published figures (per GPU)", "",
@@ -141,8 +142,8 @@ def main() -> None:
         md += [f"| {p['device']} | {p['precision']} | {p['peak_tflops']:.4g} |" for p in peaks]
     if runs:
         md += ["", "## Runs", "", "| mode | model | precision | profile, batch, settings | np | samples/s total | "
-               "per GPU | MFU measured | MFU spec | W total | J/sample | throttled | GPUs sampled | traffic check |",
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+               "per GPU | vs reference | MFU measured | MFU spec | W total | J/sample | throttled | GPUs sampled | "
+               "traffic check |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(runs, key=lambda r: (r["config"]["model"], r["mode"], r["config"]["precision"],
                                              r["world_size"])):
             c, s, t, u = r["config"], r["summary"], r["telemetry"], r.get("utilisation") or {}
@@ -150,7 +151,7 @@ def main() -> None:
             layout += [t for t in [tuning_of(c)] if t]
             md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | {c.get('profile', '-')}, batch "
                       f"{c['batch_size']}{', ' if layout else ''}{', '.join(layout)} | {r['world_size']} | "
-                      f"{s['samples_per_sec_total']:.1f} | {s['samples_per_sec_per_gpu']:.1f} | "
+                      f"{s['samples_per_sec_total']:.1f} | {s['samples_per_sec_per_gpu']:.1f} | {_against(r)} | "
                       f"{_f(u.get('mfu_measured') and 100 * u['mfu_measured'])}% | "
                       f"{_f(u.get('mfu_spec') and 100 * u['mfu_spec'])}% | {_f(t.get('power_w_mean_total'))} | "
                       f"{_f(t.get('energy_per_sample_j'), '.3g')} | {t.get('throttled', '-')} | "

@@ -25,6 +25,8 @@ import argparse
 import ast
 import hashlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -152,6 +154,7 @@ def measure() -> None:
     rc = work / "coveragerc"
     rc.write_text(f"[run]\nparallel = true\nsource = {ROOT / 'bench'}\ndata_file = {work / 'cov'}\n"
                   "disable_warnings = no-data-collected, module-not-measured\n")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # SIGTERM also runs the finally
     pth = site_packages() / PTH_NAME
     pth.write_text(PTH_LINE)
     failed = []
@@ -160,12 +163,13 @@ def measure() -> None:
         for target in LOWER:
             if subprocess.run(["make", "--no-print-directory", target], cwd=ROOT, env=env).returncode != 0:
                 failed.append(target)
-    finally:
+        combined = coverage.Coverage(data_file=str(work / "cov"), config_file=str(rc))
+        combined.combine([str(work)], keep=False)
+        combined.save()
+        names = covered_units(ran_lines(work / "cov"))
+    finally:  # however it ends (a failure, Ctrl-C), no process of the venv starts coverage again, nothing is left
         pth.unlink(missing_ok=True)
-    combined = coverage.Coverage(data_file=str(work / "cov"), config_file=str(rc))
-    combined.combine([str(work)], keep=False)
-    combined.save()
-    names = covered_units(ran_lines(work / "cov"))
+        shutil.rmtree(work, ignore_errors=True)
     every = sum(len(units(p, (ROOT / p).read_text())) for p in bench_files() if p.endswith(".py"))
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     COVERED.write_text(f"# bench/'s code units the unit, framework and multiproc tiers ran: {len(names)} of "

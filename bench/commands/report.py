@@ -34,7 +34,7 @@ from bench.data.feed import pacer
 from bench.errors import BenchError
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
-from bench.records import files
+from bench.records import files, references
 from bench.records.collect import (
     STRICT_HELP,
     Key,
@@ -43,9 +43,9 @@ from bench.records.collect import (
     label_of,
     load_results,
     significant,
-    source_of,
     table_cells,
 )
+from bench.records.describe import source_of
 from bench.records.metrics import METRICS, device_word, devices_word, sample_symbol
 from bench.records.results import hosts_of
 
@@ -377,6 +377,19 @@ def main(cfg: ReportConfig) -> None:
     print(f"report: {write_report([Path(p) for p in cfg.paths], target, cfg.strict)}")
 
 
+def reference_rows(chosen: dict) -> list[dict[str, Any]]:
+    """Each chosen result that has a reference (bench.records.references.standing), in the cells' order."""
+    rows = []
+    extra = references.user_references()
+    for key, by_n in chosen.items():
+        for n, r in sorted(by_n.items()):
+            found = references.standing(r, extra)
+            if found is not None:
+                rows.append({"label": key.label, "setting": key.setting_text(), "n": n, "share": found[0],
+                             "reference": found[1], "rate": r["summary"]["samples_per_sec_per_gpu"]})
+    return rows
+
+
 def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
     skipped: list[tuple[Path, str]] | None = None if strict else []
     results = load_results(paths, skipped)
@@ -475,6 +488,17 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
         record = converge.analyse(results)
         md += ["", "## Training to a target", "", *converge.markdown(record)]
         images.append(converge.plot(record, out / "accuracy.png").name)
+    against = reference_rows(chosen)
+    if against:
+        md += ["", "## Against the references", "",
+               "Each cell's newest run that has a matching reference (synthetic data, the same GPU, mode, model, "
+               "precision, batch, image size, layout and tuning: bench.records.references, this project's own GPU "
+               "figures first, then the published ones, and yours through HVDBENCH_REFERENCES): its samples/s per "
+               "GPU as a share of the reference's.", "",
+               "| mode | setting | n | per GPU /s | reference /s | share | reference |",
+               "|---|---|---|---|---|---|---|"]
+        md += [f"| {a['label']} | {a['setting']} | {a['n']} | {a['rate']:.1f} | {a['reference'].per_device:.1f} "
+               f"| {a['share']:.0%} | {a['reference'].label()} |" for a in against]
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
     if tele:
         md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",

@@ -17,6 +17,7 @@ from bench.measure.checkpoint import STATE as CHECKPOINT_STATE
 from bench.measure.stats import summarize
 from bench.models import MODELS, describe_inputs
 from bench.modes import mode_label
+from bench.records.describe import device_of, source_of, tuning_of
 from bench.records.results import CONFIGS_DIR, MANIFEST, hosts_of, upgraded
 from bench.records.store import Kind, kind_of
 
@@ -61,44 +62,11 @@ def label_of(result: dict[str, Any]) -> str:
     return mode_label(result["mode"], result["config"].get("strategy"))
 
 
-def device_of(result: dict[str, Any]) -> str:
-    """The kind of device a run measured: "cpu", or "cuda" and the GPU model(s) its ranks used (NVML's names
-    where a TensorFlow rank's device label carries none)."""
-    device = result["config"].get("device") or "cpu"
-    if device != "cuda":
-        return device
-    ranks = result["environment"].get("ranks") or []
-    names = {r["device"].split(" ", 1)[1] for r in ranks if r.get("device", "").startswith("cuda") and
-             " " in r["device"]}
-    if not names:
-        names = {g.get("name") for g in ((result["environment"].get("nvml") or {}).get("gpus") or []) if g.get("name")}
-    return " ".join(["cuda", "+".join(sorted(names))]) if names else "cuda"
-
-
 def key_of(result: dict[str, Any]) -> Key:
     c = result["config"]
     return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], describe_inputs(c),
                c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")),
                source_of(result), tuning_of(result["config"]))
-
-
-def tuning_of(config: dict[str, Any]) -> str:
-    """What a run's model ran with beyond the paper's eager loop (--compile, --fused-optimizer, --xla), in words; ''
-    for none (and for records older than these options)."""
-    parts = [f"compiled ({config['compile']})"] if config.get("compile") not in (None, "none") else []
-    parts += ["fused optimizer"] * bool(config.get("fused_optimizer"))
-    parts += ["XLA"] * bool(config.get("xla"))
-    return ", ".join(parts)
-
-
-def source_of(result: dict[str, Any]) -> str:
-    """What a run trained on, for its cell: 'synthetic', or the dataset's format and loader."""
-    section = result.get("input") or {}
-    if section.get("source") != "dataset":
-        return "synthetic"
-    return f"{section['format']} via {section['loader']}"
-
-
 
 
 # bench report's and bench compare's --strict: how load_results treats a file that is not a result.

@@ -21,7 +21,7 @@ from bench.measure import attribution, goal, host_load, telemetry, traffic
 from bench.measure.peak import utilisation
 from bench.measure.stats import summarize, throughput_summary
 from bench.models import describe_inputs, model
-from bench.records import files, schema, store
+from bench.records import files, references, schema, store
 from bench.records.header import header
 from bench.records.metrics import METRICS, sample_symbol
 
@@ -362,6 +362,14 @@ def render_table(result: dict[str, Any]):
         if util.get(f"mfu_{which}") is not None:
             table.add_row(f"MFU ({label})", f"{100 * util[f'mfu_{which}']:.1f}",
                           f"% of {util[f'{which}_peak_tflops']:.3g} TFLOP/s")
+    try:
+        against = references.standing(result)
+    except BenchError as exc:  # the user's reference file: its one line, in place of the comparison
+        table.add_row("vs reference", "n/a", str(exc))
+    else:
+        if against is not None:
+            share, reference = against
+            table.add_row("vs reference", f"{100 * share:.0f}", f"% of {reference.label()}")
     table.add_row("windows x steps", f"{s['total']['n']} x {cfg['steps_per_window']}",
                   f"+ {cfg['warmup_steps']} warmup steps")
     table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",

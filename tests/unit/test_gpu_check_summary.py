@@ -26,3 +26,12 @@ def test_resnet50_runs_are_held_against_lambdas_and_mlperfs_figures():
     assert body[2].startswith("| torch-single | amp-bf16 | batch 256, gpu-tuned, channels-last, compiled (default), "
                               "fused optimizer | 3090.0 | Lambda, PyTorch AMP 3090 at batch 2560 | 1.000 |")
     assert anchors_section([run("cuda:0 NVIDIA A100", "fp32", 1.0)]) == []
+
+
+def test_each_run_is_held_against_the_reference_that_matches_it():
+    from tools.gpu_check_summary import _against
+
+    ddp = run("cuda:0 NVIDIA H200", "amp-bf16", 1058.0, image_size=224)
+    ddp["mode"] = "torch-ddp"
+    assert _against(ddp) == "50% of 2116 (hvdbench GPU check)"
+    assert _against(run("cuda:0 NVIDIA H200", "amp-bf16", 1058.0, image_size=224, batch_size=32)) == "-"

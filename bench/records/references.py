@@ -1,0 +1,151 @@
+"""Reference figures a result is held against ("is my number good?"): this project's own GPU measurements and the
+published anchors, each with the conditions it was measured under, and any the user adds.
+
+A reference matches a result when its GPU (words of the result's GPU name: "H100 80GB HBM3" in "NVIDIA H100 80GB
+HBM3"), its mode (or any mode of its framework, for a published figure made with other code), model, precision,
+batch per device, image size, memory format and tuning (bench.records.describe.tuning_of: "" for the paper's eager
+loop) are the result's, and the result trained on synthetic data, as every reference did. This project's own
+figures are tried first, the published ones after; where none matches, nothing is said::
+
+    share = the result's samples/s per device / the reference's samples/s per device
+
+A user's own: ``HVDBENCH_REFERENCES=FILE``, a JSON list of objects with :class:`Reference`'s fields (per_device,
+gpu, model, precision, batch_size, source required), tried before the shipped ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+from bench.modes import mode as mode_spec
+from bench.records.describe import device_of, source_of, tuning_of
+
+USER_ENV = "HVDBENCH_REFERENCES"
+
+
+@dataclass(frozen=True)
+class Reference:
+    gpu: str  # words of NVML's name: "H100 80GB HBM3" (SXM), "H200"
+    model: str
+    precision: str
+    batch_size: int  # per device
+    per_device: float  # samples/s per device
+    source: str  # who measured it, where it is written down
+    date: str = ""  # when, where known
+    mode: str | None = None  # None: any mode of ``framework``
+    framework: str = "torch"
+    image_size: int = 224
+    channels_last: bool = False
+    tuning: str = ""
+    runs: int | None = None  # repeats behind the figure, where known
+    conditions: str = ""
+
+    def label(self) -> str:
+        layout = ", channels-last" if self.channels_last else ""
+        tuning = f", {self.tuning}" if self.tuning else ""
+        runs = "" if self.runs is None else f", {self.runs} run{'s' * (self.runs != 1)}"
+        when = f", {self.date}" if self.date else ""
+        return (f"{self.per_device:,.0f}/s per GPU, {self.mode or self.framework} {self.model} {self.precision} "
+                f"batch {self.batch_size}{layout}{tuning} on an {self.gpu} ({self.source}{when}{runs})")
+
+
+def _own(gpu: str, page: str, rows: list[tuple[str, str, str, float, bool]]) -> list[Reference]:
+    return [Reference(gpu, model, precision, 64, rate, f"hvdbench GPU check, docs/measured/{page}", "2026-11-26",
+                      mode=mode, channels_last=nhwc, runs=1,
+                      conditions="one GPU, synthetic 224 x 224, PyTorch 2.11.0+cu130, driver 580.159.04")
+            for mode, model, precision, rate, nhwc in rows]
+
+
+SHIPPED: tuple[Reference, ...] = (
+    *_own("H200", "2026-11-26-gpu-check-h200.md", [
+        ("torch-single", "vgg16", "fp32", 1379.0, False), ("torch-ddp", "vgg16", "fp32", 1354.9, False),
+        ("torch-single", "vgg16", "amp-bf16", 2168.0, False), ("torch-ddp", "vgg16", "amp-bf16", 2121.0, False),
+        ("torch-single", "vgg16", "amp-fp16", 2100.7, False), ("torch-ddp", "vgg16", "amp-fp16", 2065.7, False),
+        ("torch-single", "resnet50", "fp32", 1993.7, False), ("torch-ddp", "resnet50", "fp32", 1914.2, False),
+        ("torch-single", "resnet50", "amp-bf16", 2223.9, False), ("torch-ddp", "resnet50", "amp-bf16", 2116.0, False),
+        ("torch-ddp", "resnet50", "amp-bf16", 2190.0, True),
+        ("torch-single", "resnet50", "amp-fp16", 2544.8, False), ("torch-ddp", "resnet50", "amp-fp16", 2247.5, False),
+        ("torch-ddp", "resnet50", "amp-fp16", 2577.9, True)]),
+    *_own("H100 80GB HBM3", "2026-11-26-gpu-check-h100.md", [
+        ("torch-single", "vgg16", "fp32", 1227.0, False), ("torch-ddp", "vgg16", "fp32", 1205.1, False),
+        ("torch-horovod", "vgg16", "fp32", 1229.2, False),
+        ("torch-single", "vgg16", "amp-bf16", 1978.9, False), ("torch-ddp", "vgg16", "amp-bf16", 1925.9, False),
+        ("torch-single", "vgg16", "amp-fp16", 1884.9, False),
+        ("torch-ddp", "resnet50", "amp-bf16", 1698.4, False),
+        ("torch-horovod", "resnet50", "amp-bf16", 2024.8, False)]),
+    # Lambda's published PyTorch ResNet-50 (NVIDIA's DeepLearningExamples code, synthetic, NCHW, eager)
+    Reference("H100 80GB HBM3", "resnet50", "amp-fp16", 1280, 2791.0, "Lambda, published",
+              conditions="NVIDIA's DeepLearningExamples PyTorch ResNet-50, synthetic, NCHW, eager"),
+    Reference("H100 80GB HBM3", "resnet50", "fp32", 640, 1895.0, "Lambda, published",
+              conditions="NVIDIA's DeepLearningExamples PyTorch ResNet-50, synthetic, NCHW, eager, TF32"),
+    Reference("H200", "resnet50", "amp-fp16", 2560, 3090.0, "Lambda, published (about)",
+              conditions="NVIDIA's DeepLearningExamples PyTorch ResNet-50, synthetic, NCHW, eager"),
+    Reference("H200", "resnet50", "fp32", 640, 2270.0, "Lambda, published (about)",
+              conditions="NVIDIA's DeepLearningExamples PyTorch ResNet-50, synthetic, NCHW, eager, TF32"),
+)
+
+
+# MLPerf Training v4.0, NVIDIA's ResNet-50 entries per GPU (MXNet + Horovod, DALI decoding JPEGs on the GPU, NHWC,
+# fused convolution + batch norm + ReLU, CUDA graphs, LARS, batch about 400): another program entirely, so never a
+# match, only a ceiling the GPU check prints a ratio to.
+MLPERF_RESNET50 = {"H100": 7160.0, "H200": 7950.0}
+
+
+def published(gpu: str, precision: str) -> Reference | None:
+    """Lambda's published ResNet-50 figure for an H100 or H200 at ``precision`` (fp32, or AMP: their fp16)."""
+    return next((r for r in SHIPPED if r.source.startswith("Lambda") and r.gpu.split()[0] == gpu
+                 and r.precision == precision), None)
+
+
+def user_references(path: str | None = None) -> list[Reference]:
+    """The user's references (``HVDBENCH_REFERENCES``), or one line saying what is wrong with the file."""
+    path = path or os.environ.get(USER_ENV)
+    if not path:
+        return []
+    try:
+        rows = json.loads(Path(path).read_text())
+        if not isinstance(rows, list):
+            raise ValueError("not a JSON list")
+        fields = {f.name for f in dataclasses.fields(Reference)}
+        return [Reference(**{k: v for k, v in row.items() if k in fields}) for row in rows]
+    except (OSError, ValueError, TypeError) as exc:
+        raise BenchError(f"{USER_ENV}={path}: not a list of references ({exc}; fields: docs/results.md)") from None
+
+
+def _gpu_name(result: dict[str, Any]) -> str | None:
+    device = device_of(result)
+    return device.split(" ", 1)[1] if device.startswith("cuda ") and "+" not in device else None
+
+
+def match(result: dict[str, Any], extra: list[Reference] | None = None) -> Reference | None:
+    """The first reference (the user's, this project's, the published) that matches the result (module
+    docstring), or None."""
+    name = _gpu_name(result)
+    config = result["config"]
+    if name is None or source_of(result) != "synthetic" or config.get("image_size") is None:
+        return None
+    framework = mode_spec(result["mode"]).framework
+    for ref in [*(extra if extra is not None else user_references()), *SHIPPED]:
+        if (re.search(rf"(?<!\w){re.escape(ref.gpu)}(?!\w)", name, re.I)
+                and (ref.mode == result["mode"] if ref.mode else ref.framework == framework)
+                and (ref.model, ref.precision, ref.batch_size, ref.image_size, ref.channels_last, ref.tuning)
+                == (config["model"], config["precision"], config["batch_size"], config["image_size"],
+                    bool(config.get("channels_last")), tuning_of(config))):
+            return ref
+    return None
+
+
+def standing(result: dict[str, Any], extra: list[Reference] | None = None) -> tuple[float, Reference] | None:
+    """(share of the reference, the reference) for a result that has one (module docstring), else None."""
+    ref = match(result, extra)
+    rate = (result.get("summary") or {}).get("samples_per_sec_per_gpu")
+    if ref is None or not rate:
+        return None
+    return rate / ref.per_device, ref
