@@ -389,9 +389,12 @@ class RunConfig:
     def _check_goal(self) -> None:
         """--epochs and what goes with it (bench.measure.goal): one line for each contradiction."""
         goal_options = ("target_accuracy", "eval_every", "base_lr", "weight_decay", "checkpoint_every",
-                        "checkpoint_dir", "resume_from", "warmup_epochs")
+                        "checkpoint_dir", "resume_from")
         if self.epochs is None:
             named = [n for n in goal_options if getattr(self, n) is not None]
+            # 0 as well as unset: run files and ranks' configs written before the default became the batch's
+            # (hvdbench wrote warmup_epochs 0.0 into every run's config) still run
+            named += ["warmup_epochs"] * (self.warmup_epochs not in (None, 0))
             named += [n for n, d in (("lr_scaling", "linear"), ("lr_decay", "cosine"),
                                      ("label_smoothing", 0.0), ("stop_at_target", True), ("optimizer", "sgd"))
                       if getattr(self, n) != d]

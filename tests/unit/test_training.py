@@ -78,6 +78,8 @@ def test_the_default_warmup_grows_with_the_global_batch_where_the_rate_scales_wi
     assert resolved(8, 128, epochs=6).warmup_epochs == 1.5  # global 1024, two doublings; a quarter of 6 epochs
     assert resolved(4, 128, warmup_epochs=0.0).warmup_epochs == 0.0
     assert resolved(4, 128, lr_scaling="none").warmup_epochs == 0.0
+    # a config written by the hvdbench before this default (warmup_epochs 0.0 in every run's JSON) still runs
+    assert RunConfig(mode="torch-ddp", warmup_epochs=0.0).warmup_epochs == 0.0
     assert goal.warmup_epochs(type("Cfg", (), {"warmup_epochs": None, "lr_scaling": "linear", "epochs": 90})(),
                               32 * 256) == goal.MAX_WARMUP_EPOCHS == 5.0  # 8k: five doublings, at the bound
     assert goal.warmup_epochs(type("Cfg", (), {"warmup_epochs": None, "lr_scaling": "linear", "epochs": 90})(),
