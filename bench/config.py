@@ -70,7 +70,6 @@ MODE_OPTIONS = ("strategy", "num_ps", "fusion_threshold", "cycle_time", "nccl_st
 FRAMEWORK_OPTIONS = {"compile": "torch", "fused_optimizer": "torch", "channels_last": "torch", "xla": "tensorflow"}
 
 
-
 def takes(mode_name: str, name: str) -> bool:
     """Whether a mode takes the run option ``name``: one of MODE_OPTIONS its spec lists, one of its framework's
     FRAMEWORK_OPTIONS, or any other option (every mode takes those)."""
