@@ -28,7 +28,9 @@ not drained over its last ``depth`` steps (the pipeline keeps up: its queue hold
 ``SETTLE_DEPTHS`` times the queue's depth. A full queue alone proves nothing: it is what a slow pipeline leaves
 after set-up. The result keeps per rank the batches ready when the clock started (``queue_at_start``), the queue's
 depth and the steps this took (``settle_steps``). Only the torch loader's queue can be read: the tf and DALI
-pipelines have no settling (their ``queue_at_start`` is None).
+pipelines have no settling (their ``queue_at_start`` is None). A run that trains to a goal (``--epochs``) does not
+settle either: every step it takes trains one of its epochs (bench.measure.goal), whose time includes what the
+pipeline cost it.
 
 Epochs: one pipeline reads epoch after epoch (its workers kept), each with its own shuffle (seed, epoch); every
 rank has the same number of batches per epoch (bench.data.datasets.shard), so ranks turn the epoch at the same

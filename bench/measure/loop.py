@@ -143,8 +143,9 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         if progress is not None:
             progress.advance()
     feed = getattr(trainer, "feed", None)  # --data: the rank's batches, each draw timed (bench.data.feed)
-    if feed is not None:  # untimed steps until every rank's input queue is full or empty (bench.data.feed)
-        settle, limit = 0, feed.settle_limit()
+    if feed is not None:  # untimed steps until every rank's input queue is full or empty (bench.data.feed);
+        # none when training to a goal: every step there trains and its windows are its epochs (bench.measure.goal)
+        settle, limit = 0, 0 if tracker is not None else feed.settle_limit()
         while settle < limit and not all(trainer.allgather(feed.steady())):
             dog.at("warmup", 0, cfg.warmup_steps + settle)
             step()

@@ -53,6 +53,9 @@ def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never
     assert t["curve"][2]["wall_s"] > t["resumed"][0]["wall_s"] >= t["curve"][1]["wall_s"]
     assert [len(w) for w in again["samples"]["window_s"]] == [1, 1]  # each rank's timed windows: epoch 3 only
     assert [c["epoch"] for c in n["checkpoints"]] == [1, 2] and n["checkpoint_s_total"] > 0
+    # every batch the ranks drew trained the epochs the curve counts: no untimed steps beside them
+    drawn = [p["epochs"] * n["steps_per_epoch"] * never["config"]["batch_size"] for p in never["input"]["per_rank"]]
+    assert sum(drawn) == pytest.approx(n["curve"][-1]["samples"]), drawn
     assert "│ resumed" in resumed.stdout and "epoch 2" in resumed.stdout  # the table's row
 
 
