@@ -175,8 +175,9 @@ def child_main(config: str) -> None:
 
 def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
     config = {**asdict(cfg), "loaders": [name]}
-    python = envs.interpreter(LOADERS[name].framework) or sys.executable
-    done = subprocess.run([python, "-c", _CHILD, json.dumps(config)], stdout=subprocess.PIPE, text=True)
+    python = envs.interpreter(LOADERS[name].framework)
+    done = subprocess.run([*envs.python_command(python), "-c", _CHILD, json.dumps(config)], stdout=subprocess.PIPE,
+                          text=True)
     lines = done.stdout.strip().splitlines()
     try:
         said = json.loads(lines[-1]) if lines else {}

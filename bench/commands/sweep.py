@@ -25,7 +25,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from bench import SCHEMA_VERSION
 from bench.config import PLUGIN_OPTIONS, RunConfig, check_declared, cli_options, comma_list, int_list, option, takes
 from bench.errors import BenchError, NotValid, Stopped, restore_handlers, stop_on_signals
 from bench.hooks import HOOKS_ENV
+from bench.launching import envs
 from bench.launching.slurm import inside_allocation, srun_command
 from bench.launching.supervise import SWEEP_PID_ENV, stop_processes
 from bench.modes import mode_label, variant
@@ -191,7 +191,7 @@ def write_cell_config(cell: Cell, common: dict[str, Any], folder: Path) -> Path:
 
 def command(cell: Cell, config_path: Path, num_ps: int | None = None) -> list[str]:
     """One cell's command: self-spawned here, or one srun step per cell inside a Slurm allocation."""
-    bench = [sys.executable, "-m", "bench", "run", str(config_path)]
+    bench = [*envs.bench_command(), "run", str(config_path)]
     return srun_command(variant(cell.label), cell.np, bench, num_ps) if inside_allocation() else bench
 
 

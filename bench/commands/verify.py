@@ -196,7 +196,7 @@ def _srun_mode(v: Variant, cfg, hooks: Hooks, work: Path) -> None:
     old = stop_on_signals()
     try:
         with hooks.exported():
-            code = run_cell(srun_command(v, cfg.np or 1, [sys.executable, "-m", "bench", "run", str(config)]),
+            code = run_cell(srun_command(v, cfg.np or 1, [*envs.bench_command(), "run", str(config)]),
                             log, None)
     finally:
         restore_handlers(old)

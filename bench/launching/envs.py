@@ -45,6 +45,28 @@ def split() -> bool:
     return len(roots) > 1
 
 
+def python_command(python: str | None = None) -> list[str]:
+    """The start of a command that runs this bench's code in a new process (a rank, a sweep's cell, a loader's
+    probe): the interpreter with ``-P`` (Python 3.11 on), so that the folder it starts in is not put first on
+    sys.path, where a ``bench/`` folder (a checkout's, say) would stand in for the bench this process runs.
+    The new process runs the same bench: where that is not an installed package (a checkout run as ``python -m
+    bench`` or installed in editable mode), its folder goes first on PYTHONPATH, here in this process's
+    environment, which every process it starts inherits."""
+    home = str(Path(__file__).resolve().parents[2])  # the folder holding this bench package
+    import site
+
+    installed = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if home not in installed and (not paths or paths[0] != home):
+        os.environ["PYTHONPATH"] = os.pathsep.join([home, *(p for p in paths if p != home)])
+    return [python or sys.executable, *(["-P"] if sys.version_info >= (3, 11) else [])]
+
+
+def bench_command(python: str | None = None) -> list[str]:
+    """``python -P -m bench`` (:func:`python_command`); the bench command's arguments follow."""
+    return [*python_command(python), "-m", "bench"]
+
+
 def enter(framework: str, args: list[str] | None = None) -> None:
     """Continue in ``framework``'s environment: exec ``python -m bench ARGS`` there (default: this command's
     own arguments). Returns only when this process already is in that environment."""
@@ -54,7 +76,7 @@ def enter(framework: str, args: list[str] | None = None) -> None:
     args = sys.argv[1:] if args is None else args
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(python, [python, "-m", "bench", *args])
+    os.execv(python, [*bench_command(python), *args])
 
 
 def no_gpu(framework: str) -> None:

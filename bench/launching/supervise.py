@@ -26,6 +26,7 @@ from bench.errors import (
     restore_handlers,
     stop_on_signals,
 )
+from bench.launching import envs
 from bench.measure import watchdog
 
 CHILD_CONFIG_ENV = "HVDBENCH_CONFIG"
@@ -145,7 +146,7 @@ def free_port(rng: random.Random | None = None) -> int:
 
 def child_argv(argv: list[str]) -> list[str]:
     """The command each spawned rank runs: this same bench invocation."""
-    return [sys.executable, "-m", "bench", *argv]
+    return [*envs.bench_command(), *argv]
 
 
 def spawn_local(argv: list[str], np: int, config_json: str, grace_s: float = 10.0) -> int:
@@ -169,6 +170,7 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
     outright (die_with_parent). ``servers`` (indexes) serve until stopped, such as parameter servers: they are
     stopped once every other process has succeeded. Returns 0 on success.
     """
+    command = child_argv(argv)  # first: it may set PYTHONPATH (bench.launching.envs.python_command)
     base = dict(os.environ, HVDBENCH_LAUNCHER="self", PYTHONUNBUFFERED="1", **{CHILD_CONFIG_ENV: config_json},
                 **{PARENT_PID_ENV: str(os.getpid())})
     # Like torchrun: each rank gets its share of the cores before any library sizes its thread pools.
@@ -182,7 +184,7 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
             oom_before = oom_kills()  # a rank killed by SIGKILL later: was it the out-of-memory killer?
             for i, env in enumerate(rank_envs):
                 fault = {FAULT_FILE_ENV: str(Path(stall_dir) / f"fault-{i}.txt")}
-                procs.append(subprocess.Popen(child_argv(argv), env=dict(base, **env, **fault),
+                procs.append(subprocess.Popen(command, env=dict(base, **env, **fault),
                                               start_new_session=True))
             return wait_all(procs, grace_s, servers, Path(stall_dir), oom_before)
         except Stopped as exc:

@@ -186,7 +186,8 @@ def count_in_torch_environment(name: str, image_size: int | None, seq_len: int |
     if python is None:
         return None
     try:
-        out = subprocess.run([python, "-c", _COUNT, json.dumps([name, image_size, seq_len, num_classes])],
+        out = subprocess.run([*envs.python_command(python), "-c", _COUNT,
+                              json.dumps([name, image_size, seq_len, num_classes])],
                              capture_output=True, text=True, timeout=timeout_s, check=True).stdout
         value = json.loads(out.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):

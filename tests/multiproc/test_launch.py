@@ -48,3 +48,13 @@ def test_self_spawned_runs_meet_while_the_node_opens_connections(tmp_path):
     for r, (_, err) in zip(runs, outputs, strict=True):
         assert r.returncode == 0 and "EADDRINUSE" not in err, err[-2000:]
     assert len(opened) > 100  # the churn really ran beside the runs
+
+
+def test_ranks_run_this_bench_where_a_bench_folder_is_the_working_folders(tmp_path):
+    """Started where a folder named bench/ is (another checkout, an older copy), the ranks still run the bench that
+    spawned them: the working folder is not on their sys.path (bench.launching.envs.python_command)."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "__init__.py").write_text('raise SystemExit("the bench/ of the working folder ran")\n')
+    r = subprocess.run(["bench", "torch-ddp", *SMALL, "--np", "2", "--output", str(tmp_path / "out")], cwd=tmp_path,
+                       env=bench_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "working folder ran" not in r.stderr, r.stderr[-2000:]

@@ -87,3 +87,17 @@ def test_tensorflows_start_up_chatter_is_dropped_and_every_other_line_passes(cap
     with quiet_startup():
         os.write(2, chatter[1] + b"\n")
     assert capfd.readouterr().err.encode() == chatter[1] + b"\n"
+
+
+def test_a_new_process_runs_this_bench_not_a_bench_folder_where_it_starts(monkeypatch):
+    """-P keeps the working folder off sys.path; a bench that is not an installed package (this checkout, editable)
+    goes first on PYTHONPATH, once, so that the process started finds the same code."""
+    here = str(ROOT.resolve())
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/elsewhere", here]))
+    assert envs.bench_command() == [sys.executable, "-P", "-m", "bench"]
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [here, "/elsewhere"]
+    envs.python_command("/opt/tf/bin/python")
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [here, "/elsewhere"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert envs.python_command("/opt/tf/bin/python") == ["/opt/tf/bin/python", "-P"]
+    assert os.environ["PYTHONPATH"] == here

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from bench.commands.diagnose.hosts import HostList, Slurm, Step, bench_argv, run
 from bench.commands.diagnose.report import markdown, terminal
 from bench.config import byte_size, comma_list, option
 from bench.errors import BenchError, restore_handlers, stop_on_signals
+from bench.launching import envs
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
 from bench.records import files, store
@@ -233,7 +233,7 @@ class Diagnosis:
 
     def devices(self) -> None:
         out = self.folder / "devices"
-        alone = [sys.executable, "-m", "bench.commands.diagnose.alone"]
+        alone = [*envs.python_command(), "-m", "bench.commands.diagnose.alone"]
         steps = [Step("devices", (node,), self.exe.alone(node, [
             *alone, str(out / node), str(self.cfg.devices_per_node), self.cfg.mode, *self.run_args(),
             *(["--data", self.cfg.data] if self.cfg.data else [])]),

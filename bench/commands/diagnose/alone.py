@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from bench.launching import envs
+
 LAUNCHER_PREFIXES = ("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_", "HOROVOD_", "TORCHELASTIC_")
 LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
                   "HVDBENCH_LAUNCHER")
@@ -37,8 +39,8 @@ def main(argv: list[str]) -> None:
     prefix, devices, mode, *args = argv
     env = dict(os.environ)
     folder = f"{prefix}-{device_index(env)}"
-    os.execve(sys.executable, [sys.executable, "-m", "bench", mode, "--np", "1", *args, "--output", folder],
-              alone_env(env, int(devices)))
+    os.execve(sys.executable, [*envs.bench_command(), mode, "--np", "1", *args, "--output", folder],
+              alone_env(dict(os.environ), int(devices)))
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import Stopped
+from bench.launching import envs
 from bench.launching.supervise import stop_processes
 
 GRACE_S = 10.0
@@ -76,7 +76,7 @@ def run_steps(steps: list[Step], timeout_s: float) -> None:
 
 
 def bench_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "bench", *args]
+    return [*envs.bench_command(), *args]
 
 
 class Slurm:
