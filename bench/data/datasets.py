@@ -30,6 +30,7 @@ class Split:
     shards: list[str] = field(default_factory=list)  # tfrecord: the shard files (samples counted in meta.json)
     tokens: np.ndarray | None = None
     seq_len: int = 0
+    vocab: int = 0  # tokens: every id below it
 
     def __len__(self) -> int:
         if self.tokens is not None:  # sample i: tokens [2 L i, 2 L (i + 1)] (its last one only as a target)
@@ -56,6 +57,10 @@ class Split:
         one token on (L): a sequence and its continuation, cut from the flat file one after another."""
         n = self.seq_len
         window = np.asarray(self.tokens[2 * n * i:2 * n * (i + 1) + 1], np.int64)
+        if self.vocab and window.max(initial=0) >= self.vocab:
+            where = getattr(self.tokens, "filename", None) or "the token split"
+            raise BenchError(f"{where} holds token id {window.max()} (sample {i}), outside the vocabulary "
+                             f"0..{self.vocab - 1}")
         return np.stack([window[:n], window[n:2 * n]]), window[n + 1:]
 
 
@@ -175,13 +180,13 @@ def class_count(path: str | Path) -> int:
     return int(info.get("classes", 10 if fmt == "cifar" else 1000))
 
 
-def _tokens(root: Path, name: str, dtype: str, seq_len: int) -> Split:
+def _tokens(root: Path, name: str, dtype: str, seq_len: int, vocab: int) -> Split:
     path = root / f"{name}.bin"
     if not path.is_file() or path.stat().st_size == 0:
-        return Split(np.zeros(0, np.int64), tokens=np.zeros(0, dtype), seq_len=seq_len)
+        return Split(np.zeros(0, np.int64), tokens=np.zeros(0, dtype), seq_len=seq_len, vocab=vocab)
     if path.stat().st_size % np.dtype(dtype).itemsize:
         raise BenchError(f"--data {path}: its size is not a whole number of {dtype} token ids")
-    return Split(np.zeros(0, np.int64), tokens=np.memmap(path, dtype=dtype, mode="r"), seq_len=seq_len)
+    return Split(np.zeros(0, np.int64), tokens=np.memmap(path, dtype=dtype, mode="r"), seq_len=seq_len, vocab=vocab)
 
 
 def load(path: str | Path, seq_len: int | None = None) -> Dataset:
@@ -196,15 +201,12 @@ def load(path: str | Path, seq_len: int | None = None) -> Dataset:
         dtype = info.get("token_dtype") or "uint16"
         if dtype not in ("uint16", "uint32"):
             raise BenchError(f"--data {root}: token_dtype {dtype!r} in meta.json (uint16 or uint32)")
-        splits = {name: _tokens(root, name, dtype, seq_len) for name in ("train", "val")}
         vocab = class_count(root)
+        splits = {name: _tokens(root, name, dtype, seq_len, vocab) for name in ("train", "val")}
         if len(splits["train"]) == 0:
             raise BenchError(f"--data {root}: train.bin holds no sample of 2 x {seq_len} + 1 tokens")
-        for name, split_ in splits.items():
-            top = int(split_.tokens.max()) if len(split_.tokens) else 0
-            if top >= vocab:
-                raise BenchError(f"--data {root}: {name}.bin holds token id {top}, outside the vocabulary "
-                                 f"0..{vocab - 1}")
+        # the ids are checked against the vocabulary sample by sample as the loaders read them (Split.sample,
+        # bench.data.loaders.token_windows): a scan of the whole file here read every byte of it on every rank
         return Dataset(root, fmt, vocab, splits)
     if fmt == "imagefolder":
         names = class_folders(root)

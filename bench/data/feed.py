@@ -39,6 +39,7 @@ step, and no epoch turn restarts a pipeline inside the timed windows.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -78,11 +79,15 @@ def check(cfg) -> dict[str, Any]:
 
 
 def readable(text: str) -> str:
-    """A pipeline's error as one line: a DataLoader worker's re-raised error carries the worker's traceback; its
-    last line is the error itself."""
-    last = [line for line in str(text).strip().splitlines() if line.strip()]
-    line = last[-1] if last else str(text)
-    return line.split("BenchError: ", 1)[-1]
+    """A pipeline's error as one line: this project's own error where the text holds one (a DataLoader worker's
+    re-raised error and a tf.data Python function's carry a traceback after or around it), a tf.data
+    assertion's message (bench.data.loaders.token_windows), else the text's last line."""
+    text = str(text)
+    said = re.findall(r"BenchError: ([^\n]+)", text) or re.findall(r"assertion failed: \[([^\]\n]+)\]", text)
+    if said:
+        return said[-1].strip()
+    last = [line for line in text.strip().splitlines() if line.strip()]
+    return last[-1] if last else text
 
 
 class Feed:

@@ -27,11 +27,12 @@ import functools
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.data.datasets import Dataset, held_out, rank_samples, shard
+from bench.data.datasets import Dataset, Split, held_out, rank_samples, shard
 from bench.errors import BenchError
 from bench.tfutil import import_tf
 
@@ -367,14 +368,8 @@ class TFLoader:
                 indices = tf.data.Dataset.from_generator(order, output_signature=(tf.TensorSpec([], tf.int64),
                                                                                   tf.TensorSpec([], tf.int64)))
             labels = tf.constant(part.labels)
-            if part.tokens is not None:  # a sample: 2 L tokens and one more, as Split.sample cuts them
-                tokens, length = tf.constant(np.asarray(part.tokens, np.int32)), part.seq_len
-
-                def window(i, e):
-                    w = tokens[2 * length * i:2 * length * (i + 1) + 1]
-                    return tf.stack([w[:length], w[length:2 * length]]), w[length + 1:]
-
-                ds = indices.map(window, num_parallel_calls=parallel)
+            if part.tokens is not None:
+                ds = token_windows(tf, indices, part, dataset.classes, parallel, graph_only)
             elif part.paths is not None:
                 paths = tf.constant(part.paths)
 
@@ -402,6 +397,45 @@ class TFLoader:
             options.threading.private_threadpool_size = workers
             ds = ds.with_options(options)
         return ds
+
+
+def token_windows(tf, indices, part: Split, vocab: int, parallel, graph_only: bool):
+    """A token split's samples in the order of ``indices`` ((i, epoch) pairs), each read from its file where
+    it is: sample i, 2 L tokens and one more as :meth:`bench.data.datasets.Split.sample` cuts them, is the one
+    record of a FixedLengthRecordDataset whose header is everything before it and whose footer everything after,
+    so no rank holds the corpus in memory (a 20 GB file of uint16 ids was 40 GB of int32 per rank as one
+    constant). Every window's ids are checked against the vocabulary as it is read (as the torch loader's are),
+    instead of a scan of the whole file when it is opened."""
+    length = part.seq_len
+    if len(part) == 0:  # an empty held-out split: nothing to read
+        return indices.map(lambda i, e: (tf.zeros([2, length], tf.int32), tf.zeros([length], tf.int32)))
+    path, item = part.tokens.filename, part.tokens.dtype.itemsize
+    size, record = Path(path).stat().st_size, (2 * length + 1) * item
+    raw = tf.uint16 if item == 2 else tf.int32  # decode_raw has no uint32; ids below 2**31 read the same as int32
+    outside = f"{path} holds a token id outside the vocabulary 0..{vocab - 1}"
+
+    def read(i, e):
+        head = 2 * length * item * i
+        return tf.data.FixedLengthRecordDataset(path, record, header_bytes=head, footer_bytes=size - head - record)
+
+    def window(data):
+        w = tf.cast(tf.io.decode_raw(data, raw, little_endian=True), tf.int32)
+        with tf.control_dependencies([tf.debugging.Assert(tf.reduce_max(w) < vocab, [outside])]):
+            w = tf.identity(w)
+        return tf.stack([w[:length], w[length:2 * length]]), w[length + 1:]
+
+    if not graph_only:  # Python may run in the pipeline: the memory-mapped file cut in numpy, 64 samples a call
+        def samples(chunk):
+            pairs, targets = zip(*(part.sample(int(i)) for i in chunk), strict=True)
+            return np.stack(pairs).astype(np.int32), np.stack(targets).astype(np.int32)
+
+        def cut(chunk, e):
+            pair, target = tf.numpy_function(samples, [chunk], [tf.int32, tf.int32], stateful=False)
+            return tf.reshape(pair, [-1, 2, length]), tf.reshape(target, [-1, length])
+        return indices.batch(64).map(cut, num_parallel_calls=parallel).unbatch()
+    # one record per index: the interleave keeps the indices' order (deterministic), reading several at once
+    windows = indices.interleave(read, cycle_length=8, num_parallel_calls=parallel, deterministic=True)
+    return windows.map(window, num_parallel_calls=parallel)
 
 
 class DaliLoader:

@@ -109,3 +109,42 @@ def test_tfrecord_ranks_read_whole_files_in_a_new_order_every_epoch_and_the_same
     assert len({tuple(sorted(seen[0, epoch])) for epoch in range(epochs)}) > 1  # the order changes with the epoch
     with pytest.raises(BenchError, match=r"4 TFRecord training shard file\(s\) for 5 ranks"):
         rank_samples(train, 5, 4)
+
+
+def test_the_tf_loader_reads_each_token_window_from_its_file_and_checks_its_ids(tmp_path):
+    """Issue 66 item 8. tf.data reads sample i of a token file where it lies (no constant of the corpus): the same
+    windows as Split.sample in the torch loader's order, at both ranks of two and in the ps graph, and an id
+    outside the vocabulary is one line naming the file, found when its window is read."""
+    from bench.data.datasets import shard
+    from bench.data.feed import readable
+    from bench.data.loaders import LOADERS
+
+    make(MakeConfig(path=str(tmp_path / "t"), format="tokens", source="text", seq_len=16))
+    data = load(tmp_path / "t", seq_len=8)
+    train = data.splits["train"]
+    for rank in range(2):
+        batches = list(LOADERS["tf"].batches(data, "train", 0, 4, 1, seed=3, rank=rank, world=2, epoch=1))
+        order = shard(len(train), rank, 2, 4, 3, 1)
+        assert sum(len(y) for _, y in batches) == len(order) > 0
+        pairs = np.concatenate([np.asarray(x) for x, _ in batches])
+        targets = np.concatenate([np.asarray(y) for _, y in batches])
+        for got, want, i in zip(pairs, targets, order, strict=True):
+            pair, target = train.sample(int(i))
+            assert (got == pair).all() and (want == target).all(), i
+    graph = LOADERS["tf"].dataset(data, "train", 0, 4, 1, 3, 0, 2, 0, 1, graph_only=True)
+    x, y = next(iter(graph))
+    assert x.shape == (4, 2, 8) and y.shape == (4, 8)
+    assert len(graph._as_serialized_graph().numpy()) < train.tokens.nbytes  # the file is not in the pipeline
+    ids = np.fromfile(tmp_path / "t" / "val.bin", np.uint16)
+    ids[20] = data.classes
+    ids.tofile(tmp_path / "t" / "val.bin")
+    bad = load(tmp_path / "t", seq_len=8)
+    with pytest.raises(Exception) as failed:  # where Python runs in the pipeline: Split.sample's check
+        list(LOADERS["tf"].batches(bad, "val", 0, 4, 1, seed=3))
+    top = data.classes - 1
+    assert readable(str(failed.value)) == \
+        f"{tmp_path / 't' / 'val.bin'} holds token id {top + 1} (sample 1), outside the vocabulary 0..{top}"
+    with pytest.raises(Exception) as failed:  # in the graph of the ps workers: an assertion
+        list(LOADERS["tf"].dataset(bad, "val", 0, 4, 1, 3, 0, 1, 0, 1, graph_only=True))
+    assert readable(str(failed.value)) == \
+        f"{tmp_path / 't' / 'val.bin'} holds a token id outside the vocabulary 0..{data.classes - 1}"

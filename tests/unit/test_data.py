@@ -78,9 +78,12 @@ def test_a_tokens_dataset_is_read_as_sequences_and_their_continuations(tmp_path)
     assert pair.tolist() == [ids[24:28].tolist(), ids[28:32].tolist()] and target.tolist() == ids[29:33].tolist()
     with pytest.raises(BenchError, match="a tokens dataset trains the text models"):
         load(tmp_path / "t")
-    (tmp_path / "t" / "val.bin").write_bytes(np.array([5, 1000], np.uint16).tobytes())
-    with pytest.raises(BenchError, match="val.bin holds token id 1000, outside the vocabulary 0..999"):
-        load(tmp_path / "t", seq_len=4)
+    # an id outside the vocabulary: refused when its sample is read, never by a scan of the whole file at load
+    (tmp_path / "t" / "val.bin").write_bytes(np.array([5] * 9 + [1000] + [5] * 8, np.uint16).tobytes())
+    val = load(tmp_path / "t", seq_len=4).splits["val"]
+    assert val.sample(0)[1].tolist() == [5] * 4
+    with pytest.raises(BenchError, match=r"val.bin holds token id 1000 \(sample 1\), outside the vocabulary 0..999"):
+        val.sample(1)
     (tmp_path / "t" / "val.bin").write_bytes(b"abc")
     with pytest.raises(BenchError, match="not a whole number of uint16 token ids"):
         load(tmp_path / "t", seq_len=4)
