@@ -401,11 +401,12 @@ class TFLoader:
 
 def token_windows(tf, indices, part: Split, vocab: int, parallel, graph_only: bool):
     """A token split's samples in the order of ``indices`` ((i, epoch) pairs), each read from its file where
-    it is: sample i, 2 L tokens and one more as :meth:`bench.data.datasets.Split.sample` cuts them, is the one
-    record of a FixedLengthRecordDataset whose header is everything before it and whose footer everything after,
-    so no rank holds the corpus in memory (a 20 GB file of uint16 ids was 40 GB of int32 per rank as one
-    constant). Every window's ids are checked against the vocabulary as it is read (as the torch loader's are),
-    instead of a scan of the whole file when it is opened."""
+    it is, so that no rank holds the corpus in memory (a 20 GB file of uint16 ids was 40 GB of int32 per rank as
+    one constant): cut from the memory-mapped file by :meth:`bench.data.datasets.Split.sample` (as the torch
+    loader cuts them), 64 samples a call; or, where no Python may run in the pipeline (``graph_only``), sample i
+    (2 L tokens and one more) read as the one record of a FixedLengthRecordDataset whose header is everything
+    before it and whose footer everything after. Either way a window's ids are checked against the vocabulary as
+    it is read, instead of a scan of the whole file when it is opened."""
     length = part.seq_len
     if len(part) == 0:  # an empty held-out split: nothing to read
         return indices.map(lambda i, e: (tf.zeros([2, length], tf.int32), tf.zeros([length], tf.int32)))
