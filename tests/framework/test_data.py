@@ -19,7 +19,10 @@ def test_the_digits_are_real_labelled_images(tmp_path):
 
 
 def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
-    from bench.data.loaders import LOADERS
+    """Normalised as the models were trained (ImageNet's per-channel mean and deviation of 0-255 pixels): mapped
+    back, every value is a pixel (0 to 255), and the batch holds values on both sides of the mean (a loader that
+    only scaled to 0-1, or skipped the normalisation, fails one or the other)."""
+    from bench.data.loaders import LOADERS, MEAN, STD
 
     small(tmp_path / "d", image_size=None, images=20)  # 500 x 375 JPEGs
     small(tmp_path / "c", format="cifar", images=40, image_size=None)
@@ -33,7 +36,11 @@ def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
         nchw = name == "torch" or framework == "torch"
         shape = (4, 3, size, size) if nchw else (4, size, size, 3)
         assert x.shape == shape and x.dtype == np.float32, (name, path, x.shape)
-        assert -3 < x.mean() < 3 and np.asarray(labels).max() < data.classes, (name, path)
+        channel = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
+        pixels = x * (STD * 255).reshape(channel) + (MEAN * 255).reshape(channel)
+        assert -1 <= pixels.min() and pixels.max() <= 256 and x.min() < -0.5 and x.max() > 0.5, \
+            (name, path, float(pixels.min()), float(pixels.max()), float(x.min()), float(x.max()))
+        assert np.asarray(labels).max() < data.classes, (name, path)
 
 
 def test_a_file_that_cannot_be_decoded_is_named(tmp_path):
