@@ -15,7 +15,7 @@ IMAGE_TEST_BUILD ?= --stack current --flavor cpu
 # The CUDA image test-image-cuda builds: on the same base, its self-test one mode per framework environment.
 IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:bookworm --self-test-modes "torch-ddp tf-horovod"
 
-.PHONY: test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-gpu-check test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -82,8 +82,8 @@ test-multiproc: venv ## the multiproc tier: real multi-process runs under every 
 
 # The system tiers' tests: tests/system, or the file PYTEST_ARGS names.
 SYSTEM_TESTS = $(or $(PYTEST_ARGS),tests/system)
-# Slurm, then the images, the cluster of containers, the CUDA image and the SIFs: each rebuilds only what changed,
-# and each runs only when its inputs changed since it last passed here.
+# Slurm, then the images, the cluster of containers, the CUDA image, the SIFs and the GPU check on the CPU: each
+# rebuilds only what changed, and each runs only when its inputs changed since it last passed here.
 test-system: venv ## the system tiers below, each only when its inputs changed since it last passed
 	$(MAKE) --no-print-directory test-slurm
 	$(MAKE) --no-print-directory test-image
@@ -93,6 +93,7 @@ test-system: venv ## the system tiers below, each only when its inputs changed s
 	$(MAKE) --no-print-directory test-image-cuda
 	$(MAKE) --no-print-directory test-apptainer
 	$(MAKE) --no-print-directory test-sif-pull
+	$(MAKE) --no-print-directory test-gpu-check
 
 # The quick check before a commit: the unit and framework tiers.
 test-fast: test-unit test-framework ## the unit and framework tiers: the check before a commit
@@ -131,6 +132,11 @@ test-slurm: venv slurm-up ## system tier: a one-node Slurm here, srun and sbatch
 	@$(TIER_CACHE) fresh slurm || { $(RUN_TESTS) slurm \
 	  -m "slurm and not apptainer and not cluster$$($(TIER_CACHE) select slurm)" $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record slurm; }
+
+# The GPU check's short form on the CPU (tools/gpu-check.sh --short) and the wheels it carries: no service needed.
+test-gpu-check: venv ## system tier: the GPU check's short form on this CPU (tools/gpu-check.sh --short)
+	@$(TIER_CACHE) fresh gpu_check || { $(RUN_TESTS) gpu_check -m gpu_check $(SYSTEM_TESTS) \
+	  && $(TIER_CACHE) record gpu_check; }
 
 lint: venv ## ruff over the whole tree, hadolint on the Dockerfiles, bash -n on the scripts
 	$(VENV)/bin/ruff check .

@@ -9,8 +9,9 @@
 # ResNet-50 at 224x224 in fp32 (TF32), amp-bf16 and amp-fp16 (ResNet-50 also channels-last), ResNet-50 from JPEG
 # files (--data), ResNet-20 to a target on the digits, one Transformer, bench verify on two GPUs or more; last,
 # builds Horovod with NCCL against the machine's PyTorch and runs torch-horovod the same, and Horovod's own
-# PyTorch benchmark alternated with torch-horovod. NVML telemetry in every run; then a summary table. --short does the same on the CPU with tiny settings (the multiproc tier runs it, so the check
-# cannot rot between the days a GPU is lent).
+# PyTorch benchmark alternated with torch-horovod. NVML telemetry in every run; then a summary table. --short does
+# the same on the CPU with tiny settings (the gpu_check tier runs it, make test-gpu-check, so the check cannot rot
+# between the days a GPU is lent).
 #
 # Resumable: each step is done once per machine (its log and exit code in STATE; a failed step is recorded and
 # not retried), and a call stops before a step once BUDGET seconds have passed (exit 3: run the same command

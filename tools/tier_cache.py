@@ -80,6 +80,10 @@ INPUTS = {
     # bench diagnose on the 4-node cluster: COMMON with the import closure of its package in place of all of
     # bench/ (PACKAGE), the node image (DOCKER, docker/cluster) and the cluster tool
     "diagnose": [*DOCKER, "bench/commands/diagnose", "tools/cluster.py"],
+    # the GPU check's short form on the CPU: its scripts, Horovod's reference benchmark it compares against, and
+    # bench's command line whole (the options the check passes); the rest of bench/ by its surface (features only)
+    "gpu_check": ["tools/gpu-check.sh", "tools/gpu_check_summary.py", "tools/gpu-check-prepare.sh",
+                  "tools/benchmarks/reference.py", "tools/benchmarks/reference", "bench/cli.py", "bench/config.py"],
 }
 # Tiers keyed by their INPUTS alone, without COMMON.
 OWN_ONLY = {"sif_pull"}

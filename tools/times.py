@@ -18,7 +18,7 @@ from pathlib import Path
 
 # make test's order; multiproc-alone: the multiproc tests marked alone, run after the rest (tools/run-tests.sh)
 ORDER = ["unit", "framework", "multiproc", "multiproc-alone", "slurm", "image", "kubernetes", "cluster", "diagnose",
-         "image_cuda", "apptainer", "sif_pull"]
+         "image_cuda", "apptainer", "sif_pull", "gpu_check"]
 
 
 def tiers(folder: Path) -> list[dict]:

@@ -77,6 +77,7 @@ KEY_TREE = {
     "tests/system/test_kubernetes_pods.py": "pytestmark = pytest.mark.kubernetes\n",
     "tests/system/test_apptainer.py": "pytestmark = pytest.mark.apptainer\n",
     "tests/system/test_sif_pull.py": "pytestmark = [pytest.mark.apptainer, pytest.mark.sif_pull]\n",
+    "tests/system/test_gpu_check.py": "pytestmark = pytest.mark.gpu_check\n", "tools/gpu-check.sh": "check\n",
 }
 TOOLS = {"docker version": "20.10.24", "docker image inspect": "sha256:base1", "srun --version": "slurm 22.05.8",
          "mpirun --version": "mpirun (Open MPI) 4.1.4", "dpkg-query": "libpmix2=4.2.2-1", "apptainer": "1.4.5"}
@@ -152,6 +153,8 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
     ("tests/conftest.py", "fixtures 2\n", ALL),
     # the tiers' own files
     ("k8s/examples/job.yaml", "kind: Job\nspec: {}\n", {"kubernetes"}),
+    ("tools/gpu-check.sh", "check --short\n", {"gpu_check"}),
+    ("tests/system/test_gpu_check.py", "pytestmark = pytest.mark.gpu_check\n# more\n", {"gpu_check"}),
     ("singularity/slurm/common.sh", "sif 2\n", {"slurm", "cluster", "apptainer"}),
     # the Makefile as make runs it, not its comments or help texts
     ("Makefile", "# the tiers, renamed\ntest-slurm: venv ## system tier: Slurm here\n\tpytest -m slurm\n", set()),

@@ -1,5 +1,11 @@
 """The GPU check (tools/gpu-check.sh, docs/gpu-check.md) in its short mode on this CPU machine, so that it runs
-end to end the day a GPU is lent; and the wheels `make gpu-check-prepare` puts aside for the GPU machine."""
+end to end the day a GPU is lent; and the wheels `make gpu-check-prepare` puts aside for the GPU machine.
+
+The gpu_check tier (make test-gpu-check) needs no service, only the venv. It is a system tier for its key
+(tools/tier_cache.py): it reruns when the check's own scripts, bench's command line (bench/cli.py,
+bench/config.py: the options the check passes) or code that no lower tier runs change, not on every change to
+code the lower tiers run, which its runs go through as theirs do.
+"""
 
 import os
 import subprocess
@@ -8,6 +14,8 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, bench_env
+
+pytestmark = pytest.mark.gpu_check
 
 
 # About 5 minutes idle, twice that beside make test's image builds: bounded by its three calls' (1500 s in all).
