@@ -5,8 +5,10 @@ What a checkpoint holds (a folder, written whole: a new one replaces the old onl
 
     state.json     the configuration it belongs to, the epoch it ends, the schedule's step, the evaluations so far
                    and the training wall time up to it (bench.measure.goal)
-    torch.pt       PyTorch: the model's and the optimizer's state dicts (rank 0 writes; every rank reads)
-    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer
+    torch.pt       PyTorch: the model's and the optimizer's state dicts and every rank's random state, CPU and
+                   GPU (rank 0 writes; every rank reads, and takes its own random state back)
+    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer (not the random state: a resumed
+                   run's dropout masks start again from each rank's seed)
 
 When: after the evaluation that follows every N-th epoch (N a multiple of --eval-every: a checkpoint never holds
 half a training loss), not after the last epoch (the run ends there) nor at the target when the run stops there.
@@ -39,7 +41,7 @@ from typing import Any
 from bench.errors import BenchError
 
 STATE = "state.json"
-FORMAT = 1
+FORMAT = 2  # 2: torch.pt holds each rank's random state
 # Fields a resumed run may change: how it is watched, where it writes, how its input is read (not what).
 FREE = frozenset({"output", "resume_from", "checkpoint_every", "checkpoint_dir", "telemetry", "telemetry_interval",
                   "stall_timeout", "rendezvous_timeout", "loader_workers", "attribution_steps", "extra"})

@@ -103,6 +103,9 @@ class TFTrainer:
             for layer in self.model.submodules:  # nested layers too (the Transformer's)
                 if isinstance(layer, keras.layers.Dropout):
                     layer.rate = 0.0
+        # Training's random draws (dropout's masks) from each rank's own stream, seed + 1 + rank as in the PyTorch
+        # modes: set before the step is traced, whose random ops take their seeds from it.
+        tf.random.set_seed(self.cfg.seed + 1 + self.rank)
         opt = optimizer(keras, self.cfg)
         self.optimizer = keras.mixed_precision.LossScaleOptimizer(opt) if self.fp16 else opt
         return self.model

@@ -140,6 +140,9 @@ class TorchTrainer:
                 if isinstance(m, torch.nn.Dropout):
                     m.p = 0.0
         model.train()
+        # Training's random draws (dropout's masks) from a stream of each rank's own, as each GPU of a real job
+        # draws its own: seed + 1 + rank (rank 0's is a single process's), the same on every run.
+        torch.manual_seed(cfg.seed + 1 + self.rank)
         return model
 
     def compile(self, module: torch.nn.Module) -> torch.nn.Module:
@@ -246,12 +249,15 @@ class TorchTrainer:
 
     # -- checkpoints (bench.measure.checkpoint) ------------------------------------------------
     def save_state(self, folder) -> None:
-        """Rank 0 writes the model's and the optimizer's state (the ranks hold the same)."""
+        """Rank 0 writes the model's and the optimizer's state (the ranks hold the same), and every rank's random
+        state (CPU, and its GPU's where it trains on one: each rank draws its own dropout masks)."""
+        rng = self.allgather({"cpu": torch.get_rng_state(),
+                              "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None})
         if self.rank == 0:
             module = getattr(self.model, "module", self.model)
             torch.save({"model": module.state_dict(), "optimizer": self.optimizer.state_dict(),
                         "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-                        "rng": torch.get_rng_state()}, folder / CHECKPOINT_FILE)
+                        "rng": rng}, folder / CHECKPOINT_FILE)
 
     def load_state(self, folder) -> None:
         """Every rank reads the checkpoint rank 0 wrote (a folder every rank can read) into its model and
@@ -265,7 +271,10 @@ class TorchTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng"])
+        mine = state["rng"][self.rank]  # the configuration, so the world size, is the checkpoint's
+        torch.set_rng_state(mine["cpu"])
+        if mine["cuda"] is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(mine["cuda"], self.device)
         self._losses = []
 
     def evaluate_shard(self) -> dict[str, float]:
