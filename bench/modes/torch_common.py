@@ -266,7 +266,9 @@ class TorchTrainer:
         if not path.is_file():
             raise BenchError(f"--resume-from {folder}: no {CHECKPOINT_FILE} there (not a PyTorch mode's checkpoint, or "
                              "not on a filesystem this rank reads)")
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        # On the CPU: load_state_dict copies each tensor to its parameter's device, and a random state must be a
+        # CPU tensor (one loaded onto a GPU makes set_rng_state fail: a resume on a GPU could not start)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         getattr(self.model, "module", self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and state["scaler"] is not None:
