@@ -7,11 +7,11 @@
 # (no download), then runs bench env, bench peak at each precision, ResNet-50 at Lambda's batch and layout, paper
 # and --tuned side by side (ResNet-50 in amp-bf16 and amp-fp16, VGG-16 in amp-bf16), torch-single / torch-ddp on VGG-16 and
 # ResNet-50 at 224x224 in fp32 (TF32), amp-bf16 and amp-fp16 (ResNet-50 also channels-last), ResNet-50 from JPEG
-# files (--data), ResNet-20 to a target on the digits, one Transformer, bench verify on two GPUs or more; last,
-# builds Horovod with NCCL against the machine's PyTorch and runs torch-horovod the same, and Horovod's own
-# PyTorch benchmark alternated with torch-horovod. NVML telemetry in every run; then a summary table. --short does
-# the same on the CPU with tiny settings (the gpu_check tier runs it, make test-gpu-check, so the check cannot rot
-# between the days a GPU is lent).
+# files (--data), ResNet-20 to a target on the digits and resumed from its checkpoint, one Transformer, bench
+# verify on two GPUs or more; last, builds Horovod with NCCL against the machine's PyTorch and runs torch-horovod
+# the same, and Horovod's own PyTorch benchmark alternated with torch-horovod. NVML telemetry in every run; then a
+# summary table. --short does the same on the CPU with tiny settings (the gpu_check tier runs it, make
+# test-gpu-check, so the check cannot rot between the days a GPU is lent).
 #
 # Resumable: each step is done once per machine (its log and exit code in STATE; a failed step is recorded and
 # not retried), and a call stops before a step once BUDGET seconds have passed (exit 3: run the same command
@@ -101,7 +101,7 @@ if [ "$SHORT" = 1 ]; then
         --windows 2)
   VERIFY=(--framework torch --modes torch-ddp --steps 2 --model transformer-small)  # the exchange, on a small model
   DATA=(--model vgg16 --precision fp32); JPEGS=(--images 40 --image-size 48)
-  CONVERGE=(--image-size 12 --batch-size 32 --epochs 1 --target-accuracy 0.95 --loader-workers 1)
+  CONVERGE=(--image-size 12 --batch-size 32 --epochs 2 --target-accuracy 0.95 --loader-workers 1 --checkpoint-every 1)
 else
   DEVICE=(--device cuda); GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
   [ "${GPUS:-0}" -ge 1 ] || { log "no GPU visible to PyTorch: nothing to check (run with --short for the CPU)"; exit 1; }
@@ -114,7 +114,8 @@ else
   TEXT=(--model transformer-base --precision amp-bf16)
   VERIFY=(--framework torch)
   DATA=(--model resnet50 --precision amp-bf16); JPEGS=(--images 4096)
-  CONVERGE=(--image-size 32 --batch-size 32 --epochs 10 --target-accuracy 0.95 --base-lr 0.8 --warmup-epochs 1)
+  CONVERGE=(--image-size 32 --batch-size 32 --epochs 10 --target-accuracy 0.95 --base-lr 0.8 --warmup-epochs 1
+            --checkpoint-every 1)
 fi
 
 step env "${BENCH[@]}" env
@@ -153,6 +154,9 @@ step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[
 # Training to a target (docs/training.md): ResNet-20 on scikit-learn's digits, time to 95% held-out top-1.
 step digits-make "${BENCH[@]}" data make "$STATE/digits" --format cifar --from digits
 step torch-ddp-converge "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" --output "$RES"
+# ... and resumed from its last checkpoint (the epoch before the one that ended it) on the GPU: the same target.
+step torch-ddp-resume "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" \
+  --resume-from "$RES/checkpoints/torch-ddp-np$GPUS" --output "$RES/resumed"
 step transformer "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${TEXT[@]}" --output "$RES"
 if [ "$GPUS" -ge 2 ]; then
   step verify "${BENCH[@]}" verify "${DEVICE[@]}" "${VERIFY[@]}" --output "$RES"

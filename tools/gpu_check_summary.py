@@ -6,9 +6,9 @@ throughput, MFU, power and energy, Horovod against its own script, and bench ver
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 from bench.records import references, store
@@ -111,17 +111,26 @@ def training_section(runs: list[dict]) -> list[str]:
     if not trained:
         return []
     md = ["", "## Training to a target", "", "| mode | model | np | epochs run | target | time to target s | "
-          "epochs to target | final top-1 | evaluations s | img/s total |", "|---|---|---|---|---|---|---|---|---|---|"]
+          "epochs to target | final top-1 | evaluations s | img/s total | resumed after epoch |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in trained:
         t = r["training"]
+        resumed = ", ".join(str(x["epoch"]) for x in t.get("resumed") or []) or "-"
         md.append(f"| {r['mode']} | {r['config']['model']} | {r['world_size']} | {t['epochs_run']} | "
                   f"{t['target_accuracy']} | {_f(t['time_to_target_s'])} | {t['epochs_to_target'] or '-'} | "
-                  f"{t['final_top1']:.4f} | {t['eval_s_total']:.1f} | {r['summary']['samples_per_sec_total']:.1f} |")
+                  f"{t['final_top1']:.4f} | {t['eval_s_total']:.1f} | {r['summary']['samples_per_sec_total']:.1f} | "
+                  f"{resumed} |")
     return md
 
 
 def main() -> None:
-    results, status = Path(sys.argv[1]), Path(sys.argv[2])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, help="the check's results folder (every result, peak and verify record)")
+    p.add_argument("status", type=Path, help="its status.tsv: step, exit code, seconds, first error line")
+    a = p.parse_args()
+    results, status = a.results, a.status
+    if not results.is_dir():
+        raise SystemExit(f"gpu-check-summary: {results} is not a folder")
     md = ["# GPU check", ""]
     runs = load_results([results], []) if list(results.glob("*.json")) else []
     if runs:

@@ -44,7 +44,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     names = [s[0] for s in steps]
     assert len(names) == len(set(names)) and names[:3] == ["install", "env", "peak-fp32"]  # each once, in order
     assert {"torch-ddp-vgg16-fp32", "tuned-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data",
-            "transformer", "verify", "torch-ddp-converge"} <= set(names)
+            "transformer", "verify", "torch-ddp-converge", "torch-ddp-resume"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
     files = sorted(p.name for p in out.iterdir())
     assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
@@ -59,7 +59,10 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert "| peak-fp32 | ok |" in summary
     assert "## Input pipeline (--data against synthetic)" in summary
     assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
-    assert "## Training to a target" in summary and "| torch-ddp | resnet20 | 2 | 1 | 0.95 |" in summary
+    # the run to a target, and the same resumed from its checkpoint after epoch 1 (the column "resumed after epoch")
+    training = summary.split("## Training to a target", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in training.splitlines() if line.startswith("| torch-ddp | resnet20 | 2 | 2 | 0.95 |")]
+    assert sorted(row.rsplit("|", 2)[1].strip() for row in rows) == ["-", "1"], training
 
 
 def test_the_prepared_wheels_install_without_an_index(tmp_path):
