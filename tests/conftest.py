@@ -203,11 +203,17 @@ def built_image(image: str, make_target: str):
 
 
 def run_container(dk, image: str, args: list[str], results: Path | None = None, timeout: int = 600,
-                  stdout_only: bool = False, **options) -> tuple[int, str]:
+                  stdout_only: bool = False, own_bench: bool = False, **options) -> tuple[int, str]:
     """(exit code, logs) of ``docker run IMAGE ARGS``; ``results`` is mounted at /work/results. ``stdout_only``:
     the container's standard output alone, for structured output (JSON) that other writers' lines (the
-    frameworks' logging, on standard error) must not break into."""
-    volumes = {str(results): {"bind": "/work/results", "mode": "rw"}} if results else {}
+    frameworks' logging, on standard error) must not break into. The checkout's bench/ is bound over the
+    image's (the gate keeps an image built for an earlier bench: tools/images.py, --cache frameworks) unless
+    ``own_bench``: the image's own package, as users get it."""
+    from tools import images
+
+    volumes = [f"{results}:/work/results:rw"] if results else []
+    if not own_bench:
+        volumes += images.bench_binds(image)
     container = dk.containers.run(image, args, volumes=volumes, detach=True, shm_size="1g", **options)
     try:
         code = container.wait(timeout=timeout)["StatusCode"]
@@ -216,6 +222,18 @@ def run_container(dk, image: str, args: list[str], results: Path | None = None, 
         return code, container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
+
+
+# The SHA-256 of every module of the bench package that ``python -I -c BENCH_DIGEST`` imports, with their paths in
+# the package: the same in an image and in this checkout where both hold the same bench/.
+BENCH_DIGEST = ("import bench, hashlib, pathlib; top = pathlib.Path(bench.__file__).parent; h = hashlib.sha256(); "
+                "[h.update(str(p.relative_to(top)).encode() + p.read_bytes()) for p in sorted(top.rglob('*.py'))]; "
+                "print(h.hexdigest())")
+
+
+def checkout_bench_digest() -> str:
+    r = subprocess.run([sys.executable, "-c", BENCH_DIGEST], capture_output=True, text=True, cwd=ROOT, check=True)
+    return r.stdout.strip()
 
 
 def has_cuda() -> bool:

@@ -5,6 +5,10 @@
     python -m tools.cluster exec -- CMD   # run CMD (a shell line) on the controller, in /shared
     python -m tools.cluster down          # stop and remove the containers, network and keys volume
 
+HVDBENCH_CLUSTER_BENCH=DIR (the system tiers: the checkout's bench/) binds DIR over the package in every node,
+read-only, and keeps a node image whose other inputs did not change since it was built (a change to bench/
+alone builds nothing; tools/images.py, --cache frameworks).
+
 The host's results/cluster is /shared in every container (HVDBENCH_CLUSTER_SHARED changes it). Compose
 runs through the docker-compose CLI (project "hvdbench-cluster"); the image builds with BuildKit like the
 others (tools/images.py).
@@ -96,11 +100,34 @@ def shape_file(nodes: tuple[str, ...], cpus: float | None) -> Path:
     return path
 
 
+def bound_bench() -> Path | None:
+    """The bench/ bound over the nodes' own (HVDBENCH_CLUSTER_BENCH), or None."""
+    value = os.environ.get("HVDBENCH_CLUSTER_BENCH")
+    if not value:
+        return None
+    path = Path(value).resolve()
+    if not (path / "__init__.py").is_file():
+        raise images.ImageError(f"HVDBENCH_CLUSTER_BENCH={value} is not a bench package directory")
+    return path
+
+
+def bench_file(nodes: tuple[str, ...], bench: Path) -> Path:
+    """A compose file that binds ``bench`` over the node image's package in the controller and every node."""
+    binds = "".join(f"      - {bind}\n" for bind in images.bench_binds(IMAGE, bench))
+    path = Path(tempfile.gettempdir()) / f"{PROJECT}-bench.yaml"
+    path.write_text(f"# HVDBENCH_CLUSTER_BENCH={bench}\nservices:\n" + "".join(
+        f"  {n}:\n    volumes:\n{binds}" for n in ("head", *nodes)))
+    return path
+
+
 def compose_cmd(apptainer: bool = False) -> list[str]:
     files = [COMPOSE, APPTAINER, apptainer_caps()] if apptainer else [COMPOSE]
     nodes, cpus = shape()
     if nodes != NODES or cpus:
         files.append(shape_file(nodes, cpus))
+    bench = bound_bench()
+    if bench is not None:
+        files.append(bench_file(nodes, bench))
     return ["docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", str(f)))]
 
 
@@ -116,14 +143,24 @@ BASE = images.frameworks_tag("current", "cpu")
 
 
 def build(base: str = BASE) -> str:
-    """The node image, on the CPU image's frameworks stage (built by `images.py build --flavor cpu`)."""
-    version = images.build_args("current", "cpu")["HVDBENCH_VERSION"]
+    """The node image, on the CPU image's frameworks stage (built by `images.py build --flavor cpu`); kept where
+    HVDBENCH_CLUSTER_BENCH binds bench/ and nothing but bench/ changed since it was built."""
+    args = {"HVDBENCH_IMAGE": base, "HVDBENCH_VERSION": images.build_args("current", "cpu")["HVDBENCH_VERSION"]}
+    key = None
+    if bound_bench() is not None:
+        key = images.package_key(base, [CLUSTER / "Dockerfile", CLUSTER / "node.sh", ROOT / "pyproject.toml"], args)
+        if images.kept(IMAGE, key):
+            print(f"cluster: {IMAGE} kept: only this package changed since it was built, and "
+                  "HVDBENCH_CLUSTER_BENCH binds it", flush=True)
+            return IMAGE
     cmd = [images.docker_cli(), "build", "--network", "host", "-f", str(CLUSTER / "Dockerfile"),
-           "--build-arg", f"HVDBENCH_IMAGE={base}", "--build-arg", f"HVDBENCH_VERSION={version}", "-t", IMAGE,
+           *(arg for name, value in args.items() for arg in ("--build-arg", f"{name}={value}")), "-t", IMAGE,
            str(ROOT)]
     print("cluster:", " ".join(cmd), flush=True)
     if subprocess.run(cmd, env=dict(os.environ, DOCKER_BUILDKIT="1")).returncode != 0:
         raise images.ImageError(f"docker build of {IMAGE} failed")
+    if key is not None:
+        images.remember(IMAGE, key)
     return IMAGE
 
 

@@ -3,6 +3,7 @@
     python -m tools.images base                                  # debootstrapped bookworm -> hvdbench-base:bookworm
     python -m tools.images build --stack current --flavor cpu    # -> hvdbench:current-cpu
     python -m tools.images build --stack current --flavor cuda   # -> hvdbench:current-cuda, hvdbench:latest
+    python -m tools.images build ... --cache frameworks          # the gate's: kept if only bench/ changed
     python -m tools.images check-secrets IMAGE [--secret FILE]   # no layer holds the CA bundle's private certs
     python -m tools.images prune [--keep-gb N]                   # superseded build cache and untagged images
 
@@ -15,6 +16,7 @@ the BuildKit secret "ca", so pip works behind a TLS-inspecting proxy without the
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import io
 import os
@@ -253,7 +255,9 @@ def recipe(stack: str, flavor: str, base: str | None = None,
 
 
 def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str, str] | None = None,
-          ca_bundle: str | None = None) -> list[str]:
+          ca_bundle: str | None = None, cache: str | None = None) -> list[str]:
+    """Build the frameworks stage, then the image on it. ``cache="frameworks"`` (the gate's builds) keeps the
+    image when nothing but this package changed since it was built (package_key)."""
     dockerfile, args = recipe(stack, flavor, base, {**stamp(), **(extra_args or {})})
     if base is None:
         args["BASE_IMAGE"] = resolve_base(args["BASE_IMAGE"])
@@ -269,12 +273,93 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
         cmd += ["--secret", f"id=ca,src={ca}"]
     # The frameworks stage first (its own tag), then the image on it: the second build finds the first's layers.
     for target, names in (("frameworks", [frameworks_tag(stack, flavor)]), ("image", tags(stack, flavor))):
+        if target == "image" and cache == "frameworks":
+            key = package_key(frameworks_tag(stack, flavor), [dockerfile, *PACKAGE_FILES], args)
+            if kept(names[0], key):
+                print(f"images: {names[0]} kept: only this package changed since it was built (--cache frameworks; "
+                      "the system tiers bind the checkout's bench/ over the one it holds)", flush=True)
+                return names
         step = [*cmd, "--target", target, *(arg for name in names for arg in ("-t", name)), str(ROOT)]
         print("images:", " ".join(step), flush=True)
         done = subprocess.run(step, env=dict(os.environ, DOCKER_BUILDKIT="1"))
         if done.returncode != 0:
             raise ImageError(f"docker build of {names[0]} failed (exit {done.returncode})")
+        if target == "image" and cache == "frameworks":
+            remember(names[0], key)
     return tags(stack, flavor)
+
+
+# -- the gate's builds: no new image for a change to this package alone ---------------------------------
+# The system tiers run the checkout's bench/ bound over the copy an image holds (package_dirs; tests/conftest.py
+# and tools/cluster.py), so a change to bench/ alone needs no new image there. `build --cache frameworks` builds
+# the frameworks stage (cached: seconds) and keeps the image when its package key is the one it was built with:
+# the frameworks stage's image ID, the Dockerfile, what the image stage copies other than bench/
+# (PACKAGE_FILES), and the build args less the commit stamp. The key is kept beside the image's ID in
+# IMAGE_KEYS, so an image built or retagged since (make image, make publish) is never taken for the kept one.
+# `make image` and `make publish` never pass it: the images users get hold the bench they were built from,
+# and the image tier's publish round trip proves it (tests/system/test_publish.py).
+IMAGE_KEYS = Path(os.environ.get("HVDBENCH_IMAGE_KEYS", "/var/cache/hvdbench/image-keys"))
+PACKAGE_FILES = (ROOT / "pyproject.toml", DOCKER_DIR / "entrypoint.sh", DOCKER_DIR / "mpijob-ssh.sh")
+STAMP_ARGS = ("HVDBENCH_REVISION", "HVDBENCH_SOURCE")
+
+
+def image_id(image: str) -> str | None:
+    """The engine's ID of ``image``, or None where it has none by that name."""
+    done = subprocess.run([docker_cli(), "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True)
+    if done.returncode != 0 and "No such" not in done.stderr:
+        raise ImageError(f"no Docker engine answers ({done.stderr.strip()[:200]}); run tools/docker-up.sh")
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def package_key(frameworks: str, files: list[Path], args: dict[str, str]) -> str:
+    """SHA-256 of what an image adds to its frameworks stage, less this package: the stage's image ID, the
+    ``files`` (Dockerfile, scripts, pyproject.toml) and the build ``args`` less the commit stamp."""
+    digest = hashlib.sha256(f"frameworks {image_id(frameworks)}\n".encode())
+    for path in files:
+        digest.update(f"{path.relative_to(ROOT)}\n".encode() + path.read_bytes() + b"\n")
+    for name, value in sorted(args.items()):
+        if name not in STAMP_ARGS:
+            digest.update(f"{name}={value}\n".encode())
+    return digest.hexdigest()
+
+
+def _key_file(tag: str) -> Path:
+    return IMAGE_KEYS / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".key")
+
+
+def kept(tag: str, key: str) -> bool:
+    """``tag`` names the image that was built with package key ``key``."""
+    try:
+        recorded = _key_file(tag).read_text().split()
+    except OSError:
+        return False
+    return recorded == [key, image_id(tag) or "none"]
+
+
+def remember(tag: str, key: str) -> None:
+    IMAGE_KEYS.mkdir(parents=True, exist_ok=True)
+    _key_file(tag).write_text(f"{key} {image_id(tag)}\n")
+
+
+@functools.cache
+def package_dirs(image: str) -> tuple[str, ...]:
+    """Where ``image`` holds this package: bench/ in the site-packages of each Python environment it runs bench
+    in (the CPU image's one; the CUDA image's torch and tf environments, bench/launching/envs.py). Asked once
+    per image and process."""
+    probe = ('for py in python3 "$HVDBENCH_PYTHON_TORCH" "$HVDBENCH_PYTHON_TF"; do [ -z "$py" ] || '
+             '"$py" -I -c "import bench, os; print(os.path.dirname(bench.__file__))"; done')
+    done = subprocess.run([docker_cli(), "run", "--rm", "--network", "none", "--entrypoint", "bash", image, "-c",
+                           probe], capture_output=True, text=True, timeout=300)
+    dirs = tuple(sorted({line.strip() for line in done.stdout.splitlines() if line.strip().startswith("/")}))
+    if done.returncode != 0 or not dirs:
+        raise ImageError(f"cannot find bench in {image}: {done.stderr.strip()[-300:]}")
+    return dirs
+
+
+def bench_binds(image: str, source: Path = ROOT / "bench") -> list[str]:
+    """Docker's read-only binds of ``source`` (the checkout's bench/) over every copy of the package in
+    ``image``, as ``docker run -v`` and compose's volumes write them."""
+    return [f"{source.resolve()}:{target}:ro" for target in package_dirs(image)]
 
 
 # -- disk ---------------------------------------------------------------------------------------------
@@ -419,6 +504,9 @@ def main() -> None:
     bd.add_argument("--stack", default="current")
     bd.add_argument("--flavor", default="cuda")
     bd.add_argument("--base", help="base image instead of the stack's (e.g. hvdbench-base:bookworm)")
+    bd.add_argument("--cache", choices=["frameworks"],
+                    help="frameworks: keep the image where only this package changed since it was built (the "
+                    "system tiers bind the checkout's bench/ over it); never for images users get")
     bd.add_argument("--self-test-modes", help="the CUDA image's self-test: the modes whose 2-process CPU run it "
                     "makes (default: every mode)")
     cs = sub.add_parser("check-secrets", help="fail if an image layer holds the CA bundle's private certificates")
@@ -441,7 +529,7 @@ def main() -> None:
                     raise ImageError(f"--self-test-modes takes modes among {', '.join(sorted(known))} "
                                      f"(got {a.self_test_modes!r})")
                 extra["SELF_TEST_MODES"] = " ".join(modes)
-            print("images: built", ", ".join(build(a.stack, a.flavor, a.base, extra)))
+            print("images: ready:", ", ".join(build(a.stack, a.flavor, a.base, extra, cache=a.cache)))
         elif a.command == "check-secrets":
             hits = check_secrets(a.image, a.secret)
             if hits:

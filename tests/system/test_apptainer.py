@@ -335,7 +335,8 @@ def test_sbatch_scripts_with_apptainer_across_the_cluster_nodes(apptainer_cluste
     cluster = apptainer_cluster
     name = f"apptainer-{mode}-{os.urandom(4).hex()}"
     args = " ".join(TF_SMALL if mode.startswith("tf") else SMALL)
-    # The nodes' own bench (their image's last layer) is this checkout's: bound over the SIF's, as on the host.
+    # The nodes' own bench is this checkout's (their image's last layer, or the checkout's bound over it where
+    # the gate kept the node image: HVDBENCH_CLUSTER_BENCH): bound over the SIF's, as on the host.
     r = cluster.run_on(f"mkdir {name} && cd {name} && PATH={cluster.APPTAINER_PATH}:$PATH "
                        f"APPTAINER_BIND={package_path}:{package_path}:ro "
                        f"HVDBENCH_RUNTIME=apptainer HVDBENCH_SIF={sif} HVDBENCH_RESULTS=/shared/{name}/results "

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from bench.modes import MODES
-from tests.conftest import SMALL, TF_SMALL, assert_valid_run, bench, sbatch_wait_line
+from tests.conftest import (
+    BENCH_DIGEST,
+    SMALL,
+    TF_SMALL,
+    assert_valid_run,
+    bench,
+    checkout_bench_digest,
+    sbatch_wait_line,
+)
 from tools import cluster
 
 pytestmark = pytest.mark.cluster
@@ -41,6 +49,16 @@ def results_of(shared: Path, name: str) -> dict:
     from bench.records.results import load_result
 
     return load_result(files[0])
+
+
+@pytest.mark.smoke
+def test_every_node_runs_this_checkouts_bench(shared):
+    """The controller's and each node's bench is this checkout's, to the byte: the node image's own, or the
+    checkout's bound over it where the gate kept that image (HVDBENCH_CLUSTER_BENCH, tools/cluster.py)."""
+    here = checkout_bench_digest()
+    for node in ("head", *cluster.NODES):
+        r = cluster.run_on(f'python3 -I -c "{BENCH_DIGEST}"', node, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == here, (node, r.stdout[-500:], r.stderr[-1000:])
 
 
 # torch-ddp and tf-horovod cross the nodes through their batch scripts' srun (test_sbatch_scripts_across_two_nodes).

@@ -12,7 +12,17 @@ from pathlib import Path
 import pytest
 
 from bench.launching.envs import MIN_DRIVER
-from tests.conftest import ROOT, SMALL, assert_valid_run, built_image, only_result, run_container, tool
+from tests.conftest import (
+    BENCH_DIGEST,
+    ROOT,
+    SMALL,
+    assert_valid_run,
+    built_image,
+    checkout_bench_digest,
+    only_result,
+    run_container,
+    tool,
+)
 from tools import images
 
 pytestmark = pytest.mark.image_cuda
@@ -59,6 +69,15 @@ def test_each_framework_in_its_environment_with_its_own_libraries(dk):
     assert parts["torch"]["loaded_libraries"]["cudart"][0].endswith("libcudart.so.13")  # CUDA 13 for PyTorch
     assert parts["tensorflow"]["loaded_libraries"]["cudart"][0].endswith("libcudart.so.12")  # CUDA 12 for TF
     assert record["torch"]["cuda"].startswith("13.") and record["tensorflow"]["cuda"].startswith("12.")
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("env", ["torch", "tf"])
+def test_both_environments_run_this_checkouts_bench(dk, env):
+    """Each framework environment's bench is this checkout's, to the byte (run_container binds it over the
+    image's: the gate keeps an image built for an earlier bench/, tools/images.py --cache frameworks)."""
+    code, out = run(dk, ["-I", "-c", BENCH_DIGEST], entrypoint=f"/opt/hvdbench/{env}/bin/python", stdout_only=True)
+    assert code == 0 and out.strip() == checkout_bench_digest(), out[-2000:]
 
 
 @pytest.mark.smoke

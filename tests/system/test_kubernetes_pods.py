@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.conftest import SMALL, assert_valid_run, built_image, only_result, run_container
-from tools import k8s_check
+from tools import images, k8s_check
 
 pytestmark = pytest.mark.kubernetes
 
@@ -74,7 +74,8 @@ def start_pod(cluster, name: str, subdomain: str, podspec: dict, container: dict
     volume mounts as the kubelet would; ``mounts`` adds what the operator mounts (host path -> container path)."""
     dk, network, results, started = cluster
     security = podspec.get("securityContext", {})
-    volumes = {str(host): {"bind": path, "mode": "ro"} for host, path in (mounts or {}).items()}
+    # the checkout's bench/ over the image's, as in every run of the gate (tests/conftest.py run_container)
+    volumes = [f"{host}:{path}:ro" for host, path in (mounts or {}).items()] + images.bench_binds(container["image"])
     shm = "64m"
     claims = {v["name"]: v for v in podspec.get("volumes", [])}
     for mount in container.get("volumeMounts", []):
@@ -82,7 +83,7 @@ def start_pod(cluster, name: str, subdomain: str, podspec: dict, container: dict
         if "persistentVolumeClaim" in volume:  # the results claim: group fsGroup, group-writable
             os.chown(results, 0, security["fsGroup"])
             results.chmod(0o2775)
-            volumes[str(results)] = {"bind": mount["mountPath"], "mode": "rw"}
+            volumes.append(f"{results}:{mount['mountPath']}:rw")
         elif volume.get("emptyDir", {}).get("medium") == "Memory" and mount["mountPath"] == "/dev/shm":
             shm = volume["emptyDir"]["sizeLimit"].replace("Gi", "g")
     aliases = [name, f"{name}.{subdomain}", f"{name}.{subdomain}.{NAMESPACE}.svc",

@@ -9,7 +9,15 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, SMALL, assert_valid_run, only_result, run_container
+from tests.conftest import (
+    BENCH_DIGEST,
+    ROOT,
+    SMALL,
+    assert_valid_run,
+    checkout_bench_digest,
+    only_result,
+    run_container,
+)
 from tests.multiproc.test_publish import publish_cli
 from tools import images
 
@@ -38,8 +46,9 @@ def registry():
 @pytest.fixture(scope="module")
 def published(registry, tmp_path_factory):
     """The CPU image through the publish path, as `make publish STACK=current FLAVOR=cpu` runs it (`make
-    test-image` built it through the same inputs, so every layer but the stamp is cached), pushed to the registry
-    here: what publish.py wrote to --json."""
+    test-image` built it through the same inputs, so its frameworks stage is cached; its package layer and
+    self-test run again where the gate kept an image built for an earlier bench/), pushed to the registry here:
+    what publish.py wrote to --json."""
     record = tmp_path_factory.mktemp("publish") / "published.json"
     dk = images.client()
     local = images.tags("current", "cpu")[0]
@@ -81,11 +90,16 @@ def test_publish_pull_back_and_run_names_the_image(published, tmp_path):
     assert labels["org.opencontainers.image.revision"] == revision
     assert labels["org.opencontainers.image.version"] == __version__
     assert labels["io.hvdbench.stack"] == "current" and labels["io.hvdbench.flavor"] == "cpu"
-    # A run in the pulled image, given its digest as docker lists it: the result names the image.
+    # The image as users get it holds this checkout's bench, to the byte: the gate's other runs bind the checkout's
+    # over an image that may have been built for an earlier one (tools/images.py, --cache frameworks).
+    code, out = run_container(dk, published["push"][0], ["-I", "-c", BENCH_DIGEST], entrypoint="python3",
+                              stdout_only=True, own_bench=True)
+    assert code == 0 and out.strip() == checkout_bench_digest(), out[-2000:]
+    # A run in the pulled image, with its own bench, given its digest as docker lists it: the result names the image.
     results = tmp_path / "results"
     results.mkdir()
     code, logs = run_container(dk, published["push"][0], ["torch-ddp", *SMALL, "--np", "2"], results,
-                               environment={"HVDBENCH_IMAGE_DIGEST": f"{repo}@{digest}"})
+                               environment={"HVDBENCH_IMAGE_DIGEST": f"{repo}@{digest}"}, own_bench=True)
     assert code == 0, logs[-3000:]
     result = only_result(results)
     assert_valid_run(result, "torch-ddp", 2, "self")

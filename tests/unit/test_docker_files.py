@@ -179,3 +179,52 @@ def test_prune_keeps_the_newest_build_cache_and_removes_untagged_hvdbench_images
         cmd, 1, "", "Cannot connect to the Docker daemon\n"))
     with pytest.raises(images.ImageError, match="builder prune failed: Cannot connect"):
         images.prune()
+
+
+def test_the_gate_keeps_an_image_for_a_change_to_bench_alone(tmp_path, monkeypatch):
+    """build --cache frameworks: the key of what an image adds to its frameworks stage, less this package and
+    the commit stamp. Any other input, a new frameworks stage or an image retagged since, builds again."""
+    ids = {"hvdbench:t-frameworks": "sha256:f1", "hvdbench:t": "sha256:i1"}
+    monkeypatch.setattr(images, "image_id", ids.get)
+    monkeypatch.setattr(images, "ROOT", tmp_path)
+    monkeypatch.setattr(images, "IMAGE_KEYS", tmp_path / "keys")
+    files = [tmp_path / "Dockerfile", tmp_path / "entrypoint.sh"]
+    for path in files:
+        path.write_text(path.name)
+    args = {"STACK": "t", "HVDBENCH_REVISION": "abc", "HVDBENCH_SOURCE": ""}
+
+    def key(**more):
+        return images.package_key("hvdbench:t-frameworks", files, {**args, **more})
+
+    assert not images.kept("hvdbench:t", key())  # never built with a key
+    images.remember("hvdbench:t", key())
+    assert images.kept("hvdbench:t", key())
+    assert images.kept("hvdbench:t", key(HVDBENCH_REVISION="def", HVDBENCH_SOURCE="https://x"))  # a new commit
+    assert not images.kept("hvdbench:t", key(STACK="u"))  # a build arg
+    files[1].write_text("changed")
+    assert not images.kept("hvdbench:t", key())  # a file the image stage copies
+    files[1].write_text("entrypoint.sh")
+    ids["hvdbench:t-frameworks"] = "sha256:f2"
+    assert not images.kept("hvdbench:t", key())  # the frameworks stage
+    ids["hvdbench:t-frameworks"] = "sha256:f1"
+    assert images.kept("hvdbench:t", key())
+    ids["hvdbench:t"] = "sha256:i2"  # make image or make publish built another under the name since
+    assert not images.kept("hvdbench:t", key())
+    # bench/ is in no key: the gate binds it (tests/conftest.py run_container, tools/cluster.py)
+    assert not [p for p in images.PACKAGE_FILES if "bench" in p.relative_to(ROOT).parts]
+
+
+def test_the_cluster_binds_a_checkouts_bench_over_every_nodes(tmp_path, monkeypatch):
+    from tools import cluster
+
+    monkeypatch.setattr(images, "package_dirs", lambda image: ("/opt/venv/lib/python3.11/site-packages/bench",))
+    monkeypatch.setenv("HVDBENCH_CLUSTER_BENCH", str(ROOT / "bench"))
+    assert cluster.bound_bench() == ROOT / "bench"
+    compose = yaml.safe_load(cluster.bench_file(("node1", "node2", "node3"), cluster.bound_bench()).read_text())
+    bind = f"{ROOT / 'bench'}:/opt/venv/lib/python3.11/site-packages/bench:ro"
+    assert compose["services"] == {n: {"volumes": [bind]} for n in ("head", "node1", "node2", "node3")}
+    monkeypatch.setenv("HVDBENCH_CLUSTER_BENCH", str(tmp_path))
+    with pytest.raises(images.ImageError, match="is not a bench package directory"):
+        cluster.bound_bench()
+    monkeypatch.delenv("HVDBENCH_CLUSTER_BENCH")
+    assert cluster.bound_bench() is None and "bench.yaml" not in " ".join(cluster.compose_cmd())
