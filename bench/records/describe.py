@@ -30,8 +30,12 @@ def tuning_of(config: dict[str, Any]) -> str:
 
 
 def source_of(result: dict[str, Any]) -> str:
-    """What a run trained on, for its cell: 'synthetic', or the dataset's format and loader."""
+    """What a run trained on, for its cell: 'synthetic', or the dataset (its format, classes and training samples:
+    two datasets of one format are two cells, wherever each lies) and how it was read (the loader and its worker
+    processes per rank: 2 and 8 workers are two settings, never repeats of one)."""
     section = result.get("input") or {}
     if section.get("source") != "dataset":
         return "synthetic"
-    return f"{section['format']} via {section['loader']}"
+    workers = "/".join(str(w) for w in section.get("workers") or [])
+    return (f"{section['format']} via {section['loader']}, {section['classes']} classes x "
+            f"{section['train_samples']:,} samples" + (f", {workers} workers" if workers else ""))

@@ -116,6 +116,25 @@ def test_runs_that_differ_in_device_exchange_or_layout_are_different_cells(capsy
     assert [len(v) for v in repeats.values()] == [1]  # the same cell on the same hosts: a repeat
 
 
+def test_runs_on_other_datasets_or_loader_workers_are_different_cells():
+    """A cell's data source names the dataset (format, classes, training samples) and the loader's workers: two
+    datasets of one format, or 2 and 8 workers, are two cells; one dataset at two paths is one cell, repeated."""
+    def on(path, classes=10, samples=1797, workers=(2,)):
+        run = _run("torch-ddp", 10, path)
+        run["input"] = {"source": "dataset", "path": path, "format": "imagefolder", "loader": "torch",
+                        "classes": classes, "train_samples": samples, "workers": list(workers)}
+        return run
+
+    chosen, repeats = table_cells([on("/a"), on("/b"), on("/c", samples=500), on("/d", classes=2),
+                                   on("/e", workers=(8,)), _run("torch-ddp", 10, "/f")])
+    assert len(chosen) == 5 and [len(v) for v in repeats.values() if v] == [1]
+    assert {k.source for k in chosen} == {
+        "synthetic", "imagefolder via torch, 10 classes x 1,797 samples, 2 workers",
+        "imagefolder via torch, 10 classes x 500 samples, 2 workers",
+        "imagefolder via torch, 2 classes x 1,797 samples, 2 workers",
+        "imagefolder via torch, 10 classes x 1,797 samples, 8 workers"}
+
+
 def test_a_difference_is_significant_only_from_repeated_runs():
     """Numbers issue, finding 8: two launches' within-run intervals leave out run-to-run variance; the call
     needs two or more runs a side and non-overlapping between-run intervals."""
