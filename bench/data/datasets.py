@@ -268,11 +268,17 @@ def check_unchanged(root: str | Path, before: dict[str, list[int]]) -> None:
 def shard(n: int, rank: int, world: int, batch_size: int, seed: int, epoch: int = 0) -> np.ndarray:
     """Rank ``rank``'s sample indices for ``epoch`` (module docstring); an error when the split cannot give every
     rank one whole batch."""
+    size = shard_size(n, world, batch_size)
+    return np.random.default_rng([seed, epoch]).permutation(n)[rank::world][:size]
+
+
+def shard_size(n: int, world: int, batch_size: int) -> int:
+    """The samples in each rank's :func:`shard` of ``n``: whole batches of an equal share, floor(floor(n / W) / B) x
+    B; an error where that is none."""
     per_rank = (n // world) // batch_size * batch_size
     if per_rank == 0:
         raise BenchError(f"the split has {n} samples: fewer than {world} rank(s) x batch {batch_size}")
-    order = np.random.default_rng([seed, epoch]).permutation(n)
-    return order[rank::world][:per_rank]
+    return per_rank
 
 
 def rank_samples(split: Split, world: int, batch_size: int) -> int | None:
@@ -285,7 +291,7 @@ def rank_samples(split: Split, world: int, batch_size: int) -> int | None:
     too few records for a batch, is an error."""
     n = len(split)
     if not split.shards:
-        return len(shard(n, 0, world, batch_size, 0))
+        return shard_size(n, world, batch_size)
     files = len(split.shards)
     if files < world:
         raise BenchError(f"{files} TFRecord training shard file(s) for {world} ranks: a rank reads whole files, "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench.data import detect_format
-from bench.data.datasets import check_unchanged, load, shard, state
+from bench.data.datasets import check_unchanged, load, shard, shard_size, state
 from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
 
@@ -118,6 +118,9 @@ def test_shards_are_disjoint_whole_batches_and_follow_the_seed():
     assert not (shard(103, 0, 4, 5, seed=1, epoch=1) == parts[0]).all()  # another epoch, another order
     with pytest.raises(BenchError, match="the split has 7 samples: fewer than 4 rank\\(s\\) x batch 2"):
         shard(7, 0, 4, 2, seed=0)
+    # the count each rank takes, told without drawing the order: every rank's shard has exactly that many
+    for n, world, batch in [(103, 4, 5), (1797, 3, 32), (64, 2, 32), (1_281_167, 8, 256)]:
+        assert {len(shard(n, r, world, batch, seed=0)) for r in range(world)} == {shard_size(n, world, batch)}
 
 
 def test_bad_datasets_are_one_line(tmp_path):
