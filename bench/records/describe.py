@@ -32,10 +32,18 @@ def tuning_of(config: dict[str, Any]) -> str:
 def source_of(result: dict[str, Any]) -> str:
     """What a run trained on, for its cell: 'synthetic', or the dataset (its format, classes and training samples:
     two datasets of one format are two cells, wherever each lies) and how it was read (the loader and its worker
-    processes per rank: 2 and 8 workers are two settings, never repeats of one)."""
+    processes per rank: 2 and 8 workers are two settings, never repeats of one), and a run that trained to a goal
+    (--epochs, --target-accuracy: its windows are epochs, with evaluations between them) apart from a throughput
+    run."""
     section = result.get("input") or {}
     if section.get("source") != "dataset":
         return "synthetic"
     workers = "/".join(str(w) for w in section.get("workers") or [])
-    return (f"{section['format']} via {section['loader']}, {section['classes']} classes x "
-            f"{section['train_samples']:,} samples" + (f", {workers} workers" if workers else ""))
+    config = result.get("config") or {}
+    goal = f", {config['epochs']} epoch(s)" if config.get("epochs") else ""
+    goal += f" to top-1 {config['target_accuracy']}" if goal and config.get("target_accuracy") is not None else ""
+    parts = [f"{section['format']} via {section['loader']}"]
+    if section.get("classes") is not None and section.get("train_samples") is not None:
+        parts.append(f"{section['classes']} classes x {section['train_samples']:,} samples")
+    parts += [f"{workers} workers"] * bool(workers)
+    return ", ".join(parts) + goal

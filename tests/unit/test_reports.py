@@ -117,18 +117,22 @@ def test_runs_that_differ_in_device_exchange_or_layout_are_different_cells(capsy
 
 
 def test_runs_on_other_datasets_or_loader_workers_are_different_cells():
-    """A cell's data source names the dataset (format, classes, training samples) and the loader's workers: two
-    datasets of one format, or 2 and 8 workers, are two cells; one dataset at two paths is one cell, repeated."""
-    def on(path, classes=10, samples=1797, workers=(2,)):
-        run = _run("torch-ddp", 10, path)
+    """A cell's data source names the dataset (format, classes, training samples), the loader's workers and a goal:
+    two datasets of one format, 2 and 8 workers, or a throughput run and one trained to a target, are two cells;
+    one dataset at two paths is one cell, repeated."""
+    def on(path, classes=10, samples=1797, workers=(2,), **config):
+        run = _run("torch-ddp", 10, path, **config)
         run["input"] = {"source": "dataset", "path": path, "format": "imagefolder", "loader": "torch",
                         "classes": classes, "train_samples": samples, "workers": list(workers)}
         return run
 
     chosen, repeats = table_cells([on("/a"), on("/b"), on("/c", samples=500), on("/d", classes=2),
-                                   on("/e", workers=(8,)), _run("torch-ddp", 10, "/f")])
-    assert len(chosen) == 5 and [len(v) for v in repeats.values() if v] == [1]
+                                   on("/e", workers=(8,)), _run("torch-ddp", 10, "/f"), on("/g", epochs=3),
+                                   on("/h", epochs=3, target_accuracy=0.9)])
+    assert len(chosen) == 7 and [len(v) for v in repeats.values() if v] == [1]
     assert {k.source for k in chosen} == {
+        "imagefolder via torch, 10 classes x 1,797 samples, 2 workers, 3 epoch(s)",
+        "imagefolder via torch, 10 classes x 1,797 samples, 2 workers, 3 epoch(s) to top-1 0.9",
         "synthetic", "imagefolder via torch, 10 classes x 1,797 samples, 2 workers",
         "imagefolder via torch, 10 classes x 500 samples, 2 workers",
         "imagefolder via torch, 2 classes x 1,797 samples, 2 workers",
