@@ -110,7 +110,16 @@ def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
     this rank. ``wall_s()``: the training wall time, read when the model is written (the resumed run goes on
     from there). A fresh folder beside the old one, renamed over it once whole: an interruption while writing
     leaves the previous checkpoint as it was (between the two renames, moved aside, where :func:`resolve` finds
-    it)."""
+    it). Every file is synced to the disk before the renames, and the folder's entries after them."""
+
+    def synced(path: Path) -> None:
+        """fsync a file (its data) or a folder (its entries)."""
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+
     t0 = time.perf_counter()
     target = folder(cfg)
     fresh = target.with_name(f".{target.name}.writing")
@@ -130,11 +139,16 @@ def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
                      "save_s": time.perf_counter() - t0, "written_utc":
                      time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             (fresh / STATE).write_text(json.dumps(state, indent=1))
+            # on the disk before the renames make it the checkpoint, and the renames after them: a rename is atomic,
+            # not durable, and a node that loses power after "checkpoint written" must not leave empty files
+            for path in [*sorted(fresh.rglob("*")), fresh]:
+                synced(path)
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             if target.exists():
                 os.replace(target, old)
             os.replace(fresh, target)
+            synced(target.parent)
             shutil.rmtree(old, ignore_errors=True)
     finally:
         if scratch is not None:

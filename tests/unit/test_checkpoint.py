@@ -3,6 +3,8 @@
 checkpoint, resumed, ends with exactly the parameters of one never interrupted (PyTorch and TensorFlow)."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -93,6 +95,31 @@ def test_an_interruption_between_the_renames_leaves_the_previous_checkpoint_to_r
     assert checkpoint.check(resumed)["epoch"] == 1
     assert checkpoint.load(resumed, trainer)["wall_s"] == 5.0
     assert trainer.loaded_from == tmp_path / ".ckpt.old"
+
+
+def test_every_file_is_on_the_disk_before_the_renames_and_the_renames_after(digits, tmp_path, monkeypatch):
+    """A rename is atomic, not durable: each file and the fresh folder are synced before it, the parent after."""
+    cfg = resolved(digits, checkpoint_dir=str(tmp_path / "ckpt"))
+    events = []
+    real_fsync, real_replace = checkpoint.os.fsync, checkpoint.os.replace
+
+    def fsync(handle):
+        events.append(("fsync", Path(os.readlink(f"/proc/self/fd/{handle}")).name))
+        return real_fsync(handle)
+
+    def replace(src, dst):
+        events.append(("rename", Path(src).name))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    checkpoint.save(cfg, Writer(), {"epoch": 1}, lambda: 5.0)
+    assert events == [("fsync", "model.txt"), ("fsync", checkpoint.STATE), ("fsync", ".ckpt.writing"),
+                      ("rename", ".ckpt.writing"), ("fsync", tmp_path.name)]
+    events.clear()
+    checkpoint.save(cfg, Writer(), {"epoch": 2}, lambda: 9.0)  # the old one moved aside, then the fresh one in
+    assert [e for e in events if e[0] == "rename"] == [("rename", "ckpt"), ("rename", ".ckpt.writing")]
+    assert events[-1] == ("fsync", tmp_path.name) and (tmp_path / "ckpt" / "model.txt").read_text() == "saved"
 
 
 def test_reports_read_past_a_checkpoint_in_the_results_folder(digits, tmp_path):
