@@ -2,6 +2,7 @@
 loaders' batches, bad input in one line, and bench data bench end to end."""
 
 import json
+import time
 
 from tests.conftest import bench
 
@@ -11,8 +12,10 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
     record through the store, and the cores-to-feed line."""
     r = bench("data", "make", str(tmp_path / "d"), "--images", "40", "--image-size", "96")
     assert r.returncode == 0 and "imagefolder from synthetic, 32 train, 8 val images" in r.stdout, r.stderr
+    start = time.monotonic()
     r = bench("data", "bench", str(tmp_path / "d"), "--image-size", "64", "--batch-size", "4", "--batches", "2",
               "--warmup", "1", "--repeats", "1", "--workers", "0,1", "--output", str(tmp_path / "out"))
+    wall = time.monotonic() - start
     assert r.returncode == 0, r.stderr[-3000:]
     (path,) = (tmp_path / "out").glob("*.json")
     record = json.loads(path.read_text())
@@ -21,7 +24,12 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
     assert installed() == ("torch", "tf", "dali")  # the venv carries DALI: every loader by default
     assert record["kind"] == "data-bench" and {(row["loader"], row["workers"]) for row in record["rows"]} == {
         (name, w) for name in installed() for w in (0, 1)}
-    assert all(row["images_per_sec"] > 0 for row in record["rows"])
+    for row in record["rows"]:  # each rate is its round's, and its timed samples took seconds within the command's
+        untimed, timed = record["batches"][str(row["workers"])]
+        assert timed >= 2 and len(row["raw"]) == 1 and row["images_per_sec"] == row["raw"][0], row
+        assert 0 < timed * 4 / row["images_per_sec"] < wall, (row, timed, wall)
+    assert record["decode_rate_per_core"] == {row["loader"]: row["images_per_sec"] for row in record["rows"]
+                                              if row["workers"] == 1}
     assert set(record["cores_to_feed"]["torch"]) == {"H100 TF32", "H100 AMP"} and "to feed 8 GPUs" in r.stdout
     # a domain error in the loader's child: the one line the parent would print, no traceback, no class name
     more = ("data", "bench", str(tmp_path / "d"), "--loaders", "torch", "--batch-size", "4", "--batches", "20",

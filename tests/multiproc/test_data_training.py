@@ -1,6 +1,7 @@
 """Training from a dataset (--data) in real runs of both frameworks' pipelines (one shared run per framework), and
 bench compare's and bench report's input cost from them (the options' checks and the formulas: tests/unit/)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -75,7 +76,13 @@ def test_tensorflow_trains_from_the_files_through_tf_data(jpegs, out, mode, np):
     fed = result["input"]["per_rank"]
     if strategy == "ps":  # a row per worker, from the closures the coordinator handed to whichever was free
         assert [p["worker"] for p in fed] == [0, 1] and sum(len(p["wait_step_s"]) for p in fed) == 2 * 3 * np
-        assert sum(p["wait_s"] for p in fed) > 0 and "input sets the pace" in run.stdout
+        assert sum(p["wait_s"] for p in fed) > 0
+        # the pacing worker: the one with the largest wait share, where it reaches pace_share; the table says it
+        section, top = result["input"], max(fed, key=lambda p: p["wait_share"])
+        paced = top["worker"] if top["wait_share"] >= section["pace_share"] else None
+        assert section["paced_by_worker"] == paced and section["paced_by_rank"] is None, section
+        said = re.search(r"input sets the pace\W+(worker \d+|no)\b", run.stdout)
+        assert said and said.group(1) == (f"worker {paced}" if paced is not None else "no"), run.stdout[-2000:]
     else:
         assert all(len(p["wait_step_s"]) == 6 for p in fed)
     assert fed[0]["loader_rate"] > 0
