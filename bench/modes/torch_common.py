@@ -249,7 +249,7 @@ class TorchTrainer:
 
     # -- checkpoints (bench.measure.checkpoint) ------------------------------------------------
     def save_state(self, folder) -> None:
-        """Rank 0 writes the model's and the optimizer's state (the ranks hold the same), and every rank's random
+        """Rank 0 writes the model's, optimizer's and scaler's state (the ranks hold the same), and every rank's random
         state (CPU, and its GPU's where it trains on one: each rank draws its own dropout masks)."""
         rng = self.allgather({"cpu": torch.get_rng_state(),
                               "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None})
