@@ -72,13 +72,13 @@ def default_output(stack: str, flavor: str) -> Path:
 
 
 def image_id(image: str) -> str:
-    done = subprocess.run([images.docker_cli(), "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
-                          text=True)
-    if done.returncode != 0 and "No such" not in done.stderr:
-        raise SifError(f"no Docker engine answers ({done.stderr.strip()[:200]}); run tools/docker-up.sh")
-    if done.returncode != 0:
+    try:
+        found = images.image_id(image)
+    except images.ImageError as exc:
+        raise SifError(str(exc)) from None
+    if found is None:
         raise SifError(f"no local Docker image {image}: build it first (make image STACK=... FLAVOR=...)")
-    return done.stdout.strip()
+    return found
 
 
 # mksquashfs's arguments per --compression; gzip is Apptainer's own default (every runtime reads it).
