@@ -1,6 +1,7 @@
 """Input pipelines, one object per loader, registered by name (``--loader``): each reads a rank's shard of a split
 (bench.data.datasets.shard) as the field builds the pipeline for its framework, and yields batches of
-``batch_size`` images at ``image_size`` x ``image_size``, normalised with ImageNet's mean and deviation.
+``batch_size`` images at ``image_size`` x ``image_size``, normalised with ImageNet's mean and deviation (the torch
+loader's as uint8 pixels, normalised on the run's device by the trainer, as the field's PyTorch pipelines do).
 
 Training augmentation, the same in both: decode, a random crop of 8-100% of the area at an aspect ratio of 3/4
 to 4/3 resized to the run's size (Inception's "random resized crop", ResNet's standard), a horizontal flip half
@@ -14,7 +15,8 @@ the flip. Held-out split: the centre crop of 87.5% resized, no flip; each rank r
   start from a fork server (:func:`worker_start`), never forked from the rank itself.
 * ``dali``: NVIDIA DALI for either framework (:class:`DaliLoader`).
 * ``tf``: tf.data: the file names shuffled and sharded, ``map`` with ``workers`` parallel calls
-  (decode_and_crop_jpeg: only the crop is decoded, as TensorFlow's ResNet pipeline does), batch, prefetch;
+  (decode_and_crop_jpeg: only the crop is decoded, as TensorFlow's ResNet pipeline does; a PNG is decoded whole,
+  then cropped), batch, prefetch;
   tf.data's own thread pool held to ``workers`` threads so that the count means what it means for DataLoader.
   TFRecord shards: a rank reads whole files; every epoch the files in an order of (seed, epoch), the same on every
   rank, rank r taking positions r, r + W, ... of it, their records interleaved and shuffled in a buffer of four
@@ -131,8 +133,11 @@ class ShardSampler:
 
 
 class TorchImages:
-    """A map-style dataset of a split: item (i, epoch) is sample i decoded, cropped, flipped and normalised, with
-    a generator seeded by (seed, epoch, i) so that any worker gives the same sample."""
+    """A map-style dataset of a split: item (i, epoch) is sample i decoded, cropped and flipped, with a generator
+    seeded by (seed, epoch, i) so that any worker gives the same sample. It stays uint8 pixels (3, size, size), a
+    quarter of float32's bytes through the workers' queues, the pinned buffers and the host-to-device copy, as the
+    field's production pipelines move them; the trainer normalises it on the run's device
+    (bench.modes.torch_common.TorchTrainer.to_device, with :data:`MEAN` and :data:`STD`)."""
 
     def __init__(self, dataset: Dataset, split: str, size: int, train: bool, seed: int) -> None:
         self.split, self.size, self.train, self.seed = dataset.splits[split], size, train, seed
@@ -176,8 +181,7 @@ class TorchImages:
                                                                                       top + ch)))
         if self.train and rng.random() < 0.5:
             pixels = pixels[:, ::-1]
-        x = (pixels.astype(np.float32) / 255.0 - MEAN) / STD
-        return torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1))), int(self.split.labels[i])
+        return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))), int(self.split.labels[i])
 
 
 class TorchTokens:
@@ -288,16 +292,24 @@ class TFLoader:
             return split[0], split[1]  # the crop's, the flip's
 
         def crop_decode(encoded, key):
-            shape = tf.io.extract_jpeg_shape(encoded)
-            if train:
-                begin, box, _ = tf.image.stateless_sample_distorted_bounding_box(
-                    shape, tf.zeros([1, 0, 4]), seed=key, min_object_covered=0.0, aspect_ratio_range=RATIO,
-                    area_range=SCALE, max_attempts=10, use_image_if_no_bounding_boxes=True)
-                window = tf.stack([begin[0], begin[1], box[0], box[1]])
-            else:
+            def window_of(shape):  # (top, left, height, width) of the crop in an image of ``shape``
+                if train:
+                    begin, box, _ = tf.image.stateless_sample_distorted_bounding_box(
+                        shape, tf.zeros([1, 0, 4]), seed=key, min_object_covered=0.0, aspect_ratio_range=RATIO,
+                        area_range=SCALE, max_attempts=10, use_image_if_no_bounding_boxes=True)
+                    return tf.stack([begin[0], begin[1], box[0], box[1]])
                 side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * 0.875, tf.int32)
-                window = tf.stack([(shape[0] - side) // 2, (shape[1] - side) // 2, side, side])
-            image = tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
+                return tf.stack([(shape[0] - side) // 2, (shape[1] - side) // 2, side, side])
+
+            def jpeg():  # only the crop decoded
+                return tf.io.decode_and_crop_jpeg(encoded, window_of(tf.io.extract_jpeg_shape(encoded)), channels=3)
+
+            def other():  # a PNG (ImageNet's training set holds one named .JPEG): decoded whole, then cropped
+                image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+                w = window_of(tf.shape(image))
+                return tf.slice(image, [w[0], w[1], 0], [w[2], w[3], 3])
+
+            image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
             return tf.image.resize(image, [size, size], method="bilinear")
 
         def finish(image, label, key):
@@ -359,14 +371,16 @@ class TFLoader:
                     tf.data.Dataset.range(epoch, epoch + epochs)
                 indices = turns.flat_map(epoch_order)
             else:
-                def order():
-                    e = epoch
-                    while epochs is None or e < epoch + epochs:
-                        yield from ((int(i), e) for i in shard(n, rank, world, batch_size, seed, e))
-                        e += 1
+                # one Python call per epoch (its whole shard as a tensor), not one per sample: from_generator's
+                # per-element call cost a third of a one-thread pipeline's rate
+                def epoch_shard(e):
+                    order = tf.numpy_function(lambda e_: shard(n, rank, world, batch_size, seed, int(e_)).astype(
+                        np.int64), [e], tf.int64, stateful=False)
+                    return tf.data.Dataset.from_tensor_slices(tf.reshape(order, [per_rank])).map(lambda i: (i, e))
 
-                indices = tf.data.Dataset.from_generator(order, output_signature=(tf.TensorSpec([], tf.int64),
-                                                                                  tf.TensorSpec([], tf.int64)))
+                turns = tf.data.experimental.Counter(epoch) if epochs is None else \
+                    tf.data.Dataset.range(epoch, epoch + epochs)
+                indices = turns.flat_map(epoch_shard)
             labels = tf.constant(part.labels)
             if part.tokens is not None:
                 ds = token_windows(tf, indices, part, dataset.classes, parallel, graph_only)
@@ -440,12 +454,15 @@ def token_windows(tf, indices, part: Split, vocab: int, parallel, graph_only: bo
 
 
 class DaliLoader:
-    """NVIDIA DALI for either framework: its file reader shards the split (``shard_id``/``num_shards``, DALI's own
-    contiguous shards, shuffled within with ``seed``), ``decoders.image_random_crop`` decodes only the crop
-    (on the CPU; on a GPU the "mixed" decoder, nvJPEG, with the rank's GPU), resized to the run's size, flipped half
-    the time and normalised by ``crop_mirror_normalize``, in NCHW for PyTorch and NHWC for TensorFlow.
-    ``workers`` is DALI's thread count. The reader wraps round at the end of its shard, so one pipeline runs every
-    epoch. ImageNet folders only (DALI's TFRecord reader wants index files; CIFAR is in memory)."""
+    """NVIDIA DALI for either framework: each epoch a pipeline reads this rank's shard of that epoch, the same
+    samples in the same order as the torch and tf loaders (bench.data.datasets.shard: the whole split shuffled by
+    (seed, epoch), positions r, r + W, ... cut to whole batches), so an epoch is a global shuffle and the ranks'
+    shards are disjoint and equal; ``decoders.image_random_crop`` decodes only the crop (on the CPU; on a GPU the
+    "mixed" decoder, nvJPEG, with the rank's GPU), resized to the run's size, flipped half the time and normalised
+    by ``crop_mirror_normalize``, in NCHW for PyTorch and NHWC for TensorFlow. ``workers`` is DALI's thread count.
+    On a GPU a PyTorch run gets the batch as a CUDA tensor on the rank's GPU, copied there from DALI's output
+    (device to device, on the current stream), with no trip through the host. ImageNet folders only (DALI's
+    TFRecord reader wants index files; CIFAR is in memory)."""
     name = "dali"
     framework = "any"
 
@@ -459,41 +476,60 @@ class DaliLoader:
             raise BenchError(f"the dali loader reads ImageNet folders of JPEG files; {dataset.format}: --loader "
                              f"{'tf' if framework == 'tensorflow' else 'torch'}")
         train = split == "train"
-        per_epoch = len(shard(len(part), rank, world, batch_size, seed, epoch)) // batch_size
         gpu = device == "cuda" and device_id is not None
 
-        @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=device_id if gpu else None,
-                      seed=seed + epoch, prefetch_queue_depth=2)
-        def pipeline():
-            encoded, labels = fn.readers.file(files=list(part.paths), labels=[int(x) for x in part.labels],
-                                              shard_id=rank, num_shards=world, random_shuffle=train,
-                                              initial_fill=max(64, 4 * batch_size), name="reader")
-            if train:
-                images = fn.decoders.image_random_crop(encoded, device="mixed" if gpu else "cpu",
-                                                       output_type=types.RGB, random_area=list(SCALE),
-                                                       random_aspect_ratio=list(RATIO), num_attempts=10)
-            else:
-                images = fn.decoders.image(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB)
-                images = fn.resize(images, resize_shorter=round(size / 0.875))
-            images = fn.resize(images, resize_x=size, resize_y=size) if train else images
-            images = fn.crop_mirror_normalize(
-                images, dtype=types.FLOAT, output_layout="HWC" if framework == "tensorflow" else "CHW",
-                crop=(size, size), mean=list(MEAN * 255), std=list(STD * 255),
-                mirror=fn.random.coin_flip() if train else 0)
-            return images, labels
+        def pipeline_of(e: int):
+            """Epoch ``e``'s pipeline over this rank's samples of it, in their order, and its batches."""
+            indices = shard(len(part), rank, world, batch_size, seed, e) if train else held_out(len(part), rank,
+                                                                                                  world)
 
-        pipe = pipeline()
-        pipe.build()
-        n = 0
-        while epochs is None or n < per_epoch * epochs:
-            try:
-                images, labels = pipe.run()
-            except RuntimeError as exc:
-                raise BenchError(f"the dali pipeline failed: {readable_dali(exc)}") from None
-            if gpu:
-                images = images.as_cpu()
-            yield _framework_batch(images.as_array(), labels.as_array().reshape(-1).astype(np.int64), framework)
-            n += 1
+            @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=device_id if gpu else None,
+                          seed=seed + e, prefetch_queue_depth=2)
+            def pipeline():
+                encoded, labels = fn.readers.file(files=[str(part.paths[i]) for i in indices],
+                                                  labels=[int(part.labels[i]) for i in indices],
+                                                  random_shuffle=False, name="reader")
+                if train:
+                    images = fn.decoders.image_random_crop(encoded, device="mixed" if gpu else "cpu",
+                                                           output_type=types.RGB, random_area=list(SCALE),
+                                                           random_aspect_ratio=list(RATIO), num_attempts=10)
+                else:
+                    images = fn.decoders.image(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB)
+                    images = fn.resize(images, resize_shorter=round(size / 0.875))
+                images = fn.resize(images, resize_x=size, resize_y=size) if train else images
+                images = fn.crop_mirror_normalize(
+                    images, dtype=types.FLOAT, output_layout="HWC" if framework == "tensorflow" else "CHW",
+                    crop=(size, size), mean=list(MEAN * 255), std=list(STD * 255),
+                    mirror=fn.random.coin_flip() if train else 0)
+                return images, labels
+
+            pipe = pipeline()
+            pipe.build()
+            return pipe, len(indices) // batch_size
+
+        def handed_over(images, labels):
+            labels = labels.as_array().reshape(-1).astype(np.int64)
+            if gpu and framework == "torch":  # a CUDA tensor on the rank's GPU: no host copy
+                import torch
+                from nvidia.dali.plugin.pytorch import feed_ndarray
+
+                dense = images.as_tensor()
+                out = torch.empty(dense.shape(), dtype=torch.float32, device=torch.device("cuda", device_id))
+                feed_ndarray(dense, out, cuda_stream=torch.cuda.current_stream(out.device))
+                return out, torch.from_numpy(labels)
+            return _framework_batch((images.as_cpu() if gpu else images).as_array(), labels, framework)
+
+        e = epoch
+        while epochs is None or e < epoch + epochs:
+            pipe, per_epoch = pipeline_of(e)
+            for _ in range(per_epoch):
+                try:
+                    images, labels = pipe.run()
+                except RuntimeError as exc:
+                    raise BenchError(f"the dali pipeline failed: {readable_dali(exc)}") from None
+                yield handed_over(images, labels)
+            del pipe
+            e += 1
 
 
 def readable_dali(exc: Exception) -> str:

@@ -6,9 +6,13 @@ scheduler parks behind another process holds every operator up (docs/running.md 
 every run measures what else ran, per host, over the timed windows (from the first window's start to the last
 window's end, as the traffic counters):
 
-    host_busy_cores  = delta(user + nice + system + irq + softirq) / (interval_s x CLK_TCK)
+    host_busy_cores  = delta(user + nice + system) / (interval_s x CLK_TCK)
                        from the kernel's counters of every CPU (/proc/stat's first line; a guest's time is in
                        user), read by the host's local rank 0
+    irq_cores        = delta(irq + softirq) / (interval_s x CLK_TCK): the kernel's interrupt work, in no
+                       process's CPU time and not told apart by whose it is: a multi-node run's own traffic
+                       over sockets (Gloo, NCCL's TCP transport, Horovod's) is received there, so it is
+                       reported beside the others and counted in neither run_cores nor other_cores
     steal_cores      = delta(steal) / (interval_s x CLK_TCK): time the hypervisor gave this VM's CPUs to others
     run_cores        = sum over the host's measuring ranks of delta(CPU time of the rank and every process
                        below it) / interval_s; a process's CPU time is utime + stime (all its threads) + cutime
@@ -34,12 +38,14 @@ from typing import Any
 
 PROC = Path("/proc")
 WARN_CORES = 0.5
-BUSY_FIELDS = (0, 1, 2, 5, 6)  # user nice system irq softirq (the first line's values, in order)
+BUSY_FIELDS = (0, 1, 2)  # user nice system (the first line's values, in order)
+IRQ_FIELDS = (5, 6)  # irq softirq
 STEAL_FIELD = 7
 
 
 def cpu_counters(proc: Path = PROC) -> dict[str, int] | None:
-    """Ticks every CPU together spent busy and stolen since boot, and the CPUs counted; None where unreadable."""
+    """Ticks every CPU together spent busy in processes, in interrupts and stolen since boot, and the CPUs
+    counted; None where unreadable."""
     try:
         lines = (proc / "stat").read_text().splitlines()
     except OSError:
@@ -49,7 +55,8 @@ def cpu_counters(proc: Path = PROC) -> dict[str, int] | None:
         return None
     values = [int(v) for v in first[1:]]
     cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
-    return {"busy": sum(values[i] for i in BUSY_FIELDS), "steal": values[STEAL_FIELD], "cpus": cpus}
+    return {"busy": sum(values[i] for i in BUSY_FIELDS), "irq": sum(values[i] for i in IRQ_FIELDS),
+            "steal": values[STEAL_FIELD], "cpus": cpus}
 
 
 def stat_fields(text: str) -> list[str]:
@@ -106,6 +113,7 @@ def between(before: dict[str, Any], after: dict[str, Any], serving: bool = False
     if before["host"] is not None and after["host"] is not None:
         record["host"] = {"cpus": after["host"]["cpus"],
                           "busy_cores": (after["host"]["busy"] - before["host"]["busy"]) / tick / interval,
+                          "irq_cores": (after["host"]["irq"] - before["host"]["irq"]) / tick / interval,
                           "steal_cores": (after["host"]["steal"] - before["host"]["steal"]) / tick / interval}
     return record
 
@@ -125,7 +133,8 @@ def section(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
         run = sum(c["run_cores"] for c in records)
         serving = any(c["serving"] for c in records)
         hosts.append({"host": name, "cpus": counters["cpus"], "busy_cores": counters["busy_cores"],
-                      "steal_cores": counters["steal_cores"], "run_cores": run, "ranks": len(records),
+                      "irq_cores": counters["irq_cores"], "steal_cores": counters["steal_cores"],
+                      "run_cores": run, "ranks": len(records),
                       "other_cores": None if serving else max(0.0, counters["busy_cores"] - run)})
     if not hosts:
         return None
@@ -135,8 +144,10 @@ def section(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
         "other_cores_max": max(others) if others else None,
         "other_cores_note": None if others else "tf-native ps: its servers and workers do not measure, so their "
                                                 "CPU time cannot be told from other processes'",
-        "definition": "cores other processes kept busy on each host over the timed windows: the host's busy "
-                      "cores (/proc/stat) less this run's processes' (bench.measure.host_load)",
+        "definition": "cores other processes kept busy on each host over the timed windows: the host's cores "
+                      "busy in processes (/proc/stat: user, nice, system) less this run's processes'; the "
+                      "kernel's interrupt work (irq, softirq: the run's own network traffic among it) apart as "
+                      "irq_cores (bench.measure.host_load)",
     }
 
 
@@ -147,8 +158,9 @@ def table_rows(load: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     if load["other_cores_max"] is None:
         return [("other processes' cores", "n/a", load["other_cores_note"])]
     worst = max((h for h in load["hosts"] if h["other_cores"] is not None), key=lambda h: h["other_cores"])
+    irq = f", interrupts': {worst['irq_cores']:.2f}" if worst.get("irq_cores") is not None else ""
     return [("other processes' cores", f"{worst['other_cores']:.2f}",
-             f"of {worst['cpus']} on {worst['host']} over the windows (this run's: {worst['run_cores']:.2f})")]
+             f"of {worst['cpus']} on {worst['host']} over the windows (this run's: {worst['run_cores']:.2f}{irq})")]
 
 
 def warning(load: dict[str, Any] | None) -> str | None:

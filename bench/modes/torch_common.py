@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bench.data.feed import Feed
+from bench.data.loaders import MEAN, STD
 from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
@@ -121,6 +122,7 @@ class TorchTrainer:
         self._losses: list[torch.Tensor] = []
         self._copy_stream = None  # --data on a GPU: the side stream the batches are copied on (to_device)
         self._last_copy = None  # the CUDA events around the last batch's copy
+        self._pixel_scale = None  # uint8 batches: 255 x ImageNet's mean and deviation on the device (to_device)
         # --compile: the attribution's compute-only step is compiled too, on its first (untimed) call
         self.traces_compute_step = compiles(cfg)
         self._compute_module = None
@@ -183,16 +185,27 @@ class TorchTrainer:
 
     def to_device(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """A loader's host batch on the run's device, as a production loop places it: on a GPU the copy is queued
-        on a side stream between two CUDA events, and the compute stream waits for its end event there, so the host
-        goes on at once and the copy overlaps the previous step's kernels. No synchronisation: one per step (as
+        on a side stream between two CUDA events, and the compute stream waits for that stream's work there, so the
+        host goes on at once and the copy overlaps the previous step's kernels. No synchronisation: one per step (as
         before) made the step's timed wait hold the previous step's queued kernels and stopped the host running
-        ahead. The copy's device time is read from its events after the windows (last_copy_time)."""
+        ahead. The copy's device time is read from its events after the windows (last_copy_time). A batch of uint8
+        pixels (the torch loader's: bench.data.loaders.TorchImages) is normalised on the device after its copy,
+        ``(x - 255 mean) / (255 std)`` per channel with ImageNet's mean and deviation, on the side stream on a GPU
+        (outside the copy's events: the copy's time is the copy's), in the rank on a CPU (inside the step's data
+        wait: the rank does that work there)."""
         data, target = batch
+
+        def placed(x: torch.Tensor) -> torch.Tensor:
+            if x.dtype == torch.uint8:
+                if self._pixel_scale is None:  # made once, on the device: (1, 3, 1, 1) each
+                    self._pixel_scale = tuple(torch.tensor(v * 255, device=self.device).view(1, 3, 1, 1)
+                                              for v in (MEAN, STD))
+                mean, std = self._pixel_scale
+                x = x.float().sub_(mean).div_(std)
+            return x.contiguous(memory_format=torch.channels_last) if self.cfg.channels_last else x
+
         if self.device.type != "cuda":
-            data, target = data.to(self.device), target.to(self.device)
-            if self.cfg.channels_last:
-                data = data.contiguous(memory_format=torch.channels_last)
-            return data, target
+            return placed(data.to(self.device)), target.to(self.device)
         if self._copy_stream is None:
             self._copy_stream = torch.cuda.Stream(self.device)
         compute = torch.cuda.current_stream(self.device)
@@ -200,11 +213,10 @@ class TorchTrainer:
         with torch.cuda.stream(self._copy_stream):
             start.record()
             data = data.to(self.device, non_blocking=True)
-            if self.cfg.channels_last:
-                data = data.contiguous(memory_format=torch.channels_last)
             target = target.to(self.device, non_blocking=True)
             end.record()
-        compute.wait_event(end)
+            data = placed(data)
+        compute.wait_stream(self._copy_stream)
         # made on the copy stream, used on the compute stream: their memory is not reused before that use ends
         data.record_stream(compute)
         target.record_stream(compute)

@@ -112,7 +112,9 @@ class HostLoadHost(BaseModel):
     model_config = ConfigDict(extra="forbid")
     host: str
     cpus: int = Field(ge=1, description="the host's CPUs (/proc/stat)")
-    busy_cores: float = Field(ge=0, description="cores the host kept busy, every process's")
+    busy_cores: float = Field(ge=0, description="cores the host kept busy in processes, every process's")
+    irq_cores: float | None = Field(default=None, ge=0, description="cores the kernel's interrupt work took (irq, "
+                                    "softirq: the run's own network traffic among it); absent in older records")
     steal_cores: float = Field(ge=0, description="cores the hypervisor took for other guests")
     run_cores: float = Field(ge=0, description="cores this run's processes on the host kept busy")
     ranks: int = Field(ge=1, description="the measuring processes on the host")

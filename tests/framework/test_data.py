@@ -21,26 +21,87 @@ def test_the_digits_are_real_labelled_images(tmp_path):
 def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
     """Normalised as the models were trained (ImageNet's per-channel mean and deviation of 0-255 pixels): mapped
     back, every value is a pixel (0 to 255), and the batch holds values on both sides of the mean (a loader that
-    only scaled to 0-1, or skipped the normalisation, fails one or the other)."""
+    only scaled to 0-1, or skipped the normalisation, fails one or the other). The torch loader's batches are
+    uint8 pixels, normalised on the run's device by the trainer's placement (TorchTrainer.to_device), which is
+    what the models receive: both are checked."""
+    from types import SimpleNamespace
+
+    import torch
+
     from bench.data.loaders import LOADERS, MEAN, STD
+    from bench.modes.torch_common import TorchTrainer
 
     small(tmp_path / "d", image_size=None, images=20)  # 500 x 375 JPEGs
     small(tmp_path / "c", format="cifar", images=40, image_size=None)
     small(tmp_path / "r", format="tfrecord", images=20, image_size=None, shards=2)
+    trainer = SimpleNamespace(device=torch.device("cpu"), cfg=SimpleNamespace(channels_last=False), _pixel_scale=None)
     for name, path, size, framework in (("torch", "d", 64, None), ("tf", "d", 64, None), ("torch", "c", 32, None),
                                         ("tf", "c", 32, None), ("tf", "r", 64, None), ("dali", "d", 64, "torch"),
                                         ("dali", "d", 48, "tensorflow")):
         data = load(tmp_path / path)
         images, labels = next(iter(LOADERS[name].batches(data, "train", size, 4, 0, seed=0, framework=framework)))
-        x = np.asarray(images)
         nchw = name == "torch" or framework == "torch"
         shape = (4, 3, size, size) if nchw else (4, size, size, 3)
+        if name == "torch":
+            raw = np.asarray(images)
+            assert raw.shape == shape and raw.dtype == np.uint8, (path, raw.shape, raw.dtype)
+            images, labels = TorchTrainer.to_device(trainer, (images, labels))
+            x = images.numpy()
+            expected = (raw.astype(np.float32) / 255 - MEAN.reshape(1, 3, 1, 1)) / STD.reshape(1, 3, 1, 1)
+            np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-5)
+        x = np.asarray(images)
         assert x.shape == shape and x.dtype == np.float32, (name, path, x.shape)
         channel = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
         pixels = x * (STD * 255).reshape(channel) + (MEAN * 255).reshape(channel)
         assert -1 <= pixels.min() and pixels.max() <= 256 and x.min() < -0.5 and x.max() > 0.5, \
             (name, path, float(pixels.min()), float(pixels.max()), float(x.min()), float(x.max()))
         assert np.asarray(labels).max() < data.classes, (name, path)
+
+
+def test_dali_reads_each_epochs_global_shuffle_in_the_order_the_torch_loader_reads(tmp_path):
+    """Issue 66 item 6: DALI's own sharding gave each rank a contiguous slice of the class-sorted list, shuffled
+    only inside a buffer (near one-class batches). Now each epoch's pipeline reads the rank's shard of that epoch
+    (bench.data.datasets.shard): the labels DALI yields are the shard's, in its order, the torch loader's the same,
+    and the next epoch is another shuffle."""
+    from bench.data.datasets import shard
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "d", images=60, classes=10, image_size=32)  # 48 training images: 6 batches of 4 per rank
+    data = load(tmp_path / "d")
+    labels = data.splits["train"].labels
+    for rank in (0, 1):
+        expected = [labels[shard(len(labels), rank, 2, 4, 5, e)].tolist() for e in (0, 1)]
+        assert expected[0] != expected[1]
+        for name, workers in (("dali", 1), ("torch", 0)):
+            batches = LOADERS[name].batches(data, "train", 32, 4, workers, seed=5, rank=rank, world=2, epoch=0,
+                                            epochs=2, framework="torch")
+            got = [int(x) for _, batch in batches for x in np.asarray(batch)]
+            assert got == expected[0] + expected[1], (name, rank)
+
+
+def test_a_png_named_jpeg_is_read_by_every_loader(tmp_path):
+    """Issue 66 item 10: ImageNet's training set holds a PNG named .JPEG, and the tf loader's decode_and_crop_jpeg
+    died on it. Every loader reads a split where one training and one held-out file are PNGs under JPEG names:
+    the whole epoch, each image a crop of the run's size."""
+    import io
+
+    from PIL import Image
+
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "d", images=20, image_size=None)  # 500 x 375: 16 training, 4 held-out
+    for split in ("train", "val"):
+        path = sorted((tmp_path / "d" / split).rglob("*.JPEG"))[0]
+        with Image.open(path) as im:
+            buffer = io.BytesIO()
+            im.save(buffer, format="PNG")
+        path.write_bytes(buffer.getvalue())
+    data = load(tmp_path / "d")
+    for name in ("tf", "torch", "dali"):
+        for split, batch, count in (("train", 4, 4), ("val", 2, 2)):
+            batches = list(LOADERS[name].batches(data, split, 32, batch, 1, seed=0, framework="torch"))
+            assert len(batches) == count and all(tuple(np.asarray(x).shape)[1:] in ((3, 32, 32), (32, 32, 3))
+                                                 for x, _ in batches), (name, split)
 
 
 def test_a_file_that_cannot_be_decoded_is_named(tmp_path):

@@ -30,8 +30,9 @@ STAT = ("cpu  100 10 50 900 7 3 2 5 40 0\ncpu0 50 5 25 450 3 1 1 2 20 0\ncpu1 50
 
 def test_the_host_counters_add_busy_fields_and_count_cpus(tmp_path):
     proc = fake_proc(tmp_path, STAT, {})
-    # busy: user 100 + nice 10 + system 50 + irq 3 + softirq 2; idle, iowait and guest (inside user) left out
-    assert host_load.cpu_counters(proc) == {"busy": 165, "steal": 5, "cpus": 2}
+    # busy: user 100 + nice 10 + system 50; irq 3 + softirq 2 apart (the kernel's interrupt work, whoever's
+    # traffic it was); idle, iowait and guest (inside user) left out
+    assert host_load.cpu_counters(proc) == {"busy": 160, "irq": 5, "steal": 5, "cpus": 2}
 
 
 def test_unreadable_or_foreign_counters_are_none(tmp_path):
@@ -54,15 +55,18 @@ def test_a_process_tree_counts_every_descendant_once_and_no_other_process(tmp_pa
     assert host_load.tree_ticks(99, proc) is None
 
 
-def reading(t: float, run: int, busy: int | None = None, steal: int = 0, cpus: int = 2):
-    return {"t": t, "run": run, "host": None if busy is None else {"busy": busy, "steal": steal, "cpus": cpus}}
+def reading(t: float, run: int, busy: int | None = None, steal: int = 0, cpus: int = 2, irq: int = 0):
+    return {"t": t, "run": run,
+            "host": None if busy is None else {"busy": busy, "irq": irq, "steal": steal, "cpus": cpus}}
 
 
 def test_between_turns_ticks_into_cores_over_the_interval():
-    got = host_load.between(reading(10.0, 0, 0), reading(12.0, 2 * TICK, 3 * TICK, steal=TICK // 2))
+    got = host_load.between(reading(10.0, 0, 0, irq=TICK), reading(12.0, 2 * TICK, 3 * TICK, steal=TICK // 2,
+                                                                    irq=2 * TICK))
     assert got["interval_s"] == 2.0
     assert got["run_cores"] == pytest.approx(1.0)
-    assert got["host"] == {"cpus": 2, "busy_cores": pytest.approx(1.5), "steal_cores": pytest.approx(0.25, abs=0.01)}
+    assert got["host"] == {"cpus": 2, "busy_cores": pytest.approx(1.5), "irq_cores": pytest.approx(0.5),
+                           "steal_cores": pytest.approx(0.25, abs=0.01)}
     # a rank that is not its host's local rank 0 has no host counters
     assert "host" not in host_load.between(reading(0.0, 0), reading(1.0, TICK))
     assert host_load.between(reading(1.0, 0), reading(1.0, 5)) is None  # no interval
@@ -72,7 +76,7 @@ def test_between_turns_ticks_into_cores_over_the_interval():
 def rank(host: str, run_cores: float, busy: float | None = None, serving: bool = False):
     cpu = {"interval_s": 4.0, "run_cores": run_cores, "serving": serving}
     if busy is not None:
-        cpu["host"] = {"cpus": 2, "busy_cores": busy, "steal_cores": 0.0}
+        cpu["host"] = {"cpus": 2, "busy_cores": busy, "irq_cores": 0.4, "steal_cores": 0.0}
     return {"host": host, "cpu": cpu}
 
 
@@ -80,12 +84,13 @@ def test_each_host_takes_its_own_ranks_cpu_from_its_busy_cores():
     load = host_load.section([rank("a", 0.9, busy=2.0), rank("a", 0.8), rank("b", 1.0, busy=1.1)])
     a, b = load["hosts"]
     assert (a["host"], a["ranks"], a["run_cores"]) == ("a", 2, pytest.approx(1.7))
-    assert a["other_cores"] == pytest.approx(0.3)
+    assert a["other_cores"] == pytest.approx(0.3)  # the interrupts' 0.4 in neither the run's nor the others'
+    assert a["irq_cores"] == pytest.approx(0.4) and a["busy_cores"] == pytest.approx(2.0)
     assert b["other_cores"] == pytest.approx(0.1)
     assert load["other_cores_max"] == pytest.approx(0.3)
     assert host_load.warning(load) is None  # under half a core everywhere
     assert host_load.table_rows(load) == [("other processes' cores", "0.30", "of 2 on a over the windows (this "
-                                           "run's: 1.70)")]
+                                           "run's: 1.70, interrupts': 0.40)")]
 
 
 def test_a_run_busier_than_its_host_counters_has_zero_other_cores_not_a_negative_figure():
