@@ -6,9 +6,11 @@ watchdog reported); SIGINT, SIGTERM or SIGHUP stop every rank; each rank dies wi
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +42,8 @@ PARENT_PID_ENV = "HVDBENCH_PARENT_PID"
 SWEEP_PID_ENV = "HVDBENCH_SWEEP_PID"
 # Where a rank bench spawned writes Python's traceback if a fatal signal kills it (see report_faults).
 FAULT_FILE_ENV = "HVDBENCH_FAULT_FILE"
+# A spawner's folder for its ranks' stall reports and fault tracebacks, under the temporary folder.
+STALL_DIR_PREFIX = "hvdbench-stall-"
 FAULT_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
 PR_SET_PDEATHSIG = 1
 
@@ -178,7 +182,10 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
         base["OMP_NUM_THREADS"] = base[THREAD_SHARE_ENV] = str(cpu_thread_share(len(rank_envs)))
     procs: list[subprocess.Popen] = []
     old = stop_on_signals()
-    with tempfile.TemporaryDirectory(prefix="hvdbench-stall-") as stall_dir:
+    remove_orphaned_stall_dirs(Path(tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix=STALL_DIR_PREFIX) as stall_dir:
+        held = os.open(stall_dir, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(held, fcntl.LOCK_EX)  # released by the kernel when this process ends, however it ends
         base[watchdog.STALL_DIR_ENV] = stall_dir
         try:
             oom_before = oom_kills()  # a rank killed by SIGKILL later: was it the out-of-memory killer?
@@ -191,7 +198,32 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
             stop_processes(procs, grace_s)
             raise Stopped(exc.signum, f"all {len(procs)} process(es) stopped, no result written") from None
         finally:
+            os.close(held)
             restore_handlers(old)
+
+
+def remove_orphaned_stall_dirs(root: Path, min_age_s: float = 60.0) -> list[Path]:
+    """Remove the stall folders (``STALL_DIR_PREFIX*`` under ``root``) whose spawner no longer runs: one killed
+    outright (SIGKILL, the out-of-memory killer) cannot remove its own. A spawner holds an exclusive flock on its
+    folder while it runs, which the kernel drops when it dies however it dies, in any PID namespace; a folder
+    younger than ``min_age_s`` is left alone (its spawner may not hold the lock yet). Returns those removed."""
+    removed = []
+    for path in root.glob(f"{STALL_DIR_PREFIX}*"):
+        try:
+            if time.time() - path.stat().st_mtime < min_age_s:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its spawner runs
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def die_with_parent(env: dict[str, str] | None = None) -> None:

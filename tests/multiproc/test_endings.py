@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.launching import supervise
 from tests.conftest import SMALL, bench_env
 from tools.benchmarks import endings
 
@@ -58,15 +59,21 @@ def rank_pids(parent: int, n: int, timeout: float = 120) -> list[int]:
 
 
 def test_ranks_die_with_a_spawner_killed_outright(tmp_path):
-    log = tmp_path / "stderr.log"
+    """The kernel ends the ranks; the stall folder the spawner could not remove goes at the next spawner's start."""
+    log, tmp = tmp_path / "stderr.log", tmp_path / "tmp"
+    tmp.mkdir()
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "bench", "torch-ddp", *SMALL, "--windows", "100000",
-                                 "--np", "2", "--output", str(tmp_path / "out")], stdout=f, stderr=f, env=bench_env())
+                                 "--np", "2", "--output", str(tmp_path / "out")], stdout=f, stderr=f,
+                                env=bench_env(TMPDIR=str(tmp)))
     endings.wait_for_line(log, "window 1", 120, proc)
     rank_pids(proc.pid, 2)
     proc.kill()  # SIGKILL: no handler runs, the kernel ends the ranks (parent-death signal)
     proc.wait()
     assert endings.wait_gone(lambda: endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 10) == []
+    left = list(tmp.glob(f"{supervise.STALL_DIR_PREFIX}*"))
+    assert len(left) == 1, left
+    assert supervise.remove_orphaned_stall_dirs(tmp, min_age_s=0) == left and not left[0].exists()
 
 
 def start_data_run(digits, tmp_path, *extra: str) -> tuple[subprocess.Popen, Path]:
