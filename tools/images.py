@@ -163,10 +163,13 @@ def stage_wheels(stack: str, python: str = sys.executable) -> Path:
     version = values["TORCH_VERSION"]
     WHEELHOUSE.mkdir(exist_ok=True)
     index = ["--extra-index-url", values["TORCH_INDEX_URL"]] if values.get("TORCH_INDEX_URL") else []
-    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                    "--implementation", "cp", "--python-version", CPU_IMAGE_PYTHON, "-d", str(WHEELHOUSE),
-                    *index, f"torch=={version}"], check=True)
     tag = "cp" + CPU_IMAGE_PYTHON.replace(".", "")
+    # A pinned release's wheel does not change: one already staged is not asked for again (where the index does not
+    # answer, each ask costs pip's retries, about 9 s).
+    if not list(WHEELHOUSE.glob(f"torch-{version}+cpu-{tag}-*.whl")):
+        subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                        "--implementation", "cp", "--python-version", CPU_IMAGE_PYTHON, "-d", str(WHEELHOUSE),
+                        *index, f"torch=={version}"], check=True)
     wheels = sorted(WHEELHOUSE.glob(f"torch-{version}*-{tag}-*.whl"))
     if not any(w.name.startswith(f"torch-{version}+cpu-") for w in wheels):
         raise ImageError(f"the CPU image needs PyTorch's CPU wheel torch=={version}+cpu for Python "

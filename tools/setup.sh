@@ -25,19 +25,27 @@ fi
 [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
 PY=$VENV/bin/python
 "$PY" -m pip install -q --upgrade pip setuptools wheel
-# Bytecode is compiled at install (pip's default): where PYTHONDONTWRITEBYTECODE is set (as on this project's
-# machines), nothing writes it later, and every process would compile torch and TensorFlow again (measured:
-# a fresh clone's multiproc tier took 21m56s without it, 14m12s with it).
-"$PY" -m pip install -q -r requirements/venv.txt
+# The installs go through uv with pip's configuration (tools/uv_install.py: about 45 s less from a warm cache),
+# or through pip where uv is not to be had or pip's configuration holds a setting uv would not honour.
+"$PY" -m pip install -q uv || echo "setup: uv did not install; pip installs everything" >&2
+install() {
+  local rc=0
+  "$PY" -m tools.uv_install "$PY" "$@" || rc=$?
+  if [[ $rc == 3 ]]; then "$PY" -m pip install "$@"; else return $rc; fi
+}
+# Bytecode is compiled at install (pip's default, uv's --compile-bytecode): where PYTHONDONTWRITEBYTECODE is set
+# (as on this project's machines), nothing writes it later, and every process would compile torch and TensorFlow
+# again (measured: a fresh clone's multiproc tier took 21m56s without it, 14m12s with it).
+install -q -r requirements/venv.txt
 # tf-keras without its dependencies: it would otherwise pull the non-CPU tensorflow wheel.
 # (TensorFlow's start-up logging, written to stderr whatever TF_CPP_MIN_LOG_LEVEL says, is dropped here.)
 tf_version=$("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null) \
   || { echo "setup: error: TensorFlow does not import in $VENV" >&2; exit 1; }
-"$PY" -m pip install -q --no-deps "tf-keras==$tf_version"
+install -q --no-deps "tf-keras==$tf_version"
 # TorchRec for torch-hybrid: its dependencies, then itself without them (requirements/hybrid.txt says why).
-"$PY" -m pip install -q -r requirements/hybrid.txt
-"$PY" -m pip install -q --no-deps torchrec==1.8.0
-"$PY" -m pip install -q --no-deps -e .
+install -q -r requirements/hybrid.txt
+install -q --no-deps torchrec==1.8.0
+install -q --no-deps -e .
 MAKEFLAGS=${MAKEFLAGS:--j$(nproc)} docker/build-horovod.sh "$PY"
 check_log=$(mktemp)
 "$VENV/bin/horovodrun" --check-build 2>"$check_log" | sed -n '/Available Frameworks/,$p' \

@@ -228,3 +228,21 @@ def test_the_cluster_binds_a_checkouts_bench_over_every_nodes(tmp_path, monkeypa
         cluster.bound_bench()
     monkeypatch.delenv("HVDBENCH_CLUSTER_BENCH")
     assert cluster.bound_bench() is None and "bench.yaml" not in " ".join(cluster.compose_cmd())
+
+
+def test_a_staged_torch_wheel_is_not_downloaded_again(tmp_path, monkeypatch):
+    version = images.build_args("current", "cpu")["TORCH_VERSION"]
+    downloads = []
+
+    def run(argv, check):
+        downloads.append(argv)
+        (tmp_path / f"torch-{version}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+
+    monkeypatch.setattr(images, "WHEELHOUSE", tmp_path)
+    monkeypatch.setattr(images, "stage_sdist", lambda stack, python: None)
+    monkeypatch.setattr(images.subprocess, "run", run)
+    monkeypatch.setenv("HVDBENCH_WHEEL_CACHE", str(tmp_path / "no-cache"))
+    images.stage_wheels("current")
+    assert len(downloads) == 1 and "download" in downloads[0]
+    images.stage_wheels("current")
+    assert len(downloads) == 1  # the pinned wheel was there
