@@ -56,8 +56,8 @@ CACHE = Path(os.environ.get("HVDBENCH_TIER_CACHE", "/var/cache/hvdbench/tier-pas
 MAX_PASSES = 64
 # What every system tier's set-up and runner use: the scripts, the runner, the pass cache itself.
 SETUP = ["tools/__init__.py", "tools/setup.sh", "tools/run-tests.sh", "tools/docker-up.sh", "tools/registry-up.sh",
-         "tools/slurm-up.sh", "tools/apptainer-up.sh", "tools/apt-install.sh", "tools/tier_cache.py",
-         "tools/surface.py"]
+         "tools/slurm-up.sh", "tools/apptainer-up.sh", "tools/apt-install.sh", "tools/uv_install.py",
+         "tools/tier_cache.py", "tools/surface.py"]
 # The venv's Horovod (the slurm tier's srun jobs run it; the CPU image installs its wheel).
 HOROVOD_BUILD = ["docker/build-horovod.sh", "docker/horovod"]
 COMMON = ["bench", "pyproject.toml", "Makefile", "requirements", *SETUP, *HOROVOD_BUILD, "tests/conftest.py",

@@ -243,6 +243,18 @@ def test_every_system_test_file_and_marker_belongs_to_a_key(monkeypatch):
         assert (f"$$($(TIER_CACHE) select {tier})\"" in makefile) == (tier in tier_cache.SMOKE), tier
 
 
+
+def test_every_tool_a_keyed_script_calls_is_keyed_with_it():
+    """A set-up script's helper (tools/NAME.py or tools/NAME.sh, however it is called) is in every key its caller
+    is in: a change to it changes what the tiers run on."""
+    import re
+
+    for script in [name for name in tier_cache.SETUP if name.endswith(".sh")]:
+        called = {f"tools/{m.group(2)}.{'py' if m.group(1) == '.' else m.group(3)}"
+                  for line in (ROOT / script).read_text().splitlines() if not line.lstrip().startswith("#")
+                  for m in re.finditer(r"tools([./])([a-z_-]+)(?:\.(sh|py))?", line) if m.group(1) == "." or m.group(3)}
+        assert sorted(called - set(tier_cache.SETUP)) == [], script
+
 def test_the_makefile_is_keyed_as_make_reads_it():
     text = b"# comment\nvenv: $(STAMP) ## the venv\n\t# a recipe comment\n\ttools/setup.sh\nX ?= 1\n"
     assert tier_cache.makefile_text(text) == b"venv: $(STAMP)\n\ttools/setup.sh\nX ?= 1"
