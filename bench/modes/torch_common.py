@@ -297,7 +297,7 @@ class TorchTrainer:
         module = getattr(self.model, "module", self.model)  # DDP's forward would start collectives
         counts = goal.new_counts()
         module.eval()
-        with torch.no_grad(), self.autocast():
+        with torch.inference_mode(), self.autocast():
             for data, target in self.feed.held_out():
                 out = module(data)
                 score(counts, out[0] if isinstance(out, tuple) else out, target)
