@@ -25,21 +25,30 @@ from rich.table import Table
 LONG = 64  # timed batches of the independent read (one pass: no epoch's restart inside it)
 
 
+def rate_after(batches, untimed: int, count: int) -> tuple[float | None, int]:
+    """Images per second over ``count`` batches after ``untimed`` untimed ones, and the batches read; the rate is
+    None when the batches ended first."""
+    seen, t0, read = 0, None, 0
+    for read, (images, _) in enumerate(batches, start=1):
+        if read == untimed:
+            t0 = time.perf_counter()
+        elif read > untimed:
+            seen += int(images.shape[0])
+        if read == untimed + count:
+            return seen / (time.perf_counter() - t0), read
+    return None, read
+
+
 def independent(path: str, name: str, workers: int, a) -> float:
     from bench.data import datasets
     from bench.data.loaders import loader
 
     dataset = datasets.load(path)
     untimed = 4 * workers + 2
-    seen, t0, read = 0, None, 0
-    for images, _ in loader(name).batches(dataset, "train", a.image_size, a.batch_size, workers, 0, 0, 1):
-        read += 1
-        if read == untimed:
-            t0 = time.perf_counter()
-        elif read > untimed:
-            seen += int(images.shape[0])
-        if read == untimed + LONG:
-            return seen / (time.perf_counter() - t0)
+    rate, read = rate_after(loader(name).batches(dataset, "train", a.image_size, a.batch_size, workers, 0, 0, 1),
+                            untimed, LONG)
+    if rate is not None:
+        return rate
     raise SystemExit(f"data_bench_check: the training split gave {read} batches of {a.batch_size}; the independent "
                      f"read needs {untimed + LONG}: more --images")
 

@@ -21,25 +21,21 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from tools.benchmarks.data_bench_check import rate_after
 
 UNTIMED = 4
 
 
 def timed(batches, count: int) -> float:
     """Images per second over ``count`` batches after UNTIMED untimed ones."""
-    seen, t0 = 0, None
-    for read, (images, _) in enumerate(batches, start=1):
-        if read == UNTIMED:
-            t0 = time.perf_counter()
-        elif read > UNTIMED:
-            seen += int(images.shape[0])
-        if read == UNTIMED + count:
-            return seen / (time.perf_counter() - t0)
+    rate, read = rate_after(batches, UNTIMED, count)
+    if rate is not None:
+        return rate
     raise SystemExit(f"loaders_vs_plain: the pipeline ended after {read} batches; it needs {UNTIMED + count}")
 
 
