@@ -53,11 +53,20 @@ def independent(path: str, name: str, workers: int, a) -> float:
                      f"read needs {untimed + LONG}: more --images")
 
 
+def run_bench(tool: str, *args: str) -> None:
+    """``bench ARGS`` in a process of its own, its output dropped; where it fails, its own one line (a dataset too
+    small for the workers, a folder that exists) ends the benchmark, not a traceback."""
+    proc = subprocess.run([sys.executable, "-m", "bench", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise SystemExit(f"{tool}: bench {' '.join(args[:2])}: {last}")
+
+
 def data_bench(path: str, name: str, workers: int, a, out: Path) -> float:
     before = set(out.glob("*.json"))
-    subprocess.run([sys.executable, "-m", "bench", "data", "bench", path, "--loaders", name, "--workers", str(workers),
-                    "--image-size", str(a.image_size), "--batch-size", str(a.batch_size), "--repeats", "1",
-                    "--output", str(out)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_bench("data_bench_check", "data", "bench", path, "--loaders", name, "--workers", str(workers), "--image-size",
+              str(a.image_size), "--batch-size", str(a.batch_size), "--repeats", "1", "--output", str(out))
     (new,) = set(out.glob("*.json")) - before
     return json.loads(new.read_text())["rows"][0]["images_per_sec"]
 
@@ -75,8 +84,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="hvdbench-data-check-"))
     path = a.data or str(work / "jpegs")
     if not a.data:
-        subprocess.run([sys.executable, "-m", "bench", "data", "make", path, "--images", str(a.images)], check=True,
-                       stdout=subprocess.DEVNULL)
+        run_bench("data_bench_check", "data", "make", path, "--images", str(a.images))
     cells = [(n, int(w)) for n in a.loaders.split(",") for w in a.workers.split(",")]
     found: dict[tuple, dict[str, list[float]]] = {c: {"bench": [], "independent": []} for c in cells}
     for r in range(a.repeats):

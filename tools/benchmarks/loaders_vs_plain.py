@@ -7,16 +7,20 @@ bilinear resize, random flip, normalise, batch, prefetch).
 
     python -m tools.benchmarks.loaders_vs_plain [--loaders torch,tf] [--repeats 3] [--images 1024]
                                                 [--image-size 224] [--batch-size 32] [--batches 90] [--data DIR]
+                                                [--cpu N]
 
 One core each: one DataLoader worker, or tf.data held to one thread (its private thread pool and intra-op
-parallelism). Each pipeline runs in a process of its own (a TensorFlow process never loads PyTorch), the pairs
-alternated over --repeats rounds; per run, the images of --batches batches over the time from the last of
-2 x (workers + 1) untimed batches to the last timed one (the prefetched queue is full at the clock's start in
-both, so the ratio holds it alike). The table gives the medians and ours / plain: the issue's bar is 0.95.
+parallelism), and each run's process (its workers with it) pinned to one CPU (--cpu, default the last this process
+may use): unpinned, a one-thread tf.data pipeline's rate swung between 320 and 500 img/s from run to run on this
+2-core machine as the scheduler moved its threads, which no ratio survives. Each pipeline runs in a process of its
+own (a TensorFlow process never loads PyTorch), the pairs alternated over --repeats rounds; per run, the images of
+--batches batches after 4 untimed ones (the prefetched queue is full at the clock's start in both, so the ratio
+holds it alike). The table gives the medians and ours / plain: the issue's bar is 0.95.
 """
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -26,7 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tools.benchmarks.data_bench_check import rate_after
+from tools.benchmarks.data_bench_check import rate_after, run_bench
 
 UNTIMED = 4
 
@@ -128,8 +132,8 @@ PIPELINES = {("torch", "ours"): lambda a: ours("torch", a), ("torch", "plain"): 
 def one(a, loader: str, which: str) -> float:
     """One run in a process of its own: its img/s."""
     proc = subprocess.run([sys.executable, "-m", "tools.benchmarks.loaders_vs_plain", "--one", f"{loader}:{which}",
-                           "--data", a.data, "--image-size", str(a.image_size), "--batch-size", str(a.batch_size),
-                           "--batches", str(a.batches)], capture_output=True, text=True)
+                           "--cpu", str(a.cpu), "--data", a.data, "--image-size", str(a.image_size), "--batch-size",
+                           str(a.batch_size), "--batches", str(a.batches)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"loaders_vs_plain: {loader} {which} failed: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["images_per_sec"]
@@ -144,9 +148,15 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--batches", type=int, default=90)
     p.add_argument("--data", help="a dataset folder of JPEGs (default: bench data make writes one here)")
+    p.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)),
+                   help="the CPU each run is pinned to (default: the last this process may use)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # LOADER:ours|plain, one run in this process
     a = p.parse_args()
+    if a.cpu not in os.sched_getaffinity(0):
+        raise SystemExit(f"loaders_vs_plain: --cpu {a.cpu} is not one this process may run on "
+                         f"({sorted(os.sched_getaffinity(0))})")
     if a.one:
+        os.sched_setaffinity(0, {a.cpu})  # before TensorFlow or PyTorch start a thread: every thread inherits it
         loader, which = a.one.split(":")
         rate = PIPELINES[(loader, which)](a)
         print(json.dumps({"images_per_sec": rate}))
@@ -154,8 +164,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hvdbench-loaders-vs-plain-") as work:
         if not a.data:
             a.data = str(Path(work) / "jpegs")
-            subprocess.run([sys.executable, "-m", "bench", "data", "make", a.data, "--images", str(a.images)],
-                           check=True, stdout=subprocess.DEVNULL)
+            run_bench("loaders_vs_plain", "data", "make", a.data, "--images", str(a.images))
         loaders = a.loaders.split(",")
         found = {(n, w): [] for n in loaders for w in ("ours", "plain")}
         for r in range(a.repeats):
@@ -165,8 +174,8 @@ def main() -> None:
                 print(f"round {r + 1}: {name}: ours {found[(name, 'ours')][-1]:.1f}, plain "
                       f"{found[(name, 'plain')][-1]:.1f} img/s", file=sys.stderr, flush=True)
     table = Table("loader", "ours img/s", "plain img/s", "ours / plain", "rounds",
-                  title=f"one core each, {a.image_size} px crops, batch {a.batch_size}, {a.batches} timed batches, "
-                        f"median of {a.repeats} alternated")
+                  title=f"one core each (CPU {a.cpu}), {a.image_size} px crops, batch {a.batch_size}, {a.batches} "
+                        f"timed batches, median of {a.repeats} alternated")
     for name in loaders:
         mine, plain = statistics.median(found[(name, "ours")]), statistics.median(found[(name, "plain")])
         table.add_row(name, f"{mine:.1f}", f"{plain:.1f}", f"{mine / plain:.3f}",
