@@ -165,8 +165,9 @@ def passed_to_cells(passed: dict[str, Any]) -> dict[str, Any]:
 
 declared_command("run", RunFileConfig, run_file.main, "Run the benchmark a JSON run configuration describes "
                  "(RunConfig's fields; bench sweep writes one per cell).")
-declared_command("schema", info.SchemaConfig, info.schema, "Print the JSON Schema of the result file every run "
-                 "writes (or of bench diagnose's record).")
+declared_command("schema", info.SchemaConfig, info.schema, "Print the JSON Schema of a record kind: the result "
+                 "file every run writes (the default), or verify, allreduce, peak, diagnose, diagnose-baseline, "
+                 "data-bench, converge or tune.")
 declared_command("models", info.ModelsConfig, info.models, "List the models: workload kind, parameters (at their "
                  "default classes or vocabulary), input sizes.")
 declared_command("env", info.EnvConfig, info.env, "Print the environment every result records (versions, GPUs, "

@@ -15,6 +15,7 @@ from bench.errors import BenchError
 from bench.models import MODELS
 from bench.records import env as environment
 from bench.records.schema import json_schema
+from bench.records.store import Kind
 from bench.tables import never_cut
 
 
@@ -81,10 +82,14 @@ def env(cfg: EnvConfig) -> int:
 
 @dataclass(frozen=True)
 class SchemaConfig:
-    diagnose: bool = option(False, "The schema of bench diagnose's record instead.", flag="--diagnose")
+    kind: Kind = option(Kind.RESULT, "The record kind: result (a run's, the default), verify, allreduce, peak, "
+                                     "diagnose, diagnose-baseline, data-bench, converge or tune.", argument=True)
+    diagnose: bool = option(False, "The schema of bench diagnose's record (the same as KIND diagnose).",
+                            flag="--diagnose")
 
 
 def schema(cfg: SchemaConfig) -> int:
-    """bench schema: the JSON Schema of the result file every run writes (or of bench diagnose's record)."""
-    print(json.dumps(json_schema("diagnose" if cfg.diagnose else "result"), indent=2))
+    """bench schema [KIND]: the JSON Schema of a record kind: the result file every run writes by default, or
+    the record of bench verify, allreduce, peak, diagnose (and its baseline), data bench, converge or tune."""
+    print(json.dumps(json_schema(Kind.DIAGNOSE.value if cfg.diagnose else cfg.kind.value), indent=2))
     return 0

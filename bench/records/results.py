@@ -248,7 +248,6 @@ def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, 
     series beside it (``<run_id>-telemetry.csv``) when there is one, and the results.csv row. The JSON lands
     first (with its fallback folder when the output refuses it); a time series the disk refuses is a warning; if
     the row cannot be added, the CSV is left exactly as it was and the error says what was written."""
-    validate_result(result)
     final = store.write(out_dir / f"{result['run_id']}.json", result)
     if samples:  # after the record: a disk that refuses the time series costs a warning, never the result
         try:

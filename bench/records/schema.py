@@ -25,6 +25,7 @@ from bench.errors import BenchError
 from bench.measure.attribution import job_step
 from bench.measure.stats import ratio_of_totals
 from bench.models import MODELS
+from bench.records import kinds
 
 
 class _Open(BaseModel):
@@ -321,17 +322,33 @@ class Diagnose(BaseModel):
     passed: bool = Field(description="no finding is an error (the exit status is then 0)")
 
 
+def record_model(kind: str) -> type[BaseModel]:
+    """The model of a record kind (bench.records.store.Kind's values): a run's result and diagnose's record here,
+    every other kind's in bench.records.kinds."""
+    return {"result": Result, "diagnose": Diagnose, "verify": kinds.Verify, "allreduce": kinds.Allreduce,
+            "peak": kinds.Peak, "diagnose-baseline": kinds.Baseline, "data-bench": kinds.DataBench,
+            "converge": kinds.Converge, "tune": kinds.Tune}[kind]  # tests/unit/test_schema.py: one for every Kind
+
+
 def json_schema(kind: str = "result") -> dict[str, Any]:
-    return (Diagnose if kind == "diagnose" else Result).model_json_schema()
+    return record_model(kind).model_json_schema()
+
+
+def mismatch(data: dict[str, Any], kind: str) -> str | None:
+    """Where ``data`` first departs from the model of ``kind``, in one line; None when it matches."""
+    try:
+        record_model(kind).model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return (f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} "
+                f"({exc.error_count()} problem(s))")
+    return None
 
 
 def validate_diagnose(data: dict[str, Any]) -> None:
-    try:
-        Diagnose.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise BenchError(f"the diagnose record does not match its schema: {'.'.join(map(str, first['loc']))}: "
-                         f"{first['msg']}") from None
+    problem = mismatch(data, "diagnose")
+    if problem:
+        raise BenchError(f"the diagnose record does not match its schema: {problem}")
 
 
 def validate(data: Any, where: str = "result") -> None:
@@ -343,13 +360,9 @@ def validate(data: Any, where: str = "result") -> None:
     if data["schema_version"] != SCHEMA_VERSION:
         raise BenchError(f"{where} has schema_version {data['schema_version']}; this hvdbench reads 1 to "
                          f"{SCHEMA_VERSION} (a newer version wrote it?)")
-    try:
-        Result.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(p) for p in first["loc"])
-        raise BenchError(f"{where} does not match the result schema: {at}: {first['msg']} "
-                         f"({exc.error_count()} problem(s))") from None
+    problem = mismatch(data, "result")
+    if problem:
+        raise BenchError(f"{where} does not match the result schema: {problem}")
 
 
 _V1_SUMMARY = {"images_per_sec_total": "samples_per_sec_total", "images_per_sec_per_gpu": "samples_per_sec_per_gpu",

@@ -5,7 +5,8 @@ diagnose, data bench and converge, and diagnose's baseline. Each is
 
 * named once here (:class:`Kind`): the string its file carries in ``kind`` (a run's result carries none, as
   it always has);
-* written by :func:`write`: whole or not at all (bench.records.files.write_new: a temporary file, then a link
+* written by :func:`write`: checked against its kind's model first (bench.records.schema, bench.records.kinds;
+  ``bench schema KIND`` prints each), whole or not at all (bench.records.files.write_new: a temporary file, then a link
   or an exclusive create), never over an existing file, with the umask's mode; when its folder refuses it
   (full, read-only, over quota, gone) it is saved under :func:`fallback_dir` and the error names that path, and
   when no fallback takes it either, the JSON goes to standard error: a finished measurement is never lost;
@@ -28,6 +29,7 @@ from typing import Any
 
 from bench.errors import BenchError, ResultNotWhole
 from bench.records import files
+from bench.records.schema import mismatch
 
 
 class Kind(str, Enum):
@@ -55,9 +57,17 @@ def kind_of(data: Any) -> Kind | None:
 
 
 def write(path: Path, record: dict[str, Any]) -> Path:
-    """Write ``record`` as JSON to ``path`` whole; refuse if the file exists (never overwritten). See the module
-    docstring for the fallback."""
+    """Write ``record`` as JSON to ``path`` whole, after checking it against its kind's model
+    (bench.records.schema.record_model); refuse if the file exists (never overwritten). A record that does not
+    match its model is not written there (a reader would refuse it) but saved as the module docstring says, and
+    the error names the field. See the module docstring for the fallback."""
     text = json.dumps(record, indent=2, sort_keys=False) + "\n"
+    kind = kind_of(record)
+    problem = "it is of no kind hvdbench keeps" if kind is None else mismatch(record, kind.value)
+    if problem:
+        saved = save_fallback(path.name, text)
+        where = f"saved to {saved}" if saved else "not saved: no fallback folder could take it"
+        raise ResultNotWhole(f"{path} not written: the record does not match its schema ({problem}); it is {where}")
     try:
         files.write_new(path, text)
     except FileExistsError:

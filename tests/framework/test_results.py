@@ -17,6 +17,7 @@ from bench.records.results import (
     load_result,
     write_result,
 )
+from tests import samples
 
 # build_result counts the model's training FLOPs with PyTorch: every test here has torch in the process.
 
@@ -121,8 +122,9 @@ def test_write_without_rename_either(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", lambda *_: (_ for _ in ()).throw(OSError(1, "refused")))
     from bench.records import store
 
-    path = store.write(tmp_path / "r.json", {"a": 1})
-    assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    record = samples.record(store.Kind.PEAK)
+    path = store.write(tmp_path / "r.json", record)
+    assert json.loads(path.read_text()) == record and [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
 def test_a_result_the_folder_cannot_take_goes_to_the_fallback(tmp_path, monkeypatch):
@@ -142,9 +144,10 @@ def test_a_result_the_folder_cannot_take_goes_to_the_fallback(tmp_path, monkeypa
 
     monkeypatch.setattr("tempfile.mkstemp", full)
     monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(spare))
+    record = samples.record(store.Kind.PEAK)
     with pytest.raises(BenchError, match=f"No space left on device.*saved to {spare}/r.json instead"):
-        store.write(out / "r.json", {"a": 1})
-    assert json.loads((spare / "r.json").read_text()) == {"a": 1}
+        store.write(out / "r.json", record)
+    assert json.loads((spare / "r.json").read_text()) == record
     assert not os.listdir(out)
 
 
@@ -154,7 +157,7 @@ def test_a_disk_that_refuses_the_telemetry_series_keeps_the_result(tmp_path, mon
     series went first and only FileExistsError was caught, so the JSON was never written)."""
     import errno
 
-    from bench.records import files, results
+    from bench.records import files
 
     out = check_output_dir(tmp_path / "out")
     result = make()
@@ -167,7 +170,6 @@ def test_a_disk_that_refuses_the_telemetry_series_keeps_the_result(tmp_path, mon
         return real(path, text)
 
     monkeypatch.setattr(files, "write_new", quota)
-    monkeypatch.setattr(results, "validate_result", lambda *a, **k: None)
     path = write_result(out, result, samples=[{"t_s": 0.0}])
     assert json.loads(path.read_text())["run_id"] == result["run_id"]
     assert "telemetry time series" in capsys.readouterr().err

@@ -17,6 +17,9 @@ def test_bench_schema_prints_the_json_schema():
     assert schema["title"] == "hvdbench result"
     assert {"workload", "summary", "samples", "sync", "schema_version"} <= set(schema["required"])
     assert schema == json_schema()
+    out = bench("schema", "tune")  # any other record kind by name (issue 68)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == json_schema("tune") and json.loads(out.stdout)["title"] == "hvdbench tune record"
 
 
 def test_results_of_older_schemas_report_together(tmp_path):

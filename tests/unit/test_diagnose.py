@@ -216,6 +216,16 @@ def test_the_record_matches_its_schema_and_the_report_names_each_finding():
     assert "None: every check passed." in markdown(record([]))
 
 
+def test_a_saved_baseline_matches_its_schema():
+    from bench.commands.diagnose import baseline_record
+    from bench.records.schema import mismatch
+
+    figures = devices(node1=10.0, node2=10.0, node3=9.9)
+    base = baseline_record(record([], figures), DiagnoseConfig(nodes=("node1", "node2", "node3")))
+    assert mismatch(base, "diagnose-baseline") is None
+    assert "figures" in mismatch({k: v for k, v in base.items() if k != "figures"}, "diagnose-baseline")
+
+
 def test_the_published_schema_names_the_findings_fields():
     from bench.records.schema import json_schema
 

@@ -6,6 +6,8 @@ import pytest
 
 from bench.measure import peak
 from bench.records.results import utilisation_record
+from bench.records.store import Kind
+from tests import samples
 
 
 def test_published_peaks_by_exact_name_and_precision():
@@ -33,16 +35,16 @@ def test_device_slugs(label, slug):
 
 
 def measured(tflops, host="node1", device="cpu (2 threads)", precision="fp32"):
-    return {"kind": "peak", "host": host, "device": device, "precision": precision, "peak_tflops": tflops}
+    return {**samples.record(Kind.PEAK), "host": host, "device": device, "precision": precision,
+            "peak_tflops": tflops}
 
 
 def test_the_newest_measured_peak_is_used_and_none_is_overwritten(tmp_path, monkeypatch):
     assert peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32")[0] is None
-    times = iter(["20261124T010000Z", "20261124T020000Z", "20261124T030000Z"])
+    records = [measured(0.1), measured(0.2), measured(9.0, device="cpu (1 threads)")]  # (the last: another
+    times = iter(["20261124T010000Z", "20261124T020000Z", "20261124T030000Z"])  # thread share, not this device)
     monkeypatch.setattr(peak.time, "strftime", lambda fmt, t: next(times))
-    first = peak.write(tmp_path, measured(0.1))
-    second = peak.write(tmp_path, measured(0.2))
-    peak.write(tmp_path, measured(9.0, device="cpu (1 threads)"))  # another thread share: not this device
+    first, second, _ = (peak.write(tmp_path, r) for r in records)
     assert first != second and first.is_file() and json.loads(first.read_text())["peak_tflops"] == 0.1
     assert peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32") == (0.2, str(second))
     assert peak.load_measured(tmp_path, "node2", "cpu (2 threads)", "fp32")[0] is None

@@ -6,10 +6,13 @@ import jsonschema
 import pytest
 
 from bench import SCHEMA_VERSION
-from bench.errors import BenchError
+from bench.errors import BenchError, ResultNotWhole
+from bench.records import store
 from bench.records.metrics import METRICS, find
 from bench.records.results import CSV_FIELDS, csv_row, load_result, write_result
 from bench.records.schema import json_schema, upgrade, validate
+from bench.records.store import Kind
+from tests import samples
 from tests.conftest import FIXTURES
 
 V1 = sorted((FIXTURES / "sweep-a").glob("*.json"))[0]
@@ -41,14 +44,55 @@ def test_a_schema_1_result_reads_as_the_current_schema_with_its_headline_recompu
     jsonschema.validate(new, json_schema())
 
 
-def test_a_result_that_breaks_the_schema_is_refused_in_one_line(tmp_path):
+def test_a_result_that_breaks_the_schema_is_refused_in_one_line_and_kept_in_the_fallback(tmp_path, tmp_path_factory,
+                                                                                         monkeypatch):
+    fallback = tmp_path_factory.mktemp("fallback")  # outside tmp_path, whose results must all match the schema
+    monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(fallback))
+    out = tmp_path / "out"
+    out.mkdir()
     data = upgraded()
     del data["summary"]["samples_per_sec_total"]
     with pytest.raises(BenchError, match="summary.samples_per_sec_total: Field required"):
         validate(data)
-    with pytest.raises(BenchError, match="does not match the result schema"):
-        write_result(tmp_path, data)
-    assert not list(tmp_path.iterdir())  # nothing written
+    with pytest.raises(ResultNotWhole, match="does not match its schema .summary.samples_per_sec_total") as caught:
+        write_result(out, data)
+    assert not list(out.iterdir())  # nothing written where a reader would find it
+    kept = fallback / f"{data['run_id']}.json"
+    assert str(kept) in str(caught.value) and json.loads(kept.read_text()) == data  # and the measurement kept
+
+
+def test_every_record_kind_has_a_model_that_carries_its_kind():
+    """Issue 68: a schema per record kind, `bench schema KIND` for every kind of Kind."""
+    titles = set()
+    for kind in Kind:
+        schema = json_schema(kind.value)
+        titles.add(schema["title"])
+        if kind is not Kind.RESULT:  # a result carries no kind; every other record names its own
+            assert schema["properties"]["kind"]["const"] == kind.value, kind
+    assert len(titles) == len(Kind)
+
+
+def test_other_tools_can_check_every_kind_with_the_printed_json_schema():
+    for kind in set(Kind) - {Kind.RESULT}:
+        jsonschema.validate(samples.record(kind), json_schema(kind.value))
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**samples.record(kind), "kind": "other"}, json_schema(kind.value))
+
+
+def test_the_store_checks_every_kind_before_writing(tmp_path, tmp_path_factory, monkeypatch):
+    """A record of any kind that departs from its model is not written where asked, and the error names the field;
+    one that matches is written and reads back."""
+    monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(tmp_path_factory.mktemp("fallback")))
+    good = samples.record(Kind.PEAK)
+    path = store.write(tmp_path / "peak.json", good)
+    assert store.read(path, Kind.PEAK) == good
+    for broken, field in (({**good, "peak_tflops": "fast"}, "peak_tflops"),
+                          ({**good, "surprise": 1}, "surprise"),
+                          ({**good, "kind": "tune"}, "mode"),
+                          ({**good, "kind": "nonsense"}, "of no kind hvdbench keeps")):
+        with pytest.raises(ResultNotWhole, match=field):
+            store.write(tmp_path / "broken.json", broken)
+        assert not (tmp_path / "broken.json").exists()
 
 
 def test_csv_columns_and_table_come_from_the_metric_registry():

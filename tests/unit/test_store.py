@@ -9,6 +9,7 @@ import pytest
 from bench.errors import BenchError, ResultNotWhole
 from bench.records import store
 from bench.records.header import header, new_run_id
+from tests import samples
 from tests.conftest import ROOT
 
 BENCH = ROOT / "bench"
@@ -18,11 +19,11 @@ def test_every_kind_round_trips_and_is_named_by_its_header(tmp_path):
     result = header(new_run_id("torch-ddp"))
     assert "kind" not in result and store.kind_of(result) is store.Kind.RESULT  # a result's file has no kind
     for kind in set(store.Kind) - {store.Kind.RESULT}:  # (a stand-in result here would fail the results check)
-        record = {**header(new_run_id(kind.value), kind), "figure": 1}
+        record = samples.record(kind)
         path = store.write(tmp_path / f"{kind.value}.json", record)
         assert store.read(path, kind) == record and store.kind_of(record) is kind
     with pytest.raises(BenchError, match="already exists; not overwritten"):
-        store.write(tmp_path / "peak.json", {"kind": "peak"})
+        store.write(tmp_path / "peak.json", samples.record(store.Kind.PEAK))
     with pytest.raises(BenchError, match="is not a record of kind allreduce \\(it is of kind peak\\)"):
         store.read(tmp_path / "peak.json", store.Kind.ALLREDUCE)
     (tmp_path / "foreign.json").write_text(json.dumps({"kind": "something else"}))
@@ -43,9 +44,10 @@ def test_a_record_the_folder_refuses_goes_to_the_fallback(tmp_path, monkeypatch)
     real = files.write_new
     monkeypatch.setattr(files, "write_new", full)
     monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(tmp_path / "spare"))
+    record = samples.record(store.Kind.DIAGNOSE)
     with pytest.raises(ResultNotWhole, match="No space left on device.*saved to .*spare/diagnose.json instead"):
-        store.write(tmp_path / "out" / "diagnose.json", {"kind": "diagnose"})
-    assert json.loads((tmp_path / "spare" / "diagnose.json").read_text()) == {"kind": "diagnose"}
+        store.write(tmp_path / "out" / "diagnose.json", record)
+    assert json.loads((tmp_path / "spare" / "diagnose.json").read_text()) == record
 
 
 def test_no_record_is_written_past_the_store():
