@@ -30,7 +30,10 @@ def use_gpu(device: Device) -> bool:
     if device == Device.cuda and not found:
         raise BenchError("--device cuda was asked for, but no GPU is visible to TensorFlow")
     if device == Device.auto and not found:
-        envs.no_gpu("TensorFlow")
+        tf = import_tf()[0]
+        envs.no_gpu("TensorFlow", envs.TF_CPU_BUILD if not tf.test.is_built_with_cuda() else
+                    "its CUDA 12 build finds no GPU it can use (nvidia-smi shows the driver; CUDA 12 needs 525.60.13 "
+                    "or newer), or CUDA_VISIBLE_DEVICES names none")
     return device == Device.cuda or (device == Device.auto and bool(found))
 
 

@@ -28,7 +28,7 @@ def use_cuda(device: Device) -> bool:
     if device == Device.cuda and gpu_count() == 0:
         raise BenchError("--device cuda was asked for, but no CUDA GPU is visible to PyTorch")
     if device == Device.auto and gpu_count() == 0:
-        envs.no_gpu("PyTorch")
+        envs.no_gpu("PyTorch", envs.torch_why(torch.version.cuda))
     return device == Device.cuda or (device == Device.auto and gpu_count() > 0)
 
 

@@ -1,4 +1,4 @@
-"""Which Python environment holds each framework, and what a GPU image says when it has no GPU.
+"""Which Python environment holds each framework, and what a run says when a GPU machine gives it no GPU.
 
 One environment normally holds both frameworks (the local venv, the CPU image). The CUDA image keeps them
 apart: PyTorch's CUDA 13 wheels and TensorFlow's CUDA 12 wheels both install into ``site-packages/nvidia/nccl``
@@ -79,13 +79,54 @@ def enter(framework: str, args: list[str] | None = None) -> None:
     os.execv(python, [*bench_command(python), *args])
 
 
-def no_gpu(framework: str) -> None:
-    """``--device auto`` found no GPU: fine anywhere but in the CUDA image, where it means the container was
-    started without its GPUs, and a silent CPU run would benchmark the wrong thing."""
-    if os.environ.get(FLAVOR_ENV) != "cuda":
-        return
-    raise BenchError(
-        f"no GPU is visible to {framework} in this CUDA image. Start it with the GPUs: docker run --gpus all "
-        "(NVIDIA Container Toolkit), apptainer/singularity exec --nv, or srun --gpus-per-task=1; the image "
-        f"needs NVIDIA driver {MIN_DRIVER} or newer (CUDA 13). To run on the CPU instead, pass --device cpu "
-        "(or use the CPU image, hvdbench:current-cpu)")
+def nvidia_gpus() -> int:
+    """The NVIDIA GPUs NVML sees on this host (0 where NVML is absent or fails to start, as on a machine without
+    the driver); 0 too where CUDA_VISIBLE_DEVICES hides every GPU on purpose ("" or -1)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return 0
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        return 0
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return 0
+    try:
+        return pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError:
+        return 0
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def no_gpu(framework: str, why: str) -> None:
+    """``--device auto`` found no GPU: fine on a machine without one, but where the host has NVIDIA GPUs (NVML
+    counts them) or in the CUDA image, a silent CPU run would benchmark the wrong thing: one line says why the
+    framework sees none (``why``: its CPU build, or the driver its CUDA needs) and how to run either way."""
+    if os.environ.get(FLAVOR_ENV) == "cuda":
+        raise BenchError(
+            f"no GPU is visible to {framework} in this CUDA image. Start it with the GPUs: docker run --gpus all "
+            "(NVIDIA Container Toolkit), apptainer/singularity exec --nv, or srun --gpus-per-task=1; the image "
+            f"needs NVIDIA driver {MIN_DRIVER} or newer (CUDA 13). To run on the CPU instead, pass --device cpu "
+            "(or use the CPU image, hvdbench:current-cpu)")
+    count = nvidia_gpus()
+    if count:
+        raise BenchError(f"this machine has {count} NVIDIA GPU(s), but {framework} sees none: {why}. A run would "
+                         "measure the CPU: pass --device cpu to measure the CPU on purpose, or "
+                         "CUDA_VISIBLE_DEVICES= to hide the GPUs")
+
+
+TF_CPU_BUILD = ("this environment's TensorFlow is its CPU build (tensorflow-cpu, what make venv installs: TensorFlow's "
+                "CUDA 12 wheels cannot share one environment with PyTorch's CUDA 13 wheels); the CUDA image holds a "
+                "CUDA TensorFlow in an environment of its own (make image, then docker run --gpus all; or make sif, "
+                "then apptainer exec --nv)")
+
+
+def torch_why(cuda_version: str | None) -> str:
+    """Why PyTorch sees no GPU on a host NVML finds GPUs on, from the CUDA its wheel was built for."""
+    if cuda_version is None:
+        return ("this environment's PyTorch is a CPU wheel; PyPI's torch is the CUDA 13 build "
+                f"(pip install torch from PyPI), which needs NVIDIA driver {MIN_DRIVER} or newer")
+    return (f"its CUDA {cuda_version} build needs a newer driver (CUDA 13: {MIN_DRIVER} or newer; nvidia-smi "
+            "shows the driver), or CUDA_VISIBLE_DEVICES names no GPU that exists")

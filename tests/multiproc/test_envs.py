@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.launching import envs
 from tests.unit.test_envs import other_env as other_env  # noqa: F401 (the fixture, shared)
 
@@ -62,6 +64,35 @@ def test_verify_across_frameworks_needs_one_environment(other_env):
     r = subprocess.run([*BENCH, "verify", "--framework", "both"], capture_output=True, text=True, timeout=120,
                        env=split_env(other_env))
     assert r.returncode == 1 and "--framework torch and --framework tf" in r.stderr, r.stderr
+
+
+FAKE_NVML = """
+class NVMLError(Exception):
+    pass
+def nvmlInit():
+    pass
+def nvmlDeviceGetCount():
+    return 2
+def nvmlShutdown():
+    pass
+"""
+
+
+@pytest.mark.parametrize("mode, words", [("tf-single", ("TensorFlow sees none", "tensorflow-cpu", "make image")),
+                                         ("torch-single", ("PyTorch sees none", "CPU wheel", envs.MIN_DRIVER))])
+def test_a_gpu_machine_whose_framework_sees_no_gpu_is_refused(tmp_path, mode, words):
+    """Issue 69: make venv's tensorflow-cpu (or a CPU torch wheel) on a machine with NVIDIA GPUs measured the CPU
+    silently under --device auto. NVML here is a stand-in that counts 2 GPUs."""
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "pynvml.py").write_text(FAKE_NVML)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fake"), env.get("PYTHONPATH", "")])
+    r = subprocess.run([*BENCH, mode, "--output", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
+    for w in ("2 NVIDIA GPU(s)", "--device cpu", *words):
+        assert w in r.stderr, w
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_cuda_image_without_a_gpu_says_how_to_run(tmp_path):

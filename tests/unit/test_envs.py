@@ -7,6 +7,7 @@ import sysconfig
 
 import pytest
 
+from bench.errors import BenchError
 from bench.launching import envs
 from bench.records.env import library_lines, library_problems
 from tests.conftest import ROOT
@@ -101,3 +102,54 @@ def test_a_new_process_runs_this_bench_not_a_bench_folder_where_it_starts(monkey
     monkeypatch.delenv("PYTHONPATH")
     assert envs.python_command("/opt/tf/bin/python") == ["/opt/tf/bin/python", "-P"]
     assert os.environ["PYTHONPATH"] == here
+
+
+class FakeNvml:
+    """pynvml with ``count`` GPUs, or one whose start fails (a machine without the driver)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, count: int | None) -> None:
+        self.count = count
+
+    def nvmlInit(self):  # noqa: N802 (NVML's names)
+        if self.count is None:
+            raise self.NVMLError("Driver Not Loaded")
+
+    def nvmlDeviceGetCount(self):  # noqa: N802
+        return self.count
+
+    def nvmlShutdown(self):  # noqa: N802
+        pass
+
+
+@pytest.mark.parametrize("count, visible, expected", [(2, None, 2), (None, None, 0), (2, "", 0), (2, "-1", 0),
+                                                      (2, "0", 2)])
+def test_nvidia_gpus_counts_what_nvml_sees_unless_hidden_on_purpose(monkeypatch, count, visible, expected):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(count))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert envs.nvidia_gpus() == expected
+
+
+def test_a_framework_blind_to_the_hosts_gpus_is_refused_in_one_line(monkeypatch):
+    """Issue 69: the venv's tensorflow-cpu on a GPU machine benchmarked the CPU silently under --device auto."""
+    monkeypatch.delenv(envs.FLAVOR_ENV, raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(None))
+    envs.no_gpu("TensorFlow", envs.TF_CPU_BUILD)  # no driver: a CPU machine, the CPU run it always was
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(4))
+    with pytest.raises(BenchError) as caught:
+        envs.no_gpu("TensorFlow", envs.TF_CPU_BUILD)
+    line = str(caught.value)
+    assert "\n" not in line
+    for words in ("4 NVIDIA GPU(s)", "TensorFlow sees none", "tensorflow-cpu", "make image", "--gpus all",
+                  "--device cpu"):
+        assert words in line, words
+    with pytest.raises(BenchError, match=f"a CPU wheel.*{envs.MIN_DRIVER}"):
+        envs.no_gpu("PyTorch", envs.torch_why(None))
+    with pytest.raises(BenchError, match=f"CUDA 13.0 build needs a newer driver .CUDA 13: {envs.MIN_DRIVER}"):
+        envs.no_gpu("PyTorch", envs.torch_why("13.0"))
