@@ -23,6 +23,7 @@ from bench.commands import (
     info,
     peak,
     predict,
+    preflight,
     report,
     run_file,
     sweep,
@@ -188,6 +189,9 @@ declared_command("predict", predict.PredictConfig, predict.main, "Predict images
                  "from a 1-GPU step time and the network (see formula).")
 declared_command("peak", peak.PeakConfig, peak.main, "The achievable matrix-multiply rate of this device (a GEMM "
                  "sweep): the measured peak results' MFU uses.")
+declared_command("preflight", preflight.PreflightConfig, preflight.main, "Find the environment faults that spoil a "
+                 "run before it: driver vs the frameworks' CUDA, GPUs (other processes, ECC, pending resets), the "
+                 "network interfaces and the InfiniBand ports (exit 1 on an error).")
 declared_command("verify", VerifyConfig, verify.main, "Check that every distributed mode trains what one process "
                  "trains on the global batch (exit 1 on FAIL).")
 declared_command("diagnose", DiagnoseConfig, diagnose_main, "Find the slow node, device or link: devices alone, "

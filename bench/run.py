@@ -12,7 +12,7 @@ from bench.data import datasets, feed
 from bench.errors import STOP_SIGNALS, BenchError, NotValid
 from bench.hooks import Hooks
 from bench.launching import detect, kubernetes, supervise
-from bench.measure import checkpoint, host_load, telemetry
+from bench.measure import checkpoint, host_load, preflight, telemetry
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
 from bench.records import env
@@ -58,6 +58,15 @@ def warn_small_shm(cfg: RunConfig) -> None:
     if cfg.device.value == "cuda" and cfg.np and cfg.np > 1 and size is not None and size < SHM_MIN_GIB:
         print(f"warning: /dev/shm is {size * 1024:.0f} MiB; NCCL needs more between local GPUs. "
               "In Docker use --ipc=host or --shm-size=1g (or larger).", file=sys.stderr)
+
+
+def warn_preflight(processes: bool) -> None:
+    """The cheap checks of bench preflight (bench.measure.preflight.cheap), once per node before training: each
+    warning and error one line on stderr, and the run goes on (``bench preflight`` runs every check). The GPUs'
+    other processes only where no rank of this run can hold a GPU yet (``processes``: in the spawner)."""
+    for f in preflight.cheap(processes):
+        if f.status in ("error", "warning"):
+            print(f"preflight: {f.status}: {f.member}: {f.detail}", file=sys.stderr)
 
 
 def start_telemetry(cfg: RunConfig, info: detect.LaunchInfo, trainer):
@@ -145,6 +154,7 @@ class Training:
             feed.check(resolved)  # the dataset's own checks, once, before any rank starts
         if resolved.resume_from:
             checkpoint.check(resolved)  # the checkpoint is this configuration's, before any rank starts
+        warn_preflight(processes=True)
         with self.hooks.exported():
             mode.spawn(resolved)
 
@@ -167,6 +177,8 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     out_dir = rank_output(cfg, info)
     if info.local_rank == 0:
         warn_small_shm(cfg)
+        if info.launcher != "self":  # no spawner of bench's ran the checks on this node
+            warn_preflight(processes=False)
     # --data: what the dataset is as the run starts; rank 0 writes no result if it changed by the end
     data_before = datasets.state(cfg.data) if cfg.data and info.rank == 0 else None
     trainer = mode.make_trainer(cfg, info, hooks)

@@ -1,0 +1,86 @@
+"""``bench preflight``: the environment faults that spoil a run, found before it (bench.measure.preflight).
+
+Run it on each node (``srun -N2 --ntasks-per-node=1 bench preflight``, or in the image): the driver against the
+CUDA each framework was built for, every GPU (other processes, uncorrected ECC errors, pending page retirements
+and row remaps), the interfaces NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name, the interface that reaches each
+of ``--hosts`` (by default the other nodes of the Slurm allocation), and the InfiniBand ports' state and rate. A
+table for people, ``--json`` for scripts; exit 1 when a finding is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+from bench.config import comma_list, option
+from bench.launching.slurm import expand_nodelist
+from bench.measure import preflight
+from bench.records import env as environment
+
+MARK = {"error": "[red]error[/]", "warning": "[yellow]warning[/]", "ok": "[green]ok[/]", "n/a": "n/a"}
+
+
+@dataclass(frozen=True)
+class PreflightConfig:
+    hosts: tuple[str, ...] = option((), "Comma-separated hosts the run will span: each must resolve and be reached "
+                                        "through the interface NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME name "
+                                        "(default: the other nodes of the Slurm allocation, if there is one).",
+                                    parse=comma_list, shown="")
+    frameworks: bool = option(True, "Import each framework (its own environment in the CUDA image) to read the CUDA "
+                                    "it was built for, a few seconds; --no-frameworks checks the rest only.",
+                              flag="--frameworks/--no-frameworks")
+    as_json: bool = option(False, "Print JSON: one object per finding.", flag="--json")
+
+
+def other_nodes(cfg: PreflightConfig) -> list[str]:
+    if cfg.hosts:
+        return list(cfg.hosts)
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    here = {socket.gethostname(), socket.gethostname().split(".")[0]}
+    return [n for n in expand_nodelist(nodelist) if n not in here] if nodelist else []
+
+
+def findings(cfg: PreflightConfig) -> list[preflight.Finding]:
+    record = environment.full() if cfg.frameworks else {"nvml": environment.nvml_gpus()}
+    nvml = record.get("nvml") or {}
+    out: list[preflight.Finding] = []
+    if cfg.frameworks:
+        built = {name: (record.get(key) or {}).get("cuda") for name, key in (("PyTorch", "torch"),
+                                                                               ("TensorFlow", "tensorflow"))
+                 if record.get(key)}
+        out += preflight.driver_findings(nvml.get("driver"), nvml.get("cuda_driver_version"), built)
+    if nvml.get("available"):
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            out += preflight.gpu_findings(pynvml)
+        finally:
+            pynvml.nvmlShutdown()
+    else:
+        out.append(preflight.Finding("gpu", "-", "n/a", f"no NVIDIA GPU to check: {nvml.get('reason', 'NVML')}"))
+    out += preflight.network_findings(dict(os.environ), other_nodes(cfg))
+    out += preflight.infiniband_findings(dict(os.environ))
+    return out
+
+
+def main(cfg: PreflightConfig) -> int:
+    """bench preflight: print every finding; exit 1 when one is an error."""
+    found = findings(cfg)
+    errors = [f for f in found if f.status == "error"]
+    if cfg.as_json:
+        print(json.dumps([f.as_dict() for f in found], indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("check", "member", "status", "finding", title=f"bench preflight on {socket.gethostname()}")
+        for f in found:
+            table.add_row(f.check, f.member, MARK.get(f.status, f.status), f.detail)
+        Console().print(table)
+        warnings = sum(f.status == "warning" for f in found)
+        print(f"preflight: {len(errors)} error(s), {warnings} warning(s)", file=sys.stderr)
+    return 1 if errors else 0

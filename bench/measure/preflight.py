@@ -1,0 +1,306 @@
+"""The environment faults that spoil a multi-node run an hour in, found before it starts (``bench preflight``).
+
+Each check gives findings: one line each, what was seen and what to do, with a status:
+
+* ``error``: the run would fail or measure something else (a driver too old for a framework's CUDA, a GPU with
+  uncorrected ECC errors or a pending page retirement or row remap, a network interface named for NCCL or Gloo
+  that does not exist or is down, an InfiniBand port NCCL is told to use that is not ACTIVE);
+* ``warning``: the run would measure less than the hardware does (other processes on a GPU, an InfiniBand port
+  below the others' rate, a host reached through another interface than the one NCCL or Gloo is told to use, or
+  a host several interfaces could reach with none named);
+* ``ok``: checked, nothing found; ``n/a``: not checkable here (the reason says why).
+
+The checks read NVML (nvidia-ml-py) and sysfs (``/sys/class/net``, ``/sys/class/infiniband``; the root is
+:data:`SYSFS`, moved by ``HVDBENCH_SYSFS`` for tests), and the frameworks' CUDA from ``bench env``'s record. No
+packet is sent: the interface towards a host is the one the kernel's routing table picks (a UDP socket's
+``connect``, which sends nothing). XID events are not checked: NVML reports them only while it listens, not the
+ones before it started (the kernel log has those: ``dmesg | grep -i xid``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SYSFS = Path(os.environ.get("HVDBENCH_SYSFS", "/sys"))
+# The oldest Linux driver each CUDA major version runs on (minor-version compatibility: NVIDIA's CUDA release
+# notes, table 3): a framework built for CUDA 12.x or 13.x needs at least these.
+MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+IFNAME_ENVS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+DOWN = ("down", "lowerlayerdown", "notpresent")  # operstate values of an interface that carries nothing
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # driver, gpu, network, infiniband
+    member: str  # what it is about: a framework, "gpu 0 (NVIDIA H100 80GB HBM3)", an interface, a port, a host
+    status: str  # error, warning, ok, n/a
+    detail: str  # what was seen, and what to do
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def cuda_of(text: str | None) -> tuple[int, int] | None:
+    """'13.0' / '12.5.1' / 13000 (NVML's form) -> (major, minor); None for none."""
+    if text is None:
+        return None
+    if isinstance(text, int):
+        return text // 1000, (text % 1000) // 10
+    parts = str(text).split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None
+
+
+def driver_findings(driver: str | None, driver_cuda: Any, frameworks: dict[str, str | None]) -> list[Finding]:
+    """The driver against the CUDA each framework was built for (``frameworks``: name -> its CUDA version, None
+    for a CPU build). A driver whose own CUDA has a lower major version than a framework's cannot run it; the same
+    major version runs any minor one (minor-version compatibility)."""
+    have = cuda_of(driver_cuda)
+    out = []
+    for name, built in frameworks.items():
+        wanted = cuda_of(built)
+        if wanted is None:
+            out.append(Finding("driver", name, "n/a", "a CPU build: it uses no GPU"))
+        elif have is None:
+            out.append(Finding("driver", name, "n/a", f"built for CUDA {built}; no NVIDIA driver answers here"))
+        elif have[0] < wanted[0]:
+            need = MIN_DRIVER.get(wanted[0], f"one for CUDA {wanted[0]}")
+            out.append(Finding("driver", name, "error", f"built for CUDA {built}, but driver {driver} runs CUDA "
+                               f"{have[0]}.{have[1]} at most: install driver {need} or newer, or use a build of "
+                               f"{name} for CUDA {have[0]}"))
+        else:
+            out.append(Finding("driver", name, "ok", f"built for CUDA {built}; driver {driver} runs CUDA "
+                               f"{have[0]}.{have[1]}"))
+    return out
+
+
+def _call(nvml, fn, *args):
+    """An NVML query's value, or the NVMLError's name where the device does not answer it (NotSupported, ...)."""
+    try:
+        return fn(*args), None
+    except nvml.NVMLError as exc:
+        return None, type(exc).__name__.replace("NVMLError_", "") or str(exc)
+
+
+def gpu_findings(nvml, processes: bool = True) -> list[Finding]:
+    """Every GPU NVML sees: other processes on it (``processes``: not where a run's own ranks may already hold
+    their GPUs), uncorrected ECC errors since the driver loaded, a page retirement or row remap waiting for a
+    reset, a failed row remap."""
+    own = {os.getpid()}
+    out = []
+    for i in range(nvml.nvmlDeviceGetCount()):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        name, _ = _call(nvml, nvml.nvmlDeviceGetName, h)
+        member = f"gpu {i} ({name.decode() if isinstance(name, bytes) else name})"
+        procs, why = _call(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h) if processes else ([], None)
+        others = [p for p in procs or [] if p.pid not in own]
+        if why:
+            out.append(Finding("gpu", member, "n/a", f"its processes cannot be listed ({why})"))
+        elif others:
+            used = sum(p.usedGpuMemory or 0 for p in others) / 2**30
+            out.append(Finding("gpu", member, "warning", f"{len(others)} other process(es) on it (pid "
+                               f"{', '.join(str(p.pid) for p in others)}; {used:.1f} GiB): a run beside them "
+                               "measures less; stop them or pick other GPUs (CUDA_VISIBLE_DEVICES)"))
+        ecc, ecc_why = _call(nvml, nvml.nvmlDeviceGetTotalEccErrors, h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                             nvml.NVML_VOLATILE_ECC)
+        if ecc:
+            out.append(Finding("gpu", member, "error", f"{ecc} uncorrected ECC error(s) since the driver loaded: "
+                               "drain the node and have the GPU checked (nvidia-smi -q -d ECC)"))
+        pending, _ = _call(nvml, nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        if pending:
+            out.append(Finding("gpu", member, "error", "a retired page waits for a GPU reset: reset it "
+                               "(nvidia-smi -r, or reboot the node) before measuring"))
+        rows, _ = _call(nvml, nvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            _corrected, uncorrected, remap_pending, failed = rows
+            if failed:
+                out.append(Finding("gpu", member, "error", "a row remap failed: the GPU needs service"))
+            elif remap_pending:
+                out.append(Finding("gpu", member, "error", "a row remap waits for a GPU reset: reset it "
+                                   "(nvidia-smi -r, or reboot the node) before measuring"))
+            elif uncorrected:
+                out.append(Finding("gpu", member, "warning", f"{uncorrected} row(s) remapped after uncorrectable "
+                                   "errors: watch this GPU"))
+        if not any(f.member == member and f.status in ("error", "warning") for f in out):
+            out.append(Finding("gpu", member, "ok", ("no other process, " if processes else "")
+                               + "no uncorrected ECC error, no reset pending"
+                               + ("" if ecc is not None else f" (ECC not reported: {ecc_why})")))
+    return out
+
+
+def interface_state(name: str) -> str | None:
+    """An interface's operstate (up, down, unknown: a virtual one that reports none); None where it does not
+    exist."""
+    path = SYSFS / "class" / "net" / name / "operstate"
+    return _read(path) if path.exists() else None
+
+
+def interfaces() -> list[str]:
+    try:
+        return sorted(p.name for p in (SYSFS / "class" / "net").iterdir())
+    except OSError:
+        return []
+
+
+def named_interfaces(environ: dict[str, str]) -> dict[str, list[tuple[str, bool]]]:
+    """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME -> (name, exact) of each interface it names. NCCL's names are
+    prefixes ('eth' takes eth0 and eth1) unless the list starts with '=', and a list starting with '^' names the
+    interfaces not to use (left out here); Gloo's are exact names."""
+    out = {}
+    for var in IFNAME_ENVS:
+        value = environ.get(var, "").strip()
+        if not value or value.startswith("^"):
+            continue
+        exact = var == "GLOO_SOCKET_IFNAME" or value.startswith("=")
+        out[var] = [(v.strip(), exact) for v in value.lstrip("=").split(",") if v.strip()]
+    return out
+
+
+def route_interface(host: str) -> tuple[str | None, str]:
+    """(the interface the routing table picks towards ``host``, its local address or why there is none): a UDP
+    socket's connect, which sends nothing."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+    except OSError as exc:
+        return None, f"does not resolve ({exc.strerror or exc})"
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(address)
+        except OSError as exc:
+            return None, f"no route ({exc.strerror or exc})"
+        local = s.getsockname()[0]
+    for name in interfaces():
+        if local in addresses_of(name):
+            return name, local
+    return None, local
+
+
+def addresses_of(name: str) -> set[str]:
+    """The IPv4 and IPv6 addresses of an interface (``socket.if_nameindex`` knows names only: ioctl for v4,
+    /proc/net/if_inet6 for v6)."""
+    found: set[str] = set()
+    try:
+        import fcntl
+        import struct
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            found.add(socket.inet_ntoa(packed[20:24]))
+    except OSError:
+        pass
+    try:
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 6 and fields[5] == name:
+                found.add(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0])))
+    except OSError:
+        pass
+    return found
+
+
+def network_findings(environ: dict[str, str], hosts: list[str]) -> list[Finding]:
+    """The interfaces NCCL and Gloo are told to use exist and are up; each host in ``hosts`` is reached through
+    one of them (or, with none named, through one interface the routing table picks)."""
+    out = []
+    named = named_interfaces(environ)
+    present = interfaces()
+    wanted: set[str] = set()
+    for var, names in named.items():
+        for name, exact in names:
+            matches = [i for i in present if (i == name if exact else i.startswith(name))]
+            member = f"{var}={name}"
+            states = {i: interface_state(i) for i in matches}
+            up = [i for i in matches if states[i] not in DOWN]
+            wanted.update(matches)
+            if not matches:
+                what = f"named {name}" if exact else f"whose name starts with {name}"
+                out.append(Finding("network", member, "error", f"no interface {what} here (these are: "
+                                   f"{', '.join(present) or 'none'}): fix {var}"))
+            elif not up:
+                down = ", ".join(f"{i} is {states[i]}" for i in matches)
+                out.append(Finding("network", member, "error", f"{down}: bring it up or fix {var}"))
+            else:
+                out.append(Finding("network", member, "ok", "; ".join(
+                    f"{i} is up" if states[i] == "up" else
+                    f"{i} exists (it reports no link state, as loopback and most virtual interfaces do)" for i in up)))
+    for host in hosts:
+        via, local = route_interface(host)
+        if via is None:
+            out.append(Finding("network", host, "error", f"{host}: {local}"))
+        elif wanted and via not in wanted:
+            out.append(Finding("network", host, "warning", f"reached through {via} ({local}), not through "
+                               f"{', '.join(sorted(wanted))}, which {' and '.join(named)} name: the ranks' "
+                               "traffic and the route differ; name the interface that reaches it"))
+        else:
+            out.append(Finding("network", host, "ok", f"reached through {via} ({local})"))
+    return out
+
+
+def infiniband_findings(environ: dict[str, str]) -> list[Finding]:
+    """Every InfiniBand (or RoCE) port: its state and rate. A port NCCL_IB_HCA selects that is not ACTIVE is an
+    error; one not ACTIVE otherwise, or one below the fastest port's rate, a warning."""
+    root = SYSFS / "class" / "infiniband"
+    try:
+        devices = sorted(root.iterdir())
+    except OSError:
+        return []
+    selected = [d.split(":")[0].strip() for d in environ.get("NCCL_IB_HCA", "").lstrip("=^").split(",") if d.strip()]
+    excluded = environ.get("NCCL_IB_HCA", "").startswith("^")
+    ports = [(f"{device.name}:{port.name}", device.name, _read(port / "state"), _read(port / "rate"))
+             for device in devices for port in sorted((device / "ports").glob("*"))]
+    fastest = max((_gbps(rate) for *_, rate in ports), default=0.0)
+    out = []
+    for member, device, state, rate in ports:
+        used = not selected or ((device in selected) != excluded)
+        if "ACTIVE" not in state:
+            status = "error" if selected and used else "warning"
+            out.append(Finding("infiniband", member, status, f"port {state or 'state unknown'}"
+                               + (" and NCCL_IB_HCA selects it" if selected and used else "")
+                               + ": check the cable and the switch port (ibstat)"))
+        elif _gbps(rate) < fastest:
+            out.append(Finding("infiniband", member, "warning", f"at {rate}, below the fastest port's "
+                               f"{fastest:g} Gb/sec: a link trained at a lower rate (ibstat; reseat the cable)"))
+        else:
+            out.append(Finding("infiniband", member, "ok", f"ACTIVE at {rate}"))
+    return out
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _gbps(rate: str) -> float:
+    """sysfs's '200 Gb/sec (4X HDR)' -> 200.0."""
+    try:
+        return float(rate.split()[0])
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def cheap(processes: bool, environ: dict[str, str] | None = None) -> list[Finding]:
+    """The checks cheap enough for the start of every run (no framework imported): the GPUs (their processes
+    where ``processes``), the interfaces named for NCCL and Gloo, the InfiniBand ports; no GPU finding where NVML
+    is absent."""
+    environ = dict(os.environ if environ is None else environ)
+    found = network_findings(environ, []) + infiniband_findings(environ)
+    try:
+        import pynvml
+    except ImportError:
+        return found
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return found
+    try:
+        return gpu_findings(pynvml, processes) + found
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,28 @@
+"""bench preflight as a user runs it, and its cheap checks at the start of a run (issue 70)."""
+
+import json
+
+from tests.conftest import bench
+
+
+def test_preflight_finds_a_missing_interface_and_says_so_in_json_and_in_its_exit_status():
+    r = bench("preflight", "--no-frameworks", "--json", "--hosts", "127.0.0.1", NCCL_SOCKET_IFNAME="nonexistent0")
+    assert r.returncode == 1, r.stderr
+    found = {(f["check"], f["member"]): f for f in json.loads(r.stdout)}
+    assert found[("network", "NCCL_SOCKET_IFNAME=nonexistent0")]["status"] == "error"
+    assert "no interface whose name starts with nonexistent0" in found[("network", "NCCL_SOCKET_IFNAME=nonexistent0")][
+        "detail"]
+    assert found[("network", "127.0.0.1")]["detail"] == "reached through lo (127.0.0.1)"
+    ok = bench("preflight", "--no-frameworks")
+    assert ok.returncode == 0 and "bench preflight on" in ok.stdout and "0 error(s)" in ok.stderr, ok.stderr
+
+
+def test_a_run_prints_the_cheap_checks_findings_and_goes_on(tmp_path):
+    out = tmp_path / "out"
+    r = bench("torch-single", "--steps-per-window", "1", "--windows", "1", "--warmup-steps", "0", "--output",
+              str(out), GLOO_SOCKET_IFNAME="nonexistent0")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("preflight:")]
+    assert len(lines) == 1 and lines[0].startswith("preflight: error: GLOO_SOCKET_IFNAME=nonexistent0: no interface "
+                                                   "named nonexistent0 here"), r.stderr
+    assert len(list(out.glob("*.json"))) == 1

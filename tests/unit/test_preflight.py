@@ -1,0 +1,133 @@
+"""bench preflight's checks (bench.measure.preflight) on a fake NVML and a fake sysfs: each fault found, in one
+line with what to do, and nothing found on a healthy machine."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from bench.measure import preflight
+from bench.measure.preflight import Finding
+
+
+class Nvml:
+    """pynvml's calls the checks make, over a list of GPUs (dicts); a missing figure raises NotSupported."""
+
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):  # noqa: N801 (NVML's name)
+        pass
+
+    def __init__(self, gpus: list[dict]) -> None:
+        self.gpus = gpus
+
+    def _get(self, h, key):
+        if key not in self.gpus[h]:
+            raise self.NVMLError_NotSupported()
+        return self.gpus[h][key]
+
+    def nvmlDeviceGetCount(self):  # noqa: N802 (NVML's names)
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802
+        return i
+
+    def nvmlDeviceGetName(self, h):  # noqa: N802
+        return self.gpus[h].get("name", "NVIDIA H200")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):  # noqa: N802
+        return [SimpleNamespace(pid=pid, usedGpuMemory=2**30) for pid in self._get(h, "pids")]
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):  # noqa: N802
+        assert (kind, counter) == (1, 0)  # uncorrected, since the driver loaded
+        return self._get(h, "ecc")
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):  # noqa: N802
+        return self._get(h, "pending")
+
+    def nvmlDeviceGetRemappedRows(self, h):  # noqa: N802
+        return self._get(h, "rows")
+
+
+HEALTHY = {"pids": [], "ecc": 0, "pending": 0, "rows": (0, 0, 0, 0)}
+
+
+def bad(found: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.member, f.status) for f in found if f.status in ("error", "warning")]
+
+
+def test_a_healthy_gpu_is_ok_and_each_fault_is_named_with_what_to_do():
+    gpus = [HEALTHY, {**HEALTHY, "pids": [4242]}, {**HEALTHY, "ecc": 3}, {**HEALTHY, "pending": 1},
+            {**HEALTHY, "rows": (0, 0, 1, 0)}, {**HEALTHY, "rows": (0, 0, 0, 1)}, {**HEALTHY, "rows": (2, 1, 0, 0)},
+            {"pids": []}]  # the last reports no ECC, retirement or remap figures (a consumer GPU)
+    found = preflight.gpu_findings(Nvml(gpus))
+    assert bad(found) == [("gpu 1 (NVIDIA H200)", "warning"), ("gpu 2 (NVIDIA H200)", "error"),
+                          ("gpu 3 (NVIDIA H200)", "error"), ("gpu 4 (NVIDIA H200)", "error"),
+                          ("gpu 5 (NVIDIA H200)", "error"), ("gpu 6 (NVIDIA H200)", "warning")]
+    text = {f.member: f.detail for f in found}
+    assert "pid 4242" in text["gpu 1 (NVIDIA H200)"] and "CUDA_VISIBLE_DEVICES" in text["gpu 1 (NVIDIA H200)"]
+    assert "3 uncorrected ECC" in text["gpu 2 (NVIDIA H200)"] and "nvidia-smi -r" in text["gpu 3 (NVIDIA H200)"]
+    assert "row remap waits" in text["gpu 4 (NVIDIA H200)"] and "failed" in text["gpu 5 (NVIDIA H200)"]
+    assert [f.status for f in found if f.member.startswith(("gpu 0", "gpu 7"))] == ["ok", "ok"]
+    assert "ECC not reported: NotSupported" in text["gpu 7 (NVIDIA H200)"]
+    # at the start of a run under another launcher, the ranks' own processes are not held against the GPU
+    assert bad(preflight.gpu_findings(Nvml(gpus[:2]), processes=False)) == []
+
+
+def test_the_driver_against_each_frameworks_cuda():
+    found = preflight.driver_findings("575.57.08", 12090, {"PyTorch": "13.0", "TensorFlow": "12.5.1", "cpu": None})
+    assert [(f.member, f.status) for f in found] == [("PyTorch", "error"), ("TensorFlow", "ok"), ("cpu", "n/a")]
+    assert "580.65.06 or newer" in found[0].detail and "CUDA 12.9 at most" in found[0].detail
+    assert preflight.driver_findings("580.65.06", 13000, {"PyTorch": "13.0"})[0].status == "ok"
+    assert preflight.driver_findings(None, None, {"PyTorch": "13.0"})[0].status == "n/a"
+
+
+@pytest.fixture
+def sysfs(tmp_path, monkeypatch):
+    """A fake /sys: eth0 up, ib0 down, lo (no link state, as the real one), and InfiniBand ports."""
+    for name, state in (("eth0", "up"), ("ib0", "down"), ("lo", "unknown")):
+        (tmp_path / "class" / "net" / name).mkdir(parents=True)
+        (tmp_path / "class" / "net" / name / "operstate").write_text(state + "\n")
+    for port, state, rate in (("mlx5_0/ports/1", "4: ACTIVE", "200 Gb/sec (4X HDR)"),
+                              ("mlx5_1/ports/1", "4: ACTIVE", "100 Gb/sec (4X EDR)"),
+                              ("mlx5_2/ports/1", "1: DOWN", "10 Gb/sec (4X SDR)")):
+        (tmp_path / "class" / "infiniband" / port).mkdir(parents=True)
+        (tmp_path / "class" / "infiniband" / port / "state").write_text(state + "\n")
+        (tmp_path / "class" / "infiniband" / port / "rate").write_text(rate + "\n")
+    monkeypatch.setattr(preflight, "SYSFS", tmp_path)
+    return tmp_path
+
+
+def test_the_interfaces_named_for_nccl_and_gloo_exist_and_are_up(sysfs):
+    found = preflight.network_findings({"NCCL_SOCKET_IFNAME": "eth,ib0", "GLOO_SOCKET_IFNAME": "eth"}, [])
+    assert [(f.member, f.status) for f in found] == [("NCCL_SOCKET_IFNAME=eth", "ok"),  # NCCL's: a prefix
+                                                     ("NCCL_SOCKET_IFNAME=ib0", "error"),
+                                                     ("GLOO_SOCKET_IFNAME=eth", "error")]  # Gloo's: a name
+    assert found[0].detail == "eth0 is up" and found[1].detail.startswith("ib0 is down")
+    assert "no interface named eth here (these are: eth0, ib0, lo)" in found[2].detail
+    found = preflight.network_findings({"NCCL_SOCKET_IFNAME": "=eth", "GLOO_SOCKET_IFNAME": "lo"}, [])
+    assert [f.status for f in found] == ["error", "ok"] and "named eth" in found[0].detail  # '=': exact
+    assert "no link state" in found[1].detail
+    assert preflight.network_findings({"NCCL_SOCKET_IFNAME": "^docker,lo"}, []) == []  # exclusions name none
+
+
+def test_a_host_is_reached_through_the_named_interface_or_named(sysfs):
+    """The route to a host is the kernel's (nothing is sent): 127.0.0.1 goes through lo."""
+    assert bad(preflight.network_findings({"GLOO_SOCKET_IFNAME": "lo"}, ["127.0.0.1"])) == []
+    found = preflight.network_findings({"NCCL_SOCKET_IFNAME": "eth0"}, ["127.0.0.1", "no-such-host.invalid"])
+    assert bad(found) == [("127.0.0.1", "warning"), ("no-such-host.invalid", "error")]
+    assert "reached through lo (127.0.0.1), not through eth0" in found[1].detail
+    assert "does not resolve" in found[2].detail
+
+
+def test_infiniband_ports_down_or_slow(sysfs):
+    found = preflight.infiniband_findings({})
+    assert [(f.member, f.status) for f in found] == [("mlx5_0:1", "ok"), ("mlx5_1:1", "warning"),
+                                                     ("mlx5_2:1", "warning")]
+    assert "below the fastest port's 200 Gb/sec" in found[1].detail and "1: DOWN" in found[2].detail
+    # a port NCCL is told to use that is down is an error; excluded, a warning
+    assert bad(preflight.infiniband_findings({"NCCL_IB_HCA": "mlx5_2:1"}))[-1] == ("mlx5_2:1", "error")
+    assert bad(preflight.infiniband_findings({"NCCL_IB_HCA": "^mlx5_2"}))[-1] == ("mlx5_2:1", "warning")
