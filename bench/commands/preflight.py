@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from bench.config import comma_list, option
 from bench.launching.slurm import expand_nodelist
 from bench.measure import preflight
+from bench.measure.telemetry import load_nvml
 from bench.records import env as environment
 
 MARK = {"error": "[red]error[/]", "warning": "[yellow]warning[/]", "ok": "[green]ok[/]", "n/a": "n/a"}
@@ -44,24 +45,22 @@ def other_nodes(cfg: PreflightConfig) -> list[str]:
 
 
 def findings(cfg: PreflightConfig) -> list[preflight.Finding]:
-    record = environment.full() if cfg.frameworks else {"nvml": environment.nvml_gpus()}
-    nvml = record.get("nvml") or {}
     out: list[preflight.Finding] = []
     if cfg.frameworks:
+        record = environment.full()
+        nvml = record.get("nvml") or {}
         built = {name: (record.get(key) or {}).get("cuda") for name, key in (("PyTorch", "torch"),
                                                                                ("TensorFlow", "tensorflow"))
                  if record.get(key)}
         out += preflight.driver_findings(nvml.get("driver"), nvml.get("cuda_driver_version"), built)
-    if nvml.get("available"):
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            out += preflight.gpu_findings(pynvml)
-        finally:
-            pynvml.nvmlShutdown()
+    module, reason = load_nvml()
+    if module is None:
+        out.append(preflight.Finding("gpu", "-", "n/a", f"no NVIDIA GPU to check: {reason}"))
     else:
-        out.append(preflight.Finding("gpu", "-", "n/a", f"no NVIDIA GPU to check: {nvml.get('reason', 'NVML')}"))
+        try:
+            out += preflight.gpu_findings(module)
+        finally:
+            module.nvmlShutdown()
     out += preflight.network_findings(dict(os.environ), other_nodes(cfg))
     out += preflight.infiniband_findings(dict(os.environ))
     return out

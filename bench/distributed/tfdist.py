@@ -32,8 +32,8 @@ def use_gpu(device: Device) -> bool:
     if device == Device.auto and not found:
         tf = import_tf()[0]
         envs.no_gpu("TensorFlow", envs.TF_CPU_BUILD if not tf.test.is_built_with_cuda() else
-                    "its CUDA 12 build finds no GPU it can use (nvidia-smi shows the driver; CUDA 12 needs 525.60.13 "
-                    "or newer), or CUDA_VISIBLE_DEVICES names none")
+                    "its CUDA 12 build finds no GPU it can use (nvidia-smi shows the driver; CUDA 12 needs "
+                    f"{envs.MIN_DRIVER_CUDA12} or newer), or CUDA_VISIBLE_DEVICES names none")
     return device == Device.cuda or (device == Device.auto and bool(found))
 
 

@@ -16,11 +16,14 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.measure.telemetry import load_nvml
 
 PYTHON_ENV = {"torch": "HVDBENCH_PYTHON_TORCH", "tensorflow": "HVDBENCH_PYTHON_TF"}
 FLAVOR_ENV = "HVDBENCH_IMAGE_FLAVOR"
-# CUDA 13.0's minimum Linux driver (the torch environment; TensorFlow's CUDA 12 needs less).
+# CUDA 13.0's minimum Linux driver (the torch environment), and CUDA 12's (TensorFlow's in the CUDA image): the
+# oldest driver each major version runs on, by minor-version compatibility (NVIDIA's CUDA release notes).
 MIN_DRIVER = "580.65.06"
+MIN_DRIVER_CUDA12 = "525.60.13"
 
 
 def _root(python: str) -> Path:
@@ -84,20 +87,15 @@ def nvidia_gpus() -> int:
     the driver); 0 too where CUDA_VISIBLE_DEVICES hides every GPU on purpose ("" or -1)."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
         return 0
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
+    nvml, _ = load_nvml()
+    if nvml is None:
         return 0
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return 0
-    try:
-        return pynvml.nvmlDeviceGetCount()
-    except pynvml.NVMLError:
+        return nvml.nvmlDeviceGetCount()
+    except nvml.NVMLError:
         return 0
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()
 
 
 def no_gpu(framework: str, why: str) -> None:

@@ -25,10 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.launching import envs
+from bench.measure.telemetry import load_nvml
+
 SYSFS = Path(os.environ.get("HVDBENCH_SYSFS", "/sys"))
-# The oldest Linux driver each CUDA major version runs on (minor-version compatibility: NVIDIA's CUDA release
-# notes, table 3): a framework built for CUDA 12.x or 13.x needs at least these.
-MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+# The oldest Linux driver each CUDA major version runs on: a framework built for CUDA 12.x or 13.x needs these.
+MIN_DRIVER = {12: envs.MIN_DRIVER_CUDA12, 13: envs.MIN_DRIVER}
 IFNAME_ENVS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 DOWN = ("down", "lowerlayerdown", "notpresent")  # operstate values of an interface that carries nothing
 
@@ -292,15 +294,10 @@ def cheap(processes: bool, environ: dict[str, str] | None = None) -> list[Findin
     is absent."""
     environ = dict(os.environ if environ is None else environ)
     found = network_findings(environ, []) + infiniband_findings(environ)
-    try:
-        import pynvml
-    except ImportError:
+    nvml, _ = load_nvml()
+    if nvml is None:
         return found
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return found
-    try:
-        return gpu_findings(pynvml, processes) + found
+        return gpu_findings(nvml, processes) + found
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()

@@ -65,22 +65,26 @@ def write(path: Path, record: dict[str, Any]) -> Path:
     kind = kind_of(record)
     problem = "it is of no kind hvdbench keeps" if kind is None else mismatch(record, kind.value)
     if problem:
-        saved = save_fallback(path.name, text)
-        where = f"saved to {saved}" if saved else "not saved: no fallback folder could take it"
-        raise ResultNotWhole(f"{path} not written: the record does not match its schema ({problem}); it is {where}")
+        raise ResultNotWhole(f"{path} not written: the record does not match its schema ({problem}); it is "
+                             f"{kept(path.name, text)}")
     try:
         files.write_new(path, text)
     except FileExistsError:
         raise BenchError(f"{path} already exists; not overwritten") from None
     except OSError as exc:
-        saved = save_fallback(path.name, text)
-        if saved is None:
-            sys.stderr.write(text)
-            where = "printed above on standard error: no fallback folder could take it either"
-        else:
-            where = f"saved to {saved} instead"
-        raise ResultNotWhole(f"could not write {path} ({files.disk_reason(exc)}); the record is {where}") from None
+        raise ResultNotWhole(f"could not write {path} ({files.disk_reason(exc)}); the record is "
+                             f"{kept(path.name, text)}") from None
     return path
+
+
+def kept(name: str, text: str) -> str:
+    """Keep a record that could not be written where asked: in the first fallback folder that takes it, else on
+    standard error. Where it went, in words."""
+    saved = save_fallback(name, text)
+    if saved is None:
+        sys.stderr.write(text)
+        return "printed above on standard error: no fallback folder could take it either"
+    return f"saved to {saved} instead"
 
 
 def read(path: str | os.PathLike, *kinds: Kind) -> dict[str, Any]:
