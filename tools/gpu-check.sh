@@ -4,7 +4,7 @@
 #   tools/gpu-check.sh [--short] [OUT]          (OUT default: $OUT, else results/gpu-check)
 #
 # On a GPU machine: installs bench from this tree with the wheels `make gpu-check-prepare` put in .gpu-check/
-# (no download), then runs bench env, bench peak at each precision, ResNet-50 at Lambda's batch and layout, paper
+# (no download), then runs bench env, bench preflight, bench peak at each precision, ResNet-50 at Lambda's batch and layout, paper
 # and --tuned side by side (ResNet-50 in amp-bf16 and amp-fp16, VGG-16 in amp-bf16), torch-single / torch-ddp on VGG-16 and
 # ResNet-50 at 224x224 in fp32 (TF32), amp-bf16 and amp-fp16 (ResNet-50 also channels-last), ResNet-50 from JPEG
 # files (--data), ResNet-20 to a target on the digits and resumed from its checkpoint, one Transformer, bench
@@ -119,6 +119,7 @@ else
 fi
 
 step env "${BENCH[@]}" env
+step preflight "${BENCH[@]}" preflight  # NVML's process, ECC and remap queries on real GPUs (exit 1 on a finding)
 for p in "${PEAKS[@]}"; do step "peak-$p" "${BENCH[@]}" peak "${DEVICE[@]}" --precision "$p" --output "$RES"; done
 # First in the window: paper and tuned side by side (docs/measuring.md, Profiles), and ResNet-50 at Lambda's own
 # batch and layout (NCHW, eager) for the ratio to their published figure, like for like. The paper's runs carry

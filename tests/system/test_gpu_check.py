@@ -42,7 +42,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert rest.returncode == 0, rest.stdout[-3000:] + rest.stderr[-3000:]
     steps = [line.split("\t") for line in (out / "status.tsv").read_text().splitlines()]
     names = [s[0] for s in steps]
-    assert len(names) == len(set(names)) and names[:3] == ["install", "env", "peak-fp32"]  # each once, in order
+    assert len(names) == len(set(names)) and names[:4] == ["install", "env", "preflight", "peak-fp32"]  # in order
     assert {"torch-ddp-vgg16-fp32", "tuned-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data",
             "transformer", "verify", "torch-ddp-converge", "torch-ddp-resume"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
@@ -56,7 +56,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert ("| torch-single | vgg16 | fp32 | cpu-tuned, batch 2, channels-last, compiled (default), fused optimizer "
             "| 1 |") in summary
     assert "## torch-horovod against Horovod's own PyTorch benchmark" in summary
-    assert "| peak-fp32 | ok |" in summary
+    assert "| peak-fp32 | ok |" in summary and "| preflight | ok |" in summary
     assert "## Input pipeline (--data against synthetic)" in summary
     assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
     # the run to a target, and the same resumed from its checkpoint after epoch 1 (the column "resumed after epoch")
