@@ -96,6 +96,8 @@ def set_knobs(cfg: Any, environ: MutableMapping[str, str] = os.environ) -> None:
         value = getattr(cfg, name, None)
         if value is not None:
             environ[variable] = f"{value:g}" if isinstance(value, float) else str(value)
+    if getattr(cfg, "trace", None):  # --trace starts and stops the timeline around its steps (bench.measure.trace)
+        environ.setdefault("HOROVOD_TIMELINE", "DYNAMIC")
 
 
 def knob_values(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
@@ -127,3 +129,10 @@ def environment(hvd, framework: str, on_gpu: bool) -> dict[str, Any]:
     return {"horovod": env.horovod_info(framework),
             "distribution": {"library": "horovod", "controller": "mpi" if hvd.mpi_enabled() else "gloo",
                              "nccl": bool(hvd.nccl_built()) and on_gpu, **knob_values()}}
+
+
+def allgather_object(hvd, obj: Any) -> list[Any]:
+    """Every rank's ``obj``, through Horovod. One name for every call: Horovod names the collective after the
+    object's type by default, so ranks gathering objects of different types (a run id on rank 0, None elsewhere)
+    would each wait for a collective the others never submit."""
+    return hvd.allgather_object(obj, name="hvdbench.allgather_object")

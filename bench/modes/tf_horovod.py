@@ -92,7 +92,7 @@ class HorovodTFTrainer(TFTrainer):
         self._last = reduced[-1]
 
     def allgather(self, obj: Any) -> list[Any]:
-        return self.hvd.allgather_object(obj)
+        return hvdist.allgather_object(self.hvd, obj)
 
     def environment(self) -> dict[str, Any]:
         return {**super().environment(), **hvdist.environment(

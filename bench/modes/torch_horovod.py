@@ -83,7 +83,7 @@ class HorovodTrainer(TorchTrainer):
             self.hvd.synchronize(handle)
 
     def allgather(self, obj: Any) -> list[Any]:
-        return self.hvd.allgather_object(obj)
+        return hvdist.allgather_object(self.hvd, obj)
 
     def environment(self) -> dict[str, Any]:
         return {**super().environment(),

@@ -30,7 +30,7 @@ class HorovodComm(Comm):
         hvdist.init(self.hvd, self.rank, self.world_size)
 
     def allgather(self, obj: Any) -> list[Any]:
-        return self.hvd.allgather_object(obj)
+        return hvdist.allgather_object(self.hvd, obj)
 
     # Horovod's allgather and all-to-all return a new tensor, from either framework alike (self.buf: the
     # framework's tensor, made by the subclass's fill).
