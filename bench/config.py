@@ -222,6 +222,10 @@ class RunConfig:
     attribution_steps: int | None = option(None, "Per-rank attribution: compute-only and exchange-only steps each, "
                                            "after the timed ones (default: 1 per 20 timed steps, at least 2; 0: "
                                            "none).", minimum=0, sweep=True)
+    trace: int | None = option(None, "Profile this many steps with the framework's profiler (torch.profiler, "
+                               "TensorFlow's; Horovod's timeline too), after the timed windows: one file per rank "
+                               "in <output>/<run id>.trace/, and the tracing's cost per step in the result "
+                               "(docs/measuring.md).", minimum=1, unit="steps")
     np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
                             flag="--np", minimum=1)
     device: Device = option(Device.auto, "Where to train.", sweep=True)
@@ -350,6 +354,9 @@ class RunConfig:
         if self.xla and spec.framework != "tensorflow":
             raise BenchError(f"--xla applies to the TensorFlow modes; {self.mode} is PyTorch (its compiler: "
                              "--compile)")
+        if self.trace and self.strategy == "ps":
+            raise BenchError("--trace: tf-native's ps strategy runs its steps in the worker processes, which its "
+                             "coordinator only dispatches to; trace the multiworker or mirrored strategy")
         if self.xla and self.strategy == "ps":
             raise BenchError(f"--xla: {NO_XLA_ON_PS}")
         if self.xla and self.sparse_embeddings and not self.sparse_as_dense:

@@ -198,7 +198,7 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
 
     from rich.console import Console
 
-    result = build_result(cfg, info, gathered, new_run_id(cfg.mode))
+    result = build_result(cfg, info, gathered, gathered.get("run_id") or new_run_id(cfg.mode))
     # A stop signal now waits until the files are whole: the measurement is finished, it is not lost.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:

@@ -151,7 +151,8 @@ done
 # Real data (docs/data.md): ImageNet-sized JPEGs through the DataLoader with pinned memory and the timed copy, against
 # the synthetic run of the same settings above (bench compare gives the input pipeline's cost).
 step data-make "${BENCH[@]}" data make "$STATE/jpegs" "${JPEGS[@]}"
-step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[@]}" "${SIZE[@]}" --data "$STATE/jpegs" --output "$RES"
+# traced after its windows (--trace: torch.profiler with CUDA kernels and NVTX ranges, one file per rank)
+step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[@]}" "${SIZE[@]}" --data "$STATE/jpegs" --trace 5 --output "$RES"
 # Training to a target (docs/training.md): ResNet-20 on scikit-learn's digits, time to 95% held-out top-1.
 step digits-make "${BENCH[@]}" data make "$STATE/digits" --format cifar --from digits
 step torch-ddp-converge "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" --output "$RES"

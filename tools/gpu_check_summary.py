@@ -123,6 +123,21 @@ def training_section(runs: list[dict]) -> list[str]:
     return md
 
 
+def trace_section(runs: list[dict]) -> list[str]:
+    """The traced runs (--trace, bench.measure.trace): where the files are and what tracing cost per step."""
+    traced = [r for r in runs if r.get("trace")]
+    if not traced:
+        return []
+    md = ["", "## Traces (--trace)", "", "| mode | model | np | steps | traced ms/step | windows ms/step | cost | "
+          "files |", "|---|---|---|---|---|---|---|---|"]
+    for r in traced:
+        t = r["trace"]
+        md.append(f"| {r['mode']} | {r['config']['model']} | {r['world_size']} | {t['steps']} | "
+                  f"{1e3 * t['traced_step_s']:.2f} | {1e3 * t['untraced_step_s']:.2f} | {100 * t['cost']:+.1f}% | "
+                  f"{t['folder']}/ |")
+    return md
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, help="the check's results folder (every result, peak and verify record)")
@@ -167,6 +182,7 @@ def main() -> None:
                       f"{t.get('gpus_sampled', '-')} of {r['world_size']} | {_traffic(r)} |")
     md += anchors_section(runs)
     md += input_section(runs)
+    md += trace_section(runs)
     md += training_section(runs)
     reference = results / "reference.json"
     if reference.exists():

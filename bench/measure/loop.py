@@ -28,9 +28,11 @@ from typing import Any, Protocol
 from bench.config import RunConfig
 from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, checkpoint, goal, host_load, traffic
+from bench.measure import attribution, checkpoint, goal, host_load, trace, traffic
 from bench.measure.watchdog import Watchdog
 from bench.models import model
+from bench.modes import mode
+from bench.records.header import new_run_id
 
 
 class Trainer(Protocol):
@@ -226,6 +228,12 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     checksum, final = trainer.checksum(), trainer.fingerprint()  # before the attribution's steps move them
     if progress is not None:
         progress.stop()
+    run_id = traced = None
+    if cfg.trace:  # --trace: the profiler over steps of their own, after the checksum (bench.measure.trace)
+        run_id = trainer.allgather(new_run_id(cfg.mode) if trainer.rank == 0 else None)[0]  # the files' folder
+        spec = mode(cfg.mode)
+        traced = trace.measure(trainer, cfg, spec.framework, spec.horovod, run_id, window_s,
+                               hooks.slowed(trainer.rank, trainer.step, trainer.sync), dog)
     attributed = None
     if cfg.attribution_steps and trainer.world_size > 1:
         why = attribution.unsupported(trainer)
@@ -259,13 +267,14 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         "attribution": attributed,
         "data": data,
         "goal": tracker.record() if tracker is not None else None,
+        "trace": traced,
     }
     dog.at("gather")
     gathered = trainer.allgather(record)
     if trainer.rank != 0:
         return None
     return {"ranks": sorted(gathered, key=lambda r: r["rank"]), "environment": trainer.environment(),
-            "t_start": t_start}
+            "t_start": t_start, "run_id": run_id}
 
 
 def resume(cfg: RunConfig, trainer: Trainer, schedule: goal.Schedule, tracker: goal.Goal) -> dict[str, Any]:

@@ -126,6 +126,8 @@ class TorchTrainer:
         # --compile: the attribution's compute-only step is compiled too, on its first (untimed) call
         self.traces_compute_step = compiles(cfg)
         self._compute_module = None
+        # the step's parts as ranges: named ones while --trace's profiler runs (bench.measure.trace), else none
+        self.mark = contextlib.nullcontext
 
     # -- building blocks -------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -319,18 +321,21 @@ class TorchTrainer:
 
     # -- Trainer protocol ------------------------------------------------------------------
     def step(self) -> None:
-        self.next_batch()
+        mark = self.mark
+        with mark("data"):
+            self.next_batch()
         self.optimizer.zero_grad()  # set_to_none=True is torch's default
-        with self.autocast():
+        with mark("forward"), self.autocast():
             loss = loss_fn(self.model(self.data), self.target, self.cfg.label_smoothing)
         self.track(loss)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.optimizer.step()
+        with mark("backward"):
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        with mark("optimizer"):
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
 
     # -- per-rank attribution (bench.measure.attribution) -------------------------------------------
     def attribution_unsupported(self) -> str | None:

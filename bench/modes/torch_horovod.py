@@ -60,18 +60,22 @@ class HorovodTrainer(TorchTrainer):
         if self.scaler is None:
             return super().step()
         # Horovod with a GradScaler: finish the allreduce before the scaler inspects gradients.
-        self.next_batch()
+        mark = self.mark
+        with mark("data"):
+            self.next_batch()
         self.optimizer.zero_grad()
-        with self.autocast():
+        with mark("forward"), self.autocast():
             from bench.models.torch_models import loss_fn
 
             loss = loss_fn(self.model(self.data), self.target, self.cfg.label_smoothing)
         self.track(loss)
-        self.scaler.scale(loss).backward()
-        self.optimizer.synchronize()
-        with self.optimizer.skip_synchronize():
-            self.scaler.step(self.optimizer)
-        self.scaler.update()
+        with mark("backward"):
+            self.scaler.scale(loss).backward()
+        with mark("optimizer"):
+            self.optimizer.synchronize()
+            with self.optimizer.skip_synchronize():
+                self.scaler.step(self.optimizer)
+            self.scaler.update()
 
     def exchange(self) -> None:
         """The DistributedOptimizer's exchange alone: an averaging allreduce of every gradient, submitted together

@@ -17,7 +17,7 @@ from bench.config import RunConfig
 from bench.data import feed
 from bench.errors import BenchError, ResultNotWhole
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, goal, host_load, telemetry, traffic
+from bench.measure import attribution, goal, host_load, telemetry, trace, traffic
 from bench.measure.peak import utilisation
 from bench.measure.stats import summarize, throughput_summary
 from bench.models import describe_inputs, model
@@ -182,6 +182,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
                           "(bench.measure.traffic)",
         },
         "host_load": host_load.section(ranks),
+        "trace": trace.build(ranks, cfg.steps_per_window, run_id),
         "sync": {
             "param_checksums": checksums,
             "ranks_in_sync": len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
@@ -380,6 +381,8 @@ def render_table(result: dict[str, Any]):
     for row in goal.table_rows(result.get("training")):
         table.add_row(*row)
     for row in host_load.table_rows(result.get("host_load")):
+        table.add_row(*row)
+    for row in trace.table_rows(result.get("trace")):
         table.add_row(*row)
     if tele.get("available"):
         table.add_row("GPU power, mean total", _num(tele.get("power_w_mean_total"), ".0f"), "W")

@@ -248,6 +248,32 @@ class Training(_Open):
     definition: str
 
 
+class RankTrace(BaseModel):
+    """One rank's traced steps (bench.measure.trace)."""
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    host: str
+    steps: int
+    traced_step_s: float
+    untraced_step_s: float
+    cost: float
+    files: list[str] = Field(description="the profiler's files, relative to the result's folder")
+    timeline: str | None = Field(description="Horovod's timeline (rank 0 of a Horovod mode), else null")
+
+
+class Trace(BaseModel):
+    """--trace: the framework's profiler over steps after the timed windows, and what it cost (bench.measure.trace)."""
+    model_config = ConfigDict(extra="forbid")
+    steps: int = Field(description="traced steps per rank")
+    folder: str = Field(description="the run's trace folder, relative to the result's folder")
+    traced_step_s: float = Field(description="the slowest rank's traced step")
+    untraced_step_s: float = Field(description="the job's median timed window / steps per window")
+    cost: float = Field(description="traced_step_s / untraced_step_s - 1")
+    horovod_timeline: str | None
+    per_rank: list[RankTrace]
+    definitions: dict[str, str]
+
+
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
     model_config = ConfigDict(extra="forbid", title="hvdbench result")
@@ -274,6 +300,7 @@ class Result(BaseModel):
     input: Input | None = None  # added within schema 3: results written before it trained on synthetic data
     training: Training | None = None  # added within schema 3: none unless the run trained to a goal (--epochs)
     host_load: HostLoad | None = None  # added within schema 3: none before it, or where /proc could not be read
+    trace: Trace | None = None  # added within schema 3: none unless the run was traced (--trace)
     sync: Sync
 
 

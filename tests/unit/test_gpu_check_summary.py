@@ -35,3 +35,16 @@ def test_each_run_is_held_against_the_reference_that_matches_it():
     ddp["mode"] = "torch-ddp"
     assert _against(ddp) == "50% of 2116 (hvdbench GPU check)"
     assert _against(run("cuda:0 NVIDIA H200", "amp-bf16", 1058.0, image_size=224, batch_size=32)) == "-"
+
+
+def test_traced_runs_get_their_files_and_cost():
+    from tools.gpu_check_summary import trace_section
+
+    traced = run("cuda:0 NVIDIA H200", "fp32", 1000.0, data="/data")
+    traced.update(mode="torch-ddp", world_size=1,
+                  trace={"steps": 5, "traced_step_s": 0.0121, "untraced_step_s": 0.011, "cost": 0.1,
+                         "folder": "20261128T000000Z-torch-ddp-0.trace"})
+    rows = trace_section([traced, run("cuda:0 NVIDIA H200", "fp32", 1000.0)])
+    assert rows[-1] == "| torch-ddp | resnet50 | 1 | 5 | 12.10 | 11.00 | +10.0% | 20261128T000000Z-torch-ddp-0.trace/ |"
+    assert len(rows) == 6  # one row: the untraced run has none
+    assert trace_section([run("cuda:0 NVIDIA H200", "fp32", 1000.0)]) == []
