@@ -20,7 +20,7 @@ IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:book
   --cache frameworks
 test-system-build test-cluster test-diagnose test-apptainer: export HVDBENCH_CLUSTER_BENCH := $(CURDIR)/bench
 
-.PHONY: test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-gpu-check test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-browser test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-gpu-check test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -65,13 +65,18 @@ test: ## set up (first time), lint, then every tier: unit, framework, multiproc,
 	$(MAKE) --no-print-directory venv || rc=1; \
 	echo "$$(( $$(date +%s) - start )) $$rc" > $(TEST_TIMES)/venv.took; \
 	[[ $$rc == 1 ]] || touch $(TEST_TIMES)/venv.ready; \
-	for tier in lint test-unit test-framework test-multiproc; do [[ $$rc == 1 ]] && break; \
+	for tier in lint test-unit test-framework test-browser test-multiproc; do [[ $$rc == 1 ]] && break; \
 	  HVDBENCH_TEST_AWAIT_PID=$$prep $(MAKE) --no-print-directory $$tier || rc=1; done; \
 	[[ $$rc == 1 ]] || wait $$prep || { rc=1; echo "make test: the system set-up failed (its output:" \
 	  "$(TEST_TIMES)/system-prepare.log)"; }; \
 	[[ $$rc == 1 ]] || $(MAKE) --no-print-directory test-system || rc=1; \
 	echo $$(( $$(date +%s) - start )) > $(TEST_TIMES)/make-test.total; \
 	[[ ! -x $(PY) ]] || $(PY) -m tools.times $(TEST_TIMES); exit $$rc
+
+test-browser: ## Debian's chromium, for the test that opens bench report --html headless (installed as root)
+	@command -v chromium >/dev/null || { [[ $$(id -u) == 0 ]] && command -v apt-get >/dev/null && \
+	  tools/apt-install.sh chromium; } || echo "test-browser: chromium not installed (root installs it); the HTML \
+	report's browser test is skipped"
 
 test-unit: venv ## the unit tier: in process, no framework, no subprocess (under a minute)
 	$(RUN_TESTS) unit -m unit $(or $(PYTEST_ARGS),tests/unit)

@@ -1,4 +1,5 @@
-"""bench report DIR: results -> report.md, report.csv and PNG plots. It reads result files; it never runs anything.
+"""bench report DIR: results -> report.md, report.csv and PNG plots (and with --html, report.html: the same report as
+one self-contained page, its plots inline). It reads result files; it never runs anything.
 
 Formulas (each stated in the report too):
 
@@ -364,6 +365,8 @@ class ReportConfig:
     paths: list[str] | None = option(None, "Sweep folders or result files.", argument=True)
     out: str | None = option(None, "Where report.md, report.csv and the plots go (default: the first folder).")
     strict: bool = option(False, STRICT_HELP, flag="--strict")
+    html: bool = option(False, "Also write report.html: the report as one self-contained page (its plots inside it), "
+                        "to open in a browser or send as one file.", flag="--html")
 
     def __post_init__(self) -> None:
         if not self.paths:
@@ -374,7 +377,44 @@ def main(cfg: ReportConfig) -> None:
     """Write report.md, report.csv and plots from results (never re-runs anything)."""
     first = Path(cfg.paths[0])
     target = Path(cfg.out) if cfg.out else (first if first.is_dir() else first.parent)
-    print(f"report: {write_report([Path(p) for p in cfg.paths], target, cfg.strict)}")
+    path = write_report([Path(p) for p in cfg.paths], target, cfg.strict)
+    print(f"report: {path}")
+    if cfg.html:
+        page = path.with_suffix(".html")
+        files.replace(page, html_page(path.read_text(), path.parent))
+        print(f"report: {page}")
+
+
+STYLE = """body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1500px;margin:2em auto;
+padding:0 1em;color:#1b1f24}h1,h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em}
+table{border-collapse:collapse;margin:1em 0;font-size:13px;display:block;overflow-x:auto}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;white-space:nowrap;font-variant-numeric:tabular-nums}
+th{background:#f3f5f7}tr:nth-child(even){background:#fafbfc}
+img{max-width:100%;border:1px solid #d0d7de;margin:.5em 0}code{background:#f3f5f7;padding:1px 4px}"""
+
+
+def html_page(markdown: str, folder: Path) -> str:
+    """The report's Markdown as one HTML page with nothing outside it: each plot it names (a PNG beside it) put in
+    the page as a data URI, the tables styled, no script, no font or style fetched from anywhere."""
+    import base64
+    import html
+    import re
+
+    from markdown_it import MarkdownIt  # rich's own Markdown parser: installed wherever bench is
+
+    def inline(match: re.Match) -> str:
+        alt, name = match.group(1), match.group(2)
+        image = folder / name
+        if "/" in name or not image.is_file():
+            return match.group(0)
+        return f"![{alt}](data:image/png;base64,{base64.b64encode(image.read_bytes()).decode()})"
+
+    body = MarkdownIt("commonmark").enable("table").render(re.sub(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)", inline,
+                                                                   markdown))
+    title = next((line[2:] for line in markdown.splitlines() if line.startswith("# ")), "hvdbench report")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
+            f"<body>\n{body}</body></html>\n")
 
 
 def reference_rows(chosen: dict) -> list[dict[str, Any]]:

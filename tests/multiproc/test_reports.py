@@ -174,3 +174,43 @@ def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert failed["status"] == "failed" and "--np 2 > 1" in failed["error"]
     assert sum(c["status"] == "ok" for c in cells.values()) == 2
     assert os.path.exists(folder / failed["log"])
+
+
+def test_the_html_report_is_one_page_a_headless_browser_draws_whole(tmp_path):
+    """bench report --html on checked-in results, opened in Debian's chromium (make test installs it): nothing
+    fetched from outside the page, and the screenshot shows the tables and both plots (their pixels counted). The
+    screenshot is kept in results/test-artifacts/report-html.png to be looked at."""
+    from PIL import Image
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("chromium is not installed (make test-browser installs Debian's as root)")
+    folder = tmp_path / "sweep"
+    shutil.copytree(A, folder)
+    r = bench("report", str(folder), "--html")
+    assert r.returncode == 0, r.stderr
+    page = folder / "report.html"
+    assert f"report: {page}" in r.stdout
+    text = page.read_text()
+    import re
+
+    outside = [u for u in re.findall(r'(?:src|href)="([^"]*)"', text) if not u.startswith(("data:", "#"))]
+    assert outside == [] and "<script" not in text
+    assert text.count('src="data:image/png;base64,') == 2  # speedup.png and efficiency.png, inside the page
+    assert text.count("<table>") == (folder / "report.md").read_text().count("\n|---")
+    shot = tmp_path / "report-html.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2600", f"--screenshot={shot}",
+                    page.as_uri()], check=True, timeout=120, capture_output=True)
+    kept = Path(__file__).resolve().parents[2] / "results" / "test-artifacts" / shot.name
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, kept)
+    print(f"screenshot: {kept}")
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 2600)
+    colours = image.getcolors(maxcolors=1 << 20)
+
+    def pixels(rgb: tuple[int, int, int], tolerance: int = 12) -> int:
+        return sum(n for n, c in colours if all(abs(a - b) <= tolerance for a, b in zip(c, rgb, strict=True)))
+    assert pixels((31, 119, 180)) > 2000  # matplotlib's first line colour: the plots were decoded and drawn
+    assert pixels((243, 245, 247), 2) > 5000  # the tables' header cells (the page's own style)
