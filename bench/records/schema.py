@@ -326,6 +326,15 @@ class DiagnosePhase(_Open):
                                                     "seconds, failure (one line) and log")
 
 
+class NodeAccept(BaseModel):
+    """One node's verdict (bench/commands/diagnose/rules.py accept): SuperBench's Accept column."""
+    model_config = ConfigDict(extra="forbid")
+    node: str
+    accepted: bool = Field(description="no error finding names the node, its devices or its ranks")
+    errors: list[str] = Field(description="the rules (or derived checks) that rejected it")
+    warnings: list[str]
+
+
 class Diagnose(BaseModel):
     """One bench diagnose: the phases run, every member's figures, the rules and what they found."""
     model_config = ConfigDict(extra="forbid", title="hvdbench diagnose record")
@@ -347,6 +356,8 @@ class Diagnose(BaseModel):
     baseline: str | None
     findings: list[Finding]
     passed: bool = Field(description="no finding is an error (the exit status is then 0)")
+    accept: list[NodeAccept] | None = Field(None, description="per node, accepted or not and why; records written "
+                                            "before it have none")
 
 
 def record_model(kind: str) -> type[BaseModel]:

@@ -276,3 +276,61 @@ def test_a_failed_step_is_the_allocations_end_unless_it_still_runs(monkeypatch, 
     monkeypatch.setattr(subprocess, "run", squeue)
     assert Slurm(["node1"], 1).gone() == why
     assert asked == [["squeue", "-h", "-j", "12", "-o", "%T"]]
+
+
+def test_a_value_rule_holds_every_member_to_its_bound_alone(tmp_path):
+    """SuperBench's "value" rule: an absolute floor, which flags even when every member is alike (peers cannot)."""
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rule]]\nname="fleet-floor"\nkind="device"\nfigure="samples_per_sec"\nagainst="value"\n'
+                    'direction="below"\nvalue=9.5\nseverity="error"\n')
+    (rule,) = R.load(path)
+    assert rule.text() == "fleet-floor: samples_per_sec < 9.5"
+    found = R.evaluate([rule], devices(node1=9.0, node2=9.1, node3=10.0), None)
+    assert [(f["where"], f["expected"]) for f in found] == [("node1", 9.5), ("node2", 9.5)]
+    path.write_text(path.read_text().replace("value=9.5", "tolerance=0.1"))
+    with pytest.raises(BenchError, match="missing value; unknown tolerance"):
+        R.load(path)
+    path.write_text(path.read_text().replace("tolerance=0.1", 'value="fast"'))
+    with pytest.raises(BenchError, match="value must be a number"):
+        R.load(path)
+
+
+def test_each_node_is_accepted_unless_an_error_names_it():
+    found = [R.finding("device", "node2/1", 4.0, 10.0, "device-slower-than-peers: x", "error", "samples_per_sec",
+                       "peers"),
+             R.finding("rank", "rank 5 (node3)", 2.0, 1.0, "straggler-rank: x", "warning", "compute_s", "peers"),
+             R.finding("pair", "node1+node3", 1.0, 5.0, "pair-bandwidth-below-peers: x", "error", "busbw_GBps",
+                       "peers"),
+             R.finding("job", "job", 1.0, 2.0, "job-slower-than-baseline: x", "error", "samples_per_sec", "baseline")]
+    rows = R.accept(["node1", "node2", "node3"], found)
+    assert rows == [
+        {"node": "node1", "accepted": True, "errors": [], "warnings": []},  # a pair's finding names neither end
+        {"node": "node2", "accepted": False, "errors": ["device-slower-than-peers"], "warnings": []},
+        {"node": "node3", "accepted": True, "errors": [], "warnings": ["straggler-rank"]}]
+    rec = {**record(found), "accept": rows}
+    validate_diagnose(rec)
+    text = markdown(rec)
+    assert "| node2 | NO | device-slower-than-peers | - |" in text and "| node1 | yes | - | - |" in text
+    assert "## Accept" not in markdown(record([]))  # a record written before it has none
+
+
+def test_baselines_from_many_nodes_merge_into_each_members_median(tmp_path):
+    from bench.commands.diagnose import merge_baselines
+
+    merged = merge_baselines([devices(node1=10.0, node2=8.0), devices(node1=12.0, node3=9.0),
+                              devices(node1=11.5, node2=8.4)])
+    assert merged == {"device": {"node1": {"samples_per_sec": 11.5}, "node2": {"samples_per_sec": 8.2},
+                                 "node3": {"samples_per_sec": 9.0}}}
+    cfg = DiagnoseConfig(nodes=("a", "b", "c"))
+    paths = []
+    for i, figures in enumerate((devices(a=10.0, b=10.0), devices(a=12.0, c=9.0))):
+        path = tmp_path / f"base{i}.json"
+        path.write_text(json.dumps({"kind": "diagnose-baseline", "from_run": "r", "created_utc": "now",
+                                    "nodes": ["a", "b", "c"], "signature": signature(cfg), "figures": figures}))
+        paths.append(str(path))
+    both = DiagnoseConfig(nodes=("a", "b", "c"), baseline=",".join(paths))
+    assert load_baseline(both) == {"device": {"a": {"samples_per_sec": 11.0}, "b": {"samples_per_sec": 10.0},
+                                              "c": {"samples_per_sec": 9.0}}}
+    # a member new to every baseline is held against the kind's median there; a slow one is found
+    found = R.evaluate(R.load(), devices(a=11.0, b=6.0, c=9.0, d=7.0), load_baseline(both))
+    assert {f["where"] for f in found if f["against"] == "baseline"} == {"b", "d"}

@@ -86,7 +86,9 @@ class DiagnoseConfig:
                               "and each node's input pipeline is held against its peers'.")
     attribution_steps: int = option(5, "Attribution steps of each kind in the job phase (the fastest counts).")
     rules: str | None = option(None, "A rules file (default: bench/commands/diagnose/rules.toml).")
-    baseline: str | None = option(None, "Hold every figure against this saved baseline too.")
+    baseline: str | None = option(None, "Hold every figure against this saved baseline too; several, comma-"
+                                  "separated (a fleet's healthy runs, each from --save-baseline), merge into one: "
+                                  "each member's figure the median over the baselines that have it.")
     save_baseline: str | None = option(None, "Save this run's figures as a baseline (a run without findings only; "
                                        "never overwritten).")
     output: str = option("results", "Directory (seen by every node) for diagnose-<stamp>/.")
@@ -169,17 +171,38 @@ def signature(cfg: DiagnoseConfig) -> dict[str, Any]:
 
 
 def load_baseline(cfg: DiagnoseConfig) -> dict[str, Any] | None:
+    """The figures to hold this run against: one saved baseline's, or several merged (merge_baselines); each
+    measured as this run is."""
     if cfg.baseline is None:
         return None
-    try:
-        data = store.read(cfg.baseline, store.Kind.BASELINE)
-    except BenchError as exc:
-        raise BenchError(f"{exc} (bench diagnose --save-baseline writes a baseline)") from None
-    if data.get("signature") != signature(cfg):
-        differ = [k for k, v in signature(cfg).items() if data.get("signature", {}).get(k) != v]
-        raise BenchError(f"baseline {cfg.baseline} was measured differently ({', '.join(differ)}): diagnose with "
-                         "the same options, or save a new baseline")
-    return data["figures"]
+    figures = []
+    for path in [p.strip() for p in cfg.baseline.split(",") if p.strip()]:
+        try:
+            data = store.read(path, store.Kind.BASELINE)
+        except BenchError as exc:
+            raise BenchError(f"{exc} (bench diagnose --save-baseline writes a baseline)") from None
+        if data.get("signature") != signature(cfg):
+            differ = [k for k, v in signature(cfg).items() if data.get("signature", {}).get(k) != v]
+            raise BenchError(f"baseline {path} was measured differently ({', '.join(differ)}): diagnose with "
+                             "the same options, or save a new baseline")
+        figures.append(data["figures"])
+    return merge_baselines(figures)
+
+
+def merge_baselines(figures: list[dict[str, dict[str, dict[str, Any]]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Several baselines' figures as one (a fleet's: each healthy run saved on its nodes): kind -> member -> figure,
+    each number the median of that member's figure over the baselines that have it, so that a node measured in
+    several is held against its usual self, and a node new to all of them against the kind's median
+    (rules.evaluate)."""
+    merged: dict[str, dict[str, dict[str, list]]] = {}
+    for one in figures:
+        for kind, members in one.items():
+            for member, figs in members.items():
+                for name, value in figs.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        merged.setdefault(kind, {}).setdefault(member, {}).setdefault(name, []).append(value)
+    return {kind: {member: {name: statistics.median(values) for name, values in figs.items()}
+                   for member, figs in members.items()} for kind, members in merged.items()}
 
 
 def _one_result(folder: Path) -> dict[str, Any] | None:
@@ -321,6 +344,7 @@ class Diagnosis:
             "seconds": time.monotonic() - started, "phases": self.phases, "figures": self.figures,
             "rules": [r.text() + f" [{r.severity}]" for r in rules], "baseline": self.cfg.baseline,
             "findings": self.findings, "passed": not any(f["severity"] == "error" for f in self.findings),
+            "accept": rules_mod.accept(list(self.cfg.nodes), self.findings),
         }
 
 

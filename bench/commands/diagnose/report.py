@@ -39,6 +39,12 @@ def finding_rows(record: dict[str, Any]) -> list[tuple[str, ...]]:
              f.get("why", "")) for f in record["findings"]]
 
 
+def accept_rows(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(node, Accept, errors, warnings) per node: SuperBench's Accept column (none in records before it)."""
+    return [(a["node"], "yes" if a["accepted"] else "NO", ", ".join(a["errors"]) or "-",
+             ", ".join(a["warnings"]) or "-") for a in record.get("accept") or []]
+
+
 def headline(record: dict[str, Any]) -> str:
     errors = sum(f["severity"] == "error" for f in record["findings"])
     warnings = len(record["findings"]) - errors
@@ -55,6 +61,11 @@ def markdown(record: dict[str, Any]) -> str:
         lines += ["| " + " | ".join(r) + " |" for r in finding_rows(record)]
     else:
         lines.append("None: every check passed.")
+    if record.get("accept"):
+        lines += ["", "## Accept", "", "A node is accepted when no error finding names it, its devices or its ranks "
+                  "(a pair's finding names neither end; the node in every flagged pair is named).", "",
+                  "| node | accept | errors | warnings |", "|---|---|---|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in accept_rows(record)]
     lines += ["", "## Figures", "", "| kind | member | figures | verdict |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in figure_rows(record)]
     straggler = record["phases"].get("job", {}).get("straggler")
@@ -79,4 +90,9 @@ def terminal(record: dict[str, Any]) -> None:
         for row in finding_rows(record):
             findings.add_row(*row)
         console.print(never_cut(findings, "where"))
+    if record.get("accept"):
+        nodes = Table("node", "accept", "errors", "warnings", title="accept")
+        for row in accept_rows(record):
+            nodes.add_row(*row)
+        console.print(never_cut(nodes, "node"))
     console.print(headline(record))

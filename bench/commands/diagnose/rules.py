@@ -7,10 +7,16 @@ name -> value. A rule compares one figure of every member of its kind with an ex
     peers:     expected = median of the same figure over the *other* members of that kind in this run
                (no verdict with fewer than 2 others: a median of one is that one)
     baseline:  expected = the same member's figure in the baseline, or, for a member the baseline lacks,
-               the median of that kind there
+               the median of that kind there (a baseline merged from several: each figure's median over them)
+    value:     expected = the rule's own ``value`` (an absolute bound: a fleet's floor, a latency ceiling)
 
-    below:  a finding when figure < expected x (1 - tolerance)
-    above:  a finding when figure > expected x (1 + tolerance)
+    below:  a finding when figure < expected x (1 - tolerance)      (value: figure < value)
+    above:  a finding when figure > expected x (1 + tolerance)      (value: figure > value)
+
+SuperBench's kinds of rule, here: its "value" is ``against = "value"``; its "variance" (the deviation from a
+baseline) is ``against = "baseline"`` (or ``"peers"``, the baseline this run itself gives); its "failure check" is
+the derived ``did-not-run``; its "multi-rules" (several rules over one member) is :func:`accept`: a node is accepted
+when no error names it, whichever rules those were.
 
 Two findings are derived, not ruled: a member whose phase did not run to the end (``did-not-run``), and, when
 two or more pairs are flagged and one node is in every flagged pair, that node (``common-member-of-pairs``):
@@ -28,6 +34,8 @@ from bench.errors import BenchError
 
 DEFAULT_RULES = Path(__file__).with_name("rules.toml")
 KINDS = ("device", "pair", "rank", "job")
+AGAINST = ("peers", "baseline", "value")
+REQUIRED = ("name", "kind", "figure", "against", "direction", "severity")  # and tolerance, or value (against value)
 FIGURES = {"device": ("samples_per_sec", "loader_rate", "data_wait_share"), "pair": ("busbw_GBps", "latency_us"),
            "rank": ("compute_s",),
            "job": ("samples_per_sec",)}
@@ -40,16 +48,20 @@ class Rule:
     figure: str
     against: str
     direction: str
-    tolerance: float
     severity: str
+    tolerance: float | None = None  # peers and baseline: the share the figure may fall short of (or exceed) them
+    value: float | None = None  # against = "value": the bound itself
 
     def flagged(self, value: float, expected: float) -> bool:
+        margin = self.tolerance or 0.0
         if self.direction == "below":
-            return value < expected * (1 - self.tolerance)
-        return value > expected * (1 + self.tolerance)
+            return value < expected * (1 - margin)
+        return value > expected * (1 + margin)
 
     def text(self) -> str:
         sign = "<" if self.direction == "below" else ">"
+        if self.against == "value":
+            return f"{self.name}: {self.figure} {sign} {self.value:g}"
         factor = 1 - self.tolerance if self.direction == "below" else 1 + self.tolerance
         return f"{self.name}: {self.figure} {sign} {factor:g} x {self.against}"
 
@@ -77,8 +89,9 @@ def load(path: str | Path | None = None) -> list[Rule]:
     rules = []
     for i, raw in enumerate(data.get("rule", []), 1):
         where = f"rules {path}, rule {i} ({raw.get('name', 'unnamed')})"
-        missing = [k for k in Rule.__dataclass_fields__ if k not in raw]
-        extra = sorted(set(raw) - set(Rule.__dataclass_fields__))
+        bound = "value" if raw.get("against") == "value" else "tolerance"  # what the rule holds the figure by
+        missing = [k for k in (*REQUIRED, bound) if k not in raw]
+        extra = sorted(set(raw) - set(REQUIRED) - {bound})
         if missing or extra:
             raise BenchError(f"{where}: {'missing ' + ', '.join(missing) if missing else ''}"
                              f"{'; ' if missing and extra else ''}{'unknown ' + ', '.join(extra) if extra else ''}")
@@ -86,14 +99,16 @@ def load(path: str | Path | None = None) -> list[Rule]:
             raise BenchError(f"{where}: kind must be one of {', '.join(KINDS)}")
         if raw["figure"] not in FIGURES[raw["kind"]]:
             raise BenchError(f"{where}: a {raw['kind']} has the figures {', '.join(FIGURES[raw['kind']])}")
-        for key, allowed in (("against", ("peers", "baseline")), ("direction", ("below", "above")),
+        for key, allowed in (("against", AGAINST), ("direction", ("below", "above")),
                              ("severity", ("error", "warning"))):
             if raw[key] not in allowed:
                 raise BenchError(f"{where}: {key} must be {' or '.join(allowed)}")
-        tolerance = raw["tolerance"]
-        if not isinstance(tolerance, (int, float)) or not 0 < tolerance < (1 if raw["direction"] == "below" else 100):
+        number = raw[bound]
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            raise BenchError(f"{where}: {bound} must be a number")
+        if bound == "tolerance" and not 0 < number < (1 if raw["direction"] == "below" else 100):
             raise BenchError(f"{where}: tolerance must be a number above 0 (below 1 for 'below')")
-        rules.append(Rule(**{**raw, "tolerance": float(tolerance)}))
+        rules.append(Rule(**{**raw, bound: float(number)}))
     if not rules:
         raise BenchError(f"rules {path}: no [[rule]] tables")
     return rules
@@ -115,7 +130,9 @@ def evaluate(rules: list[Rule], figures: dict[str, dict[str, dict[str, float]]],
         members = {m: f[rule.figure] for m, f in figures.get(rule.kind, {}).items()
                    if f.get(rule.figure) is not None}
         for member, value in members.items():
-            if rule.against == "peers":
+            if rule.against == "value":
+                expected = rule.value
+            elif rule.against == "peers":
                 others = [v for m, v in members.items() if m != member]
                 if len(others) < 2:
                     continue
@@ -147,3 +164,26 @@ def common_member(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [finding("node", node, len(pairs), f"{len(pairs)} flagged pairs", "common-member-of-pairs: the one node "
                     "in every flagged pair (its link, not the pairs, is slow)", "error", "common-member-of-pairs",
                     None, pairs=sorted(pairs))]
+
+
+def node_of(finding_: dict[str, Any]) -> str | None:
+    """The node a finding holds against: a device's (``node1/0``: node1), a rank's host (``rank 2 (node1)``), a node
+    named by its pairs; None for a pair (either end may be at fault) and for the job."""
+    kind, where = finding_["kind"], finding_["where"]
+    if kind == "device":
+        return where.split("/")[0]
+    if kind == "rank":
+        return where[where.find("(") + 1:-1] if where.endswith(")") else None
+    return where if kind == "node" else None
+
+
+def accept(nodes: list[str], found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per node, SuperBench's Accept: accepted when no error finding names it (its devices, its ranks, the node
+    itself), with the rules that rejected it; warnings are listed and never reject."""
+    rows = []
+    for node in nodes:
+        mine = [f for f in found if node_of(f) == node]
+        errors = sorted({f["rule"].split(":")[0] for f in mine if f["severity"] == "error"})
+        warnings = sorted({f["rule"].split(":")[0] for f in mine if f["severity"] != "error"})
+        rows.append({"node": node, "accepted": not errors, "errors": errors, "warnings": warnings})
+    return rows
