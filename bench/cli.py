@@ -174,7 +174,7 @@ declared_command("models", info.ModelsConfig, info.models, "List the models: wor
 declared_command("env", info.EnvConfig, info.env, "Print the environment every result records (versions, GPUs, "
                  "MPI, container, loaded libraries).")
 # bench sweep and bench converge: their own options, then every run option declared for sweeps (Option.sweep).
-declared_command("sweep", sweep.SweepOptions, sweep.main, "Run a matrix of benchmarks, one run per cell, "
+declared_command("sweep", sweep.SweepConfig, sweep.main, "Run a matrix of benchmarks, one run per cell, "
                  "resumable (here, or one srun step per cell in Slurm).", run_options="sweep")
 declared_command("converge", ConvergeConfig, converge.main, "Train to a target in several modes and world sizes, "
                  "each repeated: the time to the target, the final accuracies, one plot and PASS or FAIL "
@@ -199,7 +199,7 @@ declared_command("diagnose", DiagnoseConfig, diagnose_main, "Find the slow node,
 declared_command("allreduce", allreduce.AllreduceConfig, allreduce.main, "Allreduce (or allgather, all-to-all) "
                  "microbenchmark over message sizes: time, algbw and busbw (nccl-tests definitions).")
 # bench k8s: its own options, then every run option (the run its pods start).
-declared_command("k8s", k8s.K8sOptions, k8s.main, "Print the Kubernetes manifests that run MODE "
+declared_command("k8s", k8s.K8sConfig, k8s.main, "Print the Kubernetes manifests that run MODE "
                  "(docs/kubernetes.md): kubectl apply -f - reads them.", run_options="all")
 data_app = typer.Typer(help="Datasets on disk: make one, and measure what input pipelines read from it.",
                        no_args_is_help=True)

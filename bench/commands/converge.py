@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.commands.sweep import Manifest, SweepConfig, run_sweep
+from bench.commands.sweep import Manifest, SweepMatrix, run_sweep
 from bench.config import check_declared, comma_list, int_list, option
 from bench.errors import BenchError
 from bench.hooks import FAULTS, Hooks
@@ -76,8 +76,8 @@ class ConvergeConfig:
         if not self.modes or not self.nps:
             raise BenchError("bench converge needs one or more --modes and --np counts")
 
-    def sweep(self) -> SweepConfig:
-        return SweepConfig(modes=list(self.modes), nps=list(self.nps), models=[self.model],
+    def sweep(self) -> SweepMatrix:
+        return SweepMatrix(modes=list(self.modes), nps=list(self.nps), models=[self.model],
                            batch_sizes=[self.batch_size], seeds=list(range(1, self.repeats + 1)),
                            common={**self.common, "stop_at_target": False})
 
@@ -201,7 +201,7 @@ def render(record: dict[str, Any]):
     return table
 
 
-def matrix_results(sweep: SweepConfig, folder: Path) -> tuple[list[Path], list[str]]:
+def matrix_results(sweep: SweepMatrix, folder: Path) -> tuple[list[Path], list[str]]:
     """This matrix's results in ``folder`` (the manifest's entry of each of its cells, run with its options), and
     one reason for each cell that failed or has no result: failed, timed out, never run, or run with other
     options. A run found not valid (its ranks' parameters differ) failed with its result written: both count.
@@ -223,7 +223,7 @@ def matrix_results(sweep: SweepConfig, folder: Path) -> tuple[list[Path], list[s
     return paths, failures
 
 
-def summarise(folder: Path, tolerance: float, sweep: SweepConfig | None = None) -> tuple[dict[str, Any], Path]:
+def summarise(folder: Path, tolerance: float, sweep: SweepMatrix | None = None) -> tuple[dict[str, Any], Path]:
     """Analyse the runs of ``sweep``'s matrix in ``folder`` (every result there when None: bench report's view);
     write the converge record, converge.md and converge.png beside them. A cell of the matrix without a result
     makes the verdict FAIL."""

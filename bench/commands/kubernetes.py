@@ -55,8 +55,8 @@ API_VERSIONS = {"MPIJob": "kubeflow.org/v2beta1", "TrainJob": "trainer.kubeflow.
 
 
 @dataclass(frozen=True)
-class K8sConfig:
-    """What a manifest needs beyond the run: where it runs and on what."""
+class K8sJob:
+    """The job bench k8s describes, resolved from its flags (K8sConfig): the run, and where it runs and on what."""
     run: RunConfig
     image: str
     nodes: int = 2
@@ -137,25 +137,25 @@ def workload(mode: str) -> str | None:
     return None
 
 
-def _meta(cfg: K8sConfig, kind: str, name: str | None = None) -> dict[str, Any]:
+def _meta(cfg: K8sJob, kind: str, name: str | None = None) -> dict[str, Any]:
     return {"apiVersion": API_VERSIONS[kind], "kind": kind,
             "metadata": {"name": name or cfg.job_name, "namespace": cfg.namespace, "labels": _labels(cfg)}}
 
 
-def _labels(cfg: K8sConfig) -> dict[str, str]:
+def _labels(cfg: K8sJob) -> dict[str, str]:
     return {"app.kubernetes.io/name": "hvdbench", "app.kubernetes.io/instance": cfg.job_name,
             "app.kubernetes.io/component": cfg.run.mode, "app.kubernetes.io/version": __version__}
 
 
-def _env(cfg: K8sConfig, **more: str) -> list[dict[str, str]]:
+def _env(cfg: K8sJob, **more: str) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in (*more.items(), *cfg.env)]
 
 
-def _gpus(cfg: K8sConfig, per_pod: int) -> dict[str, Any]:
+def _gpus(cfg: K8sJob, per_pod: int) -> dict[str, Any]:
     return {"limits": {"nvidia.com/gpu": per_pod}} if per_pod else {}
 
 
-def _volumes(cfg: K8sConfig) -> list[dict[str, Any]]:
+def _volumes(cfg: K8sJob) -> list[dict[str, Any]]:
     data = [{"name": "data", "persistentVolumeClaim": {"claimName": cfg.data_claim, "readOnly": True}}] \
         if cfg.data_claim else []
     return [{"name": "results", "persistentVolumeClaim": {"claimName": cfg.results_claim}},
@@ -170,7 +170,7 @@ def _container(name: str, image: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "image": image, **{k: v for k, v in fields.items() if v not in (None, {}, [])}}
 
 
-def mpijob(cfg: K8sConfig) -> list[dict[str, Any]]:
+def mpijob(cfg: K8sJob) -> list[dict[str, Any]]:
     """Kubeflow MPI Operator v2: workers run the image's sshd as uid 1000 on SSH_PORT with the job's keys where
     sshAuthMountPath puts them; the launcher, once every worker is ready, runs mpirun on the hostfile and
     OMPI_MCA_* environment the operator gives it."""
@@ -203,7 +203,7 @@ def mpijob(cfg: K8sConfig) -> list[dict[str, Any]]:
     return [job]
 
 
-def trainjob(cfg: K8sConfig) -> list[dict[str, Any]]:
+def trainjob(cfg: K8sJob) -> list[dict[str, Any]]:
     """Kubeflow Trainer: the torch-distributed runtime's torch plugin sets PET_NNODES, PET_NPROC_PER_NODE,
     PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT in each node's container, which torchrun reads."""
     trainer: dict[str, Any] = {"image": cfg.image, "command": ["torchrun"],
@@ -226,7 +226,7 @@ def trainjob(cfg: K8sConfig) -> list[dict[str, Any]]:
     return [job]
 
 
-def indexed_job(cfg: K8sConfig) -> list[dict[str, Any]]:
+def indexed_job(cfg: K8sJob) -> list[dict[str, Any]]:
     """tf-native multiworker: one pod per device, named <name>-<index> by the Indexed Job, resolvable through
     the headless Service (even before it is ready, so workers find each other while they start)."""
     workers = cfg.nodes * cfg.ranks_per_node
@@ -253,12 +253,12 @@ def indexed_job(cfg: K8sConfig) -> list[dict[str, Any]]:
 RENDERERS = {"MPIJob": mpijob, "TrainJob": trainjob, "Job": indexed_job}
 
 
-def manifests(cfg: K8sConfig) -> list[dict[str, Any]]:
+def manifests(cfg: K8sJob) -> list[dict[str, Any]]:
     """Every object of the run, in the order to apply them."""
     return RENDERERS[workload(cfg.run.mode)](cfg)
 
 
-def render(cfg: K8sConfig, command: str) -> str:
+def render(cfg: K8sJob, command: str) -> str:
     """The manifests as one YAML stream, headed by the command that makes them again."""
     import yaml
 
@@ -271,7 +271,7 @@ def render(cfg: K8sConfig, command: str) -> str:
 
 
 @dataclass(frozen=True)
-class K8sOptions:
+class K8sConfig:
     """bench k8s's own options, declared once; ``run``: the mode command's run options as given (bench.cli)."""
     mode: str = option("", "The mode to run: a Horovod mode (MPIJob), torch-ddp or torch-hybrid (TrainJob), "
                        "tf-native (indexed Job).", argument=True)
@@ -289,8 +289,8 @@ class K8sOptions:
                                     "every pod, and the run reads it (--data /data; docs/data.md).")
     run: dict[str, Any] = field(default_factory=dict)  # RunConfig's keyword arguments (bench.cli)
 
-    def config(self) -> K8sConfig:
-        """The manifest's configuration: the run checked as it would be at its start, where it can be here."""
+    def job(self) -> K8sJob:
+        """The job the manifests describe: the run checked as it would be at its start, where it can be here."""
         if self.mode not in MODES:
             raise BenchError(f"unknown mode '{self.mode}' (choose from {', '.join(MODES)})")
         if not self.image:
@@ -314,13 +314,13 @@ class K8sOptions:
             framework = MODES[self.mode].framework
             if loader_named(name).framework not in (framework, "any"):
                 raise BenchError(f"--loader {name} feeds {loader_named(name).framework}; {self.mode} is {framework}")
-        return K8sConfig(run=RunConfig(mode=self.mode, **arguments), image=self.image, nodes=self.nodes,
+        return K8sJob(run=RunConfig(mode=self.mode, **arguments), image=self.image, nodes=self.nodes,
                          gpus_per_node=self.gpus_per_node, name=self.name, namespace=self.namespace,
                          results_claim=self.results_claim, shm_size=self.shm_size, env=tuple(pairs),
                          data_claim=self.data_claim, loader=tuple(loader))
 
 
-def main(opts: K8sOptions) -> int:
+def main(cfg: K8sConfig) -> int:
     """bench k8s: print the manifests (kubectl apply -f - reads them), headed by the command that made them."""
-    print(render(opts.config(), shlex.join(["bench", *sys.argv[1:]])), end="")
+    print(render(cfg.job(), shlex.join(["bench", *sys.argv[1:]])), end="")
     return 0

@@ -84,7 +84,8 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class SweepConfig:
+class SweepMatrix:
+    """The matrix a sweep runs, resolved from its flags (SweepConfig) or read back from its folder's manifest."""
     modes: list[str]
     nps: list[int]
     models: list[str] = field(default_factory=lambda: ["vgg16"])
@@ -137,7 +138,7 @@ class SweepConfig:
 
 
 @dataclass(frozen=True)
-class SweepOptions:
+class SweepConfig:
     """bench sweep's own options, declared once (the run options every cell gets come from RunConfig's
     declarations: ``common``, as bench.cli passes them)."""
     modes: tuple[str, ...] | None = option(None, "Comma-separated modes; mode:strategy picks a strategy, e.g. "
@@ -163,21 +164,21 @@ class SweepOptions:
         if not self.resume and not self.modes:
             raise BenchError("--modes is required (or --resume to rerun a sweep folder's own matrix)")
 
-    def sweep(self) -> SweepConfig:
+    def sweep(self) -> SweepMatrix:
         """The matrix: the folder's own with --resume, else the one these options name."""
         if self.resume:
             return load_sweep(Path(self.output))
-        return SweepConfig(modes=list(self.modes or ()), nps=list(self.nps), models=list(self.models),
+        return SweepMatrix(modes=list(self.modes or ()), nps=list(self.nps), models=list(self.models),
                            precisions=list(self.precisions), batch_sizes=list(self.batch_sizes) or [None],
                            common=self.common, seeds=list(self.seeds) or [None])
 
 
-def main(opts: SweepOptions) -> int:
+def main(cfg: SweepConfig) -> int:
     """bench sweep: run the matrix; a cell that failed or timed out makes it fail, naming where the logs are."""
-    summary = run_sweep(opts.sweep(), Path(opts.output), redo=opts.redo, cell_timeout=opts.cell_timeout)
+    summary = run_sweep(cfg.sweep(), Path(cfg.output), redo=cfg.redo, cell_timeout=cfg.cell_timeout)
     bad = summary.get("failed", 0) + summary.get("timed_out", 0)
     if bad:
-        raise BenchError(f"{bad} cell(s) failed or timed out; their logs are in {opts.output}/logs")
+        raise BenchError(f"{bad} cell(s) failed or timed out; their logs are in {cfg.output}/logs")
     return 0
 
 
@@ -196,7 +197,7 @@ def command(cell: Cell, config_path: Path, num_ps: int | None = None) -> list[st
 
 
 class Manifest:
-    def __init__(self, folder: Path, sweep: SweepConfig | None) -> None:
+    def __init__(self, folder: Path, sweep: SweepMatrix | None) -> None:
         self.path = folder / MANIFEST
         self.data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": "hvdbench-sweep", "cells": {}}
         if self.path.exists():
@@ -222,7 +223,7 @@ def last_error(log: Path) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-def load_sweep(folder: Path) -> SweepConfig:
+def load_sweep(folder: Path) -> SweepMatrix:
     """The matrix a sweep folder's manifest records (``--resume``)."""
     path = folder / MANIFEST
     if not path.is_file():
@@ -231,7 +232,7 @@ def load_sweep(folder: Path) -> SweepConfig:
     if not isinstance(data, dict):
         raise BenchError(f"{path} records no sweep to resume")
     try:
-        return SweepConfig(**data)
+        return SweepMatrix(**data)
     except TypeError as exc:
         raise BenchError(f"{path} records a sweep this version cannot read ({exc})") from None
 
@@ -260,7 +261,7 @@ def run_cell(cmd: list[str], log: Path, timeout_s: float | None) -> int | None:
             raise
 
 
-def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bool = True,
+def run_sweep(sweep: SweepMatrix, folder: Path, redo: bool = False, progress: bool = True,
               cell_timeout: float | None = None) -> dict[str, Any]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -297,7 +298,7 @@ def run_sweep(sweep: SweepConfig, folder: Path, redo: bool = False, progress: bo
     return summary
 
 
-def _run_one(cell: Cell, sweep: SweepConfig, folder: Path, manifest: Manifest, cell_timeout: float | None,
+def _run_one(cell: Cell, sweep: SweepMatrix, folder: Path, manifest: Manifest, cell_timeout: float | None,
              console, bar, task) -> None:
     entry = manifest.cell(cell)
     bar.update(task, description=cell.id)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.commands.sweep import Cell, Manifest, SweepConfig, run_sweep
+from bench.commands.sweep import Cell, Manifest, SweepMatrix, run_sweep
 from bench.config import CPU_PROFILE, GPU_PROFILE, check_declared, cli_options, option, option_specs
 from bench.errors import OOM_ERRORS, BenchError
 from bench.modes import variant
@@ -70,8 +70,8 @@ class TuneConfig:
             device = "cuda" if torchdist.use_cuda("auto") else "cpu"
         return (GPU_PROFILE if device == "cuda" else CPU_PROFILE).batch_size
 
-    def sweep(self, batches: list[int]) -> SweepConfig:
-        return SweepConfig(modes=[self.mode], nps=[self.np], models=[self.model], precisions=[self.precision],
+    def sweep(self, batches: list[int]) -> SweepMatrix:
+        return SweepMatrix(modes=[self.mode], nps=[self.np], models=[self.model], precisions=[self.precision],
                            batch_sizes=list(batches), common=self.common)
 
 

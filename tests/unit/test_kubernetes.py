@@ -8,7 +8,7 @@ import shlex
 import pytest
 import yaml
 
-from bench.commands.kubernetes import K8sConfig, manifests, workload
+from bench.commands.kubernetes import K8sJob, manifests, workload
 from bench.config import RunConfig, command_line
 from bench.errors import BenchError
 from bench.launching import kubernetes as pod
@@ -185,14 +185,14 @@ def test_the_results_claim_validates():
     (lambda d: d["spec"].pop("mpiReplicaSpecs"), "'mpiReplicaSpecs' is a required property"),
 ])
 def test_the_validator_finds_what_the_api_server_would_refuse(edit, found):
-    (doc,) = manifests(K8sConfig(run=RunConfig(mode="torch-horovod"), image=IMAGE))
+    (doc,) = manifests(K8sJob(run=RunConfig(mode="torch-horovod"), image=IMAGE))
     assert k8s_check.problems(doc, "t") == []
     edit(doc)
     assert any(found in p for p in k8s_check.problems(doc, "t")), k8s_check.problems(doc, "t")
 
 
 def test_the_validator_checks_builtin_kinds_at_its_kubernetes_version():
-    service, job = manifests(K8sConfig(run=RunConfig(mode="tf-native"), image=IMAGE))
+    service, job = manifests(K8sJob(run=RunConfig(mode="tf-native"), image=IMAGE))
     job["spec"]["template"]["spec"]["subdomin"] = "x"
     assert k8s_check.problems(job, "t") == [
         f"t: Job hvdbench-tf-native: spec.template.spec: Additional properties are not allowed ('subdomin' was "

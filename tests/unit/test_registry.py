@@ -30,9 +30,9 @@ def test_the_mode_facts_come_from_the_spec():
     ("env", "bench.commands.info:EnvConfig", None),
     ("schema", "bench.commands.info:SchemaConfig", None),
     ("run", "bench.commands.run_file:RunFileConfig", None),
-    ("sweep", "bench.commands.sweep:SweepOptions", "sweep"),
+    ("sweep", "bench.commands.sweep:SweepConfig", "sweep"),
     ("converge", "bench.commands.converge:ConvergeConfig", "sweep"),
-    ("k8s", "bench.commands.kubernetes:K8sOptions", "all"),
+    ("k8s", "bench.commands.kubernetes:K8sConfig", "all"),
 ])
 def test_a_commands_flags_are_its_configurations_declarations(command, cls, run_options):
     """Gate issue, item 3: verify, allreduce and diagnose restated their configurations field by field in the CLI

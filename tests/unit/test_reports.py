@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from bench.commands.report import horovod_vs_native, scaling_rows, write_report
-from bench.commands.sweep import SweepConfig
+from bench.commands.sweep import SweepMatrix
 from bench.errors import BenchError
 from bench.records.collect import load_results, table_cells
 from tests.conftest import FIXTURES, ROOT
@@ -64,7 +64,7 @@ def test_verify_allreduce_and_peak_records_in_the_folder_are_not_training_result
 
 
 def test_sweep_config_validation():
-    cells = SweepConfig(modes=["torch-ddp", "torch-single", "tf-native:ps"], nps=[1, 2]).cells()
+    cells = SweepMatrix(modes=["torch-ddp", "torch-single", "tf-native:ps"], nps=[1, 2]).cells()
     assert [(c.label, c.np) for c in cells] == [("torch-ddp", 1), ("torch-ddp", 2), ("torch-single", 1),
                                                 ("tf-native:ps", 1), ("tf-native:ps", 2)]
     for kwargs, message in (({"modes": ["nope"], "nps": [1]}, "unknown mode"),
@@ -72,22 +72,22 @@ def test_sweep_config_validation():
                             ({"modes": ["torch-ddp"], "nps": [0]}, ">= 1"),
                             ({"modes": ["torch-ddp"], "nps": [1], "models": ["alexnet"]}, "unknown model")):
         with pytest.raises(BenchError, match=message):
-            SweepConfig(**kwargs)
+            SweepMatrix(**kwargs)
 
 
 def test_a_sweep_over_both_frameworks_and_libraries_gives_each_cell_the_options_its_mode_takes():
     """--compile and --fused-optimizer reach the PyTorch cells, --xla the TensorFlow ones, Horovod's knobs the Horovod
     ones; an option no mode of the sweep takes is still the cell's own one-line refusal."""
     common = {"compile": "default", "fused_optimizer": True, "xla": True, "cycle_time": 5.0}
-    sweep = SweepConfig(modes=["torch-ddp", "torch-horovod", "tf-horovod", "tf-native"], nps=[2], common=common)
+    sweep = SweepMatrix(modes=["torch-ddp", "torch-horovod", "tf-horovod", "tf-native"], nps=[2], common=common)
     configs = {c.mode: c.config(sweep.common_for(c), ROOT) for c in sweep.cells()}
     assert {m: (c.compile, c.fused_optimizer, c.xla, c.cycle_time) for m, c in configs.items()} == {
         "torch-ddp": ("default", True, None, None), "torch-horovod": ("default", True, None, 5.0),
         "tf-horovod": (None, None, True, 5.0), "tf-native": (None, None, True, None)}
     with pytest.raises(BenchError, match="--xla applies to the TensorFlow modes; torch-ddp is PyTorch"):
-        SweepConfig(modes=["torch-ddp", "torch-single"], nps=[1], common={"xla": True})
+        SweepMatrix(modes=["torch-ddp", "torch-single"], nps=[1], common={"xla": True})
     with pytest.raises(BenchError, match="--cycle-time does not apply to torch-ddp"):
-        SweepConfig(modes=["torch-ddp", "tf-native"], nps=[2], common={"cycle_time": 5.0})
+        SweepMatrix(modes=["torch-ddp", "tf-native"], nps=[2], common={"cycle_time": 5.0})
 
 
 def _run(mode, rate, created, hosts=("h1",), **config):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.commands.converge import ConvergeConfig
-from bench.commands.sweep import SweepConfig
+from bench.commands.sweep import SweepMatrix
 from bench.config import RunConfig
 from bench.data import feed
 from bench.data.make import MakeConfig, make
@@ -168,12 +168,12 @@ def test_converge_refuses_a_run_without_a_target_in_one_line(digits, cli):
 
 
 def test_a_sweep_repeats_each_cell_once_per_seed_and_converge_trains_every_epoch(digits):
-    cells = SweepConfig(modes=["torch-ddp"], nps=[2], seeds=[1, 2]).cells()
+    cells = SweepMatrix(modes=["torch-ddp"], nps=[2], seeds=[1, 2]).cells()
     assert [c.id for c in cells] == ["torch-ddp_np2_vgg16_fp32_bdefault_s1", "torch-ddp_np2_vgg16_fp32_bdefault_s2"]
     assert [c.config({}, Path(".")).seed for c in cells] == [1, 2]
-    assert SweepConfig(modes=["torch-ddp"], nps=[2]).cells()[0].id == "torch-ddp_np2_vgg16_fp32_bdefault"
+    assert SweepMatrix(modes=["torch-ddp"], nps=[2]).cells()[0].id == "torch-ddp_np2_vgg16_fp32_bdefault"
     with pytest.raises(BenchError, match="--seeds needs one or more different seeds"):
-        SweepConfig(modes=["torch-ddp"], nps=[2], seeds=[1, 1])
+        SweepMatrix(modes=["torch-ddp"], nps=[2], seeds=[1, 1])
     sweep = ConvergeConfig(repeats=3, common={"data": str(digits), "epochs": 2, "target_accuracy": 0.9}).sweep()
     assert sweep.seeds == [1, 2, 3] and sweep.common["stop_at_target"] is False
     assert {c.model for c in sweep.cells()} == {"resnet20"} and {c.np for c in sweep.cells()} == {1, 2}
