@@ -270,7 +270,8 @@ class RunConfig:
     checkpoint_every: int | None = option(None, "--epochs: write a checkpoint after every N-th epoch's evaluation "
                                           "(N a multiple of --eval-every), to --checkpoint-dir.", minimum=1)
     checkpoint_dir: str | None = option(None, "--checkpoint-every: the checkpoint's folder (default: "
-                                        "<output>/checkpoints/<mode>-np<N>; one checkpoint, replaced whole).")
+                                        "<output>/checkpoints/<mode>-np<N>-<configuration's key>; one checkpoint, "
+                                        "replaced whole).")
     resume_from: str | None = option(None, "--epochs: continue the run whose checkpoint is in this folder (the same "
                                 "configuration; docs/training.md).")
     output: str = option("results", "Directory for result JSON files and results.csv.")

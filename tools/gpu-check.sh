@@ -157,8 +157,9 @@ step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[
 step digits-make "${BENCH[@]}" data make "$STATE/digits" --format cifar --from digits
 step torch-ddp-converge "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" --output "$RES"
 # ... and resumed from its last checkpoint (the epoch before the one that ended it) on the GPU: the same target.
+ckpt=("$RES/checkpoints/torch-ddp-np$GPUS"-*)  # the converge run's folder: <mode>-np<N>-<its configuration's key>
 step torch-ddp-resume "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" \
-  --resume-from "$RES/checkpoints/torch-ddp-np$GPUS" --output "$RES/resumed"
+  --resume-from "${ckpt[0]}" --output "$RES/resumed"
 step transformer "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${TEXT[@]}" --output "$RES"
 if [ "$GPUS" -ge 2 ]; then
   step verify "${BENCH[@]}" verify "${DEVICE[@]}" "${VERIFY[@]}" --output "$RES"

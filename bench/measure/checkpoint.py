@@ -30,6 +30,7 @@ the run is watched or where it writes (:data:`FREE`); resuming with another refu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -54,10 +55,14 @@ def configuration(cfg) -> dict[str, Any]:
 
 
 def folder(cfg) -> Path:
-    """Where this run writes its checkpoints: --checkpoint-dir, else <output>/checkpoints/<mode>-np<N>."""
+    """Where this run writes its checkpoints: --checkpoint-dir, else <output>/checkpoints/<mode>-np<N>-<key>, the key
+    the first 8 hex digits of the SHA-256 of :func:`configuration`: runs of other configurations writing into one
+    output (another seed, dataset, model, rate) never share a folder, and a resumed run (the same configuration
+    by construction) writes where the run it continues wrote."""
     if cfg.checkpoint_dir:
         return Path(cfg.checkpoint_dir)
-    return Path(cfg.output) / "checkpoints" / f"{cfg.mode}-np{cfg.np}"
+    key = hashlib.sha256(json.dumps(configuration(cfg), sort_keys=True).encode()).hexdigest()[:8]
+    return Path(cfg.output) / "checkpoints" / f"{cfg.mode}-np{cfg.np}-{key}"
 
 
 def resolve(path: str | Path) -> Path:

@@ -4,6 +4,7 @@ checkpoint, resumed, ends with exactly the parameters of one never interrupted (
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -136,8 +137,13 @@ def test_checkpoints_are_written_after_every_nth_epoch_but_the_last_and_a_stop()
     assert not checkpoint.due(cfg, 2, stopping=True)
 
 
-def test_the_folder_defaults_to_one_per_mode_and_world_under_the_output(digits):
-    assert str(checkpoint.folder(resolved(digits, output="out"))) == "out/checkpoints/torch-ddp-np2"
+def test_the_folder_defaults_to_one_per_configuration_under_the_output(digits):
+    default = checkpoint.folder(resolved(digits, output="out"))
+    assert default.parent == Path("out/checkpoints") and re.fullmatch(r"torch-ddp-np2-[0-9a-f]{8}", default.name)
+    # how the run is watched or where it writes: the same folder (a resumed run writes where its run wrote)
+    assert checkpoint.folder(resolved(digits, output="out", stall_timeout=600.0, loader_workers=1)) == default
+    # another configuration in the same output: its own folder, never the other run's checkpoint replaced
+    assert checkpoint.folder(resolved(digits, output="out", seed=7)) != default
     assert str(checkpoint.folder(resolved(digits, checkpoint_dir="/mnt/ckpt"))) == "/mnt/ckpt"
 
 
