@@ -160,28 +160,6 @@ def test_stall_bound_is_validated(tmp_path):
     assert r.returncode == 1 and "--stall-timeout must be > 0 seconds" in r.stderr
 
 
-def test_watchdog_diagnosis():
-    from bench.measure.watchdog import auto_bound, diagnose
-
-    waiting = {"phase": "window", "window": 3, "step": 1, "bound_s": 60.0}
-    assert diagnose({0: {"rank": 0, **waiting}, 2: {"rank": 2, **waiting}}, 3) == (
-        "stalled: rank(s) 1 did not arrive (1: frozen (stopped, or stuck without releasing the interpreter)); "
-        "rank(s) 0, 2 waited 60 s in window 3, step 1")
-    behind = {"phase": "window", "window": 2, "step": 3, "bound_s": 60.0}
-    assert "rank(s) 1 did not arrive (1: in window 2, step 3)" in diagnose({0: waiting, 1: behind}, 2)
-    assert "the collective itself hung" in diagnose({0: waiting, 1: waiting}, 2)
-    # where each rank's main thread waited (bench.measure.watchdog.site): the same call, or different places
-    gloo = " in torch (.../distributed/distributed_c10d.py:10)"
-    assert diagnose({0: {**waiting, "site": gloo}, 1: {**waiting, "site": gloo}}, 2) == (
-        f"stalled: every rank waited 60 s in window 3, step 1{gloo}: the collective itself hung (network, or a "
-        "peer outside this job)")
-    assert diagnose({0: {**waiting, "site": " in torch (.../utils/data/dataloader.py:9)"},
-                     1: {**waiting, "site": gloo}}, 2) == (
-        "stalled: every rank waited 60 s in window 3, step 1, at different places: rank 0 in torch "
-        f"(.../utils/data/dataloader.py:9); rank 1{gloo}")
-    assert auto_bound(0.5, 4) == 120 and auto_bound(10.0, 4) == 800
-
-
 @pytest.mark.parametrize("label", list(endings.LAUNCHERS))
 def test_sigterm_to_an_outer_launcher_leaves_no_rank(tmp_path, label):
     launcher, args = endings.LAUNCHERS[label]

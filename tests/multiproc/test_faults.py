@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SMALL, bench, bench_env
+from tests.unit.test_launch import Ended
 
 
 def children_with_rank(parent: int) -> dict[int, int]:
@@ -149,44 +150,6 @@ def test_a_rank_killed_for_memory_is_named_with_the_cause(tmp_path):
     assert not out.exists() or not list(out.glob("*.json"))
 
 
-def test_the_cause_of_a_sigkill_is_said_only_when_the_kernel_counted_it(monkeypatch):
-    from bench.launching import supervise
-
-    monkeypatch.setattr(supervise, "oom_kills", lambda: 5)
-    assert "out-of-memory killer ended it" in supervise.killed_how(9, 4)
-    assert "if nobody killed it, likely out of memory" in supervise.killed_how(9, 5)
-    assert "if nobody killed it" in supervise.killed_how(9, None)
-    assert supervise.killed_how(15, 4) == "was killed by signal 15 (SIGTERM)"
-
-
-class _Ended:
-    """A stand-in for a rank's Popen that has already ended with ``code``."""
-
-    def __init__(self, code):
-        self.returncode = code
-
-    def poll(self):
-        return self.returncode
-
-
-@pytest.mark.parametrize("code,kills_after,line", [
-    (-9, 5, "rank 1 was killed by signal 9 (SIGKILL): the kernel's out-of-memory killer ended it (the memory "
-            "limit of its container or cgroup, or of the machine), first of the ranks; stopped the others, no "
-            "result written; try a smaller --batch-size"),
-    (-15, 5, "rank 1 was killed by signal 15 (SIGTERM), first of the ranks; stopped the others, no result written"),
-    (2, 4, "rank 1 exited with code 2, first of the ranks; stopped the others, no result written"),
-])
-def test_the_spawners_line_names_the_rank_then_the_advice(monkeypatch, code, kills_after, line):
-    from bench.errors import BenchError
-    from bench.launching import supervise
-
-    monkeypatch.setattr(supervise, "oom_kills", lambda: kills_after)
-    monkeypatch.setattr(supervise, "stop_processes", lambda procs, grace_s: None)
-    with pytest.raises(BenchError) as got:
-        supervise.wait_all([_Ended(None), _Ended(code)], oom_before=4)
-    assert str(got.value) == line
-
-
 def test_a_rank_that_dies_of_a_fatal_signal_is_named_with_where_it_died(tmp_path, monkeypatch):
     """A rank killed by SIGSEGV while loading a library (as PyPI's Triton did beside TensorFlow) leaves Python's
     traceback in its fault file (supervise.report_faults); the spawner's one line names the signal and the package
@@ -207,7 +170,7 @@ def test_a_rank_that_dies_of_a_fatal_signal_is_named_with_where_it_died(tmp_path
     assert supervise.crash_site(fault) == " in crashlib (.../site-packages/crashlib/__init__.py:3, while importing)"
     monkeypatch.setattr(supervise, "stop_processes", lambda procs, grace_s: None)
     with pytest.raises(BenchError) as got:
-        supervise.wait_all([_Ended(None), _Ended(-signal.SIGSEGV)], stall_dir=tmp_path)
+        supervise.wait_all([Ended(None), Ended(-signal.SIGSEGV)], stall_dir=tmp_path)
     assert str(got.value) == ("rank 1 was killed by signal 11 (SIGSEGV) in crashlib (.../site-packages/crashlib/"
                               "__init__.py:3, while importing), first of the ranks; stopped the others, no result "
                               "written")

@@ -1,7 +1,6 @@
 """TensorFlow modes on CPU, real processes: Horovod (Gloo, MPI) and tf.distribute (multiworker, mirrored, ps)."""
 
 import json
-import re
 import sys
 
 import pytest
@@ -90,42 +89,6 @@ def test_tf_native_parameter_servers(out):
     tasks = result["environment"]["distribution"]["tasks"]
     assert [(t["job"], t["index"]) for t in tasks] == [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
     assert all(t["host"] == "127.0.0.1" and t["devices"] == ["CPU:0"] for t in tasks), tasks
-
-
-SLURM_STEP = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4",
-              "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_LOCALID": "0"}
-
-
-@pytest.mark.parametrize("procid, role", [(0, ("chief", 0)), (1, ("ps", 0)), (2, ("worker", 0)), (3, ("worker", 1))])
-def test_ps_roles_under_srun_come_from_the_task_ids(monkeypatch, procid, role):
-    """srun -N2 -n4 --ntasks-per-node=2: node1 holds the chief and the ps, node2 the two workers."""
-    from bench.distributed import tfdist
-    from bench.launching.detect import detect, parse_tf_config
-
-    for k, v in {**SLURM_STEP, "SLURM_PROCID": str(procid)}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("SLURM_DISTRIBUTION", raising=False)
-    cluster, task_type, index = parse_tf_config(tfdist.ps_tf_config(detect(), num_ps=1))
-    assert (task_type, index) == role
-    port = 20000 + 64 * 7  # the first port of job 7's range (bench.launching.slurm.job_port_base)
-    assert cluster == {"chief": [f"node1:{port}"], "ps": [f"node1:{port + 1}"],
-                       "worker": [f"node2:{port}", f"node2:{port + 1}"]}
-
-
-@pytest.mark.parametrize("env, message", [
-    ({"SLURM_PROCID": "0", "SLURM_DISTRIBUTION": "cyclic"}, "needs Slurm's block task distribution"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)"},
-     "srun -n 3 or more (got 2)"),
-])
-def test_ps_under_srun_refuses_what_it_cannot_place(monkeypatch, env, message):
-    from bench.distributed import tfdist
-    from bench.errors import BenchError
-    from bench.launching.detect import detect
-
-    for k, v in {**SLURM_STEP, **env}.items():
-        monkeypatch.setenv(k, v)
-    with pytest.raises(BenchError, match=re.escape(message)):
-        tfdist.ps_tf_config(detect(), num_ps=1)
 
 
 def test_a_server_serves_until_the_chief_has_come_and_gone():

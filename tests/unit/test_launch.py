@@ -321,3 +321,64 @@ def test_a_ranks_core_share_comes_from_its_affinity_and_its_cgroups_quota(tmp_pa
     monkeypatch.setattr(supervise.os, "sched_getaffinity", lambda pid: set(range(64)))
     monkeypatch.setattr(supervise, "cgroup_cpu_quota", lambda: None)
     assert [default_workers(n) for n in (1, 8, 64, 128)] == [63, 7, 1, 1]
+
+
+# -- the spawner's and the watchdog's lines (in process) -----------------------------------------------------------
+def test_the_cause_of_a_sigkill_is_said_only_when_the_kernel_counted_it(monkeypatch):
+    from bench.launching import supervise
+
+    monkeypatch.setattr(supervise, "oom_kills", lambda: 5)
+    assert "out-of-memory killer ended it" in supervise.killed_how(9, 4)
+    assert "if nobody killed it, likely out of memory" in supervise.killed_how(9, 5)
+    assert "if nobody killed it" in supervise.killed_how(9, None)
+    assert supervise.killed_how(15, 4) == "was killed by signal 15 (SIGTERM)"
+
+
+class Ended:
+    """A stand-in for a rank's Popen that has already ended with ``code``."""
+
+    def __init__(self, code):
+        self.returncode = code
+
+    def poll(self):
+        return self.returncode
+
+
+@pytest.mark.parametrize("code,kills_after,line", [
+    (-9, 5, "rank 1 was killed by signal 9 (SIGKILL): the kernel's out-of-memory killer ended it (the memory "
+            "limit of its container or cgroup, or of the machine), first of the ranks; stopped the others, no "
+            "result written; try a smaller --batch-size"),
+    (-15, 5, "rank 1 was killed by signal 15 (SIGTERM), first of the ranks; stopped the others, no result written"),
+    (2, 4, "rank 1 exited with code 2, first of the ranks; stopped the others, no result written"),
+])
+def test_the_spawners_line_names_the_rank_then_the_advice(monkeypatch, code, kills_after, line):
+    from bench.errors import BenchError
+    from bench.launching import supervise
+
+    monkeypatch.setattr(supervise, "oom_kills", lambda: kills_after)
+    monkeypatch.setattr(supervise, "stop_processes", lambda procs, grace_s: None)
+    with pytest.raises(BenchError) as got:
+        supervise.wait_all([Ended(None), Ended(code)], oom_before=4)
+    assert str(got.value) == line
+
+
+def test_watchdog_diagnosis():
+    from bench.measure.watchdog import auto_bound, diagnose
+
+    waiting = {"phase": "window", "window": 3, "step": 1, "bound_s": 60.0}
+    assert diagnose({0: {"rank": 0, **waiting}, 2: {"rank": 2, **waiting}}, 3) == (
+        "stalled: rank(s) 1 did not arrive (1: frozen (stopped, or stuck without releasing the interpreter)); "
+        "rank(s) 0, 2 waited 60 s in window 3, step 1")
+    behind = {"phase": "window", "window": 2, "step": 3, "bound_s": 60.0}
+    assert "rank(s) 1 did not arrive (1: in window 2, step 3)" in diagnose({0: waiting, 1: behind}, 2)
+    assert "the collective itself hung" in diagnose({0: waiting, 1: waiting}, 2)
+    # where each rank's main thread waited (bench.measure.watchdog.site): the same call, or different places
+    gloo = " in torch (.../distributed/distributed_c10d.py:10)"
+    assert diagnose({0: {**waiting, "site": gloo}, 1: {**waiting, "site": gloo}}, 2) == (
+        f"stalled: every rank waited 60 s in window 3, step 1{gloo}: the collective itself hung (network, or a "
+        "peer outside this job)")
+    assert diagnose({0: {**waiting, "site": " in torch (.../utils/data/dataloader.py:9)"},
+                     1: {**waiting, "site": gloo}}, 2) == (
+        "stalled: every rank waited 60 s in window 3, step 1, at different places: rank 0 in torch "
+        f"(.../utils/data/dataloader.py:9); rank 1{gloo}")
+    assert auto_bound(0.5, 4) == 120 and auto_bound(10.0, 4) == 800
