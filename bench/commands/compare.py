@@ -14,7 +14,9 @@ costs: ``input_cost = 1 - data run's throughput / synthetic run's throughput``. 
 profile and one of ``--tuned`` (batch, memory format, compiler and optimizer settings apart) are paired when each
 side has just that one for the cell: ``bench compare results/paper results/tuned`` puts them side by side, the
 cell naming what A ran with. With ``--max-regression PCT`` the
-command exits 1 when the chosen metric regressed by more than PCT percent in any cell (for CI use).
+command exits 1 when the chosen metric regressed by more than PCT percent in any cell (for CI use). With
+``--rules FILE`` bench diagnose's rules are applied to B against A (apply_rules): findings, Accept per node of B,
+exit 1 on an error finding.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class CompareConfig:
     max_regression: float | None = option(None, "Exit 1 when METRIC regressed by more than this many percent in "
                                           "any cell.")
     strict: bool = option(False, STRICT_HELP, flag="--strict")
+    rules: str | None = option(None, "Apply a rules file (bench diagnose's format; 'default' for its own) to B, "
+                               "holding it against A: print the findings and Accept per node, exit 1 on an error.")
 
     def __post_init__(self) -> None:
         if not self.a or not self.b:
@@ -65,56 +69,141 @@ def significance(row: dict[str, Any]) -> str:
 
 
 def main(cfg: CompareConfig) -> None:
-    """The table of every cell's metrics, the input pipeline's cost where a pair shows it, and the
-    --max-regression check (one line and exit 1 when a cell regressed more)."""
+    """The table of every cell's metrics, the input pipeline's cost where a pair shows it, the rules' findings and
+    Accept per node (--rules), and the --max-regression check (one line and exit 1 when a cell regressed more)."""
     from rich.console import Console
     from rich.table import Table
 
-    rows = compare(Path(cfg.a), Path(cfg.b), cfg.strict)
+    rules = load_rules(cfg.rules) if cfg.rules else None  # a bad rule file stops before any table
+    cells = matched(Path(cfg.a), Path(cfg.b), cfg.strict)
+    rows = compare_cells(cells)
+    console = Console()
     table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{cfg.a} -> {cfg.b}")
     for r in rows:
         table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}",
                       significance(r))
-    Console().print(never_cut(table, "cell", "metric"))
+    console.print(never_cut(table, "cell", "metric"))
     for r in rows:
         if r.get("input_cost") is not None:
             print(f"input pipeline: costs {r['input_cost']:.1%} of the synthetic throughput in {r['cell']}")
+    failed = []
+    if rules is not None:
+        verdict = apply_rules(rules, cells)
+        print_verdict(console, verdict, cfg.rules)
+        if verdict["errors"]:
+            failed.append(f"{verdict['errors']} error finding(s) under the rules in {cfg.rules}")
     if cfg.max_regression is not None:
         bad = regressions(rows, cfg.metric, cfg.max_regression)
         if bad:
             worst = max(bad, key=lambda r: r["regression"])
-            raise BenchError(f"{cfg.metric} regressed by {worst['regression']:.1%} in {worst['cell']} "
-                             f"(more than {cfg.max_regression:g}% allowed)")
+            failed.append(f"{cfg.metric} regressed by {worst['regression']:.1%} in {worst['cell']} "
+                          f"(more than {cfg.max_regression:g}% allowed)")
+    if failed:
+        raise BenchError("; ".join(failed))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell both sides ran: its words, A's and B's newest result, and each side's runs of it (newest first)."""
+    label: str
+    key_a: Any
+    key_b: Any
+    a: dict[str, Any]
+    b: dict[str, Any]
+    runs_a: list[dict[str, Any]]
+    runs_b: list[dict[str, Any]]
+
+
+def matched(a: Path, b: Path, strict: bool = False) -> list[Cell]:
+    """The cells A and B share (equal, or paired by _pairs), per GPU count; files that are not results are skipped
+    with a warning unless ``strict``; none shared is one clear error."""
+    chosen_a, repeats_a = table_cells(load_results([a], None if strict else []))
+    chosen_b, repeats_b = table_cells(load_results([b], None if strict else []))
+    cells = []
+    for key_a, key_b in _pairs(chosen_a, chosen_b):
+        for n in sorted(set(chosen_a[key_a]) & set(chosen_b[key_b])):
+            ra, rb = chosen_a[key_a][n], chosen_b[key_b][n]
+            label = f"{key_b.label} {key_b.setting_text()} n={n}"
+            if key_a != key_b:
+                label += f" (A: {differences(key_a, key_b)})"
+            cells.append(Cell(label, key_a, key_b, ra, rb, [ra, *repeats_a[(key_a, n)]], [rb, *repeats_b[(key_b, n)]]))
+    if not cells:
+        raise BenchError(f"{a} and {b} share no cell (mode, model, precision, batch, image size, n) to compare")
+    return cells
 
 
 def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:
-    """Cell by cell, metric by metric; files that are not results are skipped with a warning unless ``strict``."""
-    chosen_a, repeats_a = table_cells(load_results([a], None if strict else []))
-    chosen_b, repeats_b = table_cells(load_results([b], None if strict else []))
+    """Cell by cell, metric by metric (compare_cells over matched)."""
+    return compare_cells(matched(a, b, strict))
+
+
+def compare_cells(cells: list[Cell]) -> list[dict[str, Any]]:
     rows = []
-    for key_a, key_b in _pairs(chosen_a, chosen_b):
-        key = key_b
-        for n in sorted(set(chosen_a[key_a]) & set(chosen_b[key_b])):
-            ra, rb = chosen_a[key_a][n], chosen_b[key_b][n]
-            runs_a, runs_b = [ra, *repeats_a[(key_a, n)]], [rb, *repeats_b[(key_b, n)]]
-            for name in COMPARED:
-                metric = METRICS[name]
-                va, vb = metric.value(ra), metric.value(rb)
-                if va is None or vb is None or va == 0:
-                    continue
-                change = (vb - va) / va
-                headline = name == "samples_per_sec_total"
-                cell = f"{key.label} {key.setting_text()} n={n}"
-                if key_a != key_b:
-                    cell += f" (A: {differences(key_a, key_b)})"
-                rows.append({"cell": cell, "metric": name, "a": va, "b": vb,
-                             "change": change, "regression": -change if metric.higher_is_better else change,
-                             "significant": significant(runs_a, runs_b) if headline else None,
-                             "runs": (len(runs_a), len(runs_b)) if headline else None,
-                             "input_cost": input_cost(key_a.source, key_b.source, va, vb) if headline else None})
-    if not rows:
-        raise BenchError(f"{a} and {b} share no cell (mode, model, precision, batch, image size, n) to compare")
+    for c in cells:
+        for name in COMPARED:
+            metric = METRICS[name]
+            va, vb = metric.value(c.a), metric.value(c.b)
+            if va is None or vb is None or va == 0:
+                continue
+            change = (vb - va) / va
+            headline = name == "samples_per_sec_total"
+            rows.append({"cell": c.label, "metric": name, "a": va, "b": vb,
+                         "change": change, "regression": -change if metric.higher_is_better else change,
+                         "significant": significant(c.runs_a, c.runs_b) if headline else None,
+                         "runs": (len(c.runs_a), len(c.runs_b)) if headline else None,
+                         "input_cost": input_cost(c.key_a.source, c.key_b.source, va, vb) if headline else None})
     return rows
+
+
+def load_rules(path: str) -> list:
+    """The rules of --rules: a file, or ``default`` for bench diagnose's own (rules.toml beside it)."""
+    from bench.commands.diagnose import rules as rules_mod
+
+    return rules_mod.load(None if path == "default" else path)
+
+
+def apply_rules(rules: list, cells: list[Cell]) -> dict[str, Any]:
+    """Each rule over every shared cell: B's figures (bench.commands.diagnose.rules.result_figures: the job's
+    throughput, each rank's attribution and input figures) held against A's same cell (``against = "baseline"``),
+    against B's other ranks (``"peers"``) or the rule's own value; then SuperBench's Accept per node of B's runs.
+    Rules no cell has a figure for are named (a pair's figures come from bench diagnose, not from a training run)."""
+    from bench.commands.diagnose import rules as rules_mod
+
+    found, used = [], set()
+    for c in cells:
+        figures, baseline = rules_mod.result_figures(c.b), rules_mod.result_figures(c.a)
+        used |= {r.name for r in rules if any(f.get(r.figure) is not None for f in figures.get(r.kind, {}).values())}
+        found += [{**f, "cell": c.label} for f in rules_mod.evaluate(rules, figures, baseline)]
+    nodes = sorted({rank["host"] for c in cells for rank in c.b["environment"]["ranks"]})
+    return {"findings": found, "accept": rules_mod.accept(nodes, found),
+            "errors": sum(f["severity"] == "error" for f in found),
+            "unused": [r.name for r in rules if r.name not in used]}
+
+
+def print_verdict(console: Any, verdict: dict[str, Any], path: str) -> None:
+    from rich.table import Table
+
+    from bench.commands.diagnose.report import accept_rows
+
+    if verdict["findings"]:
+        table = Table("severity", "rule", "cell", "where", "figure", "expected", title=f"rules ({path}): findings")
+        for f in verdict["findings"]:
+            name, _, text = f["rule"].partition(": ")
+            table.add_row(f["severity"], name, f["cell"], f["where"], f"{f['figure']:.4g}",
+                          f"{f['expected']:.4g} ({text})")
+        console.print(never_cut(table, "rule", "where"))
+    else:
+        print(f"rules ({path}): no findings")
+    nodes = Table("node", "accept", "errors", "warnings", title="accept (B's nodes)")
+    for row in accept_rows(verdict):
+        nodes.add_row(*row)
+    console.print(never_cut(nodes, "node"))
+    job = sorted({f["rule"].split(":")[0] for f in verdict["findings"]
+                  if f["severity"] == "error" and f["kind"] == "job"})
+    if job:
+        print(f"the job as a whole failed: {', '.join(job)} (a job's finding names no node)")
+    if verdict["unused"]:
+        print(f"rules with no figure in these results (not applied): {', '.join(verdict['unused'])}")
 
 
 # The cell fields a pair may differ in when each side has just one cell for the rest: the input (a --data run

@@ -306,3 +306,83 @@ def test_the_reports_environment_says_the_cores_a_run_could_use_where_fewer_than
     assert "- CPU: EPYC (64 cores)" in environment_text([whole])
     older = {"environment": {"cpu": "EPYC", "cpu_count": 64, "ranks": [{"host": "h1"}]}, "world_size": 1}
     assert "- CPU: EPYC (64 cores)" in environment_text([older])
+
+
+def attributed(result, hosts, compute_s):
+    """A copy of ``result`` run on ``hosts`` (one rank each) with per-rank attribution of those compute times."""
+    out = {k: v for k, v in json.loads(json.dumps(result)).items() if k != "_path"}  # as written, not as read
+    for rank, host in zip(out["environment"]["ranks"], hosts, strict=True):
+        rank["host"] = host
+    step = 1 / out["summary"]["samples_per_sec_total"]
+    out["attribution"] = {
+        "measured": True, "unit": "s", "steps": 2, "straggler": None, "straggler_threshold": 0.3,
+        "hidden_share_median": None, "exposed_s_median": 0.0, "cost_s": 1.0, "definitions": {},
+        "per_rank": [{"rank": i, "host": h, "device": "cpu", "compute_s": c, "exchange_s": 0.01, "step_s": step,
+                      "exposed_s": 0.0, "hidden_share": None, "compute_step_s": [c], "exchange_step_s": [0.01]}
+                     for i, (h, c) in enumerate(zip(hosts, compute_s, strict=True))]}
+    return out
+
+
+def rules_file(path, *rules):
+    path.write_text("\n".join("[[rule]]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in r.items())
+                              for r in rules))
+    return path
+
+
+def test_compare_applies_a_rule_file(tmp_path):
+    """Job rules against A's same cell flag exactly the cells whose throughput fell below the bound (computed here from
+    the results), and name no node; a rank rule rejects the node of the rank it flags and accepts the other; rules
+    with no figure in training results are named as not applied."""
+    from bench.commands.compare import apply_rules, matched
+    from bench.commands.diagnose import rules as rules_mod
+
+    cells = matched(A, B)
+    ratios = {c.label: c.b["summary"]["samples_per_sec_total"] / c.a["summary"]["samples_per_sec_total"]
+              for c in cells}
+    tolerance = 1 - sorted(ratios.values())[len(ratios) // 2]  # the median cell's drop: some flagged, some not
+    path = rules_file(tmp_path / "job.toml", {"name": "job-floor", "kind": "job", "figure": "samples_per_sec",
+                                              "against": "baseline", "direction": "below", "tolerance": tolerance,
+                                              "severity": "error"},
+                      {"name": "pair-slow", "kind": "pair", "figure": "busbw_GBps", "against": "peers",
+                       "direction": "below", "tolerance": 0.4, "severity": "error"})
+    verdict = apply_rules(rules_mod.load(path), cells)
+    assert {f["cell"] for f in verdict["findings"]} == {c for c, r in ratios.items() if r < 1 - tolerance}
+    assert 0 < verdict["errors"] < len(cells)
+    assert verdict["accept"] == [{"node": "vm", "accepted": True, "errors": [], "warnings": []}]
+    assert verdict["unused"] == ["pair-slow"]
+
+    ddp = {r["world_size"]: r for r in load_results([A]) if r["mode"] == "torch-ddp"}[2]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "r.json").write_text(json.dumps(attributed(ddp, ["n1", "n2"], [0.10, 0.10])))
+    (tmp_path / "b" / "r.json").write_text(json.dumps(attributed(ddp, ["n1", "n2"], [0.10, 0.13])))
+    path = rules_file(tmp_path / "rank.toml", {"name": "rank-slower", "kind": "rank", "figure": "compute_s",
+                                               "against": "baseline", "direction": "above", "tolerance": 0.2,
+                                               "severity": "error"},
+                      {"name": "rank-ceiling", "kind": "rank", "figure": "compute_s", "against": "value",
+                       "direction": "above", "value": 0.12, "severity": "warning"})
+    verdict = apply_rules(rules_mod.load(path), matched(tmp_path / "a", tmp_path / "b"))
+    assert [(f["where"], f["rule"].split(":")[0]) for f in verdict["findings"]] == [
+        ("rank 1 (n2)", "rank-slower"), ("rank 1 (n2)", "rank-ceiling")]
+    assert verdict["accept"] == [{"node": "n1", "accepted": True, "errors": [], "warnings": []},
+                                 {"node": "n2", "accepted": False, "errors": ["rank-slower"],
+                                  "warnings": ["rank-ceiling"]}]
+    assert verdict["unused"] == []
+
+
+def test_compare_rules_on_the_command_line(tmp_path, cli):
+    """An error finding: the tables, then one line and exit 1; no finding: exit 0; a bad rule file: one line before
+    any table."""
+    rule = {"name": "job-floor", "kind": "job", "figure": "samples_per_sec", "against": "value",
+            "direction": "below", "severity": "error"}
+    r = cli("compare", str(A), str(B), "--rules", str(rules_file(tmp_path / "high.toml", {**rule, "value": 1e9})))
+    assert r.returncode == 1 and "error finding(s) under the rules" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "accept" in r.stdout and "job-floor" in r.stdout and "the job as a whole failed" in r.stdout
+    r = cli("compare", str(A), str(B), "--rules", str(rules_file(tmp_path / "low.toml", {**rule, "value": 1e-9})))
+    assert r.returncode == 0 and "no findings" in r.stdout, r.stderr
+    r = cli("compare", str(A), str(B), "--rules", "default")
+    assert "not applied" in r.stdout and "device-slower-than-peers" in r.stdout  # no device figures in a training run
+    assert (r.returncode == 1) == ("failed: job-slower-than-baseline" in r.stdout)  # these runs are noisy
+    r = cli("compare", str(A), str(B), "--rules", str(rules_file(tmp_path / "bad.toml", {**rule, "value": "x"})))
+    assert r.returncode == 1 and "value must be a number" in r.stderr and "->" not in r.stdout

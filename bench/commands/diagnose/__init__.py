@@ -314,15 +314,13 @@ class Diagnosis:
         if step.failure() or result is None:
             self._did_not_run("job", "job", step)
             return
-        self.figures["job"]["job"] = {"samples_per_sec": result["summary"]["samples_per_sec_total"]}
+        for kind, members in rules_mod.result_figures(result).items():
+            self.figures[kind].update(members)
         section = result.get("attribution") or {}
-        if not section.get("measured"):
+        if section.get("measured"):
+            self.phases["job"]["straggler"] = section["straggler"]
+        else:
             self.phases["job"]["attribution"] = section.get("reason", "not measured")
-            return
-        self.phases["job"]["straggler"] = section["straggler"]
-        for p in section["per_rank"]:
-            self.figures["rank"][f"rank {p['rank']} ({p['host']})"] = {
-                "compute_s": p["compute_s"], "exposed_s": p["exposed_s"], "step_s": p["step_s"]}
 
     def run(self) -> dict[str, Any]:
         rules = rules_mod.load(self.cfg.rules)

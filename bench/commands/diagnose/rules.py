@@ -37,7 +37,7 @@ KINDS = ("device", "pair", "rank", "job")
 AGAINST = ("peers", "baseline", "value")
 REQUIRED = ("name", "kind", "figure", "against", "direction", "severity")  # and tolerance, or value (against value)
 FIGURES = {"device": ("samples_per_sec", "loader_rate", "data_wait_share"), "pair": ("busbw_GBps", "latency_us"),
-           "rank": ("compute_s",),
+           "rank": ("compute_s", "exposed_s", "step_s", "loader_rate", "data_wait_share"),
            "job": ("samples_per_sec",)}
 
 
@@ -112,6 +112,29 @@ def load(path: str | Path | None = None) -> list[Rule]:
     if not rules:
         raise BenchError(f"rules {path}: no [[rule]] tables")
     return rules
+
+
+def rank_member(rank: int, host: str) -> str:
+    return f"rank {rank} ({host})"
+
+
+def result_figures(result: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The job's and each rank's figures in one training result (kind -> member -> figure name -> value): the job's
+    throughput; each rank's compute, exposed exchange and step time (seconds per step) where attribution measured
+    them; each rank's input pipeline rate alone and share of the timed windows spent waiting for batches where the
+    run read a dataset. bench diagnose's job phase and bench compare --rules read a result through this alone."""
+    ranks: dict[str, dict[str, Any]] = {}
+    attribution = result.get("attribution") or {}
+    if attribution.get("measured"):
+        for p in attribution["per_rank"]:
+            ranks[rank_member(p["rank"], p["host"])] = {k: p[k] for k in ("compute_s", "exposed_s", "step_s")}
+    section = result.get("input") or {}
+    if section.get("source") == "dataset":
+        for p in section["per_rank"]:
+            if p.get("rank") is not None:  # tf-native ps's workers are rows without a rank: no member of the job
+                ranks.setdefault(rank_member(p["rank"], p["host"]), {}).update(
+                    loader_rate=p["loader_rate"], data_wait_share=p["wait_share"])
+    return {"job": {"job": {"samples_per_sec": result["summary"]["samples_per_sec_total"]}}, "rank": ranks}
 
 
 def finding(kind: str, where: str, figure: Any, expected: Any, rule: str, severity: str, name: str,
