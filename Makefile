@@ -156,12 +156,15 @@ lint: venv ## ruff over the whole tree, hadolint on the Dockerfiles, bash -n on 
 docker-up: ## install (first time) and start a Docker engine here
 	tools/docker-up.sh
 
-image: venv docker-up ## build hvdbench:STACK-FLAVOR (default current-cuda, also tagged hvdbench:latest)
-	$(PY) -m tools.images build --stack $(STACK) --flavor $(FLAVOR)
+# The image builds need no venv: Docker (an engine that answers; tools/docker-up.sh) and python3. They run under the
+# venv's Python where one is set up (its Horovod wheels are reused by the CPU image), else under $(PYTHON).
+IMAGE_PY = $(if $(wildcard $(STAMP)),$(PY),$(PYTHON))
+image: docker-up ## build hvdbench:STACK-FLAVOR (default current-cuda, also tagged hvdbench:latest); no venv needed
+	$(IMAGE_PY) -m tools.images build --stack $(STACK) --flavor $(FLAVOR)
 
-images: venv docker-up ## build every stack x flavour
-	for s in $$($(PY) -m tools.images stacks); do for f in cpu cuda; do \
-	  $(PY) -m tools.images build --stack $$s --flavor $$f || exit 1; done; done
+images: docker-up ## build every stack x flavour
+	for s in $$($(IMAGE_PY) -m tools.images stacks); do for f in cpu cuda; do \
+	  $(IMAGE_PY) -m tools.images build --stack $$s --flavor $$f || exit 1; done; done
 
 # Build, self-test and push to REGISTRY (tools/publish.py; the release workflow runs this). DRY_RUN=1 shows the
 # Dockerfile, build args, tags and labels and does nothing. STACK and FLAVOR take comma-separated lists or all.

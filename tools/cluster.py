@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,7 +129,12 @@ def compose_cmd(apptainer: bool = False) -> list[str]:
     bench = bound_bench()
     if bench is not None:
         files.append(bench_file(nodes, bench))
-    return ["docker-compose", "-p", PROJECT, *(arg for f in files for arg in ("-f", str(f)))]
+    return [*compose_cli(), "-p", PROJECT, *(arg for f in files for arg in ("-f", str(f)))]
+
+
+def compose_cli() -> list[str]:
+    """Compose v1's docker-compose where installed, else the Docker CLI's compose plugin (Docker CE's)."""
+    return ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
 
 
 def compose_env() -> dict[str, str]:

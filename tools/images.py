@@ -132,6 +132,10 @@ def make_base(tag: str = LOCAL_BASE, suite: str = "bookworm", mirror: str = "htt
 
 
 # -- wheels for offline builds ------------------------------------------------------------------------
+def has_pip(python: str) -> bool:
+    return subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0
+
+
 def stage_sdist(stack: str, python: str = sys.executable, directory: Path = WHEELHOUSE) -> None:
     """Horovod's sdist in ``directory`` (docker/wheelhouse, or its sdist/ for the CUDA image), so that no
     build downloads it again."""
@@ -139,7 +143,7 @@ def stage_sdist(stack: str, python: str = sys.executable, directory: Path = WHEE
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / f"horovod-{version}.tar.gz").is_file():
         return
-    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+    if not has_pip(python):
         # make test builds the CUDA image before the venv exists, with a Python that may have no pip: the
         # image's Horovod step then downloads the sdist itself (docker/build-horovod.sh).
         print(f"images: no pip for {python}: Horovod's sdist left to the build", flush=True)
@@ -161,6 +165,9 @@ def stage_wheels(stack: str, python: str = sys.executable) -> Path:
     never takes it (ImageError here, before any build, and the Dockerfile's own check after its installs)."""
     values = build_args(stack, "cpu")
     version = values["TORCH_VERSION"]
+    if not has_pip(python):
+        raise ImageError(f"the CPU image's build stages PyTorch's CPU wheel with pip, and {python} has none: install "
+                         "python3-pip (or make venv, whose Python the build then takes)")
     WHEELHOUSE.mkdir(exist_ok=True)
     index = ["--extra-index-url", values["TORCH_INDEX_URL"]] if values.get("TORCH_INDEX_URL") else []
     tag = "cp" + CPU_IMAGE_PYTHON.replace(".", "")

@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,3 +18,56 @@ def test_hadolint_clean(name):
     r = subprocess.run([str(Path(sys.executable).parent / "hadolint"), str(ROOT / "docker" / name)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.fixture
+def user_bin():
+    """A PATH for a user who is not root (nobody): tools/docker-up.sh, the few tools it calls, and a docker stand-in
+    written per test; no docker-compose, debootstrap, dockerd or apt-get. In a folder nobody can read (pytest's own
+    are root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="hvdbench-docker-up-"))
+    folder.chmod(0o755)
+    shutil.copy(ROOT / "tools" / "docker-up.sh", folder / "docker-up.sh")
+    for tool in ("bash", "id", "seq", "sleep", "grep", "dirname", "setsid"):
+        (folder / tool).symlink_to(shutil.which(tool))
+
+    def run(docker: str, *more: str) -> subprocess.CompletedProcess:
+        (folder / "docker").write_text(f"#!{shutil.which('bash')}\n{docker}\n")
+        (folder / "docker").chmod(0o755)
+        for name in more:
+            (folder / name).symlink_to(shutil.which("true"))
+        return subprocess.run([shutil.which("setpriv"), "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                               str(folder / "bash"), str(folder / "docker-up.sh")],
+                              env={"PATH": str(folder), "HOME": "/nonexistent"}, capture_output=True, text=True,
+                              timeout=60)
+
+    yield run
+    shutil.rmtree(folder)
+
+
+def test_docker_up_takes_an_engine_that_answers_as_a_docker_group_member(user_bin):
+    """make image's one requirement is an engine that answers (Docker CE with its compose plugin, as a member of the
+    docker group): nothing installed, nothing demanded; a missing compose or debootstrap is a note."""
+    r = user_bin('[ "$1" = info ]')  # no compose plugin, no docker-compose, no debootstrap
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "docker-up: note: not installed here: docker-compose debootstrap (make image needs neither; the cluster tests "
+        "need a compose, and debootstrap makes the base image where no registry gives it)"]
+    r = user_bin('case "$1" in info) exit 0;; compose) [ "$2" = version ];; *) exit 1;; esac', "debootstrap")
+    assert r.returncode == 0 and r.stderr == "", r.stderr  # the compose plugin counts as a compose
+
+
+def test_docker_up_says_why_no_engine_answers(user_bin):
+    r = user_bin('echo "permission denied while trying to connect to the Docker daemon socket" >&2; exit 1')
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "docker-up: error: no Docker engine answers (permission denied while trying to connect to the Docker daemon "
+        "socket): start it, or join the docker group (sudo usermod -aG docker nobody, then log in again)"]
+
+
+def test_make_image_needs_no_venv(tmp_path):
+    """Without a venv, make image builds with this machine's python3 (no tools/setup.sh, no Horovod compile)."""
+    r = subprocess.run(["make", "-n", "image", f"VENV={tmp_path / 'none'}"], cwd=ROOT, capture_output=True,
+                       text=True, check=True)
+    assert r.stdout.splitlines() == ["tools/docker-up.sh",
+                                     "python3 -m tools.images build --stack current --flavor cuda"]

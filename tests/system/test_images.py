@@ -24,6 +24,7 @@ from tests.conftest import (
     run_container,
 )
 from tools import images
+from tools.cluster import compose_cli
 
 pytestmark = pytest.mark.image
 
@@ -127,7 +128,12 @@ def test_secret_scan_finds_a_baked_secret(dk, tmp_path):
             pass
 
 
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed")
+def has_compose() -> bool:
+    cli = compose_cli()
+    return shutil.which(cli[0]) is not None and subprocess.run([*cli, "version"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not has_compose(), reason="no compose: neither docker-compose nor the docker compose plugin")
 def test_compose_two_nodes_over_tcp(dk, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
@@ -137,7 +143,7 @@ def test_compose_two_nodes_over_tcp(dk, tmp_path):
     override = tmp_path / "bench.yaml"
     binds = "".join(f"      - {bind}\n" for bind in images.bench_binds(IMAGE))
     override.write_text("services:\n" + "".join(f"  {node}:\n    volumes:\n{binds}" for node in ("node0", "node1")))
-    cmd = ["docker-compose", "-f", str(ROOT / "compose.yaml"), "-f", str(override), "--profile", "two-node"]
+    cmd = [*compose_cli(), "-f", str(ROOT / "compose.yaml"), "-f", str(override), "--profile", "two-node"]
     try:
         r = subprocess.run([*cmd, "up", "--abort-on-container-exit", "--exit-code-from", "node0"], env=env,
                            capture_output=True, text=True, timeout=600)

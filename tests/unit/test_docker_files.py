@@ -246,3 +246,4 @@ def test_a_staged_torch_wheel_is_not_downloaded_again(tmp_path, monkeypatch):
     assert len(downloads) == 1 and "download" in downloads[0]
     images.stage_wheels("current")
     assert len(downloads) == 1  # the pinned wheel was there
+
