@@ -20,7 +20,7 @@ IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:book
   --cache frameworks
 test-system-build test-cluster test-diagnose test-apptainer: export HVDBENCH_CLUSTER_BENCH := $(CURDIR)/bench
 
-.PHONY: test-browser test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-gpu-check test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull publish registry-up test-apptainer slurm-up clean
+.PHONY: test-browser test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-gpu-check test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull sif-check publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -236,17 +236,20 @@ singularity: venv ## regenerate singularity/*.def from docker/ (spython)
 apptainer-up: ## make apptainer (and singularity) runnable here; prints the directory for PATH
 	@tools/apptainer-up.sh
 
-sif: venv ## build hvdbench-STACK-FLAVOR.sif from the local Docker image (apptainer)
-	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif image --stack $(STACK) --flavor $(FLAVOR) --output $(SIF) \
+sif: ## build hvdbench-STACK-FLAVOR.sif from the local Docker image (apptainer)
+	PATH=$(APPTAINER_PATH) $(IMAGE_PY) -m tools.sif image --stack $(STACK) --flavor $(FLAVOR) --output $(SIF) \
 	  --compression $(SIF_COMPRESSION)
 
-sif-def: venv ## build it from singularity/hvdbench-STACK-FLAVOR.def instead
-	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF) \
+sif-def: ## build it from singularity/hvdbench-STACK-FLAVOR.def instead
+	PATH=$(APPTAINER_PATH) $(IMAGE_PY) -m tools.sif def --stack $(STACK) --flavor $(FLAVOR) --output $(SIF) \
 	  --compression $(SIF_COMPRESSION)
 
-sif-pull: venv ## pull the published image from REGISTRY into SIF, by digest (apptainer)
-	PATH=$(APPTAINER_PATH) $(PY) -m tools.sif pull --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) \
+sif-pull: ## pull the published image from REGISTRY into SIF, by digest (apptainer)
+	PATH=$(APPTAINER_PATH) $(IMAGE_PY) -m tools.sif pull --registry $(REGISTRY) --stack $(STACK) --flavor $(FLAVOR) \
 	  --output $(SIF) --compression $(SIF_COMPRESSION)
+
+sif-check: ## check SIF as a cluster user takes it: size, bench env (CUDA, NCCL, Horovod), a CPU run per framework, --nv
+	PATH=$(APPTAINER_PATH) $(IMAGE_PY) -m tools.sif_check $(SIF)
 
 # After test-image (it needs the CPU image): the SIF from that image and from the definition file.
 test-apptainer: venv docker-up slurm-up ## system tier: build the CPU SIFs here, run them under Apptainer and Slurm

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.commands.diagnose import rules as rules_mod
+from bench.commands.diagnose.report import accept_rows
 from bench.config import option
 from bench.errors import BenchError
 from bench.records.collect import STRICT_HELP, load_results, significant, table_cells
@@ -155,20 +157,16 @@ def compare_cells(cells: list[Cell]) -> list[dict[str, Any]]:
     return rows
 
 
-def load_rules(path: str) -> list:
+def load_rules(path: str) -> list[rules_mod.Rule]:
     """The rules of --rules: a file, or ``default`` for bench diagnose's own (rules.toml beside it)."""
-    from bench.commands.diagnose import rules as rules_mod
-
     return rules_mod.load(None if path == "default" else path)
 
 
-def apply_rules(rules: list, cells: list[Cell]) -> dict[str, Any]:
+def apply_rules(rules: list[rules_mod.Rule], cells: list[Cell]) -> dict[str, Any]:
     """Each rule over every shared cell: B's figures (bench.commands.diagnose.rules.result_figures: the job's
     throughput, each rank's attribution and input figures) held against A's same cell (``against = "baseline"``),
     against B's other ranks (``"peers"``) or the rule's own value; then SuperBench's Accept per node of B's runs.
     Rules no cell has a figure for are named (a pair's figures come from bench diagnose, not from a training run)."""
-    from bench.commands.diagnose import rules as rules_mod
-
     found, used = [], set()
     for c in cells:
         figures, baseline = rules_mod.result_figures(c.b), rules_mod.result_figures(c.a)
@@ -182,8 +180,6 @@ def apply_rules(rules: list, cells: list[Cell]) -> dict[str, Any]:
 
 def print_verdict(console: Any, verdict: dict[str, Any], path: str) -> None:
     from rich.table import Table
-
-    from bench.commands.diagnose.report import accept_rows
 
     if verdict["findings"]:
         table = Table("severity", "rule", "cell", "where", "figure", "expected", title=f"rules ({path}): findings")

@@ -240,10 +240,18 @@ def test_a_staged_torch_wheel_is_not_downloaded_again(tmp_path, monkeypatch):
 
     monkeypatch.setattr(images, "WHEELHOUSE", tmp_path)
     monkeypatch.setattr(images, "stage_sdist", lambda stack, python: None)
+    monkeypatch.setattr(images, "has_pip", lambda python: True)
     monkeypatch.setattr(images.subprocess, "run", run)
     monkeypatch.setenv("HVDBENCH_WHEEL_CACHE", str(tmp_path / "no-cache"))
     images.stage_wheels("current")
     assert len(downloads) == 1 and "download" in downloads[0]
     images.stage_wheels("current")
     assert len(downloads) == 1  # the pinned wheel was there
+
+
+def test_the_cpu_image_without_pip_is_one_line(monkeypatch):
+    """make image FLAVOR=cpu with no venv and a python3 without pip: what to install, before any build."""
+    monkeypatch.setattr(images, "has_pip", lambda python: False)
+    with pytest.raises(images.ImageError, match="has none: install python3-pip"):
+        images.stage_wheels("current", python="/usr/bin/python3")
 

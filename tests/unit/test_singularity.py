@@ -132,3 +132,31 @@ def test_zstd_squashes_through_apptainers_option_and_keys_the_sif_apart(tmp_path
     assert len(built) == 2  # up to date
     with pytest.raises(sif.SifError, match="unknown compression 'xz'"):
         sif.from_image("current", "cpu", out, compression="xz")
+
+
+def test_sif_check_judges_each_framework_environment():
+    """tools/sif_check.py's reading of `bench env --check --json` from a SIF: a CUDA SIF passes with one NCCL and one
+    CUDA runtime per framework from its own environment and Horovod with NCCL, MPI and Gloo; each fault is named."""
+    import copy
+
+    from tools.sif_check import env_problems
+
+    def part(prefix):
+        return {"prefix": prefix, "horovod": {"nccl_built": True, "mpi_built": True, "gloo_built": True},
+                "loaded_libraries": {"nccl": [f"{prefix}/lib/libnccl.so.2"], "cudart": [f"{prefix}/lib/libcudart.so"]}}
+
+    good = {"environments": {"torch": part("/opt/hvdbench/torch"), "tensorflow": part("/opt/hvdbench/tf")},
+            "torch": {"cuda": "13.0"}, "tensorflow": {"cuda": "12.5.1"}}
+    assert env_problems(good, "cuda") == []
+    bad = copy.deepcopy(good)
+    bad["environments"]["torch"]["horovod"]["nccl_built"] = False
+    bad["environments"]["tensorflow"]["loaded_libraries"]["nccl"].append("/usr/lib/libnccl.so.2")
+    bad["tensorflow"]["cuda"] = None
+    assert env_problems(bad, "cuda") == [
+        "tensorflow: not a CUDA build",
+        "tensorflow: loads nccl from ['/opt/hvdbench/tf/lib/libnccl.so.2', '/usr/lib/libnccl.so.2'], not once from "
+        "/opt/hvdbench/tf",
+        "torch: Horovod without nccl"]
+    assert env_problems(bad, "cpu") == []  # a CPU SIF needs no NCCL
+    del bad["environments"]["torch"]
+    assert env_problems(bad, "cpu") == ["framework environments ['tensorflow'], not torch and tensorflow"]
