@@ -163,7 +163,7 @@ def test_resolve_base_without_a_registry_refuses_a_base_it_cannot_stand_in_for(m
 
 
 def test_prune_keeps_the_newest_build_cache_and_removes_untagged_hvdbench_images(monkeypatch, capsys):
-    """What the gate calls after its builds (docs/development.md): the build cache beyond the budget, least
+    """What the gate calls after its builds (docs/gate.md): the build cache beyond the budget, least
     recently used first, and only this project's untagged images; a refusal is one line."""
     calls = []
 

@@ -215,3 +215,17 @@ def test_make_help_lists_every_target_from_its_own_comment():
     assert [name for name, _ in targets if name.endswith("-test")] == []
     phony = set(re.search(r"^\.PHONY:(.*)$", text, re.M).group(1).split())
     assert {name for name, _ in targets if name != "venv"} - phony == set()
+
+
+def word_count(path) -> int:
+    return len(path.read_text().split())
+
+
+def test_the_docs_are_read_in_minutes():
+    """README under 1,000 words; README and the first multi-node run's page together at most 2,500; every other page
+    at most 2,500 (about ten minutes), a longer one split along its headings into pages of their own. The pages of
+    measurements (docs/measured/) are records, kept as they were written."""
+    readme, first = word_count(ROOT / "README.md"), word_count(ROOT / "docs" / "first-run.md")
+    assert readme < 1000 and readme + first <= 2500, (readme, first)
+    long = {p.name: n for p in sorted((ROOT / "docs").glob("*.md")) if (n := word_count(p)) > 2500}
+    assert long == {}
