@@ -65,7 +65,7 @@ def cross_framework(vc) -> dict[str, Any]:
     """Train both twins from the same weights on the same global batch; compare the loss trajectories."""
     import torch
 
-    from bench.models.torch_models import loss_fn
+    from bench.models.torch_loss import loss_fn
 
     threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or (os.cpu_count() or 1)
     torch.set_num_threads(threads)
@@ -119,7 +119,7 @@ def cross_framework(vc) -> dict[str, Any]:
 
 def _train_tf(vc, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray,
               embedding: str = "tied") -> tuple[list[float], list[np.ndarray]]:
-    from bench.models.tf_models import per_example_loss
+    from bench.models.tf_loss import per_example_loss
 
     tf, keras = import_tf()
     tf.config.experimental.enable_op_determinism()

@@ -153,7 +153,7 @@ def count_train_flops(name: str, image_size: int | None, seq_len: int | None, nu
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from bench.models.torch_models import loss_fn
+    from bench.models.torch_loss import loss_fn
 
     spec = model(name)
     batch = 2  # batch norm in training needs more than one value per channel
@@ -223,30 +223,30 @@ def model(name: str) -> ModelSpec:
 
 for _spec in (
     ModelSpec("vgg16", "VGG-16 (13 conv + 3 FC, no batch norm)", 224, 32, 138_357_544, (4096,),
-              "bench.models.torch_models:vgg16", "bench.models.tf_models:vgg16"),
+              "bench.models.torch_vgg:vgg16", "bench.models.tf_vgg:vgg16"),
     ModelSpec("vgg19", "VGG-19 (16 conv + 3 FC, no batch norm)", 224, 32, 143_667_240, (4096,),
-              "bench.models.torch_models:vgg19", "bench.models.tf_models:vgg19"),
+              "bench.models.torch_vgg:vgg19", "bench.models.tf_vgg:vgg19"),
     ModelSpec("resnet50", "ResNet-50 v1.5 (stride in the 3x3 conv)", 224, 32, 25_557_032, (2048,),
-              "bench.models.torch_models:resnet50", "bench.models.tf_models:resnet50", batch_norm=True),
+              "bench.models.torch_resnet:resnet50", "bench.models.tf_resnet:resnet50", batch_norm=True),
     ModelSpec("resnet101", "ResNet-101 v1.5", 224, 32, 44_549_160, (2048,),
-              "bench.models.torch_models:resnet101", "bench.models.tf_models:resnet101", batch_norm=True),
+              "bench.models.torch_resnet:resnet101", "bench.models.tf_resnet:resnet101", batch_norm=True),
     ModelSpec("inception3", "Inception V3 with aux classifier (torchvision layout; the aux head needs >= 299)",
               299, 299, 27_161_264, (2048, 768),
-              "bench.models.torch_models:inception3", "bench.models.tf_models:inception3", batch_norm=True),
+              "bench.models.torch_inception:inception3", "bench.models.tf_inception:inception3", batch_norm=True),
     # He et al. 2016, section 4.2: the CIFAR-10 ResNet with n = 3 (20 layers), the small model convergence is
     # shown with on a CPU (269,722 parameters at 10 classes; the paper says 0.27 M).
     ModelSpec("resnet20", "ResNet-20 for CIFAR-size images (He et al. 2016; 3 stages of 3 basic blocks, 16-64 "
-              "channels)", 32, 8, 334_072, (64,), "bench.models.torch_models:resnet20",
-              "bench.models.tf_models:resnet20", batch_norm=True, default_classes=10),
+              "channels)", 32, 8, 334_072, (64,), "bench.models.torch_resnet:resnet20",
+              "bench.models.tf_resnet:resnet20", batch_norm=True, default_classes=10),
     # Vaswani et al. 2017, base: 6 + 6 layers, d_model 512, 8 heads, d_ff 2048, a shared 37000-token BPE
     # vocabulary tied to the output. 63,082,496 parameters counted here (the paper's Table 3 says 65 M).
     ModelSpec("transformer-base", "Transformer-base (Vaswani et al. 2017), encoder-decoder, tied embeddings",
-              None, None, 44_650_496, (), "bench.models.torch_models:transformer_base",
-              "bench.models.tf_models:transformer_base", workload=SEQUENCES, default_classes=37000,
+              None, None, 44_650_496, (), "bench.models.torch_transformer:transformer_base",
+              "bench.models.tf_transformer:transformer_base", workload=SEQUENCES, default_classes=37000,
               default_seq_len=128, per_class=512, sparse_embeddings=True),
     ModelSpec("transformer-small", "the Transformer-base architecture at CPU-test size (2 + 2 layers, d_model 64)",
-              None, None, 231_424, (), "bench.models.torch_models:transformer_small",
-              "bench.models.tf_models:transformer_small", workload=SEQUENCES, default_classes=1000,
+              None, None, 231_424, (), "bench.models.torch_transformer:transformer_small",
+              "bench.models.tf_transformer:transformer_small", workload=SEQUENCES, default_classes=1000,
               default_seq_len=32, per_class=64, sparse_embeddings=True),
 ):
     register(_spec)

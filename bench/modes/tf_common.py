@@ -166,7 +166,7 @@ class TFTrainer:
     def gradients(self, x, y, loss_divisor, wrap_tape=None):
         """The replica's loss and unscaled gradients (see :meth:`replica_step`). Under XLA an embedding's sparse
         gradient is made dense here (the config check asks for --sparse-as-dense)."""
-        from bench.models.tf_models import per_example_loss
+        from bench.models.tf_loss import per_example_loss
 
         variables = self.model.trainable_variables
         cfg = self.cfg
@@ -229,7 +229,7 @@ class TFTrainer:
     def evaluate_shard(self) -> dict[str, float]:
         """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss
         of its steps since the last evaluation."""
-        from bench.models.tf_models import per_example_loss
+        from bench.models.tf_loss import per_example_loss
 
         if getattr(self, "_eval_step", None) is None:
             @tf.function(reduce_retracing=True)

@@ -20,7 +20,7 @@ from bench.launching.detect import LaunchInfo, check_gpus_per_node, own_gpu_indi
 from bench.measure import goal
 from bench.measure.attribution import sparse_exchange
 from bench.models import model as model_spec
-from bench.models.torch_models import loss_fn
+from bench.models.torch_loss import loss_fn
 from bench.records import env
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run

@@ -65,7 +65,7 @@ class HorovodTrainer(TorchTrainer):
             self.next_batch()
         self.optimizer.zero_grad()
         with mark("forward"), self.autocast():
-            from bench.models.torch_models import loss_fn
+            from bench.models.torch_loss import loss_fn
 
             loss = loss_fn(self.model(self.data), self.target, self.cfg.label_smoothing)
         self.track(loss)

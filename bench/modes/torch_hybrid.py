@@ -31,7 +31,7 @@ from bench.launching.detect import LaunchInfo
 from bench.launching.supervise import spawn_local
 from bench.measure import goal
 from bench.models import model as model_spec
-from bench.models.torch_models import loss_fn
+from bench.models.torch_loss import loss_fn
 from bench.modes.torch_common import TorchTrainer, resolve, score
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run

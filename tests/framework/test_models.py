@@ -3,7 +3,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bench.models import MODELS  # noqa: E402
-from bench.models.torch_models import count_parameters, loss_fn  # noqa: E402
+from bench.models.torch_loss import count_parameters, loss_fn  # noqa: E402
 
 
 def build(name, num_classes=1000):
@@ -45,7 +45,7 @@ def test_inception_trains_with_aux_head_at_299():
 @pytest.mark.parametrize("n_in", [1, 2, 5, 7, 9, 14])
 def test_the_fixed_matrix_pool_is_adaptive_average_pooling(n_in):
     """VGG's pool as two averaging matrices gives nn.AdaptiveAvgPool2d's numbers, forward and backward."""
-    from bench.models.torch_models import AdaptiveAvgPool
+    from bench.models.torch_vgg import AdaptiveAvgPool
 
     x = torch.randn(2, 3, n_in, n_in + 1, generator=torch.Generator().manual_seed(0), requires_grad=True)
     ours = AdaptiveAvgPool(7)(x)

@@ -11,9 +11,10 @@ from bench.errors import BenchError
 
 def test_untied_models_are_equal_in_both_frameworks_and_add_the_output_projection():
     from bench.models import MODELS
-    from bench.models.tf_models import count_trainable
-    from bench.models.tf_models import transformer_small as tf_small
-    from bench.models.torch_models import count_parameters, transformer_small
+    from bench.models.tf_loss import count_trainable
+    from bench.models.tf_transformer import transformer_small as tf_small
+    from bench.models.torch_loss import count_parameters
+    from bench.models.torch_transformer import transformer_small
 
     spec = MODELS["transformer-small"]
     for vocab in (1000, 5000):
@@ -27,7 +28,8 @@ def test_untied_models_are_equal_in_both_frameworks_and_add_the_output_projectio
 def test_torch_embedding_gradient_is_sparse_and_holds_every_lookup():
     import torch
 
-    from bench.models.torch_models import loss_fn, transformer_small
+    from bench.models.torch_loss import loss_fn
+    from bench.models.torch_transformer import transformer_small
 
     torch.manual_seed(0)
     tokens = torch.randperm(1000)[:48].view(2, 3, 8)  # distinct ids: nothing to merge
@@ -45,7 +47,8 @@ def test_torch_embedding_gradient_is_sparse_and_holds_every_lookup():
 
 
 def test_tf_embedding_gradient_is_indexed_slices_with_int32_indices():
-    from bench.models.tf_models import per_example_loss, transformer_small
+    from bench.models.tf_loss import per_example_loss
+    from bench.models.tf_transformer import transformer_small
     from bench.tfutil import import_tf
 
     tf, _ = import_tf()

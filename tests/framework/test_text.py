@@ -3,9 +3,10 @@
 
 def test_both_frameworks_build_the_same_transformer():
     from bench.models import MODELS
-    from bench.models.tf_models import count_trainable
-    from bench.models.tf_models import transformer_small as tf_small
-    from bench.models.torch_models import count_parameters, transformer_base, transformer_small
+    from bench.models.tf_loss import count_trainable
+    from bench.models.tf_transformer import transformer_small as tf_small
+    from bench.models.torch_loss import count_parameters
+    from bench.models.torch_transformer import transformer_base, transformer_small
 
     spec = MODELS["transformer-small"]
     for vocab in (1000, 5000):

@@ -1,6 +1,6 @@
 # hvdbench changes (all of them; see benchmarks/reference/README.md):
 #  1. torchvision has no CPU wheel on the machines hvdbench is tested on: when it cannot be imported, the
-#     model comes from bench.models.torch_models, hvdbench's torchvision-layout definitions (same layers,
+#     model comes from bench.models (torch_vgg, torch_resnet, ...), hvdbench's torchvision-layout definitions (same layers,
 #     same parameter counts: tested in tests/framework/test_models.py).
 #  2. The last line also prints every iteration's time at full precision as one JSON line
 #     (the script's own lines round img/sec to one decimal).
