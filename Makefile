@@ -266,7 +266,7 @@ slurm-up: ## start a one-node Slurm cluster here (the tests use it)
 	tools/slurm-up.sh
 
 bench-attribution: venv ## per-rank attribution of each mode at np 2, plain and with a slowed rank
-	$(PY) -m tools.benchmarks.attribution $(ARGS)
+	$(PY) -m tools.benchmarks.attribution_study $(ARGS)
 
 bench-overhead: venv ## torch-ddp, tf-horovod and tf-native against their bare loops (DDP, Horovod TF, tf.distribute)
 	$(PY) -m tools.benchmarks.overhead --mode torch-ddp $(ARGS)
@@ -274,7 +274,7 @@ bench-overhead: venv ## torch-ddp, tf-horovod and tf-native against their bare l
 	$(PY) -m tools.benchmarks.overhead --mode tf-native --image-size 32 $(ARGS)
 
 bench-converge: venv ## bench converge on the digits (every distributed mode, np 1 and 2, repeated) and what evaluations cost
-	$(PY) -m tools.benchmarks.converge $(ARGS)
+	$(PY) -m tools.benchmarks.converge_study $(ARGS)
 
 bench-data-check: venv ## bench data bench against a long independent read of the same loader and shard (ARGS=...)
 	$(PY) -m tools.benchmarks.data_bench_check $(ARGS)
@@ -285,9 +285,9 @@ bench-data-queue: venv ## a loader slower than training: the headline with its q
 bench-data-cost: venv ## VGG-16 and ResNet-50 at np 2 from JPEG files against synthetic, torch-ddp and tf-horovod: img/s and data wait
 	$(PY) -m tools.benchmarks.data_cost $(ARGS)
 
-# Push and pull times of an image through a registry of its own here, cold (tools/benchmarks/publish.py).
+# Push and pull times of an image through a registry of its own here, cold (tools/benchmarks/publish_cost.py).
 bench-publish: venv docker-up registry-up ## push and pull times of an image through a registry here, from empty
-	PATH=$(APPTAINER_PATH) $(PY) -m tools.benchmarks.publish $(ARGS)
+	PATH=$(APPTAINER_PATH) $(PY) -m tools.benchmarks.publish_cost $(ARGS)
 
 bench-tuning: venv ## paper against --tuned (and each of its settings alone) at np 2, and Horovod's knobs (ARGS=...)
 	$(PY) -m tools.benchmarks.tuning $(ARGS)

@@ -1,9 +1,10 @@
 """Training to a target on this machine: bench converge on scikit-learn's handwritten digits (every distributed
 mode at np 1 and 2, repeated), then what the evaluations and the checkpoints cost a run.
 
-    python -m tools.benchmarks.converge [--modes torch-ddp,torch-horovod,tf-horovod,tf-native] [--np 1,2]
-                                  [--repeats 2] [--eval-modes torch-ddp,tf-horovod] [--eval-repeats 2]
-                                  [--output results/converge-bench] [--data DIR] [--parts converge,eval,checkpoint]
+    python -m tools.benchmarks.converge_study [--modes torch-ddp,torch-horovod,tf-horovod,tf-native] [--np 1,2]
+                                        [--repeats 2] [--eval-modes torch-ddp,tf-horovod] [--eval-repeats 2]
+                                        [--output results/converge-bench] [--data DIR]
+                                        [--parts converge,eval,checkpoint]
 
 1. ``bench converge`` (ResNet-20 at 12 x 12, batch 32 per rank, 10 epochs, base rate 0.8 per 256 with one epoch
    of warmup, target top-1 0.95): its table, its verdict, and converge.md / converge.png in the output folder.

@@ -1,6 +1,6 @@
 """What publishing and pulling an image costs, through a registry on this machine: a table.
 
-    python -m tools.benchmarks.publish [--image hvdbench:current-cpu] [--stack current] [--flavor cpu]
+    python -m tools.benchmarks.publish_cost [--image hvdbench:current-cpu] [--stack current] [--flavor cpu]
     (make bench-publish)
 
 Each figure starts from nothing held: a registry of its own on 127.0.0.1:5055 with empty storage (so the first

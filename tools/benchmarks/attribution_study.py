@@ -1,7 +1,7 @@
 """Per-rank attribution on this machine: each mode at np 2, without and with a straggler made on purpose.
 
-    python -m tools.benchmarks.attribution [--modes torch-ddp,torch-horovod,tf-horovod] [--factor 2] [--repeats 1]
-                                     [--attribution-steps N] [--cost] [-- more bench arguments]
+    python -m tools.benchmarks.attribution_study [--modes torch-ddp,torch-horovod,tf-horovod] [--factor 2] [--repeats 1]
+                                           [--attribution-steps N] [--cost] [-- more bench arguments]
 
 For every mode it runs bench twice per repeat, alternated: plain, and with rank 1 slowed by --factor
 (HVDBENCH_HOOKS, bench.hooks). It prints one row per run and rank: compute, exchange alone, step and exposed
