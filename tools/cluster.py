@@ -10,8 +10,8 @@ read-only, and keeps a node image whose other inputs did not change since it was
 alone builds nothing; tools/images.py, --cache frameworks).
 
 The host's results/cluster is /shared in every container (HVDBENCH_CLUSTER_SHARED changes it). Compose
-runs through the docker-compose CLI (project "hvdbench-cluster"); the image builds with BuildKit like the
-others (tools/images.py).
+runs through compose's CLI, v1's docker-compose or else the `docker compose` plugin (project "hvdbench-cluster");
+the image builds with BuildKit like the others (tools/images.py).
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def main() -> None:
     except (images.ImageError, subprocess.CalledProcessError) as exc:
         print(f"cluster: error: {exc}", file=sys.stderr)
         sys.exit(1)
-    except FileNotFoundError as exc:  # no docker-compose or docker CLI
+    except FileNotFoundError as exc:  # no compose or docker CLI
         print(f"cluster: error: {exc.filename} is not installed; run tools/docker-up.sh", file=sys.stderr)
         sys.exit(1)
 
