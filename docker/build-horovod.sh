@@ -15,8 +15,9 @@
 #   HOROVOD_GPU            auto|nccl|none: NCCL GPU operations     (default auto: nccl when nvcc is
 #                          found and torch or tensorflow is a CUDA build)
 #   HOROVOD_CUDA_HOME      the CUDA toolkit whose bin/nvcc compiles Horovod's kernels (default: nvcc on PATH)
-#   HOROVOD_BUILD_CUDA_CC_LIST  compute capabilities to build kernels for, e.g. 80,90 (default: every one
-#                          nvcc knows, which costs minutes)
+#   HOROVOD_BUILD_CUDA_CC_LIST  compute capabilities to build kernels for, e.g. 80,90 (default: those of the
+#                          GPUs nvidia-smi lists; with none, as in an image build, every one nvcc knows, which
+#                          costs minutes)
 #   HVDBENCH_WHEEL_CACHE   where built wheels are kept             (default ~/.cache/hvdbench/wheels)
 #   HVDBENCH_WHEEL_SEED    a read-only folder of such cache entries, looked at when the cache has
 #                          no wheel for the key (the image build gets the venv's wheels this way)
@@ -98,6 +99,16 @@ if [[ ${LIBSTDCXX:-0} -ge 13 && -f $GCC13_PATCH_FILE ]]; then
   patch_sum="$patch_sum-gcc13$(sha256sum "$GCC13_PATCH_FILE" | cut -c1-12)"
 else
   GCC13_PATCH_FILE=
+fi
+# On a machine with GPUs, kernels for those GPUs only (an H100 or H200: 90): a wheel for this machine's venv,
+# built in a fraction of the time every architecture takes. An image has no GPU at build time: all of them.
+if [[ $GPU_OPS == nccl && -z ${HOROVOD_BUILD_CUDA_CC_LIST:-} ]] && command -v nvidia-smi >/dev/null; then
+  present=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d '. ' | sort -un | paste -sd, -) \
+    || present=
+  if [[ $present =~ ^[0-9]+(,[0-9]+)*$ ]]; then
+    export HOROVOD_BUILD_CUDA_CC_LIST=$present
+    log "the GPUs here have compute capability $present: kernels for those only (HOROVOD_BUILD_CUDA_CC_LIST)"
+  fi
 fi
 GPU_KEY=$GPU_OPS
 if [[ $GPU_OPS == nccl ]]; then

@@ -28,7 +28,15 @@ ROOT=$DIR/sid
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # The host directories every wrapper call shows inside at their own paths (data, work, the SIF cache, CAs).
 DATA_DIRS="/tmp /var/tmp /home /root /work /opt /srv /mnt /var/cache/hvdbench /etc/ssl/certs"
-[[ $(id -u) == 0 ]] || { log "error: run as root once to set up $DIR (or install apptainer)"; exit 1; }
+# A user who is not root takes the wrappers root set up (they enter through a user namespace, below).
+if [[ $(id -u) != 0 ]]; then
+  if [[ -x $DIR/bin/apptainer ]] && grep -qs "hvdbench-apptainer-wrapper" "$DIR/bin/apptainer"; then
+    echo "$DIR/bin"
+    exit 0
+  fi
+  log "error: run as root once to set up $DIR (or install apptainer)"
+  exit 1
+fi
 mkdir -p "$DIR/bin"
 chmod 755 "$DIR" "$DIR/bin"
 
@@ -75,6 +83,13 @@ sed -i 's/^shared loop devices = .*/shared loop devices = yes/' "$ROOT/etc/appta
 
 # The wrapper: enter $ROOT (root: a mount namespace; others: a user namespace that keeps their uid) and
 # run apptainer there. The mounts vanish with the command. Replaced atomically: a job may be starting one.
+# The wrapper names the system tools it runs by their paths: a user's PATH often lacks /usr/sbin (pivot_root).
+tool() { command -v "$1" || { log "error: $1 not found (util-linux)"; exit 1; }; }
+UNSHARE=$(tool unshare)
+MOUNT=$(tool mount)
+UMOUNT=$(tool umount)
+PIVOT_ROOT=$(tool pivot_root)
+SETPRIV=$(tool setpriv)
 cat > "$DIR/bin/.apptainer.new" <<EOS
 #!/bin/sh
 # hvdbench-apptainer-wrapper (tools/apptainer-up.sh): apptainer from $ROOT, host paths bound.
@@ -92,30 +107,30 @@ for arg in "\$@" "\${APPTAINER_BIND:-}" "\${APPTAINER_BINDPATH:-}" "\${SINGULARI
     binds="\$binds \$p"
   done
 done
-if [ "\$(id -u)" = 0 ]; then enter="unshare --mount --propagation private"
-else enter="unshare --map-current-user --keep-caps --mount --propagation private"; fi
+if [ "\$(id -u)" = 0 ]; then enter="$UNSHARE --mount --propagation private"
+else enter="$UNSHARE --map-current-user --keep-caps --mount --propagation private"; fi
 exec \$enter /bin/sh -ec '
 root=\$1; binds=\$2; shift 2
-mount --bind "\$root" "\$root"
-mount --rbind /proc "\$root/proc"
-mount --rbind /sys "\$root/sys"
-mount --rbind /dev "\$root/dev"
+$MOUNT --bind "\$root" "\$root"
+$MOUNT --rbind /proc "\$root/proc"
+$MOUNT --rbind /sys "\$root/sys"
+$MOUNT --rbind /dev "\$root/dev"
 for d in \$binds; do
   case \$d in /|/usr|/usr/*|/etc|/bin|/bin/*|/sbin|/sbin/*|/lib*|/proc*|/sys*|/dev|/var|/var/lib|/var/lib/*|/run|/boot*) continue ;; esac
   if [ -d "\$d" ]; then mkdir -p "\$root\$d" 2>/dev/null || continue
   elif [ -e "\$d" ]; then
     [ -e "\$root\$d" ] || { mkdir -p "\$root\${d%/*}" && touch "\$root\$d"; } 2>/dev/null || continue
   else continue; fi
-  mount --rbind "\$d" "\$root\$d"
+  $MOUNT --rbind "\$d" "\$root\$d"
 done
 cwd=\$PWD
 cd "\$root"; mkdir -p .oldroot
-pivot_root . .oldroot
+$PIVOT_ROOT . .oldroot
 cd /
-umount -l /.oldroot
+$UMOUNT -l /.oldroot
 cd "\$cwd" 2>/dev/null || cd /
 if [ "\$(id -u)" = 0 ]; then exec /usr/bin/apptainer "\$@"; fi
-exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all /usr/bin/apptainer "\$@"' sh "$ROOT" "\$binds" "\$@"
+exec $SETPRIV --inh-caps=-all --ambient-caps=-all --bounding-set=-all /usr/bin/apptainer "\$@"' sh "$ROOT" "\$binds" "\$@"
 EOS
 chmod 755 "$DIR/bin/.apptainer.new"
 mv -f "$DIR/bin/.apptainer.new" "$DIR/bin/apptainer"

@@ -7,7 +7,11 @@
 
 The runtime is HVDBENCH_APPTAINER, else `apptainer` or `singularity` on PATH, else the one
 tools/apptainer-up.sh set up. From an image, `docker save` writes an archive that
-`apptainer build ... docker-archive://` converts (no registry, no access to the engine's socket needed).
+`apptainer build --sandbox ... docker-archive://` unpacks (no registry, no access to the engine's socket needed,
+no layer cache kept: the layers are in the engine already); the archive is deleted, and the sandbox squashed
+into the SIF. At its peak a build then holds the archive, Apptainer's temporary copy of its layers and the root
+filesystem (about 3 times the image's size), and later the root filesystem and the SIF, never all four at once:
+the CUDA image's one-step build needed them all (4 x 13.6 GB) and ran out of 39 GB here.
 From a definition file, the %files paths are relative to the repository root, and the machine's CA
 bundle is bound to /run/secrets/ca for pip (as the Docker build's secret: never copied into the image).
 --base replaces the file's `Bootstrap: docker` base with a local Docker image (this machine reaches no
@@ -99,21 +103,28 @@ def _up_to_date(out: Path, key: str) -> bool:
     return out.is_file() and side.is_file() and side.read_text().strip() == key
 
 
+def _apptainer(verb: str, options: list[str], dest: Path, target: str, cwd: Path, binds: list[Path],
+               what: str, **extra_env: str) -> None:
+    """``apptainer VERB --force OPTIONS DEST TARGET``; a failure is one SifError naming ``what``."""
+    # The set-up's wrapper shows the host's directories inside its own root; these must be among them.
+    env = dict(os.environ, **extra_env, HVDBENCH_APPTAINER_BINDS=" ".join(
+        [os.environ.get("HVDBENCH_APPTAINER_BINDS", ""), *{str(p.resolve()) for p in binds}]).strip())
+    cmd = [runtime(), verb, "--force", *options, str(dest), target]
+    print("sif:", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, cwd=cwd, env=env)
+    if done.returncode != 0:
+        raise SifError(f"apptainer {verb} of {what} failed (exit {done.returncode})")
+
+
 def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, binds: list[Path],
-           verb: str = "build", done_word: str = "built") -> Path:
-    """apptainer build (or pull) into a temporary file beside ``out``, then rename; records ``key``."""
+           verb: str = "build", done_word: str = "built", start: float | None = None) -> Path:
+    """apptainer build (or pull) into a temporary file beside ``out``, then rename; records ``key``. ``start``:
+    when the build began, where an earlier step (the sandbox) belongs to it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    # The set-up's wrapper shows the host's directories inside its own root; these must be among them.
-    env = dict(os.environ, HVDBENCH_APPTAINER_BINDS=" ".join(
-        [os.environ.get("HVDBENCH_APPTAINER_BINDS", ""), *{str(p.resolve()) for p in binds}]).strip())
-    cmd = [runtime(), verb, "--force", *options, str(tmp), target]
-    print("sif:", " ".join(cmd), flush=True)
-    start = time.monotonic()
+    start = time.monotonic() if start is None else start
     try:
-        done = subprocess.run(cmd, cwd=cwd, env=env)
-        if done.returncode != 0:
-            raise SifError(f"apptainer {verb} of {out.name} failed (exit {done.returncode})")
+        _apptainer(verb, options, tmp, target, cwd, binds, out.name)
         out.with_name(out.name + ".key").unlink(missing_ok=True)  # never an old key beside a new SIF
         tmp.replace(out)
     finally:
@@ -128,6 +139,20 @@ def _docker_save(image: str, folder: Path) -> Path:
     archive = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", image) + ".tar")
     subprocess.run([images.docker_cli(), "save", "-o", str(archive), image], check=True)
     return archive
+
+
+def _sandbox(image: str, folder: Path) -> Path:
+    """The Docker image's root filesystem as an Apptainer sandbox in ``folder`` (with the image's environment and
+    labels in /.singularity.d), from a `docker save` archive deleted as soon as it is unpacked. Apptainer's layer
+    cache is off: with it on, a copy of every layer would stay in ~/.apptainer (7.4 GB for the CUDA image)."""
+    archive = _docker_save(image, folder)
+    sandbox = folder / "rootfs"
+    try:
+        _apptainer("build", ["--sandbox"], sandbox, f"docker-archive://{archive}", folder, [folder], image,
+                   APPTAINER_DISABLE_CACHE="true", SINGULARITY_DISABLE_CACHE="true")
+    finally:
+        archive.unlink(missing_ok=True)
+    return sandbox
 
 
 def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = False, cache: str = "inputs",
@@ -145,9 +170,12 @@ def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = F
         print(f"sif: {out} is up to date ({key})")
         return out
     runtime()  # fail before the minutes `docker save` takes
+    start = time.monotonic()
+    # The temporary folder (the archive, then the sandbox) is removed even where a non-root sandbox holds
+    # read-only directories: TemporaryDirectory makes them writable first.
     with tempfile.TemporaryDirectory(prefix=".hvdbench-sif-", dir=out.parent) as tmp:
-        archive = _docker_save(image, Path(tmp))
-        return _build(f"docker-archive://{archive}", out, key, squash, out.parent, [Path(tmp), out.parent])
+        sandbox = _sandbox(image, Path(tmp))
+        return _build(str(sandbox), out, key, squash, out.parent, [Path(tmp), out.parent], start=start)
 
 
 MANIFEST_TYPES = ", ".join([

@@ -71,3 +71,36 @@ def test_make_image_needs_no_venv(tmp_path):
                        text=True, check=True)
     assert r.stdout.splitlines() == ["tools/docker-up.sh",
                                      "python3 -m tools.images build --stack current --flavor cuda"]
+
+
+def test_horovod_builds_its_kernels_for_the_gpus_present(tmp_path):
+    """docker/build-horovod.sh on a machine with GPUs: kernels for their compute capabilities only (nvidia-smi),
+    in the wheel's key; an explicit HOROVOD_BUILD_CUDA_CC_LIST wins, and with no GPU (an image build) it is every
+    architecture. Stand-ins: a CUDA torch environment, nvcc, nvidia-smi; the build stops at the sdist download."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    stand_ins = {
+        "python": 'case "$1" in -) cat >/dev/null; echo "1 2.13.0 1 0 - cp311" ;; -c) [ "$2" = "import sys" ] ;; '
+                  '*) exit 1 ;; esac',
+        "nvcc": 'echo "Cuda compilation tools, release 13.0, V13.0.88"',
+        "nvidia-smi": 'printf "9.0\\n9.0\\n8.0\\n"',
+    }
+    for name, body in stand_ins.items():
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod(0o755)
+
+    def key(gpus: bool, **env) -> str:
+        if not gpus:
+            (bin_ / "nvidia-smi").unlink(missing_ok=True)
+        r = subprocess.run(["bash", str(ROOT / "docker" / "build-horovod.sh"), str(bin_ / "python")],
+                           capture_output=True, text=True, timeout=60,
+                           env={"PATH": f"{bin_}:/usr/bin:/bin", "HOME": str(tmp_path),
+                                "HVDBENCH_WHEEL_CACHE": str(tmp_path / "cache"), **env})
+        assert r.returncode != 0  # the download fails: nothing is built
+        found = [line for line in r.stderr.splitlines() if line.startswith("build-horovod: building ")]
+        assert len(found) == 1, r.stderr
+        return found[0].split()[2]
+
+    assert "-gpunccl-cuda13.0-cc80_90-" in key(gpus=True)
+    assert "-gpunccl-cuda13.0-cc75-" in key(gpus=True, HOROVOD_BUILD_CUDA_CC_LIST="75")
+    assert "-gpunccl-cuda13.0-ccall-" in key(gpus=False)

@@ -5,6 +5,8 @@ The SIFs themselves are built and run by tests/system/test_apptainer.py (the sys
 
 import hashlib
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -85,14 +87,14 @@ def test_a_sif_is_skipped_only_while_its_key_holds(tmp_path, monkeypatch):
     monkeypatch.setattr(sif, "image_id", lambda image: ids[image])
     built = []
 
-    def build(target, out, key, *rest):  # what sif._build leaves: the SIF and its key beside it
+    def build(target, out, key, *rest, **kw):  # what sif._build leaves: the SIF and its key beside it
         built.append(key)
         out.write_text("sif")
         out.with_name(out.name + ".key").write_text(key + "\n")
         return out
 
     monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
-    monkeypatch.setattr(sif, "_docker_save", lambda image, folder: folder / "image.tar")
+    monkeypatch.setattr(sif, "_sandbox", lambda image, folder: folder / "rootfs")
     monkeypatch.setattr(sif, "_build", build)
     out = tmp_path / "x.sif"
     for cache in ("inputs", "frameworks"):
@@ -112,10 +114,10 @@ def test_zstd_squashes_through_apptainers_option_and_keys_the_sif_apart(tmp_path
 
     monkeypatch.setattr(sif, "image_id", lambda image: "sha256:image-1")
     monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
-    monkeypatch.setattr(sif, "_docker_save", lambda image, folder: folder / "image.tar")
+    monkeypatch.setattr(sif, "_sandbox", lambda image, folder: folder / "rootfs")
     built = []
 
-    def build(target, out, key, options, *rest):
+    def build(target, out, key, options, *rest, **kw):
         built.append((key, options))
         out.write_text("sif")
         out.with_name(out.name + ".key").write_text(key + "\n")
@@ -132,6 +134,47 @@ def test_zstd_squashes_through_apptainers_option_and_keys_the_sif_apart(tmp_path
     assert len(built) == 2  # up to date
     with pytest.raises(sif.SifError, match="unknown compression 'xz'"):
         sif.from_image("current", "cpu", out, compression="xz")
+
+
+def test_an_image_sif_is_squashed_from_a_sandbox_after_the_archive_is_gone(tmp_path, monkeypatch):
+    """`docker save`, then `apptainer build --sandbox` with no layer cache, the archive deleted, then the SIF from
+    the sandbox: the archive, Apptainer's copy of the layers and the root filesystem are never on disk beside the
+    SIF being written (the CUDA image's one-step build ran out of 39 GB). A failed step leaves no SIF, no key and
+    no temporary files, and says so in one line."""
+    from tools import sif
+
+    monkeypatch.setattr(sif, "image_id", lambda image: "sha256:image-1")
+    monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
+    monkeypatch.setattr(sif.images, "docker_cli", lambda: "docker")
+    calls, fail = [], set()
+
+    def run(cmd, cwd=None, env=None, check=False):
+        temporary = next(tmp_path.glob(".hvdbench-sif-*"))
+        calls.append((cmd[:2], sorted(p.name for p in temporary.iterdir()), (env or {}).get("APPTAINER_DISABLE_CACHE")))
+        if cmd[:2] == ["docker", "save"]:
+            Path(cmd[cmd.index("-o") + 1]).write_bytes(b"layers")
+        elif "--sandbox" in cmd:
+            assert cmd[-1] == f"docker-archive://{temporary / 'hvdbench_current-cpu.tar'}"
+            Path(cmd[-2]).mkdir()
+        else:
+            assert cmd[-1] == str(temporary / "rootfs")
+            Path(cmd[-2]).write_text("sif")
+        return subprocess.CompletedProcess(cmd, 1 if cmd[1] in fail else 0)
+
+    monkeypatch.setattr(sif.subprocess, "run", run)
+    out = tmp_path / "x.sif"
+    sif.from_image("current", "cpu", out)
+    assert calls == [(["docker", "save"], [], None),
+                     (["apptainer", "build"], ["hvdbench_current-cpu.tar"], "true"),  # the sandbox
+                     (["apptainer", "build"], ["rootfs"], None)]  # the SIF: the archive is gone
+    assert out.read_text() == "sif" and sorted(p.name for p in tmp_path.iterdir()) == ["x.sif", "x.sif.key"]
+    out.write_text("the SIF built before")
+    fail.add("build")
+    with pytest.raises(sif.SifError, match=r"^apptainer build of hvdbench:current-cpu failed \(exit 1\)$"):
+        sif.from_image("current", "cpu", out, force=True)
+    # the SIF there before stays as it was, and nothing else is left
+    assert out.read_text() == "the SIF built before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.sif", "x.sif.key"]
 
 
 def test_sif_check_judges_each_framework_environment():
