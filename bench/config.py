@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from bench.data import detect_format
+from bench.data import formats
 from bench.data.datasets import class_count, rank_samples
 from bench.data.datasets import load as load_dataset
-from bench.data.loaders import loader
+from bench.data.loaders import default_loader, loader
 from bench.errors import BenchError
 from bench.kinds import Device, Precision
 from bench.measure import goal
@@ -383,7 +383,7 @@ class RunConfig:
         why = spec.no_data.get(None) or spec.no_data.get(self.strategy or spec.default_variant().strategy)
         if why:
             raise BenchError(why)
-        tokens = detect_format(self.data) == "tokens"
+        tokens = formats.detect(self.data).tokens
         if tokens != (model_spec.workload.kind == "text"):
             held = "token ids" if tokens else "images"
             wants = "an image dataset" if tokens else "a tokens dataset"
@@ -562,11 +562,6 @@ def epoch_batches(path: str, seq_len: int | None, world: int, batch: int) -> int
 def data_classes(path: str) -> int:
     """A --data run's classifier outputs by default: the dataset's classes."""
     return class_count(path)
-
-
-def default_loader(framework: str) -> str:
-    """The input pipeline a mode of ``framework`` reads --data through unless told (bench.data.loaders)."""
-    return "torch" if framework == "torch" else "tf"
 
 
 def cli_options() -> dict[str, Option]:

@@ -30,8 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench import plugins
 from bench.config import comma_list, option
-from bench.data import datasets
+from bench.data import datasets, formats
 from bench.data.loaders import LOADERS, installed, loader
 from bench.errors import BenchError, Reported, one_line
 from bench.launching import envs
@@ -79,10 +80,14 @@ class DataBenchConfig:
             raise BenchError("bench data bench needs the dataset's folder: bench data bench PATH")
         for name in self.loaders:
             loader(name)
-        if datasets.detect_format(self.path) == "tokens" and "dali" in self.loaders:
+        spec = formats.detect(self.path)
+        unread = [n for n in self.loaders if spec.storage not in LOADERS[n].reads]
+        if unread:
             if self.loaders != installed():
-                raise BenchError("the dali loader reads images; a tokens file: --loaders torch,tf")
-            object.__setattr__(self, "loaders", tuple(n for n in self.loaders if n != "dali"))  # the default's
+                able = [n for n, x in LOADERS.items() if spec.storage in x.reads]
+                raise BenchError(f"the {unread[0]} loader does not read {spec.name} datasets ({spec.storage}): "
+                                 f"--loaders {','.join(able)}")
+            object.__setattr__(self, "loaders", tuple(n for n in self.loaders if n not in unread))  # the default's
         for name in ("image_size", "seq_len", "batch_size", "batches", "repeats", "np", "gpus"):
             if getattr(self, name) < 1:
                 raise BenchError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
@@ -163,6 +168,7 @@ def child_main(config: str) -> None:
     line of standard output, so the parent ends as the child would have (no traceback, no class name of a domain
     error); HVDBENCH_DEBUG=1 lets the traceback through instead."""
     try:
+        plugins.load()  # a plugin's loader or format, as the parent saw them (HVDBENCH_PLUGINS is inherited)
         cfg = DataBenchConfig(**json.loads(config))
         print(json.dumps({"rates": loader_rates(cfg, cfg.loaders[0])}), flush=True)
     except Exception as exc:
@@ -193,9 +199,11 @@ def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
 def run(cfg: DataBenchConfig) -> dict[str, Any]:
     """Every loader in a child process of its own (one at a time, so they never compete for the cores)."""
     dataset = datasets.load(cfg.path, cfg.seq_len)
-    tokens = dataset.format == "tokens"
-    if dataset.format == "cifar" and cfg.image_size != 32:
-        print("data: CIFAR images are 32 x 32; --image-size resizes them after the crop", file=sys.stderr)
+    tokens = dataset.tokens
+    side = dataset.spec.image_side
+    if side and cfg.image_size != side:
+        print(f"data: {dataset.format} images are {side} x {side}; --image-size resizes them after the crop",
+              file=sys.stderr)
     rates = {name: child_rates(cfg, name) for name in cfg.loaders}
     rows = [{"loader": n, "workers": w, "images_per_sec": statistics.median(v), "raw": v,
              "tokens_per_sec": statistics.median(v) * cfg.seq_len if tokens else None}
@@ -230,7 +238,7 @@ def main(cfg: DataBenchConfig) -> None:
     out = check_output_dir(cfg.output)
     record = run(cfg)
     path = store.write(out / f"{record['run_id']}.json", record)
-    tokens = record["format"] == "tokens"
+    tokens = formats.data_format(record["format"]).tokens
     shape = f"sequences of {cfg.seq_len}" if tokens else f"{cfg.image_size} x {cfg.image_size}"
     table = Table("loader", "workers", "seq/s (median)" if tokens else "img/s (median)",
                   *(["tokens/s"] if tokens else []), "rounds",

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.data import datasets
+from bench.data.loaders import default_loader
 from bench.data.loaders import loader as loader_named
 from bench.errors import BenchError
 from bench.launching.supervise import cpu_thread_share
@@ -202,8 +203,7 @@ class Feed:
         run's loader, or the framework's own where that is DALI (its reader pads the last batch; scoring wants
         every sample exactly once)."""
         cfg = self.cfg
-        pipeline = self.loader if self.loader.name != "dali" else loader_named(
-            "torch" if self.framework == "torch" else "tf")
+        pipeline = self.loader if self.loader.exact_held_out else loader_named(default_loader(self.framework))
         batches = pipeline.batches(self.dataset, "val", cfg.image_size, cfg.batch_size, self.workers, cfg.seed,
                                    self.rank, self.world, 0, cfg.device.value, 1, self.framework, self.device_id)
         batches = iter(batches)

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.data.datasets import Dataset, Split, held_out, rank_samples, shard
+from bench.data.datasets import Dataset, held_out, rank_samples, shard
+from bench.data.split import Split
 from bench.errors import BenchError
 from bench.tfutil import import_tf
 
@@ -66,7 +67,7 @@ def worker_start():
     sampler) that may hold a lock at the instant of a fork, and a child forked then waits on that lock for ever:
     a held-out loader started at an evaluation hung a run that way (both ranks stalled in the evaluate). Python
     3.14 makes the fork server the default on Linux for this reason. The cost: the dataset's description is
-    pickled to each worker (a token file goes by its path: bench.data.datasets.Split); a worker whose fork
+    pickled to each worker (a token file goes by its path: bench.data.split.Split); a worker whose fork
     server is gone leaves within the DataLoader's 5 s status check, and one whose rank is gone at once
     (:func:`watch_rank`). The queues' semaphores are then named ones, which multiprocessing's resource tracker
     (a process of its own) removes after a rank that died (a stall, a kill) could not; its warning that it did
@@ -185,7 +186,7 @@ class TorchImages:
 
 
 class TorchTokens:
-    """A map-style dataset of a token split: item (i, epoch) is sample i (bench.data.datasets.Split.sample), read
+    """A map-style dataset of a token split: item (i, epoch) is sample i (bench.data.split.Split.sample), read
     from the memory-mapped file."""
 
     def __init__(self, dataset: Dataset, split: str) -> None:
@@ -198,9 +199,29 @@ class TorchTokens:
         return torch.from_numpy(pair), torch.from_numpy(target)
 
 
-class TorchLoader:
+class Loader:
+    """What every loader says of itself; its ``batches`` yields (images, labels) batches of a split as its
+    framework takes them (``framework`` "any": either, as the run asks)."""
+    name = ""
+    framework = "any"
+    reads: tuple[str, ...] = ()  # the storage it reads (bench.data.formats.STORAGE)
+    requires: str | None = None  # a module it needs beyond its framework (installed() looks for it)
+    exact_held_out = True  # its held-out batches hold every sample once (else the framework's loader scores)
+    graph_only = False  # can build its pipeline with no Python in it (tf-native ps builds it on each worker)
+
+    def check_reads(self, dataset: Dataset) -> None:
+        """One line when this loader cannot read ``dataset``'s format, naming those that can."""
+        spec = dataset.spec
+        if spec.storage not in self.reads:
+            able = [n for n, x in LOADERS.items() if spec.storage in x.reads]
+            raise BenchError(f"the {self.name} loader does not read {spec.name} datasets ({spec.storage}): "
+                             f"--loader {' or '.join(able)}")
+
+
+class TorchLoader(Loader):
     name = "torch"
     framework = "torch"
+    reads = ("files", "arrays", "tokens")
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
@@ -210,14 +231,12 @@ class TorchLoader:
         import PIL  # noqa: F401  (the workers decode with it: a missing Pillow is named here, in one line)
         import torch
 
-        if dataset.format == "tfrecord":
-            raise BenchError("the torch loader reads imagefolder and cifar datasets; TFRecord shards: --loader tf")
+        self.check_reads(dataset)
         train = split == "train"
         n = len(dataset.splits[split])
         sampler = ShardSampler(n, rank, world, batch_size, seed, epoch, epochs) if train else \
             [(int(i), 0) for i in held_out(n, rank, world)]
-        data = TorchTokens(dataset, split) if dataset.format == "tokens" else TorchImages(dataset, split, size, train,
-                                                                                          seed)
+        data = TorchTokens(dataset, split) if dataset.tokens else TorchImages(dataset, split, size, train, seed)
         loader = torch.utils.data.DataLoader(
             data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=train,
             pin_memory=device == "cuda", prefetch_factor=2 if workers else None,
@@ -259,9 +278,11 @@ class Queued:
             shutdown()
 
 
-class TFLoader:
+class TFLoader(Loader):
     name = "tf"
     framework = "tensorflow"
+    reads = ("files", "arrays", "records", "tokens")
+    graph_only = True
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu",
@@ -278,6 +299,7 @@ class TFLoader:
         process is not (tf-native ps builds it on each worker, ``rank`` then the worker's index as a tensor): the
         rank's static shard of the indices (i = rank mod ``world``, as tf.data's ``shard``), shuffled every epoch
         by TensorFlow's shuffle seeded by (seed, epoch), cut to the same whole batches as :func:`shard`'s."""
+        self.check_reads(dataset)
         tf, _ = import_tf()
         train = split == "train"
         part = dataset.splits[split]
@@ -317,7 +339,7 @@ class TFLoader:
                 image = tf.image.stateless_random_flip_left_right(image, seed=key)
             return (tf.cast(image, tf.float32) - mean) / std, label
 
-        if dataset.format == "tfrecord":
+        if dataset.spec.storage == "records":  # a stream of records (tfrecord), not samples by index
             cycle = max(1, min(len(part.shards), workers or 4))
             spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                     "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
@@ -416,7 +438,7 @@ class TFLoader:
 def token_windows(tf, indices, part: Split, vocab: int, parallel, graph_only: bool):
     """A token split's samples in the order of ``indices`` ((i, epoch) pairs), each read from its file where
     it is, so that no rank holds the corpus in memory (a 20 GB file of uint16 ids was 40 GB of int32 per rank as
-    one constant): cut from the memory-mapped file by :meth:`bench.data.datasets.Split.sample` (as the torch
+    one constant): cut from the memory-mapped file by :meth:`bench.data.split.Split.sample` (as the torch
     loader cuts them), 64 samples a call; or, where no Python may run in the pipeline (``graph_only``), sample i
     (2 L tokens and one more) read as the one record of a FixedLengthRecordDataset whose header is everything
     before it and whose footer everything after. Either way a window's ids are checked against the vocabulary as
@@ -453,7 +475,7 @@ def token_windows(tf, indices, part: Split, vocab: int, parallel, graph_only: bo
     return windows.map(window, num_parallel_calls=parallel)
 
 
-class DaliLoader:
+class DaliLoader(Loader):
     """NVIDIA DALI for either framework: each epoch a pipeline reads this rank's shard of that epoch, the same
     samples in the same order as the torch and tf loaders (bench.data.datasets.shard: the whole split shuffled by
     (seed, epoch), positions r, r + W, ... cut to whole batches), so an epoch is a global shuffle and the ranks'
@@ -465,16 +487,17 @@ class DaliLoader:
     TFRecord reader wants index files; CIFAR is in memory)."""
     name = "dali"
     framework = "any"
+    reads = ("files",)
+    requires = "nvidia.dali"
+    exact_held_out = False  # its reader pads the last batch
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu", epochs: int | None = 1,
                 framework: str | None = None, device_id: int | None = None) -> Iterator[tuple[Any, Any]]:
         from nvidia.dali import fn, pipeline_def, types
 
+        self.check_reads(dataset)
         part = dataset.splits[split]
-        if part.paths is None:
-            raise BenchError(f"the dali loader reads ImageNet folders of JPEG files; {dataset.format}: --loader "
-                             f"{'tf' if framework == 'tensorflow' else 'torch'}")
         train = split == "train"
         gpu = device == "cuda" and device_id is not None
 
@@ -549,22 +572,42 @@ def _framework_batch(images: np.ndarray, labels: np.ndarray, framework: str | No
     return torch.from_numpy(images), torch.from_numpy(labels)
 
 
-LOADERS = {loader.name: loader for loader in (TorchLoader(), TFLoader(), DaliLoader())}
+LOADERS: dict[str, Loader] = {}
+
+
+def register(pipeline: Loader) -> Loader:
+    """Add a loader (``--loader NAME`` then names it everywhere); another package does this from a plugin
+    (bench.plugins)."""
+    LOADERS[pipeline.name] = pipeline
+    return pipeline
 
 
 def installed() -> tuple[str, ...]:
-    """The loaders this machine can run: DALI only where nvidia-dali is installed (the dali extra, the GPU
-    machines' images); the torch and tf loaders always (their framework's environment runs them)."""
+    """The loaders this machine can run: those whose extra module is importable (DALI only where nvidia-dali is
+    installed: the dali extra, the GPU machines' images); the others always (their framework's environment runs
+    them)."""
     import importlib.util
 
-    try:
-        dali = importlib.util.find_spec("nvidia.dali") is not None
-    except ModuleNotFoundError:  # no nvidia namespace at all
-        dali = False
-    return tuple(name for name in LOADERS if name != "dali" or dali)
+    def found(module: str | None) -> bool:
+        try:
+            return module is None or importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # no parent package at all (no nvidia namespace)
+            return False
+
+    return tuple(name for name, x in LOADERS.items() if found(x.requires))
 
 
-def loader(name: str):
+def default_loader(framework: str) -> str:
+    """The input pipeline a mode of ``framework`` reads --data through unless told: the first loader of that
+    framework (torch's DataLoader, TensorFlow's tf.data)."""
+    return next(name for name, x in LOADERS.items() if x.framework == framework)
+
+
+def loader(name: str) -> Loader:
     if name not in LOADERS:
         raise BenchError(f"unknown --loader '{name}' (choose from: {', '.join(LOADERS)})")
     return LOADERS[name]
+
+
+for _loader in (TorchLoader(), TFLoader(), DaliLoader()):
+    register(_loader)

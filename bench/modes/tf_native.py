@@ -16,6 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from bench.data.feed import WorkerFeeds
+from bench.data.loaders import loader
 from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
@@ -35,7 +36,7 @@ def preflight(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     if cfg.num_ps is not None and (cfg.strategy or "multiworker") != "ps":
         raise BenchError("--num-ps applies to --strategy ps only")
     strategy = cfg.strategy or "multiworker"
-    if strategy == "ps" and cfg.data and cfg.loader not in (None, "tf"):
+    if strategy == "ps" and cfg.data and cfg.loader is not None and not loader(cfg.loader).graph_only:
         raise BenchError(f"--strategy ps reads --data through tf.data on its workers (--loader tf); not "
                          f"--loader {cfg.loader}")
     if strategy == "ps" and launch.launcher == "srun" and "TF_CONFIG" not in os.environ:

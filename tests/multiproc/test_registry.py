@@ -1,8 +1,11 @@
-"""A new mode and a new model, registered from a plugin and nowhere else, reach every command.
+"""A new mode, model, run option, data format and loader, registered from a plugin and nowhere else, reach every
+command.
 
 tests/plugins/toy_plugin.py registers ``torch-toy`` (a distributed PyTorch mode), ``toy-mlp`` (a model
 in both frameworks) and ``--toy-lr-scale`` (a run option). With HVDBENCH_PLUGINS naming it, bench, sweep,
-report, verify and predict all see them: no other file knows they exist.
+report, verify and predict all see them: no other file knows they exist. tests/plugins/toy_data.py registers the
+``npz`` data format and the ``plain`` loader: bench data make writes it, runs and bench data bench read it;
+tests/plugins/toy_collective.py the ``broadcast`` collective, which bench allreduce measures.
 """
 
 import json
@@ -11,6 +14,7 @@ from tests.conftest import TESTS, bench, only_result
 
 PLUGIN_DIR = str(TESTS / "plugins")
 TOY = {"HVDBENCH_PLUGINS": "toy_plugin", "PYTHONPATH": PLUGIN_DIR}
+DATA = {"HVDBENCH_PLUGINS": "toy_plugin,toy_data", "PYTHONPATH": PLUGIN_DIR}
 SMALL = ["--image-size", "8", "--batch-size", "4", "--num-classes", "5", "--warmup-steps", "1",
          "--steps-per-window", "2", "--windows", "2"]
 
@@ -86,3 +90,56 @@ def test_predict_prices_the_new_models_gradient():
               "--gpus", "1,2")
     assert out.returncode == 0, out.stderr
     assert "G 6.8 MB" in out.stdout
+
+
+def test_a_new_data_format_and_loader_are_one_file_each_way(tmp_path):
+    """bench data make writes the plugin's format; a run reads it through the plugin's loader and through the torch
+    loader (both read images held in memory), each recording the format, the loader and the samples; bench data
+    bench measures the new loader; a loader that does not read it says so in one line, and without the plugin
+    neither name exists."""
+    data = tmp_path / "npz"
+    made = bench("data", "make", str(data), "--format", "npz", "--images", "24", "--image-size", "16", "--classes",
+                 "3", **DATA)
+    assert made.returncode == 0, made.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["meta.json", "train.npz", "val.npz"]
+    for name in ("plain", "torch"):
+        out = bench("torch-single", "--model", "toy-mlp", "--data", str(data), "--loader", name, "--image-size", "16",
+                    "--batch-size", "4", "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2",
+                    "--output", str(tmp_path / name), **DATA)
+        assert out.returncode == 0, out.stderr[-3000:]
+        section = only_result(tmp_path / name)["input"]
+        assert (section["format"], section["loader"], section["train_samples"], section["classes"]) == \
+            ("npz", name, 19, 3)
+    measured = bench("data", "bench", str(data), "--loaders", "plain", "--image-size", "16", "--batch-size", "4",
+                     "--batches", "2", "--warmup", "1", "--repeats", "1", "--workers", "0", "--output",
+                     str(tmp_path / "bench"), **DATA)
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    record = json.loads(next((tmp_path / "bench").glob("*.json")).read_text())
+    assert record["format"] == "npz" and [r["loader"] for r in record["rows"]] == ["plain"]
+    assert record["rows"][0]["images_per_sec"] > 0
+    refused = bench("data", "bench", str(data), "--loaders", "dali", **DATA)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "error: the dali loader does not read npz datasets (arrays): --loaders torch,tf,plain"]
+    unknown = bench("data", "make", str(tmp_path / "x"), "--format", "npz")
+    assert unknown.returncode == 1
+    assert "--format takes imagefolder, tfrecord, cifar, tokens (got 'npz')" in unknown.stderr
+
+
+def test_a_new_collective_is_one_file(tmp_path):
+    """tests/plugins/toy_collective.py registers ``broadcast``: bench allreduce measures it over two ranks, checks its
+    result and applies its bus factor; a backend it names as lacking it is refused in one line; without the plugin
+    the name does not exist."""
+    plugin = {"HVDBENCH_PLUGINS": "toy_collective", "PYTHONPATH": PLUGIN_DIR}
+    out = bench("allreduce", "--op", "broadcast", "--np", "2", "--min-bytes", "4K", "--max-bytes", "16K",
+                "--models", "", "--warmup", "1", "--samples", "2", "--target-sample-s", "0.01", "--output",
+                str(tmp_path), **plugin)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert result["config"]["op"] == "broadcast" and [r["bytes"] for r in result["rows"]] == [4096, 16384]
+    assert all(r["correct"] and r["busbw_GBps"] == r["algbw_GBps"] > 0 for r in result["rows"])
+    refused = bench("allreduce", "--op", "broadcast", "--backend", "tf", **plugin)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == ["error: --backend tf has no broadcast (choose another backend)"]
+    unknown = bench("allreduce", "--op", "broadcast")
+    assert unknown.returncode == 1 and "unknown --op 'broadcast'" in unknown.stderr

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from bench.data import detect_format
+from bench.data import formats
 from bench.data.datasets import check_unchanged, load, shard, shard_size, state
 from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
@@ -24,7 +24,7 @@ def small(path, **kw):
     ({"source": "digits", "format": "tokens"}, "--from digits makes images"),
     ({"images": 0}, "--images must be >= 1"),
     ({"val_fraction": 1.0}, "--val-fraction must be between 0 and 1"),
-    ({"format": "cifar", "image_size": 64}, "the CIFAR-10 format holds 32 x 32 images"),
+    ({"format": "cifar", "image_size": 64}, "the cifar format holds 32 x 32 images"),
 ])
 def test_make_refuses_bad_input_in_one_line(tmp_path, args, message):
     with pytest.raises(BenchError, match=message):
@@ -37,7 +37,7 @@ def test_make_writes_an_imagefolder_whole_and_never_over_a_dataset(tmp_path):
     assert record["counts"] == {"train": 19, "val": 5} and record["format"] == "imagefolder"
     files = sorted((tmp_path / "d" / "train").rglob("*.JPEG"))
     assert len(files) == 19 and files[0].read_bytes()[:2] == b"\xff\xd8"  # JPEG
-    assert detect_format(tmp_path / "d") == "imagefolder"
+    assert formats.detect(tmp_path / "d").name == "imagefolder"
     with pytest.raises(BenchError, match="exists and is not an empty folder; not overwritten"):
         small(tmp_path / "d")
     again = small(tmp_path / "e")  # deterministic by seed: the same bytes
@@ -63,7 +63,7 @@ def test_cifar_and_tokens_follow_their_formats(tmp_path):
     assert data.splits["train"].arrays.shape[1:] == (32, 32, 3)
     make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=10, seq_len=16, classes=1000))
     ids = np.fromfile(tmp_path / "t" / "train.bin", dtype=np.uint16)
-    assert len(ids) == 8 * 16 and ids.max() < 1000 and detect_format(tmp_path / "t") == "tokens"
+    assert len(ids) == 8 * 16 and ids.max() < 1000 and formats.detect(tmp_path / "t").name == "tokens"
 
 
 def test_a_tokens_dataset_is_read_as_sequences_and_their_continuations(tmp_path):
@@ -125,14 +125,14 @@ def test_shards_are_disjoint_whole_batches_and_follow_the_seed():
 
 def test_bad_datasets_are_one_line(tmp_path):
     with pytest.raises(BenchError, match="no such file or folder"):
-        detect_format(tmp_path / "missing")
+        formats.detect(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(BenchError, match="the folder is empty"):
-        detect_format(tmp_path / "empty")
+        formats.detect(tmp_path / "empty")
     (tmp_path / "odd").mkdir()
     (tmp_path / "odd" / "x.txt").write_text("x")
     with pytest.raises(BenchError, match="cannot tell its format"):
-        detect_format(tmp_path / "odd")
+        formats.detect(tmp_path / "odd")
     small(tmp_path / "d")
     (tmp_path / "d" / "meta.json").write_text(json.dumps({"format": "cifar", "classes": 10}))
     with pytest.raises(BenchError, match="the training split has no samples"):
@@ -226,7 +226,7 @@ def test_data_bench_counts_only_the_batches_made_inside_its_clock(monkeypatch, t
     clock = [0.0]
     monkeypatch.setattr(data.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(data, "loader", lambda name: _BurstyLoader(clock, workers, 0.5, 4))
-    monkeypatch.setattr(data.datasets, "detect_format", lambda path: "imagefolder")
+    monkeypatch.setattr(data.formats, "detect", lambda path: formats.data_format("imagefolder"))
     cfg = data.DataBenchConfig(path=str(tmp_path), loaders=("torch",), batch_size=4)
     assert data.measure_once(cfg, None, "torch", workers, 0) == pytest.approx(8.0 * max(workers, 1))
     warmup, timed = data.lengths(cfg, workers)
@@ -237,7 +237,7 @@ def test_data_bench_counts_only_the_batches_made_inside_its_clock(monkeypatch, t
 def test_make_leaves_every_class_of_val_in_train_too():
     """bench data make at small sizes: the last sample of a class stays in train/, so every val/ class is one the
     classifier trains on and the folder reads back (before, val/ could hold a class train/ lacked)."""
-    from bench.data.make import held_out
+    from bench.data.formats.imagefolder import held_out
 
     labels = np.array([3, 3, 1, 7, 1, 3, 9, 9])  # class 7 once: it never goes to val
     val = held_out(labels, 4)

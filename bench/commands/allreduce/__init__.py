@@ -38,10 +38,10 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from bench.commands.allreduce.collectives import COLLECTIVES, Collective
-from bench.commands.allreduce.common import FRAMEWORK_OF
 from bench.config import Device, byte_size, comma_list, option
 from bench.errors import BenchError
 from bench.launching import envs
@@ -52,12 +52,35 @@ from bench.records.results import hosts_of
 from bench.run import parent_or_rank, rank_output
 from bench.tables import never_cut
 
-BACKENDS = {
-    "torch": "bench.commands.allreduce.torch_dist",
-    "horovod-torch": "bench.commands.allreduce.horovod_torch",
-    "horovod-tf": "bench.commands.allreduce.horovod_tf",
-    "tf": "bench.commands.allreduce.tf_collective",
-}
+
+@dataclass(frozen=True)
+class Backend:
+    """A ``--backend``: the module that provides ``make(cfg, launch) -> Comm`` (bench.commands.allreduce.common),
+    ``spawn(cfg)`` and ``default_np(cfg)``, and the framework whose environment runs it (the CUDA image keeps the
+    frameworks apart). Another package adds one with :func:`register_backend` (bench.plugins)."""
+    name: str
+    module: str
+    framework: str
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(spec: Backend) -> Backend:
+    BACKENDS[spec.name] = spec
+    return spec
+
+
+for _backend in (
+    Backend("torch", "bench.commands.allreduce.torch_dist", "torch"),
+    Backend("horovod-torch", "bench.commands.allreduce.horovod_torch", "torch"),
+    Backend("horovod-tf", "bench.commands.allreduce.horovod_tf", "tensorflow"),
+    Backend("tf", "bench.commands.allreduce.tf_collective", "tensorflow"),
+):
+    register_backend(_backend)
 BYTES_PER_ELEMENT = 4  # float32
 def gradient_bytes(model: str) -> int:
     """The fp32 gradient of ``model`` at its own class count (1000 for the CNNs) or vocabulary: what one
@@ -66,7 +89,6 @@ def gradient_bytes(model: str) -> int:
     return spec.gradient_bytes(spec.default_classes, BYTES_PER_ELEMENT)
 
 
-OPS = tuple(COLLECTIVES)
 
 
 def bus_factor(n: int, op: str = "allreduce") -> float:
@@ -106,8 +128,8 @@ class AllreduceConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise BenchError(f"unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
-        if self.op not in OPS:
-            raise BenchError(f"unknown --op '{self.op}' (choose from: {', '.join(OPS)})")
+        if self.op not in COLLECTIVES:
+            raise BenchError(f"unknown --op '{self.op}' (choose from: {', '.join(COLLECTIVES)})")
         if self.backend in COLLECTIVES[self.op].backends_without:
             raise BenchError(f"--backend {self.backend} has no {self.op} (choose another backend)")
         object.__setattr__(self, "device", Device(self.device))
@@ -151,8 +173,8 @@ class AllreduceConfig:
         return cls(**data)
 
 
-def load_backend(name: str):
-    return importlib.import_module(BACKENDS[name])
+def load_backend(name: str) -> ModuleType:
+    return BACKENDS[name].load()
 
 
 def run(cfg: AllreduceConfig) -> Path | None:
@@ -284,8 +306,7 @@ def render(result: dict[str, Any]):
 
 def main(cfg: AllreduceConfig) -> None:
     """`bench allreduce`: in the backend's framework environment, every size; the table."""
-    if cfg.backend in FRAMEWORK_OF:
-        envs.enter(FRAMEWORK_OF[cfg.backend])
+    envs.enter(BACKENDS[cfg.backend].framework)
     run(cfg)
 
 

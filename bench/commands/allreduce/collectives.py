@@ -120,4 +120,16 @@ ALLTOALL = Alltoall("alltoall", {
     "busbw_GBps": "algbw * (n - 1) / n (nccl-tests)",
     "correct": "rank r sends r + 1 in every block; block j of every rank's result holds j + 1",
 }, backends_without=("tf",))  # tf.distribute's replica context has no all-to-all
-COLLECTIVES = {c.name: c for c in (ALLREDUCE, ALLGATHER, ALLTOALL)}
+COLLECTIVES: dict[str, Collective] = {}
+
+
+def register(collective: Collective) -> Collective:
+    """Add a collective (``bench allreduce --op NAME``); another package does this from a plugin (bench.plugins).
+    Its ``operation`` gives the call that runs it through a backend's Comm; ``backends_without`` names the backends
+    that have none (refused in one line)."""
+    COLLECTIVES[collective.name] = collective
+    return collective
+
+
+for _collective in (ALLREDUCE, ALLGATHER, ALLTOALL):
+    register(_collective)

@@ -5,9 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-# Each backend's framework (the environment it runs in; the CUDA image keeps the frameworks apart).
-FRAMEWORK_OF = {"torch": "torch", "horovod-torch": "torch", "horovod-tf": "tensorflow", "tf": "tensorflow"}
-
 
 class Comm:
     """One rank's collective. Subclasses fill the buffer, run the operation and synchronise."""

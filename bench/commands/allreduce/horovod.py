@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.commands.allreduce.common import FRAMEWORK_OF, Comm
+from bench.commands.allreduce.common import Comm
 from bench.distributed import hvdist
 from bench.launching import horovod_gloo
 from bench.records import env
 
 
-def spawn(cfg) -> None:
-    hvdist.import_hvd(FRAMEWORK_OF[cfg.backend], f"allreduce --backend {cfg.backend}")
+def spawn_with(framework: str, cfg) -> None:
+    """A Horovod backend's spawn: Horovod for ``framework`` checked first (one line where it is missing)."""
+    hvdist.import_hvd(framework, f"allreduce --backend {cfg.backend}")
     horovod_gloo.spawn("allreduce", cfg.np, cfg.to_json(), cfg.rendezvous_timeout)
 
 

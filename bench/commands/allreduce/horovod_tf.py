@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 from bench.commands.allreduce.common import Comm
-from bench.commands.allreduce.horovod import HorovodComm, spawn  # noqa: F401 (the backend's spawn)
+from bench.commands.allreduce.horovod import HorovodComm, spawn_with
 from bench.commands.allreduce.tf_collective import default_np, pin_device  # noqa: F401 (the backend's default_np)
 from bench.launching.detect import LaunchInfo
+
+
+def spawn(cfg) -> None:
+    spawn_with("tensorflow", cfg)
 
 
 def make(cfg, launch: LaunchInfo) -> Comm:
