@@ -16,11 +16,11 @@ from bench.data.datasets import class_count, rank_samples
 from bench.data.datasets import load as load_dataset
 from bench.data.loaders import default_loader, loader
 from bench.errors import BenchError
-from bench.kinds import Device, Precision
 from bench.measure import goal
 from bench.measure.attribution import default_steps
 from bench.models import model
 from bench.modes import mode, variant
+from bench.vocabulary import Device, Precision
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from bench.config import RunConfig
 from bench.data import datasets, feed
 from bench.errors import STOP_SIGNALS, BenchError, NotValid
 from bench.hooks import Hooks
-from bench.launching import detect, kubernetes, supervise
-from bench.measure import checkpoint, host_load, preflight, telemetry
+from bench.launching import detect, k8s_pod, supervise
+from bench.measure import checkpoint, env_faults, host_load, telemetry
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
 from bench.records import env
@@ -61,10 +61,10 @@ def warn_small_shm(cfg: RunConfig) -> None:
 
 
 def warn_preflight(processes: bool) -> None:
-    """The cheap checks of bench preflight (bench.measure.preflight.cheap), once per node before training: each
+    """The cheap checks of bench preflight (bench.measure.env_faults.cheap), once per node before training: each
     warning and error one line on stderr, and the run goes on (``bench preflight`` runs every check). The GPUs'
     other processes only where no rank of this run can hold a GPU yet (``processes``: in the spawner)."""
-    for f in preflight.cheap(processes):
+    for f in env_faults.cheap(processes):
         if f.status in ("error", "warning"):
             print(f"preflight: {f.status}: {f.member}: {f.detail}", file=sys.stderr)
 
@@ -106,11 +106,11 @@ def parent_or_rank(cfg: Any, job: Job) -> Path | None:
     TF_CONFIG) it is a rank: it checks the rendezvous addresses it was given, takes the parent's resolved
     config when the parent passed one (HVDBENCH_CONFIG), and does the rank's work. ``cfg`` is a frozen config
     with ``output``, ``rendezvous_timeout`` and ``from_json``. A pod of the tf-native indexed Job builds its
-    TF_CONFIG from its name first (bench.launching.kubernetes).
+    TF_CONFIG from its name first (bench.launching.k8s_pod).
     """
-    tf_config = kubernetes.pod_tf_config(dict(os.environ))
+    tf_config = k8s_pod.pod_tf_config(dict(os.environ))
     if tf_config:
-        kubernetes.wait_resolvable(tf_config, cfg.rendezvous_timeout)
+        k8s_pod.wait_resolvable(tf_config, cfg.rendezvous_timeout)
         os.environ["TF_CONFIG"] = tf_config
     info = detect.detect()
     if info.launcher == "none":

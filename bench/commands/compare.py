@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.commands.diagnose import rules as rules_mod
-from bench.commands.diagnose.report import accept_rows
+from bench.commands.diagnose.render import accept_rows
 from bench.config import option
 from bench.errors import BenchError
 from bench.records.collect import STRICT_HELP, load_results, significant, table_cells

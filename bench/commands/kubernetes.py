@@ -8,7 +8,7 @@ Horovod (tf-, torch-horovod)  MPIJob, kubeflow.org/v2beta1 (Kubeflow MPI Operato
 PyTorch's own (torch-ddp,     TrainJob, trainer.kubeflow.org/v1alpha1 (Kubeflow Trainer) on the stock
 torch-hybrid)                 ``torch-distributed`` runtime: torchrun in every node's pod
 TensorFlow's own (tf-native   an Indexed Job (batch/v1) and a headless Service: one worker pod per device,
-multiworker)                  each building TF_CONFIG from its stable name (bench.launching.kubernetes)
+multiworker)                  each building TF_CONFIG from its stable name (bench.launching.k8s_pod)
 ============================  ===========================================================================
 
 Every pod mounts the results claim at /results (bench writes to /results/<name>), with ``--data-claim`` a dataset's
@@ -32,10 +32,10 @@ from bench import __version__
 from bench.config import RunConfig, command_line, option
 from bench.data.loaders import loader as loader_named
 from bench.errors import BenchError
-from bench.kinds import Device
-from bench.launching import kubernetes as pod
+from bench.launching import k8s_pod as pod
 from bench.modes import MODES
 from bench.modes import mode as mode_spec
+from bench.vocabulary import Device
 
 USER = 1000  # the image's non-root user (mpiuser): docker/mpijob-ssh.sh
 SSH_DIR = "/home/mpiuser/.ssh"  # where the MPI Operator mounts the job's SSH keys (sshAuthMountPath)

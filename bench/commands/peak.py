@@ -1,4 +1,4 @@
-"""bench peak: this device's achievable matrix-multiply rate (a GEMM sweep, bench.measure.peak), the measured
+"""bench peak: this device's achievable matrix-multiply rate (a GEMM sweep, bench.measure.device_peak), the measured
 peak that results' MFU uses; written to OUTPUT/peak/ and shown as a table of shapes."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from bench.config import check_declared, option
 from bench.errors import BenchError
-from bench.kinds import Device, Precision
 from bench.launching import envs, supervise
-from bench.measure import peak
+from bench.measure import device_peak
+from bench.vocabulary import Device, Precision
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ def main(cfg: PeakConfig) -> None:
     if device == Device.cuda and not torch.cuda.is_available():
         raise BenchError("--device cuda: PyTorch sees no GPU here (use --device cpu)")
     threads = supervise.cpu_thread_share(cfg.np) if device == Device.cpu else None
-    record = peak.measure(device.value, cfg.precision.value, threads, cfg.seconds, cfg.repeats)
-    path = peak.write(cfg.output, record)
+    record = device_peak.measure(device.value, cfg.precision.value, threads, cfg.seconds, cfg.repeats)
+    path = device_peak.write(cfg.output, record)
     table = Table(title=f"GEMM rate: {record['device']}, {record['dtype']}")
     for column in ("M", "N", "K", "TFLOP/s (median)", "repeats"):
         table.add_column(column, justify="right")

@@ -1,4 +1,4 @@
-"""``bench preflight``: the environment faults that spoil a run, found before it (bench.measure.preflight).
+"""``bench preflight``: the environment faults that spoil a run, found before it (bench.measure.env_faults).
 
 Run it on each node (``srun -N2 --ntasks-per-node=1 bench preflight``, or in the image): the driver against the
 CUDA each framework was built for, every GPU (other processes, uncorrected ECC errors, pending page retirements
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from bench.config import comma_list, option
 from bench.launching.slurm import expand_nodelist
-from bench.measure import preflight
+from bench.measure import env_faults
 from bench.measure.telemetry import load_nvml
 from bench.records import env as environment
 
@@ -44,25 +44,25 @@ def other_nodes(cfg: PreflightConfig) -> list[str]:
     return [n for n in expand_nodelist(nodelist) if n not in here] if nodelist else []
 
 
-def findings(cfg: PreflightConfig) -> list[preflight.Finding]:
-    out: list[preflight.Finding] = []
+def findings(cfg: PreflightConfig) -> list[env_faults.Finding]:
+    out: list[env_faults.Finding] = []
     if cfg.frameworks:
         record = environment.full()
         nvml = record.get("nvml") or {}
         built = {name: (record.get(key) or {}).get("cuda") for name, key in (("PyTorch", "torch"),
                                                                                ("TensorFlow", "tensorflow"))
                  if record.get(key)}
-        out += preflight.driver_findings(nvml.get("driver"), nvml.get("cuda_driver_version"), built)
+        out += env_faults.driver_findings(nvml.get("driver"), nvml.get("cuda_driver_version"), built)
     module, reason = load_nvml()
     if module is None:
-        out.append(preflight.Finding("gpu", "-", "n/a", f"no NVIDIA GPU to check: {reason}"))
+        out.append(env_faults.Finding("gpu", "-", "n/a", f"no NVIDIA GPU to check: {reason}"))
     else:
         try:
-            out += preflight.gpu_findings(module)
+            out += env_faults.gpu_findings(module)
         finally:
             module.nvmlShutdown()
-    out += preflight.network_findings(dict(os.environ), other_nodes(cfg))
-    out += preflight.infiniband_findings(dict(os.environ))
+    out += env_faults.network_findings(dict(os.environ), other_nodes(cfg))
+    out += env_faults.infiniband_findings(dict(os.environ))
     return out
 
 

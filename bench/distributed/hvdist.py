@@ -10,10 +10,10 @@ from contextlib import nullcontext
 from typing import Any
 
 from bench.errors import BenchError, MissingDependency
-from bench.kinds import FRAMEWORK_NAMES
 from bench.launching.detect import LaunchInfo, detect, resolve_error
 from bench.records import env
 from bench.tfutil import import_tf, quiet_startup
+from bench.vocabulary import FRAMEWORK_NAMES
 
 
 def import_hvd(framework: str, mode: str):

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from bench.errors import BenchError
-from bench.kinds import Device
 from bench.launching import envs
 from bench.launching.detect import LaunchInfo, parse_tf_config
 from bench.launching.supervise import THREAD_SHARE_ENV, free_port
 from bench.measure.watchdog import deadline
 from bench.tfutil import import_tf, quiet_startup
+from bench.vocabulary import Device
 
 
 def gpus() -> list:

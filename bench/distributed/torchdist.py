@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 
 from bench.errors import BenchError
-from bench.kinds import Device
 from bench.launching import envs
 from bench.launching.detect import LaunchInfo
 from bench.launching.supervise import cpu_thread_share
+from bench.vocabulary import Device
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 

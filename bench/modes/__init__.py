@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from bench.errors import BenchError
-from bench.kinds import FRAMEWORKS
+from bench.vocabulary import FRAMEWORKS
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from bench.data.feed import Feed
 from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
-from bench.kinds import Device, Precision
 from bench.launching.detect import LaunchInfo, check_gpus_per_node, own_gpu_indices
 from bench.measure import goal
 from bench.models import model as model_spec
 from bench.records import env
 from bench.tfutil import import_tf
+from bench.vocabulary import Device, Precision
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
     from bench.config import RunConfig

@@ -15,13 +15,13 @@ from bench.data.loaders import MEAN, STD
 from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
-from bench.kinds import Device, Precision
 from bench.launching.detect import LaunchInfo, check_gpus_per_node, own_gpu_indices
 from bench.measure import goal
 from bench.measure.attribution import sparse_exchange
 from bench.models import model as model_spec
 from bench.models.torch_loss import loss_fn
 from bench.records import env
+from bench.vocabulary import Device, Precision
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
     from bench.config import RunConfig

@@ -10,10 +10,10 @@ import torch
 from bench.distributed import torchdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
-from bench.kinds import Device, Precision
 from bench.launching.detect import LaunchInfo
 from bench.launching.supervise import spawn_local
 from bench.modes.torch_common import TorchTrainer, resolve
+from bench.vocabulary import Device, Precision
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
     from bench.config import RunConfig

@@ -8,10 +8,10 @@ import torch
 
 from bench.distributed import hvdist
 from bench.hooks import Hooks
-from bench.kinds import Precision
 from bench.launching import horovod_gloo
 from bench.launching.detect import LaunchInfo
 from bench.modes.torch_common import TorchTrainer, resolve
+from bench.vocabulary import Precision
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
     from bench.config import RunConfig

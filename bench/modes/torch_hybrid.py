@@ -26,13 +26,13 @@ import torch
 from bench.distributed import torchdist
 from bench.errors import BenchError, MissingDependency
 from bench.hooks import Hooks
-from bench.kinds import Precision
 from bench.launching.detect import LaunchInfo
 from bench.launching.supervise import spawn_local
 from bench.measure import goal
 from bench.models import model as model_spec
 from bench.models.torch_loss import loss_fn
 from bench.modes.torch_common import TorchTrainer, resolve, score
+from bench.vocabulary import Precision
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
     from bench.config import RunConfig

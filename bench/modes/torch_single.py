@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bench.hooks import Hooks
-from bench.kinds import Precision
 from bench.launching.detect import LaunchInfo
 from bench.modes import single
 from bench.modes.torch_common import TorchTrainer, resolve, torch
+from bench.vocabulary import Precision
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
     from bench.config import RunConfig

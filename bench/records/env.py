@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import __version__
-from bench.kinds import FRAMEWORKS
 from bench.launching import envs
 from bench.launching.supervise import usable_cores
 from bench.measure.telemetry import load_nvml
 from bench.tfutil import import_tf, quiet_startup
+from bench.vocabulary import FRAMEWORKS
 
 
 def _first_line(cmd: list[str]) -> str | None:

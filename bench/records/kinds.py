@@ -88,7 +88,7 @@ class PeakShape(_Typed):
 
 
 class Peak(_Header):
-    """bench peak: the sustained matrix-multiply rate of one device at one precision (bench.measure.peak)."""
+    """bench peak: the sustained matrix-multiply rate of one device at one precision (bench.measure.device_peak)."""
     model_config = ConfigDict(title="hvdbench peak record")
     kind: Literal["peak"]
     host: str

@@ -18,7 +18,7 @@ from bench.data import feed
 from bench.errors import BenchError, ResultNotWhole
 from bench.launching.detect import LaunchInfo
 from bench.measure import attribution, goal, host_load, telemetry, trace, traffic
-from bench.measure.peak import utilisation
+from bench.measure.device_peak import utilisation
 from bench.measure.stats import summarize, throughput_summary
 from bench.models import describe_inputs, model
 from bench.records import files, references, schema, store
@@ -198,8 +198,8 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
 
 def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: dict[str, Any],
                        environment: dict[str, Any]) -> dict[str, Any]:
-    """MFU against this device's measured GEMM peak (`bench peak`) and its published peak (bench.measure.peak), for rank
-    0's host and device: the ranks are taken to be alike."""
+    """MFU against this device's measured GEMM peak (`bench peak`) and its published peak
+    (bench.measure.device_peak), for rank 0's host and device: the ranks are taken to be alike."""
 
     device = rank0["device"]
     gpu_name = device.split(" ", 1)[1] if device.startswith("cuda:") and " " in device else None

@@ -139,7 +139,7 @@ class Sync(_Open):
 
 
 class Utilisation(BaseModel):
-    """MFU: model FLOP/s per device against a measured and a published peak (bench.measure.peak)."""
+    """MFU: model FLOP/s per device against a measured and a published peak (bench.measure.device_peak)."""
     model_config = ConfigDict(extra="forbid")
     unit: Literal["TFLOP/s"]
     model_tflops_per_device: float | None = Field(description="summary.model_tflops_per_gpu")

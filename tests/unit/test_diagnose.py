@@ -9,7 +9,7 @@ import pytest
 from bench.commands.diagnose import DiagnoseConfig, load_baseline, pair_rounds, resolve_nodes, signature
 from bench.commands.diagnose import rules as R
 from bench.commands.diagnose.alone import alone_env
-from bench.commands.diagnose.report import markdown
+from bench.commands.diagnose.render import markdown
 from bench.errors import BenchError
 from bench.records.schema import validate_diagnose
 

@@ -11,7 +11,7 @@ import yaml
 from bench.commands.kubernetes import K8sJob, manifests, workload
 from bench.config import RunConfig, command_line
 from bench.errors import BenchError
-from bench.launching import kubernetes as pod
+from bench.launching import k8s_pod as pod
 from bench.launching.detect import detect
 from tests.conftest import ROOT
 from tools import k8s_check
@@ -209,7 +209,7 @@ def test_the_vendored_crds_say_where_they_come_from():
     assert "v0.8.0" in readme and "v2.3.0" in readme and "Apache License" in readme
 
 
-# -- a pod of the indexed Job: TF_CONFIG from its name (bench.launching.kubernetes) ----------------------------
+# -- a pod of the indexed Job: TF_CONFIG from its name (bench.launching.k8s_pod) ----------------------------
 POD = {"HVDBENCH_TF_WORKERS": "3", "HVDBENCH_TF_SUBDOMAIN": "tfn", "JOB_COMPLETION_INDEX": "1"}
 
 

@@ -41,7 +41,7 @@ def module_imports(name: str) -> set[str]:
     ("bench.measure", ("bench.commands", "bench.run", "bench.cli")),
     ("bench.records", ("bench.commands", "bench.run", "bench.cli")),
     ("bench.run", ("bench.commands",)),
-    ("bench.kinds", ("bench.",)),
+    ("bench.vocabulary", ("bench.",)),
 ])
 def test_each_part_sits_below_the_parts_that_use_it(lower, upper):
     modules = imports.scan()

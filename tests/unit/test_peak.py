@@ -1,29 +1,30 @@
-"""bench.measure.peak: the published peaks by exact device name, the measured peak's files, and MFU in a result."""
+"""bench.measure.device_peak: the published peaks by exact device name, the measured peak's files, and MFU in a
+result."""
 
 import json
 
 import pytest
 
-from bench.measure import peak
+from bench.measure import device_peak
 from bench.records.results import utilisation_record
 from bench.records.store import Kind
 from tests import samples
 
 
 def test_published_peaks_by_exact_name_and_precision():
-    assert peak.spec_peak("NVIDIA H100 80GB HBM3", "amp-bf16")[0] == 989.4
-    assert peak.spec_peak("NVIDIA H100 80GB HBM3", "fp32")[0] == 494.7  # fp32 runs use TF32 on a GPU
-    assert peak.spec_peak("NVIDIA H100 PCIe", "amp-fp16")[0] == 756.5
-    assert peak.spec_peak("NVIDIA H200", "amp-bf16")[0] == 989.4
-    assert peak.spec_peak("NVIDIA A100-SXM4-80GB", "amp-bf16")[0] == 312.0
-    assert peak.spec_peak("NVIDIA B200", "amp-bf16")[0] == 2250.0
+    assert device_peak.spec_peak("NVIDIA H100 80GB HBM3", "amp-bf16")[0] == 989.4
+    assert device_peak.spec_peak("NVIDIA H100 80GB HBM3", "fp32")[0] == 494.7  # fp32 runs use TF32 on a GPU
+    assert device_peak.spec_peak("NVIDIA H100 PCIe", "amp-fp16")[0] == 756.5
+    assert device_peak.spec_peak("NVIDIA H200", "amp-bf16")[0] == 989.4
+    assert device_peak.spec_peak("NVIDIA A100-SXM4-80GB", "amp-bf16")[0] == 312.0
+    assert device_peak.spec_peak("NVIDIA B200", "amp-bf16")[0] == 2250.0
 
 
 @pytest.mark.parametrize("name", ["NVIDIA GeForce RTX 4090", "NVIDIA H100", "Tesla V100-SXM2-16GB",
                                   "NVIDIA H100 80GB HBM3 ", "", None])
 def test_an_unlisted_device_gets_no_published_peak(name):
     """Never another device's figure: a name that is not exactly in the table has none, and says so."""
-    value, why = peak.spec_peak(name, "amp-bf16")
+    value, why = device_peak.spec_peak(name, "amp-bf16")
     assert value is None and "no spec peak" in why
 
 
@@ -31,7 +32,7 @@ def test_an_unlisted_device_gets_no_published_peak(name):
                                          ("cpu (4 threads, TensorFlow's default)", "cpu-4t"),
                                          ("cuda:1 NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3")])
 def test_device_slugs(label, slug):
-    assert peak.device_slug(label) == slug
+    assert device_peak.device_slug(label) == slug
 
 
 def measured(tflops, host="node1", device="cpu (2 threads)", precision="fp32"):
@@ -40,15 +41,15 @@ def measured(tflops, host="node1", device="cpu (2 threads)", precision="fp32"):
 
 
 def test_the_newest_measured_peak_is_used_and_none_is_overwritten(tmp_path, monkeypatch):
-    assert peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32")[0] is None
+    assert device_peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32")[0] is None
     records = [measured(0.1), measured(0.2), measured(9.0, device="cpu (1 threads)")]  # (the last: another
     times = iter(["20261124T010000Z", "20261124T020000Z", "20261124T030000Z"])  # thread share, not this device)
-    monkeypatch.setattr(peak.time, "strftime", lambda fmt, t: next(times))
-    first, second, _ = (peak.write(tmp_path, r) for r in records)
+    monkeypatch.setattr(device_peak.time, "strftime", lambda fmt, t: next(times))
+    first, second, _ = (device_peak.write(tmp_path, r) for r in records)
     assert first != second and first.is_file() and json.loads(first.read_text())["peak_tflops"] == 0.1
-    assert peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32") == (0.2, str(second))
-    assert peak.load_measured(tmp_path, "node2", "cpu (2 threads)", "fp32")[0] is None
-    assert peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "amp-bf16")[0] is None
+    assert device_peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32") == (0.2, str(second))
+    assert device_peak.load_measured(tmp_path, "node2", "cpu (2 threads)", "fp32")[0] is None
+    assert device_peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "amp-bf16")[0] is None
 
 
 class _Cfg:
@@ -62,7 +63,7 @@ class _Cfg:
 def test_mfu_against_both_peaks_with_a_fake_nvml_name(tmp_path):
     """TensorFlow's device label has no model name: NVML's is used; a listed name gets the spec MFU, an
     unlisted one none."""
-    peak.write(tmp_path, measured(400.0, device="cuda:0 NVIDIA H100 80GB HBM3"))
+    device_peak.write(tmp_path, measured(400.0, device="cuda:0 NVIDIA H100 80GB HBM3"))
     rank0 = {"host": "node1", "device": "/physical_device:GPU:0"}
     u = utilisation_record(_Cfg(tmp_path), 100.0, rank0, {"nvml": {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}})
     assert u["spec_peak_tflops"] == 494.7 and u["mfu_spec"] == pytest.approx(100 / 494.7)

@@ -1,12 +1,12 @@
-"""bench preflight's checks (bench.measure.preflight) on a fake NVML and a fake sysfs: each fault found, in one
+"""bench preflight's checks (bench.measure.env_faults) on a fake NVML and a fake sysfs: each fault found, in one
 line with what to do, and nothing found on a healthy machine."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from bench.measure import preflight
-from bench.measure.preflight import Finding
+from bench.measure import env_faults
+from bench.measure.env_faults import Finding
 
 
 class Nvml:
@@ -63,7 +63,7 @@ def test_a_healthy_gpu_is_ok_and_each_fault_is_named_with_what_to_do():
     gpus = [HEALTHY, {**HEALTHY, "pids": [4242]}, {**HEALTHY, "ecc": 3}, {**HEALTHY, "pending": 1},
             {**HEALTHY, "rows": (0, 0, 1, 0)}, {**HEALTHY, "rows": (0, 0, 0, 1)}, {**HEALTHY, "rows": (2, 1, 0, 0)},
             {"pids": []}]  # the last reports no ECC, retirement or remap figures (a consumer GPU)
-    found = preflight.gpu_findings(Nvml(gpus))
+    found = env_faults.gpu_findings(Nvml(gpus))
     assert bad(found) == [("gpu 1 (NVIDIA H200)", "warning"), ("gpu 2 (NVIDIA H200)", "error"),
                           ("gpu 3 (NVIDIA H200)", "error"), ("gpu 4 (NVIDIA H200)", "error"),
                           ("gpu 5 (NVIDIA H200)", "error"), ("gpu 6 (NVIDIA H200)", "warning")]
@@ -74,15 +74,15 @@ def test_a_healthy_gpu_is_ok_and_each_fault_is_named_with_what_to_do():
     assert [f.status for f in found if f.member.startswith(("gpu 0", "gpu 7"))] == ["ok", "ok"]
     assert "ECC not reported: NotSupported" in text["gpu 7 (NVIDIA H200)"]
     # at the start of a run under another launcher, the ranks' own processes are not held against the GPU
-    assert bad(preflight.gpu_findings(Nvml(gpus[:2]), processes=False)) == []
+    assert bad(env_faults.gpu_findings(Nvml(gpus[:2]), processes=False)) == []
 
 
 def test_the_driver_against_each_frameworks_cuda():
-    found = preflight.driver_findings("575.57.08", 12090, {"PyTorch": "13.0", "TensorFlow": "12.5.1", "cpu": None})
+    found = env_faults.driver_findings("575.57.08", 12090, {"PyTorch": "13.0", "TensorFlow": "12.5.1", "cpu": None})
     assert [(f.member, f.status) for f in found] == [("PyTorch", "error"), ("TensorFlow", "ok"), ("cpu", "n/a")]
     assert "580.65.06 or newer" in found[0].detail and "CUDA 12.9 at most" in found[0].detail
-    assert preflight.driver_findings("580.65.06", 13000, {"PyTorch": "13.0"})[0].status == "ok"
-    assert preflight.driver_findings(None, None, {"PyTorch": "13.0"})[0].status == "n/a"
+    assert env_faults.driver_findings("580.65.06", 13000, {"PyTorch": "13.0"})[0].status == "ok"
+    assert env_faults.driver_findings(None, None, {"PyTorch": "13.0"})[0].status == "n/a"
 
 
 @pytest.fixture
@@ -97,37 +97,37 @@ def sysfs(tmp_path, monkeypatch):
         (tmp_path / "class" / "infiniband" / port).mkdir(parents=True)
         (tmp_path / "class" / "infiniband" / port / "state").write_text(state + "\n")
         (tmp_path / "class" / "infiniband" / port / "rate").write_text(rate + "\n")
-    monkeypatch.setattr(preflight, "SYSFS", tmp_path)
+    monkeypatch.setattr(env_faults, "SYSFS", tmp_path)
     return tmp_path
 
 
 def test_the_interfaces_named_for_nccl_and_gloo_exist_and_are_up(sysfs):
-    found = preflight.network_findings({"NCCL_SOCKET_IFNAME": "eth,ib0", "GLOO_SOCKET_IFNAME": "eth"}, [])
+    found = env_faults.network_findings({"NCCL_SOCKET_IFNAME": "eth,ib0", "GLOO_SOCKET_IFNAME": "eth"}, [])
     assert [(f.member, f.status) for f in found] == [("NCCL_SOCKET_IFNAME=eth", "ok"),  # NCCL's: a prefix
                                                      ("NCCL_SOCKET_IFNAME=ib0", "error"),
                                                      ("GLOO_SOCKET_IFNAME=eth", "error")]  # Gloo's: a name
     assert found[0].detail == "eth0 is up" and found[1].detail.startswith("ib0 is down")
     assert "no interface named eth here (these are: eth0, ib0, lo)" in found[2].detail
-    found = preflight.network_findings({"NCCL_SOCKET_IFNAME": "=eth", "GLOO_SOCKET_IFNAME": "lo"}, [])
+    found = env_faults.network_findings({"NCCL_SOCKET_IFNAME": "=eth", "GLOO_SOCKET_IFNAME": "lo"}, [])
     assert [f.status for f in found] == ["error", "ok"] and "named eth" in found[0].detail  # '=': exact
     assert "no link state" in found[1].detail
-    assert preflight.network_findings({"NCCL_SOCKET_IFNAME": "^docker,lo"}, []) == []  # exclusions name none
+    assert env_faults.network_findings({"NCCL_SOCKET_IFNAME": "^docker,lo"}, []) == []  # exclusions name none
 
 
 def test_a_host_is_reached_through_the_named_interface_or_named(sysfs):
     """The route to a host is the kernel's (nothing is sent): 127.0.0.1 goes through lo."""
-    assert bad(preflight.network_findings({"GLOO_SOCKET_IFNAME": "lo"}, ["127.0.0.1"])) == []
-    found = preflight.network_findings({"NCCL_SOCKET_IFNAME": "eth0"}, ["127.0.0.1", "no-such-host.invalid"])
+    assert bad(env_faults.network_findings({"GLOO_SOCKET_IFNAME": "lo"}, ["127.0.0.1"])) == []
+    found = env_faults.network_findings({"NCCL_SOCKET_IFNAME": "eth0"}, ["127.0.0.1", "no-such-host.invalid"])
     assert bad(found) == [("127.0.0.1", "warning"), ("no-such-host.invalid", "error")]
     assert "reached through lo (127.0.0.1), not through eth0" in found[1].detail
     assert "does not resolve" in found[2].detail
 
 
 def test_infiniband_ports_down_or_slow(sysfs):
-    found = preflight.infiniband_findings({})
+    found = env_faults.infiniband_findings({})
     assert [(f.member, f.status) for f in found] == [("mlx5_0:1", "ok"), ("mlx5_1:1", "warning"),
                                                      ("mlx5_2:1", "warning")]
     assert "below the fastest port's 200 Gb/sec" in found[1].detail and "1: DOWN" in found[2].detail
     # a port NCCL is told to use that is down is an error; excluded, a warning
-    assert bad(preflight.infiniband_findings({"NCCL_IB_HCA": "mlx5_2:1"}))[-1] == ("mlx5_2:1", "error")
-    assert bad(preflight.infiniband_findings({"NCCL_IB_HCA": "^mlx5_2"}))[-1] == ("mlx5_2:1", "warning")
+    assert bad(env_faults.infiniband_findings({"NCCL_IB_HCA": "mlx5_2:1"}))[-1] == ("mlx5_2:1", "error")
+    assert bad(env_faults.infiniband_findings({"NCCL_IB_HCA": "^mlx5_2"}))[-1] == ("mlx5_2:1", "warning")

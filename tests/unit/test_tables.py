@@ -39,7 +39,7 @@ def test_without_it_the_narrow_table_cuts_the_identifier():
 
 
 def test_the_verify_and_diagnose_tables_keep_modes_and_hosts_whole():
-    from bench.commands.diagnose import report
+    from bench.commands.diagnose import render as diagnose_render
     from bench.commands.verify import render
 
     verify = {"config": {"model": "transformer-small", "steps": 3, "fp16_allreduce": False, "fault": None},
@@ -51,7 +51,7 @@ def test_the_verify_and_diagnose_tables_keep_modes_and_hosts_whole():
                             "rule": "device-slower-than-peers", "why": "compute 0.878 s against 0.359 s"}]}
     out = io.StringIO()
     table = Table("severity", "kind", "where", "figure", "expected", "rule", "why")
-    for row in report.finding_rows(record):
+    for row in diagnose_render.finding_rows(record):
         table.add_row(*row)
     Console(file=out, width=80).print(never_cut(table, "where"))  # 80: rich's width in a pipe
     assert whole(out.getvalue(), host)

@@ -34,7 +34,7 @@ from typing import Any
 from bench.commands.allreduce import BACKENDS
 from bench.commands.diagnose import rules as rules_mod
 from bench.commands.diagnose.hosts import HostList, Slurm, Step, bench_argv, run_steps
-from bench.commands.diagnose.report import markdown, terminal
+from bench.commands.diagnose.render import markdown, terminal
 from bench.config import byte_size, comma_list, option
 from bench.errors import BenchError, restore_handlers, stop_on_signals
 from bench.launching import envs

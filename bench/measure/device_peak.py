@@ -44,7 +44,7 @@ SPEC_TFLOPS: dict[str, dict[str, float]] = {
     "NVIDIA H200": _H100_SXM,  # H200 SXM
     "NVIDIA B200": {"tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0},
 }
-SPEC_SOURCE = "vendor datasheet, dense (bench/measure/peak.py SPEC_TFLOPS)"
+SPEC_SOURCE = "vendor datasheet, dense (bench/measure/device_peak.py SPEC_TFLOPS)"
 # The GEMM a run's precision computes in. On a GPU, fp32 runs use TF32 tensor-core math (bench.modes.torch_common
 # allows it; TensorFlow's default), so their spec peak is the TF32 rate and `bench peak` measures with TF32 on.
 PRECISION_DTYPE = {"fp32": "float32", "amp-bf16": "bfloat16", "amp-fp16": "float16"}
