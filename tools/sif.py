@@ -7,11 +7,12 @@
 
 The runtime is HVDBENCH_APPTAINER, else `apptainer` or `singularity` on PATH, else the one
 tools/apptainer-up.sh set up. From an image, `docker save` writes an archive that
-`apptainer build --sandbox ... docker-archive://` unpacks (no registry, no access to the engine's socket needed,
-no layer cache kept: the layers are in the engine already); the archive is deleted, and the sandbox squashed
-into the SIF. At its peak a build then holds the archive, Apptainer's temporary copy of its layers and the root
-filesystem (about 3 times the image's size), and later the root filesystem and the SIF, never all four at once:
-the CUDA image's one-step build needed them all (4 x 13.6 GB) and ran out of 39 GB here.
+`apptainer build ... docker-archive://` converts (no registry, no access to the engine's socket needed), with
+Apptainer's layer cache off (the layers are in the engine already) and the archive deleted as soon as Apptainer
+has copied its layers (its "Extracting OCI image" line): the archive, that copy, the root filesystem, the
+squashfs and the SIF are then never all on disk at once. Before, the CUDA image's build still held the 13.6 GB
+archive, the layer copy and the root filesystem when it squashed, and ran out of 39 GB here
+(docs/measured/2026-11-29-cuda-sif.md).
 From a definition file, the %files paths are relative to the repository root, and the machine's CA
 bundle is bound to /run/secrets/ca for pip (as the Docker build's secret: never copied into the image).
 --base replaces the file's `Bootstrap: docker` base with a local Docker image (this machine reaches no
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tools import images, publish
@@ -103,28 +105,39 @@ def _up_to_date(out: Path, key: str) -> bool:
     return out.is_file() and side.is_file() and side.read_text().strip() == key
 
 
-def _apptainer(verb: str, options: list[str], dest: Path, target: str, cwd: Path, binds: list[Path],
-               what: str, **extra_env: str) -> None:
-    """``apptainer VERB --force OPTIONS DEST TARGET``; a failure is one SifError naming ``what``."""
+def _apptainer(verb: str, options: list[str], dest: Path, target: str, cwd: Path, binds: list[Path], what: str,
+               on_line: Callable[[str], None] | None = None, env: dict[str, str] | None = None) -> None:
+    """``apptainer VERB --force OPTIONS DEST TARGET``, its messages passed on to standard error line by line (and to
+    ``on_line``); a failure is one SifError naming ``what``."""
     # The set-up's wrapper shows the host's directories inside its own root; these must be among them.
-    env = dict(os.environ, **extra_env, HVDBENCH_APPTAINER_BINDS=" ".join(
+    env = dict(os.environ, **(env or {}), HVDBENCH_APPTAINER_BINDS=" ".join(
         [os.environ.get("HVDBENCH_APPTAINER_BINDS", ""), *{str(p.resolve()) for p in binds}]).strip())
     cmd = [runtime(), verb, "--force", *options, str(dest), target]
     print("sif:", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, cwd=cwd, env=env)
-    if done.returncode != 0:
-        raise SifError(f"apptainer {verb} of {what} failed (exit {done.returncode})")
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+        try:
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                if on_line is not None:
+                    on_line(line)
+        except BaseException:
+            proc.kill()
+            raise
+    if proc.returncode != 0:
+        raise SifError(f"apptainer {verb} of {what} failed (exit {proc.returncode})")
 
 
 def _build(target: str, out: Path, key: str, options: list[str], cwd: Path, binds: list[Path],
-           verb: str = "build", done_word: str = "built", start: float | None = None) -> Path:
+           verb: str = "build", done_word: str = "built", start: float | None = None,
+           on_line: Callable[[str], None] | None = None, env: dict[str, str] | None = None) -> Path:
     """apptainer build (or pull) into a temporary file beside ``out``, then rename; records ``key``. ``start``:
-    when the build began, where an earlier step (the sandbox) belongs to it."""
+    when the build began, where an earlier step (docker save) belongs to it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     start = time.monotonic() if start is None else start
     try:
-        _apptainer(verb, options, tmp, target, cwd, binds, out.name)
+        _apptainer(verb, options, tmp, target, cwd, binds, out.name, on_line, env)
         out.with_name(out.name + ".key").unlink(missing_ok=True)  # never an old key beside a new SIF
         tmp.replace(out)
     finally:
@@ -141,18 +154,10 @@ def _docker_save(image: str, folder: Path) -> Path:
     return archive
 
 
-def _sandbox(image: str, folder: Path) -> Path:
-    """The Docker image's root filesystem as an Apptainer sandbox in ``folder`` (with the image's environment and
-    labels in /.singularity.d), from a `docker save` archive deleted as soon as it is unpacked. Apptainer's layer
-    cache is off: with it on, a copy of every layer would stay in ~/.apptainer (7.4 GB for the CUDA image)."""
-    archive = _docker_save(image, folder)
-    sandbox = folder / "rootfs"
-    try:
-        _apptainer("build", ["--sandbox"], sandbox, f"docker-archive://{archive}", folder, [folder], image,
-                   APPTAINER_DISABLE_CACHE="true", SINGULARITY_DISABLE_CACHE="true")
-    finally:
-        archive.unlink(missing_ok=True)
-    return sandbox
+# Apptainer's layer cache off for a build from a local image: with it on, a copy of every layer would stay in
+# ~/.apptainer (7.4 GB for the CUDA image), of layers the engine holds anyway.
+NO_LAYER_CACHE = {"APPTAINER_DISABLE_CACHE": "true", "SINGULARITY_DISABLE_CACHE": "true"}
+UNPACKING = "Extracting OCI image"  # Apptainer's line once it has copied an archive's layers
 
 
 def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = False, cache: str = "inputs",
@@ -171,11 +176,15 @@ def from_image(stack: str, flavor: str, out: Path | None = None, force: bool = F
         return out
     runtime()  # fail before the minutes `docker save` takes
     start = time.monotonic()
-    # The temporary folder (the archive, then the sandbox) is removed even where a non-root sandbox holds
-    # read-only directories: TemporaryDirectory makes them writable first.
     with tempfile.TemporaryDirectory(prefix=".hvdbench-sif-", dir=out.parent) as tmp:
-        sandbox = _sandbox(image, Path(tmp))
-        return _build(str(sandbox), out, key, squash, out.parent, [Path(tmp), out.parent], start=start)
+        archive = _docker_save(image, Path(tmp))
+
+        def read_no_more(line: str) -> None:  # Apptainer has its own copy of the layers now
+            if UNPACKING in line:
+                archive.unlink(missing_ok=True)
+
+        return _build(f"docker-archive://{archive}", out, key, squash, out.parent, [Path(tmp), out.parent],
+                      start=start, on_line=read_no_more, env=NO_LAYER_CACHE)
 
 
 MANIFEST_TYPES = ", ".join([

@@ -94,7 +94,7 @@ def test_a_sif_is_skipped_only_while_its_key_holds(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
-    monkeypatch.setattr(sif, "_sandbox", lambda image, folder: folder / "rootfs")
+    monkeypatch.setattr(sif, "_docker_save", lambda image, folder: folder / "image.tar")
     monkeypatch.setattr(sif, "_build", build)
     out = tmp_path / "x.sif"
     for cache in ("inputs", "frameworks"):
@@ -114,7 +114,7 @@ def test_zstd_squashes_through_apptainers_option_and_keys_the_sif_apart(tmp_path
 
     monkeypatch.setattr(sif, "image_id", lambda image: "sha256:image-1")
     monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
-    monkeypatch.setattr(sif, "_sandbox", lambda image, folder: folder / "rootfs")
+    monkeypatch.setattr(sif, "_docker_save", lambda image, folder: folder / "image.tar")
     built = []
 
     def build(target, out, key, options, *rest, **kw):
@@ -136,43 +136,58 @@ def test_zstd_squashes_through_apptainers_option_and_keys_the_sif_apart(tmp_path
         sif.from_image("current", "cpu", out, compression="xz")
 
 
-def test_an_image_sif_is_squashed_from_a_sandbox_after_the_archive_is_gone(tmp_path, monkeypatch):
-    """`docker save`, then `apptainer build --sandbox` with no layer cache, the archive deleted, then the SIF from
-    the sandbox: the archive, Apptainer's copy of the layers and the root filesystem are never on disk beside the
-    SIF being written (the CUDA image's one-step build ran out of 39 GB). A failed step leaves no SIF, no key and
-    no temporary files, and says so in one line."""
+def test_an_image_sif_drops_the_archive_once_apptainer_has_copied_its_layers(tmp_path, monkeypatch):
+    """`docker save`, then `apptainer build ... docker-archive://` with no layer cache; the archive is deleted at
+    Apptainer's "Extracting OCI image" line, before the root filesystem, the squashfs and the SIF take their space
+    (the CUDA image's build, holding them all, ran out of 39 GB). Apptainer's lines reach standard error. A failed
+    build leaves the SIF there before as it was, no temporary file, and one line."""
     from tools import sif
 
     monkeypatch.setattr(sif, "image_id", lambda image: "sha256:image-1")
     monkeypatch.setattr(sif, "runtime", lambda: "apptainer")
     monkeypatch.setattr(sif.images, "docker_cli", lambda: "docker")
-    calls, fail = [], set()
+    seen, fail = [], []
 
-    def run(cmd, cwd=None, env=None, check=False):
-        temporary = next(tmp_path.glob(".hvdbench-sif-*"))
-        calls.append((cmd[:2], sorted(p.name for p in temporary.iterdir()), (env or {}).get("APPTAINER_DISABLE_CACHE")))
-        if cmd[:2] == ["docker", "save"]:
-            Path(cmd[cmd.index("-o") + 1]).write_bytes(b"layers")
-        elif "--sandbox" in cmd:
-            assert cmd[-1] == f"docker-archive://{temporary / 'hvdbench_current-cpu.tar'}"
-            Path(cmd[-2]).mkdir()
-        else:
-            assert cmd[-1] == str(temporary / "rootfs")
-            Path(cmd[-2]).write_text("sif")
-        return subprocess.CompletedProcess(cmd, 1 if cmd[1] in fail else 0)
+    def run(cmd, check=False):
+        assert cmd[:2] == ["docker", "save"]
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"layers")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    class Apptainer:  # what subprocess.Popen starts: apptainer build, its INFO lines on standard error
+        def __init__(self, cmd, cwd=None, env=None, stderr=None, text=None, errors=None):
+            self.archive = Path(cmd[-1].removeprefix("docker-archive://"))
+            assert cmd[:3] == ["apptainer", "build", "--force"] and env["APPTAINER_DISABLE_CACHE"] == "true"
+            self.out, self.returncode = Path(cmd[-2]), 1 if fail else 0
+            self.stderr = self.lines()
+
+        def lines(self):
+            yield "INFO:    Fetching OCI image...\n"
+            seen.append(("fetching", self.archive.exists()))
+            yield "INFO:    Extracting OCI image...\n"
+            seen.append(("extracting", self.archive.exists()))
+            yield "INFO:    Creating SIF file...\n"
+            if not fail:
+                self.out.write_text("sif")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def kill(self):
+            pass
 
     monkeypatch.setattr(sif.subprocess, "run", run)
+    monkeypatch.setattr(sif.subprocess, "Popen", Apptainer)
     out = tmp_path / "x.sif"
     sif.from_image("current", "cpu", out)
-    assert calls == [(["docker", "save"], [], None),
-                     (["apptainer", "build"], ["hvdbench_current-cpu.tar"], "true"),  # the sandbox
-                     (["apptainer", "build"], ["rootfs"], None)]  # the SIF: the archive is gone
+    assert seen == [("fetching", True), ("extracting", False)]  # gone once the layers were copied
     assert out.read_text() == "sif" and sorted(p.name for p in tmp_path.iterdir()) == ["x.sif", "x.sif.key"]
     out.write_text("the SIF built before")
-    fail.add("build")
-    with pytest.raises(sif.SifError, match=r"^apptainer build of hvdbench:current-cpu failed \(exit 1\)$"):
+    fail.append(True)
+    with pytest.raises(sif.SifError, match=r"^apptainer build of x.sif failed \(exit 1\)$"):
         sif.from_image("current", "cpu", out, force=True)
-    # the SIF there before stays as it was, and nothing else is left
     assert out.read_text() == "the SIF built before"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.sif", "x.sif.key"]
 
