@@ -1,5 +1,6 @@
 """The image recipes without an engine: stacks -> build args, Dockerfile rules, hadolint, compose, CI matrix."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -67,8 +68,10 @@ def test_docker_up_says_why_no_engine_answers(user_bin):
 
 def test_make_image_needs_no_venv(tmp_path):
     """Without a venv, make image builds with this machine's python3 (no tools/setup.sh, no Horovod compile)."""
+    # as a user types it: not inside another make (whose MAKELEVEL and flags would add "Entering directory" lines)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     r = subprocess.run(["make", "-n", "image", f"VENV={tmp_path / 'none'}"], cwd=ROOT, capture_output=True,
-                       text=True, check=True)
+                       text=True, check=True, env=env)
     assert r.stdout.splitlines() == ["tools/docker-up.sh",
                                      "python3 -m tools.images build --stack current --flavor cuda"]
 
