@@ -79,12 +79,21 @@ def shape() -> tuple[tuple[str, ...], float | None]:
         return NODES, None
 
 
+def write_if_changed(path: Path, text: str) -> Path:
+    """``path`` holding ``text``, rewritten only when it holds something else. Every compose command (an exec, a
+    wait for the nodes) makes these files again; a rewrite empties the file for an instant, and a node starting
+    then read an empty slurm.conf (bind-mounted from this file) and died: the cluster never came up."""
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
 def shape_file(nodes: tuple[str, ...], cpus: float | None) -> Path:
     """A compose file for a cluster of ``nodes`` (each held to ``cpus`` cores): slurm.conf with those nodes
     for every container, the nodes past node2 declared as node1 is, and the quota on each."""
     conf = Path(tempfile.gettempdir()) / f"{PROJECT}-slurm.conf"
     text = (CLUSTER / "slurm.conf").read_text()
-    conf.write_text(text.replace("NodeName=node[1-2]", f"NodeName=node[1-{len(nodes)}]"))
+    write_if_changed(conf, text.replace("NodeName=node[1-2]", f"NodeName=node[1-{len(nodes)}]"))
     base = {"image": "${HVDBENCH_CLUSTER_IMAGE:-hvdbench-cluster:current-cpu}", "init": True,
             "cap_add": ["NET_ADMIN"], "working_dir": "/shared", "networks": ["cluster"],
             "command": ["compute"], "depends_on": ["head"],
@@ -96,9 +105,8 @@ def shape_file(nodes: tuple[str, ...], cpus: float | None) -> Path:
         services[node] = {**extra, "volumes": [*extra.get("volumes", []), f"{conf}:/etc/slurm/slurm.conf:ro"],
                           **({"cpus": cpus} if cpus else {})}
     path = Path(tempfile.gettempdir()) / f"{PROJECT}-shape.yaml"
-    path.write_text(f"# from {SHAPE}: {len(nodes)} compute nodes, cpus {cpus}\n"
-                    + json.dumps({"services": services}, indent=2) + "\n")  # JSON is YAML
-    return path
+    return write_if_changed(path, f"# from {SHAPE}: {len(nodes)} compute nodes, cpus {cpus}\n"
+                            + json.dumps({"services": services}, indent=2) + "\n")  # JSON is YAML
 
 
 def bound_bench() -> Path | None:
@@ -116,9 +124,8 @@ def bench_file(nodes: tuple[str, ...], bench: Path) -> Path:
     """A compose file that binds ``bench`` over the node image's package in the controller and every node."""
     binds = "".join(f"      - {bind}\n" for bind in images.bench_binds(IMAGE, bench))
     path = Path(tempfile.gettempdir()) / f"{PROJECT}-bench.yaml"
-    path.write_text(f"# HVDBENCH_CLUSTER_BENCH={bench}\nservices:\n" + "".join(
+    return write_if_changed(path, f"# HVDBENCH_CLUSTER_BENCH={bench}\nservices:\n" + "".join(
         f"  {n}:\n    volumes:\n{binds}" for n in ("head", *nodes)))
-    return path
 
 
 def compose_cmd(apptainer: bool = False) -> list[str]:

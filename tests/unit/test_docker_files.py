@@ -230,6 +230,25 @@ def test_the_cluster_binds_a_checkouts_bench_over_every_nodes(tmp_path, monkeypa
     assert cluster.bound_bench() is None and "bench.yaml" not in " ".join(cluster.compose_cmd())
 
 
+def test_the_clusters_files_are_rewritten_only_when_they_change(tmp_path, monkeypatch):
+    """Every compose command makes the cluster's slurm.conf and shape again: a file that holds the same is left
+    alone (a rewrite empties it for an instant, and a node starting then read an empty slurm.conf and died);
+    another shape rewrites it."""
+    from tools import cluster
+
+    monkeypatch.setattr(cluster.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(cluster, "shared_dir", lambda: tmp_path / "shared")
+    nodes = ("node1", "node2", "node3", "node4")
+    shape = cluster.shape_file(nodes, 0.4)
+    conf = tmp_path / f"{cluster.PROJECT}-slurm.conf"
+    assert "NodeName=node[1-4]" in conf.read_text()
+    writes = []
+    monkeypatch.setattr(type(conf), "write_text", lambda self, text, *a, **k: writes.append(self.name))
+    assert cluster.shape_file(nodes, 0.4) == shape and writes == []  # the same: neither file touched
+    cluster.shape_file(nodes[:3], 0.4)
+    assert sorted(writes) == sorted([conf.name, shape.name])
+
+
 def test_a_staged_torch_wheel_is_not_downloaded_again(tmp_path, monkeypatch):
     version = images.build_args("current", "cpu")["TORCH_VERSION"]
     downloads = []
