@@ -237,11 +237,12 @@ def test_a_non_root_user_runs_the_sif_and_owns_the_results(env, sif, user):
     assert sh(["apptainer", "version"], env=env).returncode == 0
     # The user's own PATH (no /usr/sbin, where pivot_root lives), with what tools/apptainer-up.sh tells them to
     # add: root set it up, so it prints the wrappers' folder for them too.
+    runuser = shutil.which("runuser", path=env["PATH"])  # root's tool, by its path: not on the user's PATH
     e["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-    up = sh(["runuser", "-u", USER, "--", str(ROOT / "tools" / "apptainer-up.sh")], env=e, cwd=work)
+    up = sh([runuser, "-u", USER, "--", str(ROOT / "tools" / "apptainer-up.sh")], env=e, cwd=work)
     assert up.returncode == 0, up.stderr
     e["PATH"] = f"{up.stdout.strip()}:{e['PATH']}"
-    r = sh(["runuser", "-u", USER, "--", "apptainer", "exec", str(sif), "bench", "torch-ddp", *SMALL, "--np", "2",
+    r = sh([runuser, "-u", USER, "--", "apptainer", "exec", str(sif), "bench", "torch-ddp", *SMALL, "--np", "2",
             "--output", str(work / "results")], env=e, cwd=work, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     result = only_result(work / "results")
