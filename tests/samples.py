@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.records.header import header, new_run_id
+from bench.records.kinds import Allreduce
 from bench.records.store import Kind
 
 _BODIES: dict[Kind, dict[str, Any]] = {
@@ -35,3 +36,11 @@ def record(kind: Kind) -> dict[str, Any]:
                 "figures": {}}
     version = (1,) if kind is Kind.DIAGNOSE else ()  # diagnose's record has a schema version of its own
     return {**header(new_run_id(kind.value), kind, *version), **_BODIES[kind]}
+
+
+def allreduce(rows: list[tuple[int, float, float]], world_size: int = 2, **config: Any) -> Allreduce:
+    """A bench allreduce record of ``world_size`` ranks (``config``: its op and backend) with one row per
+    (bytes, time_s, busbw_GBps)."""
+    return Allreduce(**{**record(Kind.ALLREDUCE), "world_size": world_size, "config": config,
+                        "rows": [{"bytes": b, "time_s": t, "algbw_GBps": bw, "busbw_GBps": bw, "correct": True,
+                                  "model": None} for b, t, bw in rows]})

@@ -44,13 +44,13 @@ def main(cfg: PeakConfig) -> None:
     threads = supervise.cpu_thread_share(cfg.np) if device == Device.cpu else None
     record = device_peak.measure(device.value, cfg.precision.value, threads, cfg.seconds, cfg.repeats)
     path = device_peak.write(cfg.output, record)
-    table = Table(title=f"GEMM rate: {record['device']}, {record['dtype']}")
+    table = Table(title=f"GEMM rate: {record.device}, {record.dtype}")
     for column in ("M", "N", "K", "TFLOP/s (median)", "repeats"):
         table.add_column(column, justify="right")
-    for row in record["shapes"]:
-        table.add_row(str(row["m"]), str(row["n"]), str(row["k"]), f"{row['tflops_median']:.4g}",
-                      " ".join(f"{r:.4g}" for r in row["tflops"]))
+    for row in record.shapes:
+        table.add_row(str(row.m), str(row.n), str(row.k), f"{row.tflops_median:.4g}",
+                      " ".join(f"{r:.4g}" for r in row.tflops))
     console = Console()
     console.print(table)
-    console.print(f"peak: {record['peak_tflops']:.4g} TFLOP/s at {'x'.join(map(str, record['peak_shape']))}")
+    console.print(f"peak: {record.peak_tflops:.4g} TFLOP/s at {'x'.join(map(str, record.peak_shape))}")
     console.print(f"result: {path}")

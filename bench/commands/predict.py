@@ -57,6 +57,7 @@ from bench.errors import BenchError
 from bench.models import model as model_spec
 from bench.modes import variant
 from bench.records.collect import load_results, table_cells
+from bench.records.kinds import Allreduce
 from bench.records.results import load_result
 from bench.tables import never_cut
 
@@ -194,37 +195,31 @@ def from_result(result: dict[str, Any]) -> dict[str, Any]:
     return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"], **sizes}
 
 
-def op_of(result: dict[str, Any]) -> str:
-    """allreduce, allgather or alltoall: what a bench allreduce result measured."""
-    return result.get("config", {}).get("op", "allreduce")
-
-
-def from_allreduce(result: dict[str, Any], nbytes: int) -> dict[str, float]:
+def from_allreduce(result: Allreduce, nbytes: int) -> dict[str, float]:
     """busbw at the measured size nearest ``nbytes`` (log scale) and the ring-step latency from the
     smallest size: a = t_smallest / (2 (n - 1)) for an allreduce, t_smallest / (n - 1) for an allgather or an
     all-to-all."""
-    n = result["world_size"]
+    n = result.world_size
     if n < 2:
         raise BenchError("--allreduce needs a result from 2 or more ranks (busbw is 0 on one)")
-    rows = result["rows"]
-    nearest = min(rows, key=lambda r: abs(math.log(r["bytes"] / nbytes)))
-    smallest = min(rows, key=lambda r: r["bytes"])
-    steps = 2 * (n - 1) if op_of(result) == "allreduce" else n - 1
-    return {"busbw_GBps": nearest["busbw_GBps"], "latency_s": smallest["time_s"] / steps,
-            "busbw_at_bytes": nearest["bytes"], "latency_from_bytes": smallest["bytes"]}
+    nearest = min(result.rows, key=lambda r: abs(math.log(r.bytes / nbytes)))
+    smallest = min(result.rows, key=lambda r: r.bytes)
+    steps = 2 * (n - 1) if result.op == "allreduce" else n - 1
+    return {"busbw_GBps": nearest.busbw_GBps, "latency_s": smallest.time_s / steps,
+            "busbw_at_bytes": nearest.bytes, "latency_from_bytes": smallest.bytes}
 
 
-def allgather_inputs(measurement: dict[str, Any] | None, sparse_bytes: int) -> dict[str, float]:
+def allgather_inputs(measurement: Allreduce | None, sparse_bytes: int) -> dict[str, float]:
     """B' and a' from an allgather measurement, for a run with sparse gradients (else nothing)."""
     return _second(measurement, sparse_bytes, "allgather")
 
 
-def alltoall_inputs(measurement: dict[str, Any] | None, alltoall_bytes: int) -> dict[str, float]:
+def alltoall_inputs(measurement: Allreduce | None, alltoall_bytes: int) -> dict[str, float]:
     """B" and a" from an all-to-all measurement, for torch-hybrid's sharded table (else nothing)."""
     return _second(measurement, alltoall_bytes, "alltoall")
 
 
-def _second(measurement: dict[str, Any] | None, nbytes: int, op: str) -> dict[str, float]:
+def _second(measurement: Allreduce | None, nbytes: int, op: str) -> dict[str, float]:
     if measurement is None or not nbytes:
         return {}
     net = from_allreduce(measurement, nbytes)
@@ -233,17 +228,17 @@ def _second(measurement: dict[str, Any] | None, nbytes: int, op: str) -> dict[st
 
 # -- checks against measurements ----------------------------------------------------------------------
 
-def pick_allreduce(label: str, allreduces: list[dict[str, Any]], op: str = "allreduce") -> dict[str, Any] | None:
+def pick_allreduce(label: str, allreduces: list[Allreduce], op: str = "allreduce") -> Allreduce | None:
     """The ``op`` measurement of the backend that carries this mode's gradients (its ModeSpec says which); with
     a single measurement of that op, that one for every mode."""
-    allreduces = [a for a in allreduces if op_of(a) == op]
+    allreduces = [a for a in allreduces if a.op == op]
     if len(allreduces) == 1:
         return allreduces[0]
     try:
         backend = variant(label).allreduce
     except BenchError:  # a mode this installation does not know (a plugin's)
         return None
-    return next((a for a in allreduces if a["config"]["backend"] == backend), None)
+    return next((a for a in allreduces if a.backend == backend), None)
 
 
 def _collective(label: str) -> bool:
@@ -255,7 +250,7 @@ def _collective(label: str) -> bool:
         return True
 
 
-def check_sweep(results: list[dict[str, Any]], allreduces: list[dict[str, Any]], overlap: float | None,
+def check_sweep(results: list[dict[str, Any]], allreduces: list[Allreduce], overlap: float | None,
                 fusion_bytes: int) -> list[dict[str, Any]]:
     """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency. The
     overlap: ``overlap`` when given, else measured (the smallest n > 1 result's attribution), else 0.5."""
@@ -349,10 +344,10 @@ def network_inputs(busbw: float | None, latency_us: float | None, allreduce_path
     measured = [load_allreduce(path) for path in allreduce_paths]
     by_op: dict[str, dict[str, Any]] = {}
     for m in measured:
-        if op_of(m) in by_op:
-            raise BenchError(f"give one --allreduce result per operation ({op_of(m)} twice; several only with "
+        if m.op in by_op:
+            raise BenchError(f"give one --allreduce result per operation ({m.op} twice; several only with "
                              "--sweep)")
-        by_op[op_of(m)] = m
+        by_op[m.op] = m
     net = from_allreduce(by_op["allreduce"], nbytes) if "allreduce" in by_op else {}
     bw = busbw if busbw is not None else net.get("busbw_GBps")
     if bw is None:

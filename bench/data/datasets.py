@@ -40,7 +40,10 @@ def class_count(path: str | Path) -> int:
     """The dataset's class count without reading its samples: what a --data run's classifier gets by default
     (what the format's files say where they do, else meta.json's, else the format's usual count)."""
     root = Path(path)
-    spec, info = formats.detect(root), meta(root)
+    return _class_count(root, formats.detect(root), meta(root))
+
+
+def _class_count(root: Path, spec: formats.DataFormat, info: dict) -> int:
     module = spec.load()
     if hasattr(module, "classes"):
         return module.classes(root, info)
@@ -57,7 +60,7 @@ def load(path: str | Path, seq_len: int | None = None) -> Dataset:
     root = Path(path)
     spec, info = formats.detect(root), meta(root)
     splits = spec.load().read(root, info, seq_len)
-    classes = class_count(root)
+    classes = _class_count(root, spec, info)
     if spec.tokens:
         return Dataset(root, spec.name, classes, splits)
     train = splits["train"]

@@ -71,7 +71,7 @@ def make(cfg: MakeConfig) -> dict[str, Any]:
     try:
         work.mkdir(parents=True)
         spec = data_format(cfg.format)
-        counts = spec.load().write(work, cfg, None if spec.tokens else Images(cfg, spec.image_side))
+        counts = spec.load().write(work, cfg, None if spec.tokens else Images(cfg, spec.image_side, spec.label_offset))
         classes = {"digits": 10, "text": TEXT_VOCABULARY}.get(cfg.source, cfg.classes)
         record = {"format": cfg.format, "source": cfg.source, "classes": classes, "counts": counts,
                   "label_offset": spec.label_offset,

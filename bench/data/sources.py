@@ -75,9 +75,10 @@ class Images:
     """The dataset's images by index, made when asked (a thousand 500 x 375 images would fill half a GB held at
     once): synthetic image i comes from its own generator seeded by (seed, i), so any subset is the same."""
 
-    def __init__(self, cfg: Any, side: int | None = None) -> None:
-        """``cfg``: bench.data.make.MakeConfig; ``side``: the format's one image side, if it has one."""
-        self.cfg = cfg
+    def __init__(self, cfg: Any, side: int | None = None, label_offset: int = 0) -> None:
+        """``cfg``: bench.data.make.MakeConfig; ``side``: the format's one image side, if it has one;
+        ``label_offset``: the label its first class has on disk (``labels`` count from 0)."""
+        self.cfg, self.label_offset = cfg, label_offset
         if cfg.source == "digits":
             self.held, self.labels = digits(cfg.image_size or 32, cfg.seed)
         else:

@@ -27,6 +27,7 @@ from typing import Any
 from bench.errors import BenchError
 from bench.records import store
 from bench.records.header import header, new_run_id, utc_stamp
+from bench.records.kinds import Peak, PeakShape
 
 # Dense TFLOP/s by exact NVML device name and precision: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores, no
 # sparsity). Sources: NVIDIA's A100 datasheet (2021), H100 datasheet (2023; its tensor figures are quoted with
@@ -83,12 +84,12 @@ def peak_stem(host: str, device: str, precision: str) -> str:
     return f"{host}-{device_slug(device)}-{precision}"
 
 
-def write(output: str | Path, record: dict[str, Any]) -> Path:
+def write(output: str | Path, record: Peak) -> Path:
     """A new file per measurement (none is overwritten): OUTPUT/peak/<host>-<device>-<precision>-<UTC time>.json,
     written whole (bench.records.files)."""
     folder = Path(output) / "peak"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{peak_stem(record['host'], record['device'], record['precision'])}-{utc_stamp()}.json"
+    path = folder / f"{peak_stem(record.host, record.device, record.precision)}-{utc_stamp()}.json"
     n = 1
     while path.exists():
         n += 1
@@ -125,7 +126,7 @@ def _gemm_rate(torch, dev, dtype, m: int, n: int, k: int, seconds: float, repeat
 
 
 def measure(device: str, precision: str, threads: int | None = None, seconds: float = 0.5, repeats: int = 3,
-            shapes: list[tuple[int, int, int]] | None = None) -> dict[str, Any]:
+            shapes: list[tuple[int, int, int]] | None = None) -> Peak:
     """The GEMM sweep (module docstring) on ``device`` (cpu or cuda); every repeat's rate kept."""
     import torch
 
@@ -140,14 +141,13 @@ def measure(device: str, precision: str, threads: int | None = None, seconds: fl
     rows = []
     for m, n, k in shapes or (GPU_SHAPES if dev.type == "cuda" else CPU_SHAPES):
         rates = _gemm_rate(torch, dev, dtype, m, n, k, seconds, repeats)
-        rows.append({"m": m, "n": n, "k": k, "tflops": rates, "tflops_median": statistics.median(rates)})
-    best = max(rows, key=lambda r: r["tflops_median"])
-    return {**header(new_run_id("peak"), store.Kind.PEAK), "host": socket.gethostname(), "device": label,
-            "precision": precision,
-            "dtype": PRECISION_DTYPE[precision], "torch": torch.__version__, "seconds_per_repeat": seconds,
-            "repeats": repeats, "shapes": rows, "peak_tflops": best["tflops_median"],
-            "peak_shape": [best["m"], best["n"], best["k"]],
-            "definition": "best shape's median rate over its repeats; rate = 2 x M x N x K / time"}
+        rows.append(PeakShape(m=m, n=n, k=k, tflops=rates, tflops_median=statistics.median(rates)))
+    best = max(rows, key=lambda r: r.tflops_median)
+    return Peak(**header(new_run_id("peak"), store.Kind.PEAK), host=socket.gethostname(), device=label,
+                precision=precision, dtype=PRECISION_DTYPE[precision], torch=torch.__version__,
+                seconds_per_repeat=seconds, repeats=repeats, shapes=rows, peak_tflops=best.tflops_median,
+                peak_shape=[best.m, best.n, best.k],
+                definition="best shape's median rate over its repeats; rate = 2 x M x N x K / time")
 
 
 def load_measured(output: str | Path, host: str, device: str, precision: str) -> tuple[float | None, str]:
@@ -157,8 +157,8 @@ def load_measured(output: str | Path, host: str, device: str, precision: str) ->
         return None, (f"no {peak_stem(host, device, precision)}-*.json in {Path(output) / 'peak'}: run `bench peak` "
                       "with the same --output, device, precision (and on a CPU, --np)")
     try:
-        return float(store.read(path, store.Kind.PEAK)["peak_tflops"]), str(path)
-    except (BenchError, ValueError, KeyError, TypeError):
+        return store.load(path, Peak).peak_tflops, str(path)
+    except BenchError:
         return None, f"{path} is not a `bench peak` result"
 
 

@@ -78,6 +78,15 @@ class Allreduce(_Header):
     all_correct: bool
     definitions: dict[str, str]
 
+    @property
+    def op(self) -> str:
+        """allreduce, allgather or alltoall: the collective it measured (records before --op: allreduce)."""
+        return self.config.get("op", "allreduce")
+
+    @property
+    def backend(self) -> str:
+        return self.config.get("backend", "?")
+
 
 class PeakShape(_Typed):
     m: int

@@ -279,7 +279,11 @@ def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]])
 
 def hosts_of(result: dict[str, Any]) -> list[str]:
     """The hosts a run's processes ran on: every measuring rank's, and every task of a parameter-server cluster."""
-    environment = result["environment"]
+    return hosts_in(result["environment"])
+
+
+def hosts_in(environment: dict[str, Any]) -> list[str]:
+    """The hosts in a record's environment section (a run's result, bench allreduce's record)."""
     tasks = (environment.get("distribution") or {}).get("tasks") or []
     return sorted({r["host"] for r in environment.get("ranks", [])} | {t["host"] for t in tasks})
 

@@ -16,7 +16,7 @@ Schema history:
 from __future__ import annotations
 
 import statistics
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,6 +26,8 @@ from bench.measure.attribution import job_step
 from bench.measure.stats import ratio_of_totals
 from bench.models import MODELS
 from bench.records import kinds
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Open(BaseModel):
@@ -377,10 +379,22 @@ def mismatch(data: dict[str, Any], kind: str) -> str | None:
     try:
         record_model(kind).model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        return (f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} "
-                f"({exc.error_count()} problem(s))")
+        return _first_problem(exc)
     return None
+
+
+def parse(data: Any, model: type[M], where: str) -> M:
+    """``data`` as ``model``, or one line naming ``where`` and the first field that departs from it."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BenchError(f"{where} does not match its schema ({model.model_config.get('title') or model.__name__}): "
+                         f"{_first_problem(exc)}") from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} ({exc.error_count()} problem(s))"
 
 
 def validate_diagnose(data: dict[str, Any]) -> None:

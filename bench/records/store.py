@@ -27,9 +27,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from bench.errors import BenchError, ResultNotWhole
 from bench.records import files
-from bench.records.schema import mismatch
+from bench.records.schema import M, mismatch, parse, record_model
 
 
 class Kind(str, Enum):
@@ -56,11 +58,13 @@ def kind_of(data: Any) -> Kind | None:
         return None
 
 
-def write(path: Path, record: dict[str, Any]) -> Path:
-    """Write ``record`` as JSON to ``path`` whole, after checking it against its kind's model
-    (bench.records.schema.record_model); refuse if the file exists (never overwritten). A record that does not
-    match its model is not written there (a reader would refuse it) but saved as the module docstring says, and
-    the error names the field. See the module docstring for the fallback."""
+def write(path: Path, record: dict[str, Any] | BaseModel) -> Path:
+    """Write ``record`` (its kind's model, or its content) as JSON to ``path`` whole, after checking it against its
+    kind's model (bench.records.schema.record_model); refuse if the file exists (never overwritten). A record
+    that does not match its model is not written there (a reader would refuse it) but saved as the module
+    docstring says, and the error names the field. See the module docstring for the fallback."""
+    if isinstance(record, BaseModel):
+        record = record.model_dump(mode="json")
     text = json.dumps(record, indent=2, sort_keys=False) + "\n"
     kind = kind_of(record)
     problem = "it is of no kind hvdbench keeps" if kind is None else mismatch(record, kind.value)
@@ -100,6 +104,14 @@ def read(path: str | os.PathLike, *kinds: Kind) -> dict[str, Any]:
         raise BenchError(f"{path} is not a record of kind {' or '.join(k.value for k in kinds)} (it is of kind "
                          f"{kind.value})")
     return data
+
+
+def load(path: str | os.PathLike, model: type[M]) -> M:
+    """A record file as its kind's model (bench.records.schema.record_model): one clear error for a file that is
+    unreadable, of another kind, or does not match the model. A run's result is read by
+    bench.records.results.load_result, which upgrades older schemas first."""
+    kind = next(k for k in Kind if record_model(k.value) is model)
+    return parse(read(path, kind), model, str(path))
 
 
 def fallback_dir() -> list[Path]:

@@ -121,5 +121,5 @@ def test_the_time_is_the_ranks_mean_as_nccl_tests_reports_it():
 
     cfg = replace(AllreduceConfig(samples=3, warmup=1), sizes=(4096,))
     (row,) = measure(Gathered(), cfg)
-    assert row["time_s"] == 2.0 and row["time_slowest_rank_s"] == 3.0
-    assert row["algbw_GBps"] == pytest.approx(4096 / 2.0 / 1e9)
+    assert row.time_s == 2.0 and row.time_slowest_rank_s == 3.0
+    assert row.algbw_GBps == pytest.approx(4096 / 2.0 / 1e9)

@@ -155,9 +155,13 @@ def test_a_ring_of_pairs_holds_each_node_twice(n):
 
 def test_a_baseline_measured_differently_is_refused(tmp_path):
     cfg = DiagnoseConfig(nodes=("a", "b", "c"), baseline=str(tmp_path / "base.json"))
-    (tmp_path / "base.json").write_text(json.dumps({"kind": "diagnose-baseline", "figures": {},
-                                                    "signature": {**signature(cfg), "large_bytes": 1}}))
+    base = {"kind": "diagnose-baseline", "from_run": "r", "created_utc": "t", "nodes": ["a"], "figures": {},
+            "signature": {**signature(cfg), "large_bytes": 1}}
+    (tmp_path / "base.json").write_text(json.dumps(base))
     with pytest.raises(BenchError, match="measured differently \\(large_bytes\\)"):
+        load_baseline(cfg)
+    (tmp_path / "base.json").write_text(json.dumps({k: v for k, v in base.items() if k != "nodes"}))
+    with pytest.raises(BenchError, match="does not match its schema.*nodes.*--save-baseline writes a baseline"):
         load_baseline(cfg)
     (tmp_path / "base.json").write_text("{}")
     with pytest.raises(BenchError, match="is not a record of hvdbench.*--save-baseline writes a baseline"):
@@ -222,8 +226,9 @@ def test_a_saved_baseline_matches_its_schema():
 
     figures = devices(node1=10.0, node2=10.0, node3=9.9)
     base = baseline_record(record([], figures), DiagnoseConfig(nodes=("node1", "node2", "node3")))
-    assert mismatch(base, "diagnose-baseline") is None
-    assert "figures" in mismatch({k: v for k, v in base.items() if k != "figures"}, "diagnose-baseline")
+    data = base.model_dump(mode="json")
+    assert mismatch(data, "diagnose-baseline") is None
+    assert "figures" in mismatch({k: v for k, v in data.items() if k != "figures"}, "diagnose-baseline")
 
 
 def test_the_published_schema_names_the_findings_fields():

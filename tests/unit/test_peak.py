@@ -6,6 +6,7 @@ import json
 import pytest
 
 from bench.measure import device_peak
+from bench.records.kinds import Peak
 from bench.records.results import utilisation_record
 from bench.records.store import Kind
 from tests import samples
@@ -36,8 +37,8 @@ def test_device_slugs(label, slug):
 
 
 def measured(tflops, host="node1", device="cpu (2 threads)", precision="fp32"):
-    return {**samples.record(Kind.PEAK), "host": host, "device": device, "precision": precision,
-            "peak_tflops": tflops}
+    return Peak(**{**samples.record(Kind.PEAK), "host": host, "device": device, "precision": precision,
+                   "peak_tflops": tflops})
 
 
 def test_the_newest_measured_peak_is_used_and_none_is_overwritten(tmp_path, monkeypatch):

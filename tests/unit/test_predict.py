@@ -14,6 +14,7 @@ from bench.commands.predict import (
     predict,
 )
 from bench.errors import BenchError
+from tests import samples
 
 
 def test_formula_on_known_inputs():
@@ -96,9 +97,7 @@ def test_inputs_from_bench_results():
     assert from_result(result) == {"step_time_s": 0.5, "batch_size": 8, "gradient_bytes": 25_557_032 * 4}
     with pytest.raises(BenchError, match="world size 1"):
         from_result({**result, "world_size": 2})
-    ar = {"world_size": 2, "rows": [{"bytes": 4096, "time_s": 2e-4, "busbw_GBps": 0.02},
-                                    {"bytes": 10**8, "time_s": 0.1, "busbw_GBps": 1.0},
-                                    {"bytes": 10**9, "time_s": 0.8, "busbw_GBps": 1.25}]}
+    ar = samples.allreduce([(4096, 2e-4, 0.02), (10**8, 0.1, 1.0), (10**9, 0.8, 1.25)])
     net = from_allreduce(ar, 4 * 10**8)
     assert net["busbw_GBps"] == 1.25 and net["busbw_at_bytes"] == 10**9  # nearest on a log scale
     assert net["latency_s"] == pytest.approx(1e-4)  # 2e-4 / (2 (2 - 1))
@@ -107,11 +106,14 @@ def test_inputs_from_bench_results():
 def test_each_mode_takes_its_own_backends_measurement():
     from bench.commands.predict import pick_allreduce
 
-    torch_ar, hvd_ar = {"config": {"backend": "torch"}}, {"config": {"backend": "horovod-torch"}}
+    def ar(backend):
+        return samples.allreduce([(4096, 1e-4, 0.1)], backend=backend)
+
+    torch_ar, hvd_ar = ar("torch"), ar("horovod-torch")
     assert pick_allreduce("torch-ddp", [hvd_ar, torch_ar]) is torch_ar
     assert pick_allreduce("torch-horovod", [hvd_ar, torch_ar]) is hvd_ar
     assert pick_allreduce("tf-horovod", [hvd_ar, torch_ar]) is None
-    tf_ar = {"config": {"backend": "tf"}}
+    tf_ar = ar("tf")
     assert pick_allreduce("tf-native:multiworker", [hvd_ar, tf_ar]) is tf_ar
     assert pick_allreduce("tf-horovod", [torch_ar]) is torch_ar  # one measurement serves every mode
 

@@ -7,6 +7,7 @@ import pytest
 
 from bench.config import RunConfig
 from bench.errors import BenchError
+from tests import samples
 
 
 @pytest.mark.parametrize("args, message", [
@@ -117,19 +118,15 @@ def test_predict_adds_an_allgather_for_sparse_bytes():
 
 
 def test_predict_takes_the_allgather_measurement_for_the_sparse_bytes(tmp_path):
-    import json
-
     from bench.commands.predict import from_result, network_inputs, pick_allreduce
 
     def measurement(op, backend, busbw):
-        return {"kind": "allreduce", "world_size": 2, "config": {"op": op, "backend": backend},
-                "rows": [{"bytes": 4096, "time_s": 1e-3, "busbw_GBps": 0.01},
-                         {"bytes": 10**6, "time_s": 1e-2, "busbw_GBps": busbw}]}
+        return samples.allreduce([(4096, 1e-3, 0.01), (10**6, 1e-2, busbw)], op=op, backend=backend)
 
     paths = []
     for op, busbw in (("allreduce", 1.0), ("allgather", 0.5)):
         paths.append(tmp_path / f"{op}.json")
-        paths[-1].write_text(json.dumps(measurement(op, "torch", busbw)))
+        paths[-1].write_text(measurement(op, "torch", busbw).model_dump_json())
     net = network_inputs(None, None, [str(p) for p in paths], 10**6, sparse_bytes=10**6)
     assert net == {"busbw_GBps": 1.0, "latency_s": pytest.approx(1e-3 / 2), "allgather_busbw_GBps": 0.5,
                    "allgather_latency_s": pytest.approx(1e-3)}  # a ring allgather: n - 1 steps

@@ -33,6 +33,24 @@ def test_every_kind_round_trips_and_is_named_by_its_header(tmp_path):
         store.read(tmp_path / "missing.json")
 
 
+def test_a_record_reads_back_as_its_kinds_model_or_one_line_saying_where_it_departs(tmp_path):
+    from bench.records.kinds import Allreduce, Peak
+    from bench.records.schema import record_model
+
+    for kind in set(store.Kind) - {store.Kind.RESULT}:
+        model = record_model(kind.value)
+        written = model.model_validate(samples.record(kind))
+        path = store.write(tmp_path / f"{kind.value}.json", written)  # a model is written as its content
+        assert store.load(path, model) == written
+    with pytest.raises(BenchError, match="is not a record of kind allreduce"):
+        store.load(tmp_path / "peak.json", Allreduce)
+    broken = {k: v for k, v in samples.record(store.Kind.PEAK).items() if k != "peak_tflops"}
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(BenchError, match="broken.json does not match its schema \\(hvdbench peak record\\): "
+                                         "peak_tflops: Field required"):
+        store.load(tmp_path / "broken.json", Peak)
+
+
 def test_a_record_the_folder_refuses_goes_to_the_fallback(tmp_path, monkeypatch):
     from bench.records import files
 

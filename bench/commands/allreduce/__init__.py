@@ -48,7 +48,8 @@ from bench.launching import envs
 from bench.models import MODELS
 from bench.records import store
 from bench.records.header import header, new_run_id
-from bench.records.results import hosts_of
+from bench.records.kinds import Allreduce, AllreduceRow
+from bench.records.results import hosts_in
 from bench.run import parent_or_rank, rank_output
 from bench.tables import never_cut
 
@@ -242,41 +243,40 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
         slowest = [max(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
         t = statistics.median(per_sample)
         algbw, busbw = cfg.collective.bandwidths(nbytes, t, comm.world_size)
-        rows.append({
-            "bytes": nbytes, "count": count, "dtype": "float32", "iters": iters,
-            "time_s": t, "time_mean_s": statistics.fmean(per_sample), "time_min_s": min(per_sample),
-            "time_slowest_rank_s": statistics.median(slowest),
-            "algbw_GBps": algbw, "busbw_GBps": busbw,
-            "correct": all(rank["correct"] for rank in gathered),
-            "model": next((m for m in cfg.models if gradient_bytes(m) == nbytes), None),
-            "samples_s_per_rank": [rank["samples"] for rank in gathered],
-        })
+        rows.append(AllreduceRow(
+            bytes=nbytes, count=count, dtype="float32", iters=iters,
+            time_s=t, time_mean_s=statistics.fmean(per_sample), time_min_s=min(per_sample),
+            time_slowest_rank_s=statistics.median(slowest),
+            algbw_GBps=algbw, busbw_GBps=busbw,
+            correct=all(rank["correct"] for rank in gathered),
+            model=next((m for m in cfg.models if gradient_bytes(m) == nbytes), None),
+            samples_s_per_rank=[rank["samples"] for rank in gathered],
+        ))
     return rows
 
 
-def build_result(cfg: AllreduceConfig, info, rows: list[dict[str, Any]], environment: dict[str, Any]) -> dict:
-    return {
+def build_result(cfg: AllreduceConfig, info, rows: list[AllreduceRow], environment: dict[str, Any]) -> Allreduce:
+    return Allreduce(
         **header(new_run_id(f"{cfg.op}-{cfg.backend}"), store.Kind.ALLREDUCE),
-        "config": {**asdict(cfg), "device": cfg.device.value},
-        "launcher": info.launcher,
-        "world_size": info.world_size,
-        "environment": environment,
-        "rows": rows,
-        "all_correct": all(r["correct"] for r in rows),
-        "definitions": cfg.collective.definitions,
-    }
+        config={**asdict(cfg), "device": cfg.device.value},
+        launcher=info.launcher,
+        world_size=info.world_size,
+        environment=environment,
+        rows=rows,
+        all_correct=all(r.correct for r in rows),
+        definitions=cfg.collective.definitions,
+    )
 
 
-def write(out_dir: Path, result: dict[str, Any]) -> Path:
+def write(out_dir: Path, result: Allreduce) -> Path:
     from rich.console import Console
 
-    path = store.write(out_dir / f"{result['run_id']}.json", result)
+    path = store.write(out_dir / f"{result.run_id}.json", result)
     Console(file=sys.stdout).print(render(result))
     print(f"result: {path}")
-    if not result["all_correct"]:
-        bad = [r["bytes"] for r in result["rows"] if not r["correct"]]
-        raise BenchError(f"{result['config'].get('op', 'allreduce')} returned wrong results at {len(bad)} size(s) "
-                         f"({bad[:3]} bytes ...); see {path}")
+    if not result.all_correct:
+        bad = [r.bytes for r in result.rows if not r.correct]
+        raise BenchError(f"{result.op} returned wrong results at {len(bad)} size(s) ({bad[:3]} bytes ...); see {path}")
     return path
 
 
@@ -287,19 +287,18 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def render(result: dict[str, Any]):
+def render(result: Allreduce):
     from rich.table import Table
 
-    env = result["environment"]
+    env = result.environment
     # Headers short enough that every figure fits whole in 80 columns (a pipe): model = whose gradient this is.
-    title = (f"{result['config'].get('op', 'allreduce')} {result['config']['backend']} "
-             f"({env.get('transport', '?')}), n={result['world_size']}, float32, bandwidths in GB/s, "
-             f"hosts {' '.join(hosts_of(result)) or '?'}")
+    title = (f"{result.op} {result.backend} ({env.get('transport', '?')}), n={result.world_size}, float32, "
+             f"bandwidths in GB/s, hosts {' '.join(hosts_in(env)) or '?'}")
     table = Table("size", "bytes", "model", "iters", "time (us)", "algbw", "busbw", "ok", title=title)
-    for r in result["rows"]:
-        table.add_row(human_bytes(r["bytes"]), str(r["bytes"]), r["model"] or "", str(r["iters"]),
-                      f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
-                      "yes" if r["correct"] else "NO")
+    for r in result.rows:
+        table.add_row(human_bytes(r.bytes), str(r.bytes), r.model or "", str(getattr(r, "iters", "?")),
+                      f"{r.time_s * 1e6:.1f}", f"{r.algbw_GBps:.3f}", f"{r.busbw_GBps:.3f}",
+                      "yes" if r.correct else "NO")
     never_cut(table, "size", "bytes", "model", "iters", "time (us)")
     return table
 
@@ -310,9 +309,9 @@ def main(cfg: AllreduceConfig) -> None:
     run(cfg)
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path) -> Allreduce:
     """An allreduce result file, checked."""
-    data = store.read(path, store.Kind.ALLREDUCE)
-    if not data.get("rows"):
+    data = store.load(path, Allreduce)
+    if not data.rows:
         raise BenchError(f"{path} is a bench allreduce record without rows")
     return data

@@ -42,6 +42,7 @@ from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
 from bench.records import files, store
 from bench.records.header import header, new_run_id, utc_stamp
+from bench.records.kinds import Allreduce, Baseline
 from bench.records.results import check_output_dir
 from bench.records.schema import validate_diagnose
 
@@ -178,14 +179,14 @@ def load_baseline(cfg: DiagnoseConfig) -> dict[str, Any] | None:
     figures = []
     for path in [p.strip() for p in cfg.baseline.split(",") if p.strip()]:
         try:
-            data = store.read(path, store.Kind.BASELINE)
+            data = store.load(path, Baseline)
         except BenchError as exc:
             raise BenchError(f"{exc} (bench diagnose --save-baseline writes a baseline)") from None
-        if data.get("signature") != signature(cfg):
-            differ = [k for k, v in signature(cfg).items() if data.get("signature", {}).get(k) != v]
+        if data.signature != signature(cfg):
+            differ = [k for k, v in signature(cfg).items() if data.signature.get(k) != v]
             raise BenchError(f"baseline {path} was measured differently ({', '.join(differ)}): diagnose with "
                              "the same options, or save a new baseline")
-        figures.append(data["figures"])
+        figures.append(data.figures)
     return merge_baselines(figures)
 
 
@@ -205,9 +206,15 @@ def merge_baselines(figures: list[dict[str, dict[str, dict[str, Any]]]]) -> dict
                    for member, figs in members.items()} for kind, members in merged.items()}
 
 
-def _one_result(folder: Path) -> dict[str, Any] | None:
+def _one_file(folder: Path) -> Path | None:
+    """The one record a step wrote into its folder; None for none, or several."""
     found = sorted(folder.glob("*.json")) if folder.is_dir() else []
-    return json.loads(found[-1].read_text()) if len(found) == 1 else None
+    return found[0] if len(found) == 1 else None
+
+
+def _one_result(folder: Path) -> dict[str, Any] | None:
+    path = _one_file(folder)
+    return json.loads(path.read_text()) if path else None
 
 
 def _mpi(name: str) -> bool:
@@ -290,14 +297,15 @@ class Diagnosis:
             for r in pair_rounds(self.healthy, self.cfg.pairs)]
         for step in self._phase("network", rounds):
             member = "+".join(step.members)
-            result = _one_result(out / member)
-            if step.failure() or result is None:
+            path = _one_file(out / member)
+            if step.failure() or path is None:
                 self._did_not_run("pair", member, step)
                 continue
-            rows = sorted(result["rows"], key=lambda r: r["bytes"])
-            self.figures["pair"][member] = {"busbw_GBps": rows[-1]["busbw_GBps"], "latency_us": rows[0]["time_s"] * 1e6,
-                                            "all_correct": result["all_correct"]}
-            if not result["all_correct"]:
+            result = store.load(path, Allreduce)
+            rows = sorted(result.rows, key=lambda r: r.bytes)
+            self.figures["pair"][member] = {"busbw_GBps": rows[-1].busbw_GBps, "latency_us": rows[0].time_s * 1e6,
+                                            "all_correct": result.all_correct}
+            if not result.all_correct:
                 self.findings.append(rules_mod.finding("pair", member, False, True, "allreduce-correct: the sum "
                                                        "came back wrong", "error", "allreduce-correct", None))
 
@@ -386,9 +394,9 @@ def _throttled(devices: dict[str, dict[str, Any]], found: list[dict[str, Any]]) 
     return extra
 
 
-def baseline_record(record: dict[str, Any], cfg: DiagnoseConfig) -> dict[str, Any]:
-    return {"kind": store.Kind.BASELINE.value, "from_run": record["run_id"], "created_utc": record["created_utc"],
-            "nodes": record["nodes"], "signature": signature(cfg), "figures": record["figures"]}
+def baseline_record(record: dict[str, Any], cfg: DiagnoseConfig) -> Baseline:
+    return Baseline(kind=store.Kind.BASELINE.value, from_run=record["run_id"], created_utc=record["created_utc"],
+                    nodes=record["nodes"], signature=signature(cfg), figures=record["figures"])
 
 
 def write(record: dict[str, Any], folder: Path) -> Path:

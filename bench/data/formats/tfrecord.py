@@ -33,7 +33,7 @@ def read(root: Path, info: dict, seq_len: int | None = None) -> dict[str, Split]
 
 def write(root: Path, cfg: MakeConfig, images: Images | None) -> dict[str, int]:
     tf, _ = import_tf()
-    labels = images.labels
+    labels = images.labels + images.label_offset  # on disk from the spec's label_offset, as meta.json says
     n_val = held_out_count(len(labels), cfg.val_fraction)
     parts = {"train": np.arange(n_val, len(labels)), "val": np.arange(n_val)}
     for name, index in parts.items():
@@ -45,7 +45,7 @@ def write(root: Path, cfg: MakeConfig, images: Images | None) -> dict[str, int]:
                         "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg(images[i])])),
                         "image/format": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"JPEG"])),
                         "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
-                            value=[int(labels[i]) + 1])),
+                            value=[int(labels[i])])),
                     }
                     writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
     return {"train": len(parts["train"]), "val": n_val}
