@@ -37,6 +37,7 @@ from bench.hooks import FAULTS, Hooks
 from bench.records import files, store
 from bench.records.collect import label_of, load_results
 from bench.records.header import header, new_run_id
+from bench.records.kinds import Converge, ConvergeCurve, ConvergeRow
 
 DEFAULT_MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native")
 TOLERANCE = 0.02  # final top-1 of a configuration against the median of every configuration
@@ -90,7 +91,7 @@ def trained_to_target(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in results if (r.get("training") or {}).get("target_accuracy") is not None]
 
 
-def analyse(results: list[dict[str, Any]], tolerance: float = TOLERANCE) -> dict[str, Any]:
+def analyse(results: list[dict[str, Any]], tolerance: float = TOLERANCE) -> Converge:
     """The table and the verdict from the results of training to a target (module docstring)."""
     runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in trained_to_target(results):
@@ -104,66 +105,66 @@ def analyse(results: list[dict[str, Any]], tolerance: float = TOLERANCE) -> dict
         median_time = statistics.median([math.inf if t is None else t for t in times])
         finals = [r["training"]["final_top1"] for r in rs]
         epochs = [r["training"]["epochs_to_target"] for r in rs if r["training"]["reached"]]
-        row = {"mode": label, "np": n, "repeats": len(rs), "reached": len(reached),
-               "time_to_target_s": None if math.isinf(median_time) else median_time,
-               "time_min_s": min(reached, default=None), "time_max_s": max(reached, default=None),
-               "epochs_to_target": statistics.median(epochs) if epochs else None,
-               "final_top1": statistics.median(finals), "final_spread": max(finals) - min(finals),
-               "epochs_run": max(r["training"]["epochs_run"] for r in rs),
-               "in_sync": all(r["sync"]["ranks_in_sync"] for r in rs),
-               "init_s": statistics.median(r["timing"]["init_s"] for r in rs),
-               "results": [Path(r["_path"]).name for r in rs]}
+        row = ConvergeRow(mode=label, np=n, repeats=len(rs), reached=len(reached),
+                          time_to_target_s=None if math.isinf(median_time) else median_time,
+                          time_min_s=min(reached, default=None), time_max_s=max(reached, default=None),
+                          epochs_to_target=statistics.median(epochs) if epochs else None,
+                          final_top1=statistics.median(finals), final_spread=max(finals) - min(finals),
+                          epochs_run=max(r["training"]["epochs_run"] for r in rs),
+                          in_sync=all(r["sync"]["ranks_in_sync"] for r in rs),
+                          init_s=statistics.median(r["timing"]["init_s"] for r in rs),
+                          results=[Path(r["_path"]).name for r in rs], final_vs_median=0.0)
         rows.append(row)
         if len(reached) < len(rs):
             reasons.append(f"{label} np {n}: {len(rs) - len(reached)} of {len(rs)} run(s) did not reach the target")
-        if not row["in_sync"]:
+        if not row.in_sync:
             reasons.append(f"{label} np {n}: the ranks' parameters differ at the end (their gradients were not "
                            "averaged)")
-    overall = statistics.median(r["final_top1"] for r in rows)
+    overall = statistics.median(r.final_top1 for r in rows)
     for row in rows:
-        row["final_vs_median"] = row["final_top1"] - overall
-        if abs(row["final_vs_median"]) > tolerance:
-            reasons.append(f"{row['mode']} np {row['np']}: final top-1 {row['final_top1']:.4f} is "
-                           f"{row['final_vs_median']:+.4f} from the median {overall:.4f} (tolerance {tolerance})")
-    epochs_run = sorted({row["epochs_run"] for row in rows})
+        row.final_vs_median = row.final_top1 - overall
+        if abs(row.final_vs_median) > tolerance:
+            reasons.append(f"{row.mode} np {row.np}: final top-1 {row.final_top1:.4f} is "
+                           f"{row.final_vs_median:+.4f} from the median {overall:.4f} (tolerance {tolerance})")
+    epochs_run = sorted({row.epochs_run for row in rows})
     if len(epochs_run) > 1:
         reasons.append(f"the runs trained different numbers of epochs ({epochs_run}): final accuracies are not "
                        "at one epoch")
     targets = sorted({r["training"]["target_accuracy"] for rs in runs.values() for r in rs})
     if len(targets) > 1:
         reasons.append(f"the runs trained to different targets ({targets}): their times to target do not compare")
-    return {"target_accuracy": targets[0], "tolerance": tolerance, "median_final_top1": overall, "rows": rows,
-            "verdict": "FAIL" if reasons else "PASS", "reasons": reasons,
-            "curves": [{"mode": label, "np": n, "seed": r["config"]["seed"], "init_s": r["timing"]["init_s"],
-                        "points": [(c["wall_s"], c["top1"]) for c in r["training"]["curve"]]}
-                       for (label, n), rs in sorted(runs.items()) for r in rs]}
+    return Converge(**header(new_run_id("converge"), store.Kind.CONVERGE), target_accuracy=targets[0],
+                    tolerance=tolerance, median_final_top1=overall, rows=rows,
+                    verdict="FAIL" if reasons else "PASS", reasons=reasons,
+                    curves=[ConvergeCurve(mode=label, np=n, seed=r["config"]["seed"], init_s=r["timing"]["init_s"],
+                                          points=[(c["wall_s"], c["top1"]) for c in r["training"]["curve"]])
+                            for (label, n), rs in sorted(runs.items()) for r in rs])
 
 
 def _fmt(x, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
 
-def markdown(record: dict[str, Any]) -> list[str]:
+def markdown(record: Converge) -> list[str]:
     """The convergence table, as converge.md and bench report write it."""
-    md = [f"Target: held-out top-1 >= {record['target_accuracy']}; time to target from the end of init (the "
+    md = [f"Target: held-out top-1 >= {record.target_accuracy}; time to target from the end of init (the "
           "median of the repeats; a missed target counts as infinitely slow); final top-1 after the last epoch, "
-          f"held against the median over every configuration ({record['median_final_top1']:.4f}) within "
-          f"{record['tolerance']}.", "",
+          f"held against the median over every configuration ({record.median_final_top1:.4f}) within "
+          f"{record.tolerance}.", "",
           "| mode | np | reached | time to target s (min–max) | epochs to target | final top-1 (spread) | vs median "
           "| ranks in sync | init s |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in record["rows"]:
-        spread = (f" ({_fmt(r['time_min_s'], '.1f')}–{_fmt(r['time_max_s'], '.1f')})"
-                  if r["time_min_s"] is not None else "")
-        md.append(f"| {r['mode']} | {r['np']} | {r['reached']}/{r['repeats']} "
-                  f"| {_fmt(r['time_to_target_s'], '.1f')}{spread} | {_fmt(r['epochs_to_target'], 'g')} "
-                  f"| {r['final_top1']:.4f} (±{r['final_spread'] / 2:.4f}) | {r['final_vs_median']:+.4f} "
-                  f"| {'yes' if r['in_sync'] else 'NO'} | {r['init_s']:.1f} |")
-    md += ["", f"Verdict: **{record['verdict']}**"]
-    md += [f"- {reason}" for reason in record["reasons"]]
+    for r in record.rows:
+        spread = f" ({_fmt(r.time_min_s, '.1f')}–{_fmt(r.time_max_s, '.1f')})" if r.time_min_s is not None else ""
+        md.append(f"| {r.mode} | {r.np} | {r.reached}/{r.repeats} "
+                  f"| {_fmt(r.time_to_target_s, '.1f')}{spread} | {_fmt(r.epochs_to_target, 'g')} "
+                  f"| {r.final_top1:.4f} (±{r.final_spread / 2:.4f}) | {r.final_vs_median:+.4f} "
+                  f"| {'yes' if r.in_sync else 'NO'} | {r.init_s:.1f} |")
+    md += ["", f"Verdict: **{record.verdict}**"]
+    md += [f"- {reason}" for reason in record.reasons]
     return md
 
 
-def plot(record: dict[str, Any], path: Path) -> Path:
+def plot(record: Converge, path: Path) -> Path:
     """Held-out top-1 against wall time since init, one line per run, one colour per configuration."""
     import matplotlib
 
@@ -172,13 +173,13 @@ def plot(record: dict[str, Any], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     colours: dict[tuple[str, int], Any] = {}
-    for curve in record["curves"]:
-        key = (curve["mode"], curve["np"])
-        xs, ys = zip(*curve["points"], strict=True) if curve["points"] else ((), ())
+    for curve in record.curves:
+        key = (curve.mode, curve.np)
+        xs, ys = zip(*curve.points, strict=True) if curve.points else ((), ())
         line, = ax.plot(xs, ys, marker=".", lw=1, color=colours.get(key),
                         label=None if key in colours else f"{key[0]} np {key[1]}")
         colours.setdefault(key, line.get_color())
-    ax.axhline(record["target_accuracy"], color="k", ls="--", lw=1, label=f"target {record['target_accuracy']}")
+    ax.axhline(record.target_accuracy, color="k", ls="--", lw=1, label=f"target {record.target_accuracy}")
     ax.set_xlabel("wall time since init (s)")
     ax.set_ylabel("held-out top-1")
     ax.grid(alpha=0.3)
@@ -189,15 +190,15 @@ def plot(record: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def render(record: dict[str, Any]):
+def render(record: Converge):
     from rich.table import Table
 
     table = Table("mode", "np", "reached", "time to target s", "epochs", "final top-1", "vs median", "in sync",
-                  title=f"bench converge: target top-1 {record['target_accuracy']}, tolerance {record['tolerance']}")
-    for r in record["rows"]:
-        table.add_row(r["mode"], str(r["np"]), f"{r['reached']}/{r['repeats']}", _fmt(r["time_to_target_s"], ".1f"),
-                      _fmt(r["epochs_to_target"], "g"), f"{r['final_top1']:.4f}", f"{r['final_vs_median']:+.4f}",
-                      "yes" if r["in_sync"] else "NO")
+                  title=f"bench converge: target top-1 {record.target_accuracy}, tolerance {record.tolerance}")
+    for r in record.rows:
+        table.add_row(r.mode, str(r.np), f"{r.reached}/{r.repeats}", _fmt(r.time_to_target_s, ".1f"),
+                      _fmt(r.epochs_to_target, "g"), f"{r.final_top1:.4f}", f"{r.final_vs_median:+.4f}",
+                      "yes" if r.in_sync else "NO")
     return table
 
 
@@ -223,18 +224,17 @@ def matrix_results(sweep: SweepMatrix, folder: Path) -> tuple[list[Path], list[s
     return paths, failures
 
 
-def summarise(folder: Path, tolerance: float, sweep: SweepMatrix | None = None) -> tuple[dict[str, Any], Path]:
+def summarise(folder: Path, tolerance: float, sweep: SweepMatrix | None = None) -> tuple[Converge, Path]:
     """Analyse the runs of ``sweep``'s matrix in ``folder`` (every result there when None: bench report's view);
     write the converge record, converge.md and converge.png beside them. A cell of the matrix without a result
     makes the verdict FAIL."""
     paths, failures = matrix_results(sweep, folder) if sweep is not None else ([folder], [])
     if not paths:
         raise BenchError(f"no run of this matrix left a result in {folder}: " + "; ".join(failures[:3]))
-    found = analyse(load_results(paths, skipped=[]), tolerance)
+    record = analyse(load_results(paths, skipped=[]), tolerance)
     if failures:
-        found.update(verdict="FAIL", reasons=[*found["reasons"], *failures])
-    record = {**header(new_run_id("converge"), store.Kind.CONVERGE), **found}
-    path = store.write(folder / f"{record['run_id']}.json", record)
+        record.verdict, record.reasons = "FAIL", [*record.reasons, *failures]
+    path = store.write(folder / f"{record.run_id}.json", record)
     files.replace(folder / "converge.md", "\n".join(["# bench converge", "", *markdown(record), ""]))
     plot(record, folder / "converge.png")
     return record, path
@@ -258,8 +258,8 @@ def main(cfg: ConvergeConfig) -> int:
         record, path = summarise(folder, cfg.tolerance, cfg.sweep())
     console = Console()
     console.print(render(record))
-    for reason in record["reasons"]:
+    for reason in record.reasons:
         console.print(f"  - {reason}", highlight=False)
-    print(f"converge: {record['verdict']}; {path}, {folder / 'converge.md'}, {folder / 'converge.png'}"
+    print(f"converge: {record.verdict}; {path}, {folder / 'converge.md'}, {folder / 'converge.png'}"
           + (f"; {failed} run(s) failed: their logs are in {folder / 'logs'}" if failed else ""), file=sys.stdout)
-    return 0 if record["verdict"] == "PASS" and not failed else 1
+    return 0 if record.verdict == "PASS" and not failed else 1

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from bench import plugins
 from bench.config import comma_list, option
@@ -38,6 +37,7 @@ from bench.errors import BenchError, Reported, one_line
 from bench.launching import envs
 from bench.records import store
 from bench.records.header import header, new_run_id
+from bench.records.kinds import DataBench, DataBenchRow
 from bench.records.results import check_output_dir
 
 # ResNet-50 training throughput per H100 GPU as published by Lambda (img/s): the rates the data must keep up with.
@@ -196,7 +196,7 @@ def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
     return {int(w): v for w, v in said["rates"].items()}
 
 
-def run(cfg: DataBenchConfig) -> dict[str, Any]:
+def run(cfg: DataBenchConfig) -> DataBench:
     """Every loader in a child process of its own (one at a time, so they never compete for the cores)."""
     dataset = datasets.load(cfg.path, cfg.seq_len)
     tokens = dataset.tokens
@@ -205,19 +205,19 @@ def run(cfg: DataBenchConfig) -> dict[str, Any]:
         print(f"data: {dataset.format} images are {side} x {side}; --image-size resizes them after the crop",
               file=sys.stderr)
     rates = {name: child_rates(cfg, name) for name in cfg.loaders}
-    rows = [{"loader": n, "workers": w, "images_per_sec": statistics.median(v), "raw": v,
-             "tokens_per_sec": statistics.median(v) * cfg.seq_len if tokens else None}
+    rows = [DataBenchRow(loader=n, workers=w, images_per_sec=statistics.median(v), raw=v,
+                         tokens_per_sec=statistics.median(v) * cfg.seq_len if tokens else None)
             for n in cfg.loaders for w, v in rates[n].items()]
     # the cores to feed GPUs at their published image rates: for images only
     per_core = {} if tokens else {n: statistics.median(rates[n][1]) for n in cfg.loaders if 1 in rates[n]}
     gpu_rates = {"given": cfg.gpu_rate} if cfg.gpu_rate else PUBLISHED_GPU_RATES
-    return {
+    return DataBench(
         **header(new_run_id("data-bench"), store.Kind.DATA_BENCH),
-        "config": asdict(cfg), "format": dataset.format, "train_samples": len(dataset.splits["train"]),
-        "rows": rows, "batches": {str(w): list(lengths(cfg, w)) for w in cfg.workers}, "decode_rate_per_core": per_core,
-        "cores_to_feed": {n: cores_needed(rate, cfg.gpus, gpu_rates) for n, rate in per_core.items()},
-        "gpu_rates": gpu_rates,
-        "definitions": {
+        config=asdict(cfg), format=dataset.format, train_samples=len(dataset.splits["train"]),
+        rows=rows, batches={str(w): list(lengths(cfg, w)) for w in cfg.workers}, decode_rate_per_core=per_core,
+        cores_to_feed={n: cores_needed(rate, cfg.gpus, gpu_rates) for n, rate in per_core.items()},
+        gpu_rates=gpu_rates,
+        definitions={
             "images_per_sec": "timed samples (images, or sequences of a tokens file) / their wall time, median "
                               "over the rounds",
             "tokens_per_sec": "a tokens file: images_per_sec x seq_len",
@@ -228,7 +228,7 @@ def run(cfg: DataBenchConfig) -> dict[str, Any]:
             "decode_rate_per_core": "images_per_sec with 1 worker",
             "cores_to_feed": "ceil(gpus x gpu rate / decode_rate_per_core)",
         },
-    }
+    )
 
 
 def main(cfg: DataBenchConfig) -> None:
@@ -237,19 +237,19 @@ def main(cfg: DataBenchConfig) -> None:
 
     out = check_output_dir(cfg.output)
     record = run(cfg)
-    path = store.write(out / f"{record['run_id']}.json", record)
-    tokens = formats.data_format(record["format"]).tokens
+    path = store.write(out / f"{record.run_id}.json", record)
+    tokens = formats.data_format(record.format).tokens
     shape = f"sequences of {cfg.seq_len}" if tokens else f"{cfg.image_size} x {cfg.image_size}"
     table = Table("loader", "workers", "seq/s (median)" if tokens else "img/s (median)",
                   *(["tokens/s"] if tokens else []), "rounds",
-                  title=f"{cfg.path}: {record['format']}, {shape}, batch {cfg.batch_size}")
-    for row in record["rows"]:
-        table.add_row(row["loader"], str(row["workers"]), f"{row['images_per_sec']:.1f}",
-                      *([f"{row['tokens_per_sec']:.0f}"] if tokens else []), " ".join(f"{x:.1f}" for x in row["raw"]))
+                  title=f"{cfg.path}: {record.format}, {shape}, batch {cfg.batch_size}")
+    for row in record.rows:
+        table.add_row(row.loader, str(row.workers), f"{row.images_per_sec:.1f}",
+                      *([f"{row.tokens_per_sec:.0f}"] if tokens else []), " ".join(f"{x:.1f}" for x in row.raw))
     console = Console()
     console.print(table)
-    for name, needs in record["cores_to_feed"].items():
-        console.print(f"{name}: {record['decode_rate_per_core'][name]:.1f} img/s per core; to feed {cfg.gpus} GPUs: "
-                      + ", ".join(f"{n} cores at {record['gpu_rates'][k]:g} img/s per GPU ({k})"
+    for name, needs in record.cores_to_feed.items():
+        console.print(f"{name}: {record.decode_rate_per_core[name]:.1f} img/s per core; to feed {cfg.gpus} GPUs: "
+                      + ", ".join(f"{n} cores at {record.gpu_rates[k]:g} img/s per GPU ({k})"
                                   for k, n in needs.items()))
     console.print(f"record: {path}")

@@ -27,6 +27,7 @@ from bench.errors import OOM_ERRORS, BenchError
 from bench.modes import variant
 from bench.records import files, store
 from bench.records.header import header, new_run_id
+from bench.records.kinds import Tune, TunePoint
 from bench.records.results import load_result
 
 MIN_GAIN = 0.02
@@ -81,26 +82,26 @@ def ran_out_of_memory(log: Path) -> bool:
     return any(f"error: {what} (" in text for what in OOM_ERRORS.values())
 
 
-def knee(points: list[dict[str, Any]], min_gain: float) -> tuple[int | None, str]:
+def knee(points: list[TunePoint], min_gain: float) -> tuple[int | None, str]:
     """The knee of the measured points (batch, rate, gain, status) and why the search stopped there (module
     docstring)."""
-    ok = [p for p in points if p["status"] == "ok"]
+    ok = [p for p in points if p.status == "ok"]
     last = points[-1] if points else None
     if not ok:
-        return None, "no batch ran" if last is None else f"batch {last['batch']}: {last['status']}"
-    if last["status"] == "out of memory":
-        return ok[-1]["batch"], f"batch {last['batch']} ran out of memory"
-    if last["status"] != "ok":
-        return ok[-1]["batch"], f"batch {last['batch']} {last['status']}: {last['error']}"
-    if last["gain"] is not None and last["gain"] < min_gain:
-        return ok[-2]["batch"], f"doubling to {last['batch']} gained {last['gain']:+.1%} (< {min_gain:.0%})"
-    return last["batch"], "reached --max-batch"
+        return None, "no batch ran" if last is None else f"batch {last.batch}: {last.status}"
+    if last.status == "out of memory":
+        return ok[-1].batch, f"batch {last.batch} ran out of memory"
+    if last.status != "ok":
+        return ok[-1].batch, f"batch {last.batch} {last.status}: {last.error}"
+    if last.gain is not None and last.gain < min_gain:
+        return ok[-2].batch, f"doubling to {last.batch} gained {last.gain:+.1%} (< {min_gain:.0%})"
+    return last.batch, "reached --max-batch"
 
 
-def search(cfg: TuneConfig, folder: Path) -> list[dict[str, Any]]:
+def search(cfg: TuneConfig, folder: Path) -> list[TunePoint]:
     """Run the doubling batches until the knee (module docstring); every batch's point."""
     batches: list[int] = []
-    points: list[dict[str, Any]] = []
+    points: list[TunePoint] = []
     batch = cfg.first_batch()
     while batch <= cfg.max_batch:
         batches.append(batch)
@@ -109,16 +110,16 @@ def search(cfg: TuneConfig, folder: Path) -> list[dict[str, Any]]:
         cell = Cell(variant(cfg.mode).mode.name, variant(cfg.mode).strategy if ":" in cfg.mode else None, cfg.np,
                     cfg.model, cfg.precision, batch)
         entry = Manifest(folder, None).cell(cell)
-        point: dict[str, Any] = {"batch": batch, "rate": None, "gain": None, "status": entry["status"],
-                                 "error": entry.get("error"), "result": entry.get("result")}
-        if entry["status"] == "ok":
-            point["rate"] = load_result(folder / entry["result"])["summary"]["samples_per_sec_total"]
-            before = [p for p in points if p["status"] == "ok"]
-            point["gain"] = point["rate"] / before[-1]["rate"] - 1 if before else None
+        point = TunePoint(batch=batch, rate=None, gain=None, status=entry["status"], error=entry.get("error"),
+                          result=entry.get("result"))
+        if point.status == "ok":
+            point.rate = load_result(folder / entry["result"])["summary"]["samples_per_sec_total"]
+            before = [p for p in points if p.status == "ok"]
+            point.gain = point.rate / before[-1].rate - 1 if before else None
         elif ran_out_of_memory(folder / str(entry.get("log"))):
-            point["status"] = "out of memory"
+            point.status = "out of memory"
         points.append(point)
-        if point["status"] != "ok" or (point["gain"] is not None and point["gain"] < cfg.min_gain):
+        if point.status != "ok" or (point.gain is not None and point.gain < cfg.min_gain):
             break
         batch *= 2
     return points
@@ -143,15 +144,15 @@ def flags(common: dict[str, Any]) -> list[str]:
     return out
 
 
-def markdown(record: dict[str, Any]) -> list[str]:
-    lines = [f"{record['mode']} np {record['np']}, {record['model']}, {record['precision']}"
-             f"{', ' + record['options'] if record['options'] else ''}: the knee is "
-             + (f"batch {record['knee']} per device" if record["knee"] else "not found") + f" ({record['why']}).",
+def markdown(record: Tune) -> list[str]:
+    lines = [f"{record.mode} np {record.np}, {record.model}, {record.precision}"
+             f"{', ' + record.options if record.options else ''}: the knee is "
+             + (f"batch {record.knee} per device" if record.knee else "not found") + f" ({record.why}).",
              "", "| batch per device | samples/s total | gain over the previous batch | status |", "|---|---|---|---|"]
-    for p in record["points"]:
-        rate = "-" if p["rate"] is None else f"{p['rate']:.1f}"
-        gain = "-" if p["gain"] is None else f"{p['gain']:+.1%}"
-        lines.append(f"| {p['batch']} | {rate} | {gain} | {p['status']} |")
+    for p in record.points:
+        rate = "-" if p.rate is None else f"{p.rate:.1f}"
+        gain = "-" if p.gain is None else f"{p.gain:+.1%}"
+        lines.append(f"| {p.batch} | {rate} | {gain} | {p.status} |")
     return lines
 
 
@@ -160,10 +161,10 @@ def main(cfg: TuneConfig) -> int:
     points = search(cfg, folder)
     chosen, why = knee(points, cfg.min_gain)
     options = " ".join(flags(cfg.common))
-    record = {**header(new_run_id("tune"), store.Kind.TUNE), "mode": cfg.mode, "np": cfg.np, "model": cfg.model,
-              "precision": cfg.precision, "options": options, "common": cfg.common, "min_gain": cfg.min_gain,
-              "max_batch": cfg.max_batch, "points": points, "knee": chosen, "why": why}
-    path = store.write(folder / f"{record['run_id']}.json", record)
+    record = Tune(**header(new_run_id("tune"), store.Kind.TUNE), mode=cfg.mode, np=cfg.np, model=cfg.model,
+                  precision=cfg.precision, options=options, common=cfg.common, min_gain=cfg.min_gain,
+                  max_batch=cfg.max_batch, points=points, knee=chosen, why=why)
+    path = store.write(folder / f"{record.run_id}.json", record)
     files.replace(folder / "tune.md", "\n".join(["# bench tune", "", *markdown(record), ""]))
     print("\n".join(markdown(record)))  # plain lines: never wrapped, whatever the terminal's width
     print(f"tune: record {path}; {folder / 'tune.md'}")

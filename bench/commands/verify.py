@@ -41,6 +41,7 @@ one worker and is compared with the one-shard reference.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import sys
 from dataclasses import asdict, dataclass
@@ -61,6 +62,7 @@ from bench.models import MODELS
 from bench.modes import Variant, variant, variants
 from bench.records import store
 from bench.records.header import header, new_run_id
+from bench.records.kinds import Verify, VerifyRow
 from bench.records.results import check_output_dir, hosts_of, load_result
 from bench.run import run
 from bench.tables import never_cut
@@ -209,58 +211,58 @@ def _np_for(vc: VerifyConfig, v: Variant) -> int | None:
     return vc.np if v.verify_np == "asked" else v.verify_np
 
 
-def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    references: dict[tuple, dict[str, Any]] = {}
-    for v in [v for v in vc.selected if v in framework_variants(framework)]:
-        label = v.label
-        row: dict[str, Any] = {"mode": label, "framework": framework}
-        rows.append(row)
-        if vc.fp16_allreduce and not v.mode.gradient_compression:
-            row.update(status="SKIP", reason="no gradient compression in this mode")
-            continue
-        if v.mode.token_embedding_only and not MODELS[vc.model].sparse_embeddings:
-            row.update(status="SKIP", reason=f"trains only models with a token embedding ({vc.model} has none)")
-            continue
-        settings = dict(v.mode.verify_settings)
-        log(f"verify: {label} ...")
-        try:
-            if v.mode.horovod:  # here, before any rank starts (under srun its error would come back as text)
-                hvdist.import_hvd(v.mode.framework, label)
-            got = _run_mode(vc, v, work / label.replace(":", "-"), _np_for(vc, v), None, settings)
-        except MissingDependency as exc:
-            row.update(status="SKIP", reason=str(exc))
-            continue
-        except BenchError as exc:
-            row.update(status="FAIL", reason=f"the run failed: {exc}")
-            continue
-        result = got["result"]
-        shards = result["world_size"]
-        row.update(world_size=shards, ranks_in_sync=result["sync"]["ranks_in_sync"],
-                   params_changed=result["sync"]["params_changed"], hosts=hosts_of(result))
-        key = (shards, tuple(sorted(settings.items())))
-        if key not in references:
-            reference = variant(v.mode.reference)
-            log(f"verify: reference {reference.label} on {shards} shard(s)"
-                + (f" with {settings}" if settings else "") + " ...")
-            folder = f"{reference.label}-{shards}-shards" + (f"-{len(references)}" if settings else "")
-            references[key] = _run_mode(vc, reference, work / folder, 1, shards, settings)
-        ref = references[key]
-        row["initial_identical"] = identical(got["initial"], ref["initial"])
-        row.update(differences(ref["initial"], ref["final"], got["final"]))
-        row["tolerance"] = vc.threshold
-        problems = [text for ok, text in (
-            (row["initial_identical"], "initial weights differ from the reference's"),
-            (row["ranks_in_sync"], "ranks ended with different parameters"),
-            (row["params_changed"], "training did not change the parameters"),
-            (row["of_update"] <= vc.threshold, f"difference {row['of_update']:.2e} of the update > "
-                                               f"tolerance {vc.threshold:.0e}"),
-        ) if not ok]
-        row.update(status="FAIL" if problems else "PASS", reason="; ".join(problems) or None)
-    return rows
+def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[VerifyRow]:
+    references: dict[tuple, dict[str, Any]] = {}  # (shards, settings) -> the reference's run, shared by modes
+    return [_verify_mode(vc, v, framework, work, references, log)
+            for v in vc.selected if v in framework_variants(framework)]
 
 
-def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
+def _verify_mode(vc: VerifyConfig, v: Variant, framework: str, work: Path, references: dict[tuple, dict[str, Any]],
+                 log) -> VerifyRow:
+    """One mode's run against its reference's (run once per shard count and settings)."""
+    label = v.label
+    row = functools.partial(VerifyRow, mode=label, framework=framework)
+    if vc.fp16_allreduce and not v.mode.gradient_compression:
+        return row(status="SKIP", reason="no gradient compression in this mode")
+    if v.mode.token_embedding_only and not MODELS[vc.model].sparse_embeddings:
+        return row(status="SKIP", reason=f"trains only models with a token embedding ({vc.model} has none)")
+    settings = dict(v.mode.verify_settings)
+    log(f"verify: {label} ...")
+    try:
+        if v.mode.horovod:  # here, before any rank starts (under srun its error would come back as text)
+            hvdist.import_hvd(v.mode.framework, label)
+        got = _run_mode(vc, v, work / label.replace(":", "-"), _np_for(vc, v), None, settings)
+    except MissingDependency as exc:
+        return row(status="SKIP", reason=str(exc))
+    except BenchError as exc:
+        return row(status="FAIL", reason=f"the run failed: {exc}")
+    result = got["result"]
+    shards = result["world_size"]
+    key = (shards, tuple(sorted(settings.items())))
+    if key not in references:
+        reference = variant(v.mode.reference)
+        log(f"verify: reference {reference.label} on {shards} shard(s)"
+            + (f" with {settings}" if settings else "") + " ...")
+        folder = f"{reference.label}-{shards}-shards" + (f"-{len(references)}" if settings else "")
+        references[key] = _run_mode(vc, reference, work / folder, 1, shards, settings)
+    ref = references[key]
+    checked = row(status="PASS", world_size=shards, hosts=hosts_of(result),
+                  ranks_in_sync=result["sync"]["ranks_in_sync"], params_changed=result["sync"]["params_changed"],
+                  initial_identical=identical(got["initial"], ref["initial"]),
+                  **differences(ref["initial"], ref["final"], got["final"]), tolerance=vc.threshold)
+    problems = [text for ok, text in (
+        (checked.initial_identical, "initial weights differ from the reference's"),
+        (checked.ranks_in_sync, "ranks ended with different parameters"),
+        (checked.params_changed, "training did not change the parameters"),
+        (checked.of_update <= vc.threshold, f"difference {checked.of_update:.2e} of the update > "
+                                            f"tolerance {vc.threshold:.0e}"),
+    ) if not ok]
+    if problems:
+        checked.status, checked.reason = "FAIL", "; ".join(problems)
+    return checked
+
+
+def run_verify(vc: VerifyConfig, log=None) -> tuple[Verify, Path]:
     """Run every check; write ``verify-<id>.json`` into vc.output; return (report, path)."""
     if detect().launcher != "none":
         raise BenchError("bench verify starts its own ranks for every mode (in a Slurm allocation, through "
@@ -283,21 +285,21 @@ def run_verify(vc: VerifyConfig, log=None) -> tuple[dict[str, Any], Path]:
     finally:
         if not vc.keep_params:
             shutil.rmtree(work, ignore_errors=True)
-    report = {
+    report = Verify(
         **header(run_id, store.Kind.VERIFY),
-        "config": {**asdict(vc), "device": vc.device.value, "tolerance": vc.threshold},
-        "modes": rows,
-        "cross_framework": cross,
-        "passed": all(r["status"] != "FAIL" for r in rows) and (cross is None or cross["status"] == "PASS"),
-        "definitions": {
+        config={**asdict(vc), "device": vc.device.value, "tolerance": vc.threshold},
+        modes=rows,
+        cross_framework=cross,
+        passed=all(r.status != "FAIL" for r in rows) and (cross is None or cross.status == "PASS"),
+        definitions={
             "max_abs": "max |w - w_ref| over every trainable parameter after the steps",
             "max_rel": "max over tensors of ||w - w_ref||_inf / ||w_ref||_inf",
             "of_update": "max_abs / max |w_ref - w0|: the difference relative to the reference's own update",
             "reference": "the single-device mode trained on the concatenation of the ranks' data shards",
         },
-        "expected_differences": EXPECTED_DIFFERENCES,
-        "params_kept": str(work) if vc.keep_params else None,
-    }
+        expected_differences=EXPECTED_DIFFERENCES,
+        params_kept=str(work) if vc.keep_params else None,
+    )
     path = store.write(out / f"{run_id}.json", report)
     return report, path
 
@@ -327,37 +329,37 @@ def main(vc: VerifyConfig) -> None:
         console.print(line, highlight=False)
     console.print("Expected sources of difference: " + "; ".join(EXPECTED_DIFFERENCES) + ".")
     console.print(f"verify: {path}")
-    failed = [r["mode"] for r in report["modes"] if r["status"] == "FAIL"]
-    if report["cross_framework"] and report["cross_framework"]["status"] == "FAIL":
+    failed = [r.mode for r in report.modes if r.status == "FAIL"]
+    if report.cross_framework and report.cross_framework.status == "FAIL":
         failed.append("torch vs tf")
     if failed:
         raise BenchError(f"verify FAILED for {', '.join(failed)} (see {path})")
 
 
-def render(report: dict[str, Any]):
+def render(report: Verify):
     from rich.table import Table
 
+    cfg = report.config  # the VerifyConfig it ran with
     table = Table("mode", "n", "max abs diff", "max rel diff", "of update", "tolerance", "result",
-                  title=f"bench verify: {report['config']['model']}, {report['config']['steps']} steps, "
-                        f"{'fp16' if report['config']['fp16_allreduce'] else 'fp32'} allreduce, "
-                        f"fault={report['config']['fault'] or 'none'}")
-    for r in report["modes"]:
-        def f(key, r=r):
-            return f"{r[key]:.2e}" if isinstance(r.get(key), float) else "–"
+                  title=f"bench verify: {cfg['model']}, {cfg['steps']} steps, "
+                        f"{'fp16' if cfg['fp16_allreduce'] else 'fp32'} allreduce, fault={cfg['fault'] or 'none'}")
 
-        table.add_row(r["mode"], str(r.get("world_size", "–")), f("max_abs"), f("max_rel"), f("of_update"),
-                      f"{r['tolerance']:.0e}" if "tolerance" in r else "–", r["status"])
-    c = report.get("cross_framework")
+    def f(value: float | None, spec: str = ".2e") -> str:
+        return "–" if value is None else format(value, spec)
+
+    for r in report.modes:
+        table.add_row(r.mode, f(r.world_size, "d"), f(r.max_abs), f(r.max_rel), f(r.of_update),
+                      f(r.tolerance, ".0e"), r.status)
+    c = report.cross_framework
     if c:
-        table.add_row("torch vs tf (loss)", "1", f"{c['max_abs_loss']:.2e}", f"{c['max_rel_loss']:.2e}", "–",
-                      f"{c['tolerance']:.0e}", c["status"])
+        table.add_row("torch vs tf (loss)", "1", f(c.max_abs_loss), f(c.max_rel_loss), "–", f(c.tolerance, ".0e"),
+                      c.status)
     never_cut(table, "mode")
     return table
 
 
-def reasons(report: dict[str, Any]) -> list[str]:
+def reasons(report: Verify) -> list[str]:
     """One line per check that did not PASS: why."""
-    rows = list(report["modes"])
-    if report.get("cross_framework"):
-        rows.append({"mode": "torch vs tf", **report["cross_framework"]})
-    return [f"{r['mode']}: {r['status']}: {r['reason']}" for r in rows if r.get("reason")]
+    checks = [(r.mode, r) for r in report.modes]
+    checks += [("torch vs tf", report.cross_framework)] if report.cross_framework else []
+    return [f"{mode}: {c.status}: {c.reason}" for mode, c in checks if c.reason]

@@ -17,7 +17,6 @@ w += v; so v = -lr*b at every step).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from bench.config import LEARNING_RATE, MOMENTUM, RunConfig
 from bench.errors import BenchError
 from bench.models import model as model_spec
 from bench.modes import single_of
+from bench.records.kinds import CrossCheck
 from bench.tfutil import import_tf
 
 CROSS_TOLERANCE = 1e-3  # relative loss difference per step, PyTorch vs TensorFlow
@@ -61,7 +61,7 @@ def torch_to_tf(arrays: list[np.ndarray], names: list[str] | None = None) -> lis
     return out
 
 
-def cross_framework(vc) -> dict[str, Any]:
+def cross_framework(vc) -> CrossCheck:
     """Train both twins from the same weights on the same global batch; compare the loss trajectories."""
     import torch
 
@@ -102,19 +102,13 @@ def cross_framework(vc) -> dict[str, Any]:
     rel = float(np.max(abs_diff / np.abs(t)))
     weights = differences(initial_tf, torch_to_tf(torch_final, names), tf_final)
     ok = rel <= CROSS_TOLERANCE
-    return {
-        "status": "PASS" if ok else "FAIL",
-        "reason": None if ok else f"losses differ by {rel:.2e} relative > tolerance {CROSS_TOLERANCE:.0e}",
-        "steps": vc.steps,
-        "global_batch": vc.batch_size * vc.np,
-        "loss_torch": torch_losses,
-        "loss_tf": tf_losses,
-        "max_abs_loss": float(np.max(abs_diff)),
-        "max_rel_loss": rel,
-        "tolerance": CROSS_TOLERANCE,
-        "final_weights": weights,
-        "definition": "per step, the loss before the update; max_rel_loss = max |l_tf - l_torch| / |l_torch|",
-    }
+    return CrossCheck(
+        status="PASS" if ok else "FAIL",
+        reason=None if ok else f"losses differ by {rel:.2e} relative > tolerance {CROSS_TOLERANCE:.0e}",
+        steps=vc.steps, global_batch=vc.batch_size * vc.np, loss_torch=torch_losses, loss_tf=tf_losses,
+        max_abs_loss=float(np.max(abs_diff)), max_rel_loss=rel, tolerance=CROSS_TOLERANCE, final_weights=weights,
+        definition="per step, the loss before the update; max_rel_loss = max |l_tf - l_torch| / |l_torch|",
+    )
 
 
 def _train_tf(vc, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray,

@@ -37,9 +37,35 @@ class VerifyCheck(_Open):
 
 
 class VerifyRow(VerifyCheck):
-    """One mode held against its single-device reference (bench.commands.verify)."""
+    """One mode held against its single-device reference (bench.commands.verify); the figures are absent where the
+    mode did not run (SKIP, or a run that failed)."""
     mode: str
     framework: str
+    world_size: int | None = Field(None, description="the mode's ranks, and the reference's data shards")
+    hosts: list[str] | None = None
+    ranks_in_sync: bool | None = None
+    params_changed: bool | None = None
+    initial_identical: bool | None = Field(None, description="its initial weights equal the reference's")
+    max_abs: float | None = Field(None, description="max |w - w_ref| over every trainable parameter after the steps")
+    max_rel: float | None = None
+    max_update: float | None = Field(None, description="max |w_ref - w0|: the reference's own update")
+    of_update: float | None = Field(None, description="max_abs / max_update")
+    tolerance: float | None = Field(None, description="of_update above it FAILs")
+
+
+class CrossCheck(VerifyCheck):
+    """PyTorch against TensorFlow from the same initial weights on the same global batch (bench.commands.
+    verify_cross)."""
+    steps: int
+    global_batch: int
+    loss_torch: list[float]
+    loss_tf: list[float]
+    max_abs_loss: float
+    max_rel_loss: float
+    tolerance: float
+    final_weights: dict[str, float] = Field(description="TensorFlow's final weights against PyTorch's: max_abs, "
+                                            "max_rel, max_update, of_update as a mode's")
+    definition: str
 
 
 class Verify(_Header):
@@ -48,7 +74,7 @@ class Verify(_Header):
     kind: Literal["verify"]
     config: dict[str, Any]
     modes: list[VerifyRow]
-    cross_framework: VerifyCheck | None = Field(
+    cross_framework: CrossCheck | None = Field(
         description="PyTorch against TensorFlow from the same initial weights (--cross); null when not run")
     passed: bool = Field(description="no mode FAILed and the cross-framework check (if run) PASSed")
     definitions: dict[str, str]

@@ -10,6 +10,6 @@ def test_pytorch_and_tensorflow_train_vgg16_alike():
     from bench.commands.verify_cross import cross_framework
 
     cross = cross_framework(VerifyConfig(model="vgg16", framework="both"))
-    assert cross["status"] == "PASS", cross
-    assert len(cross["loss_torch"]) == len(cross["loss_tf"]) == 3 and cross["loss_torch"][0] != cross["loss_torch"][-1]
-    assert cross["max_rel_loss"] <= cross["tolerance"]
+    assert cross.status == "PASS", cross
+    assert len(cross.loss_torch) == len(cross.loss_tf) == 3 and cross.loss_torch[0] != cross.loss_torch[-1]
+    assert cross.max_rel_loss <= cross.tolerance

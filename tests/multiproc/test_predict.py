@@ -2,6 +2,7 @@
 
 import json
 
+from tests import samples
 from tests.conftest import bench
 
 
@@ -23,11 +24,9 @@ def test_cli_prints_a_table_and_rejects_bad_input(tmp_path):
 
 
 def test_cli_sweep_check_on_the_fixture(tmp_path):
-    ar = {"kind": "allreduce", "world_size": 2, "config": {"backend": "torch"},
-          "rows": [{"bytes": 4096, "time_s": 1e-3, "busbw_GBps": 0.004},
-                   {"bytes": 553430176, "time_s": 0.5, "busbw_GBps": 1.1}]}
+    ar = samples.allreduce([(4096, 1e-3, 0.004), (553430176, 0.5, 1.1)], backend="torch")
     path = tmp_path / "ar.json"
-    path.write_text(json.dumps(ar))
+    path.write_text(ar.model_dump_json())
     from pathlib import Path
 
     r = bench("predict", "--sweep", str(Path(__file__).parents[1] / "fixtures" / "sweep-a"), "--allreduce", str(path),

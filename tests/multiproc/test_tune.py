@@ -4,6 +4,7 @@ import json
 
 from bench.commands.tune import knee
 from bench.records import store
+from bench.records.kinds import Tune
 from tests.conftest import bench
 
 
@@ -19,7 +20,7 @@ def test_tune_doubles_the_batch_to_the_knee_and_a_rerun_runs_nothing_again(tmp_p
     batches = [p["batch"] for p in record["points"]]
     assert batches == [2, 4, 8][:len(batches)] and all(p["status"] == "ok" for p in record["points"])
     assert record["points"][0]["gain"] is None and all(p["gain"] is not None for p in record["points"][1:])
-    assert (record["knee"], record["why"]) == knee(record["points"], 0.02)
+    assert (record["knee"], record["why"]) == knee(store.load(path, Tune).points, 0.02)
     assert record["options"] == "--device cpu --image-size 32 --steps-per-window 2 --warmup-steps 1 --windows 2"
     assert f"the knee is batch {record['knee']} per device" in (out / "tune.md").read_text()
     assert f"the knee is batch {record['knee']} per device" in r.stdout

@@ -41,10 +41,14 @@ def test_without_it_the_narrow_table_cuts_the_identifier():
 def test_the_verify_and_diagnose_tables_keep_modes_and_hosts_whole():
     from bench.commands.diagnose import render as diagnose_render
     from bench.commands.verify import render
+    from bench.records.kinds import Verify
+    from bench.records.store import Kind
+    from tests import samples
 
-    verify = {"config": {"model": "transformer-small", "steps": 3, "fp16_allreduce": False, "fault": None},
-              "modes": [{"mode": "tf-native:multiworker", "world_size": 2, "max_abs": 1e-8, "max_rel": 1e-6,
-                         "of_update": 1e-6, "tolerance": 1e-4, "status": "PASS"}]}
+    verify = Verify(**{**samples.record(Kind.VERIFY),
+                       "config": {"model": "transformer-small", "steps": 3, "fp16_allreduce": False, "fault": None},
+                       "modes": [{"mode": "tf-native:multiworker", "framework": "tf", "world_size": 2, "max_abs": 1e-8,
+                                  "max_rel": 1e-6, "of_update": 1e-6, "tolerance": 1e-4, "status": "PASS"}]})
     assert whole(rendered(render(verify), 50), "tf-native:multiworker")
     host = "gpu-node-0042.cluster.example.org"
     record = {"findings": [{"severity": "error", "kind": "device", "where": host, "figure": 8.2, "expected": 17.8,

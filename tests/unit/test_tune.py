@@ -4,10 +4,11 @@ import pytest
 
 from bench.commands.tune import TuneConfig, flags, knee, ran_out_of_memory
 from bench.errors import BenchError
+from bench.records.kinds import TunePoint
 
 
 def point(batch, rate, gain=None, status="ok", error=None):
-    return {"batch": batch, "rate": rate, "gain": gain, "status": status, "error": error}
+    return TunePoint(batch=batch, rate=rate, gain=gain, status=status, error=error, result=None)
 
 
 def test_the_knee_is_the_batch_before_the_doubling_that_did_not_pay():

@@ -87,6 +87,6 @@ def test_a_missing_horovod_is_a_skip_by_its_type_not_its_words(monkeypatch, tmp_
     monkeypatch.setattr(verify.hvdist, "import_hvd", missing)
     monkeypatch.setattr(verify, "_run_mode", failing)
     rows = verify.verify_framework(VerifyConfig(framework="torch"), "torch", tmp_path, lambda text: None)
-    status = {row["mode"]: (row["status"], row["reason"]) for row in rows}
+    status = {row.mode: (row.status, row.reason) for row in rows}
     assert status["torch-horovod"] == ("SKIP", "no such library here")
     assert status["torch-ddp"] == ("FAIL", "the run failed: rank 1 died")
