@@ -32,6 +32,7 @@ from bench.config import option
 from bench.errors import BenchError
 from bench.records.collect import STRICT_HELP, load_results, significant, table_cells
 from bench.records.metrics import METRICS, find
+from bench.records.schema import Finding, NodeAccept
 from bench.tables import never_cut
 
 # The metrics compared, from the registry (bench.records.metrics): throughput, start-up and energy.
@@ -92,8 +93,8 @@ def main(cfg: CompareConfig) -> None:
     if rules is not None:
         verdict = apply_rules(rules, cells)
         print_verdict(console, verdict, cfg.rules)
-        if verdict["errors"]:
-            failed.append(f"{verdict['errors']} error finding(s) under the rules in {cfg.rules}")
+        if verdict.errors:
+            failed.append(f"{verdict.errors} error finding(s) under the rules in {cfg.rules}")
     if cfg.max_regression is not None:
         bad = regressions(rows, cfg.metric, cfg.max_regression)
         if bad:
@@ -162,7 +163,17 @@ def load_rules(path: str) -> list[rules_mod.Rule]:
     return rules_mod.load(None if path == "default" else path)
 
 
-def apply_rules(rules: list[rules_mod.Rule], cells: list[Cell]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Verdict:
+    """--rules: every finding (each names its cell), Accept per node of B's runs, the error count, and the rules
+    no cell had a figure for."""
+    findings: list[Finding]
+    accept: list[NodeAccept]
+    errors: int
+    unused: list[str]
+
+
+def apply_rules(rules: list[rules_mod.Rule], cells: list[Cell]) -> Verdict:
     """Each rule over every shared cell: B's figures (bench.commands.diagnose.rules.result_figures: the job's
     throughput, each rank's attribution and input figures) held against A's same cell (``against = "baseline"``),
     against B's other ranks (``"peers"``) or the rule's own value; then SuperBench's Accept per node of B's runs.
@@ -171,35 +182,34 @@ def apply_rules(rules: list[rules_mod.Rule], cells: list[Cell]) -> dict[str, Any
     for c in cells:
         figures, baseline = rules_mod.result_figures(c.b), rules_mod.result_figures(c.a)
         used |= {r.name for r in rules if any(f.get(r.figure) is not None for f in figures.get(r.kind, {}).values())}
-        found += [{**f, "cell": c.label} for f in rules_mod.evaluate(rules, figures, baseline)]
+        for f in rules_mod.evaluate(rules, figures, baseline):
+            f.cell = c.label  # a field of this use's own (a finding keeps extra fields)
+            found.append(f)
     nodes = sorted({rank["host"] for c in cells for rank in c.b["environment"]["ranks"]})
-    return {"findings": found, "accept": rules_mod.accept(nodes, found),
-            "errors": sum(f["severity"] == "error" for f in found),
-            "unused": [r.name for r in rules if r.name not in used]}
+    return Verdict(found, rules_mod.accept(nodes, found), sum(f.severity == "error" for f in found),
+                   [r.name for r in rules if r.name not in used])
 
 
-def print_verdict(console: Any, verdict: dict[str, Any], path: str) -> None:
+def print_verdict(console: Any, verdict: Verdict, path: str) -> None:
     from rich.table import Table
 
-    if verdict["findings"]:
+    if verdict.findings:
         table = Table("severity", "rule", "cell", "where", "figure", "expected", title=f"rules ({path}): findings")
-        for f in verdict["findings"]:
-            name, _, text = f["rule"].partition(": ")
-            table.add_row(f["severity"], name, f["cell"], f["where"], f"{f['figure']:.4g}",
-                          f"{f['expected']:.4g} ({text})")
+        for f in verdict.findings:
+            name, _, text = f.rule.partition(": ")
+            table.add_row(f.severity, name, f.cell, f.where, f"{f.figure:.4g}", f"{f.expected:.4g} ({text})")
         console.print(never_cut(table, "rule", "where"))
     else:
         print(f"rules ({path}): no findings")
     nodes = Table("node", "accept", "errors", "warnings", title="accept (B's nodes)")
-    for row in accept_rows(verdict):
+    for row in accept_rows(verdict.accept):
         nodes.add_row(*row)
     console.print(never_cut(nodes, "node"))
-    job = sorted({f["rule"].split(":")[0] for f in verdict["findings"]
-                  if f["severity"] == "error" and f["kind"] == "job"})
+    job = sorted({f.rule.split(":")[0] for f in verdict.findings if f.severity == "error" and f.kind == "job"})
     if job:
         print(f"the job as a whole failed: {', '.join(job)} (a job's finding names no node)")
-    if verdict["unused"]:
-        print(f"rules with no figure in these results (not applied): {', '.join(verdict['unused'])}")
+    if verdict.unused:
+        print(f"rules with no figure in these results (not applied): {', '.join(verdict.unused)}")
 
 
 # The cell fields a pair may differ in when each side has just one cell for the rest: the input (a --data run

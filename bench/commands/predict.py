@@ -279,7 +279,7 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[Allreduce], over
             measured = result["summary"]["samples_per_sec_per_gpu"] / per_gpu_1
             p = predict(inp, n)
             rows.append({"mode": key.label, "model": by_n[1]["config"]["model"], "gpus": n,
-                         "backend": allreduce["config"]["backend"],
+                         "backend": allreduce.backend,
                          "t1_s": inp.step_time_s, "gradient_bytes": inp.gradient_bytes,
                          "sparse_bytes": inp.sparse_bytes, "setting": key.setting_text(),
                          "busbw_GBps": inp.busbw_GBps, "latency_s": inp.latency_s, "overlap": inp.overlap,
@@ -342,7 +342,7 @@ def network_inputs(busbw: float | None, latency_us: float | None, allreduce_path
     """B and a (and B', a' for sparse gradients): the flags win over bench allreduce results (one allreduce
     measurement, read near ``nbytes``; optionally one allgather measurement, read near ``sparse_bytes``)."""
     measured = [load_allreduce(path) for path in allreduce_paths]
-    by_op: dict[str, dict[str, Any]] = {}
+    by_op: dict[str, Allreduce] = {}
     for m in measured:
         if m.op in by_op:
             raise BenchError(f"give one --allreduce result per operation ({m.op} twice; several only with "

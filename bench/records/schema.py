@@ -317,8 +317,9 @@ class Finding(_Open):
     rule: str = Field(description="the rule, with its threshold, or the derived check that found it")
     severity: Literal["error", "warning"]
     name: str = Field(description="the figure a rule holds, or the derived check (did-not-run, common-member-of-pairs)")
-    against: Literal["peers", "baseline"] | None = Field(description="what a rule held the figure against; null for "
-                                                         "a derived check")
+    against: Literal["peers", "baseline", "value"] | None = Field(
+        description="what a rule held the figure against (the peers' median, the baseline's figure, or the rule's own "
+                    "bound: a value rule); null for a derived check")
     why: str | None = Field(None, description="telemetry's explanation where there is one (GPU throttle reasons)")
 
 
@@ -395,12 +396,6 @@ def parse(data: Any, model: type[M], where: str) -> M:
 def _first_problem(exc: ValidationError) -> str:
     first = exc.errors()[0]
     return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} ({exc.error_count()} problem(s))"
-
-
-def validate_diagnose(data: dict[str, Any]) -> None:
-    problem = mismatch(data, "diagnose")
-    if problem:
-        raise BenchError(f"the diagnose record does not match its schema: {problem}")
 
 
 def validate(data: Any, where: str = "result") -> None:

@@ -346,10 +346,10 @@ def test_compare_applies_a_rule_file(tmp_path):
                       {"name": "pair-slow", "kind": "pair", "figure": "busbw_GBps", "against": "peers",
                        "direction": "below", "tolerance": 0.4, "severity": "error"})
     verdict = apply_rules(rules_mod.load(path), cells)
-    assert {f["cell"] for f in verdict["findings"]} == {c for c, r in ratios.items() if r < 1 - tolerance}
-    assert 0 < verdict["errors"] < len(cells)
-    assert verdict["accept"] == [{"node": "vm", "accepted": True, "errors": [], "warnings": []}]
-    assert verdict["unused"] == ["pair-slow"]
+    assert {f.cell for f in verdict.findings} == {c for c, r in ratios.items() if r < 1 - tolerance}
+    assert 0 < verdict.errors < len(cells)
+    assert [a.model_dump() for a in verdict.accept] == [{"node": "vm", "accepted": True, "errors": [], "warnings": []}]
+    assert verdict.unused == ["pair-slow"]
 
     ddp = {r["world_size"]: r for r in load_results([A]) if r["mode"] == "torch-ddp"}[2]
     (tmp_path / "a").mkdir()
@@ -362,12 +362,12 @@ def test_compare_applies_a_rule_file(tmp_path):
                       {"name": "rank-ceiling", "kind": "rank", "figure": "compute_s", "against": "value",
                        "direction": "above", "value": 0.12, "severity": "warning"})
     verdict = apply_rules(rules_mod.load(path), matched(tmp_path / "a", tmp_path / "b"))
-    assert [(f["where"], f["rule"].split(":")[0]) for f in verdict["findings"]] == [
+    assert [(f.where, f.rule.split(":")[0]) for f in verdict.findings] == [
         ("rank 1 (n2)", "rank-slower"), ("rank 1 (n2)", "rank-ceiling")]
-    assert verdict["accept"] == [{"node": "n1", "accepted": True, "errors": [], "warnings": []},
-                                 {"node": "n2", "accepted": False, "errors": ["rank-slower"],
-                                  "warnings": ["rank-ceiling"]}]
-    assert verdict["unused"] == []
+    assert [a.model_dump() for a in verdict.accept] == [{"node": "n1", "accepted": True, "errors": [], "warnings": []},
+                                                        {"node": "n2", "accepted": False, "errors": ["rank-slower"],
+                                                         "warnings": ["rank-ceiling"]}]
+    assert verdict.unused == []
 
 
 def test_compare_rules_on_the_command_line(tmp_path, cli):

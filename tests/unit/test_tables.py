@@ -42,6 +42,7 @@ def test_the_verify_and_diagnose_tables_keep_modes_and_hosts_whole():
     from bench.commands.diagnose import render as diagnose_render
     from bench.commands.verify import render
     from bench.records.kinds import Verify
+    from bench.records.schema import Diagnose
     from bench.records.store import Kind
     from tests import samples
 
@@ -51,8 +52,10 @@ def test_the_verify_and_diagnose_tables_keep_modes_and_hosts_whole():
                                   "max_rel": 1e-6, "of_update": 1e-6, "tolerance": 1e-4, "status": "PASS"}]})
     assert whole(rendered(render(verify), 50), "tf-native:multiworker")
     host = "gpu-node-0042.cluster.example.org"
-    record = {"findings": [{"severity": "error", "kind": "device", "where": host, "figure": 8.2, "expected": 17.8,
-                            "rule": "device-slower-than-peers", "why": "compute 0.878 s against 0.359 s"}]}
+    record = Diagnose(**{**samples.record(Kind.DIAGNOSE), "findings": [
+        {"severity": "error", "kind": "device", "where": host, "figure": 8.2, "expected": 17.8,
+         "rule": "device-slower-than-peers", "name": "samples_per_sec", "against": "peers",
+         "why": "compute 0.878 s against 0.359 s"}]})
     out = io.StringIO()
     table = Table("severity", "kind", "where", "figure", "expected", "rule", "why")
     for row in diagnose_render.finding_rows(record):

@@ -44,7 +44,7 @@ from bench.records import files, store
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Allreduce, Baseline
 from bench.records.results import check_output_dir
-from bench.records.schema import validate_diagnose
+from bench.records.schema import Diagnose, Finding
 
 SCHEMA_VERSION = 1
 PHASES = ("devices", "network", "job")
@@ -330,7 +330,7 @@ class Diagnosis:
         else:
             self.phases["job"]["attribution"] = section.get("reason", "not measured")
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Diagnose:
         rules = rules_mod.load(self.cfg.rules)
         baseline = load_baseline(self.cfg)
         check_output_dir(self.cfg.output)
@@ -342,16 +342,16 @@ class Diagnosis:
         self.findings += rules_mod.evaluate(rules, self.figures, baseline)
         self.findings += rules_mod.common_member(self.findings)
         self.findings += _throttled(self.figures["device"], self.findings)
-        return {
+        return Diagnose(
             **header(self.run_id, store.Kind.DIAGNOSE, SCHEMA_VERSION),
-            "config": {**asdict(self.cfg), "rules": str(self.cfg.rules or rules_mod.DEFAULT_RULES)},
-            "executor": self.exe.name, "nodes": list(self.cfg.nodes), "left_out": sorted(set(self.cfg.nodes) -
-                                                                                        set(self.healthy)),
-            "seconds": time.monotonic() - started, "phases": self.phases, "figures": self.figures,
-            "rules": [r.text() + f" [{r.severity}]" for r in rules], "baseline": self.cfg.baseline,
-            "findings": self.findings, "passed": not any(f["severity"] == "error" for f in self.findings),
-            "accept": rules_mod.accept(list(self.cfg.nodes), self.findings),
-        }
+            config={**asdict(self.cfg), "rules": str(self.cfg.rules or rules_mod.DEFAULT_RULES)},
+            executor=self.exe.name, nodes=list(self.cfg.nodes),
+            left_out=sorted(set(self.cfg.nodes) - set(self.healthy)),
+            seconds=time.monotonic() - started, phases=self.phases, figures=self.figures,
+            rules=[r.text() + f" [{r.severity}]" for r in rules], baseline=self.cfg.baseline,
+            findings=self.findings, passed=not any(f.severity == "error" for f in self.findings),
+            accept=rules_mod.accept(list(self.cfg.nodes), self.findings),
+        )
 
 
 def _device_input(result: dict[str, Any]) -> dict[str, Any]:
@@ -375,18 +375,18 @@ def _device_telemetry(result: dict[str, Any]) -> dict[str, Any]:
             "power_w_mean": statistics.fmean(power) if power else None}
 
 
-def _throttled(devices: dict[str, dict[str, Any]], found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _throttled(devices: dict[str, dict[str, Any]], found: list[Finding]) -> list[Finding]:
     """Telemetry's why: each flagged device's throttle reasons joined to its finding, and a warning for a
     device that throttled without being flagged."""
     extra = []
-    flagged = {f["where"] for f in found if f["kind"] == "device"}
+    flagged = {f.where for f in found if f.kind == "device"}
     for member, figs in devices.items():
         if not figs.get("throttled"):
             continue
         why = f"throttled: {', '.join(figs['throttle_reasons'])}"
         for f in found:
-            if f["kind"] == "device" and f["where"] == member:
-                f["why"] = why
+            if f.kind == "device" and f.where == member:
+                f.why = why
         if member not in flagged:
             extra.append(rules_mod.finding("device", member, figs["throttle_reasons"], "no slowdown reasons",
                                            "throttled: the GPU slowed its clocks in the timed windows", "warning",
@@ -394,14 +394,13 @@ def _throttled(devices: dict[str, dict[str, Any]], found: list[dict[str, Any]]) 
     return extra
 
 
-def baseline_record(record: dict[str, Any], cfg: DiagnoseConfig) -> Baseline:
-    return Baseline(kind=store.Kind.BASELINE.value, from_run=record["run_id"], created_utc=record["created_utc"],
-                    nodes=record["nodes"], signature=signature(cfg), figures=record["figures"])
+def baseline_record(record: Diagnose, cfg: DiagnoseConfig) -> Baseline:
+    return Baseline(kind=store.Kind.BASELINE.value, from_run=record.run_id, created_utc=record.created_utc,
+                    nodes=record.nodes, signature=signature(cfg), figures=record.figures)
 
 
-def write(record: dict[str, Any], folder: Path) -> Path:
+def write(record: Diagnose, folder: Path) -> Path:
     """diagnose.json and diagnose.md in ``folder``; the JSON's path."""
-    validate_diagnose(record)
     path = store.write(folder / "diagnose.json", record)
     files.write_new(folder / "diagnose.md", markdown(record))
     return path
@@ -429,10 +428,10 @@ def diagnose(cfg: DiagnoseConfig) -> int:
     terminal(record)
     print(f"record: {path}\nreport: {path.with_suffix('.md')}")
     if cfg.save_baseline:
-        if not record["passed"]:
+        if not record.passed:
             print(f"baseline not saved: this run has findings ({cfg.save_baseline} needs a healthy run)")
         else:
             store.write(Path(cfg.save_baseline), baseline_record(record, cfg))
             print(f"baseline: {cfg.save_baseline}")
-    return 0 if record["passed"] else FINDINGS_EXIT
+    return 0 if record.passed else FINDINGS_EXIT
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
+from bench.records.schema import Finding, NodeAccept
 
 DEFAULT_RULES = Path(__file__).with_name("rules.toml")
 KINDS = ("device", "pair", "rank", "job")
@@ -138,15 +139,15 @@ def result_figures(result: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]
 
 
 def finding(kind: str, where: str, figure: Any, expected: Any, rule: str, severity: str, name: str,
-            against: str | None, **more: Any) -> dict:
-    """One finding; every kind has the same keys (a reader never meets a KeyError): ``name`` is the figure or the
-    derived check, ``against`` the peers, the baseline or None (a derived check holds nothing against)."""
-    return {"kind": kind, "where": where, "figure": figure, "expected": expected, "rule": rule,
-            "severity": severity, "name": name, "against": against, **more}
+            against: str | None, **more: Any) -> Finding:
+    """One finding; every kind has the same fields: ``name`` is the figure or the derived check, ``against`` the
+    peers, the baseline or None (a derived check holds nothing against)."""
+    return Finding(kind=kind, where=where, figure=figure, expected=expected, rule=rule, severity=severity, name=name,
+                   against=against, **more)
 
 
 def evaluate(rules: list[Rule], figures: dict[str, dict[str, dict[str, float]]],
-             baseline: dict[str, dict[str, dict[str, float]]] | None) -> list[dict[str, Any]]:
+             baseline: dict[str, dict[str, dict[str, float]]] | None) -> list[Finding]:
     """Every rule over every member that has its figure; baseline rules only with a baseline."""
     found = []
     for rule in rules:
@@ -174,9 +175,9 @@ def evaluate(rules: list[Rule], figures: dict[str, dict[str, dict[str, float]]],
     return found
 
 
-def common_member(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def common_member(found: list[Finding]) -> list[Finding]:
     """The node in every flagged pair, when two pairs or more are flagged and exactly one node is in all."""
-    pairs = {f["where"] for f in found if f["kind"] == "pair" and f["severity"] == "error"}
+    pairs = {f.where for f in found if f.kind == "pair" and f.severity == "error"}
     if len(pairs) < 2:
         return []
     nodes = [set(p.split("+")) for p in pairs]
@@ -189,10 +190,10 @@ def common_member(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     None, pairs=sorted(pairs))]
 
 
-def node_of(finding_: dict[str, Any]) -> str | None:
+def node_of(finding_: Finding) -> str | None:
     """The node a finding holds against: a device's (``node1/0``: node1), a rank's host (``rank 2 (node1)``), a node
     named by its pairs; None for a pair (either end may be at fault) and for the job."""
-    kind, where = finding_["kind"], finding_["where"]
+    kind, where = finding_.kind, finding_.where
     if kind == "device":
         return where.split("/")[0]
     if kind == "rank":
@@ -200,13 +201,13 @@ def node_of(finding_: dict[str, Any]) -> str | None:
     return where if kind == "node" else None
 
 
-def accept(nodes: list[str], found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def accept(nodes: list[str], found: list[Finding]) -> list[NodeAccept]:
     """Per node, SuperBench's Accept: accepted when no error finding names it (its devices, its ranks, the node
     itself), with the rules that rejected it; warnings are listed and never reject."""
     rows = []
     for node in nodes:
         mine = [f for f in found if node_of(f) == node]
-        errors = sorted({f["rule"].split(":")[0] for f in mine if f["severity"] == "error"})
-        warnings = sorted({f["rule"].split(":")[0] for f in mine if f["severity"] != "error"})
-        rows.append({"node": node, "accepted": not errors, "errors": errors, "warnings": warnings})
+        errors = sorted({f.rule.split(":")[0] for f in mine if f.severity == "error"})
+        warnings = sorted({f.rule.split(":")[0] for f in mine if f.severity != "error"})
+        rows.append(NodeAccept(node=node, accepted=not errors, errors=errors, warnings=warnings))
     return rows
