@@ -24,7 +24,7 @@ import csv
 import io
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,119 @@ REPORTED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec
             "model_tflops_per_gpu", "init_s", "first_step_s")
 
 
+@dataclass
+class ScalingRow:
+    """One cell at one world size: the headline and its intervals, speedup and efficiency against n = 1 (report.csv
+    holds one line of these per row, ci95 as ci95_low and ci95_high)."""
+    label: str
+    model: str
+    precision: str
+    batch_size: int
+    inputs: str
+    extras: str
+    device_name: str
+    profile: str | None
+    compile_s: float | None
+    n: int
+    unit: str
+    device: str
+    samples_per_sec_total: float  # REPORTED, each read through its Metric
+    samples_per_sec_per_gpu: float
+    samples_per_sec_wall_total: float | None
+    tokens_per_sec_total: float | None
+    model_tflops_per_gpu: float | None
+    init_s: float
+    first_step_s: float
+    ci95: list[float | None] | None
+    between_runs: int
+    between_ci95_low: float | None
+    between_ci95_high: float | None
+    interval_kind: str
+    run_id: str
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    efficiency: float | None = None
+    wall_speedup: float | None = None
+    vs_single: float | None = None
+
+
+@dataclass(frozen=True)
+class VersusRow:
+    """A Horovod mode against its framework's native one, same setting and n."""
+    setting: str
+    n: int
+    horovod: str
+    native: str
+    horovod_samples_per_sec: float
+    native_samples_per_sec: float
+    ratio: float
+    faster: str
+    by_pct: float
+    beyond_noise: bool | None  # collect.significant: None where it is not decided
+    runs: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class TrafficRow:
+    label: str
+    setting: str
+    n: int
+    exchange: str
+    tokens_per_sec: float | None
+    computed: float  # bytes per step, from the shapes
+    measured: float | None  # bytes per step the interfaces sent
+    ratio: float | None
+    not_comparable: str | None  # why the counters cannot see the exchange (NCCL over NVLink, ...)
+
+
+@dataclass(frozen=True)
+class AttributionRow:
+    """One rank's step taken apart; ``rank`` None for a cell whose attribution was not measured (``note`` says why)."""
+    label: str
+    setting: str
+    n: int
+    rank: int | None = None
+    host: str | None = None
+    device: str | None = None
+    compute_s: float | None = None
+    exchange_s: float | None = None
+    step_s: float | None = None
+    exposed_s: float | None = None
+    hidden_share: float | None = None
+    data_wait_s: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class InputRow:
+    label: str
+    setting: str
+    n: int
+    data: float  # samples/s reading the dataset
+    synthetic: float | None  # the median synthetic run of the same cell in the folder
+    cost: float | None
+    wait_share_max: float | None
+    paced_by: str | None
+    loader_rate: float | None
+
+
+@dataclass(frozen=True)
+class ReferenceRow:
+    label: str
+    setting: str
+    n: int
+    share: float
+    reference: references.Reference
+    rate: float
+
+
 def headline_sentence(unit: str) -> str:
     """The report's definition of T, in the metric registry's words (bench.records.metrics)."""
     return f"Throughput T ({unit}/s) is {METRICS['samples_per_sec_total'].definition}."
 
 
-def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None) -> list[dict[str, Any]]:
+def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None) -> list[ScalingRow]:
     """One row per cell and world size: the headline and its intervals, speedup and efficiency against n = 1.
 
     The interval each row is plotted with (``interval``, ``interval_kind``) is the between-run 95% interval of
@@ -80,46 +187,43 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None
             r = by_n[n]
             t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
             between = between_runs([r, *repeats.get((key, n), [])])
-            row = {"label": key.label, "model": key.model, "precision": key.precision, "batch_size": key.batch_size,
-                   "inputs": key.inputs, "extras": ", ".join(key.extras()), "device_name": key.device,
-                   "profile": r["config"].get("profile"), "compile_s": (r.get("timing") or {}).get("compile_s"),
-                   "n": n, "unit": sample_symbol(r), "device": device_word(r),
-                   **{name: METRICS[name].value(r) for name in REPORTED}, "ci95": r["summary"].get("ci95"),
-                   "between_runs": between["runs"] if between else 1,
-                   "between_ci95_low": max(0.0, between["ci95"][0]) if between else None,
-                   "between_ci95_high": between["ci95"][1] if between else None,
-                   "interval_kind": spans[n][1], "run_id": r["run_id"], "speedup": None, "speedup_low": None,
-                   "speedup_high": None, "efficiency": None, "wall_speedup": None, "vs_single": None}
+            row = ScalingRow(label=key.label, model=key.model, precision=key.precision, batch_size=key.batch_size,
+                             inputs=key.inputs, extras=", ".join(key.extras()), device_name=key.device,
+                             profile=r["config"].get("profile"), compile_s=(r.get("timing") or {}).get("compile_s"),
+                             n=n, unit=sample_symbol(r), device=device_word(r),
+                             **{name: METRICS[name].value(r) for name in REPORTED}, ci95=r["summary"].get("ci95"),
+                             between_runs=between["runs"] if between else 1,
+                             between_ci95_low=max(0.0, between["ci95"][0]) if between else None,
+                             between_ci95_high=between["ci95"][1] if between else None,
+                             interval_kind=spans[n][1], run_id=r["run_id"])
             if base is not None:
                 t1 = base["summary"]["samples_per_sec_total"]
-                row["speedup"] = t / t1
-                row["efficiency"] = t / (n * t1)
+                row.speedup = t / t1
+                row.efficiency = t / (n * t1)
                 (low_n, high_n), (low_1, high_1) = spans[n][0] or (None, None), spans[1][0] or (None, None)
                 if n == 1:  # the base against itself: 1, exactly
-                    row["speedup_low"] = row["speedup_high"] = 1.0
+                    row.speedup_low = row.speedup_high = 1.0
                 elif None not in (low_n, high_n, low_1, high_1) and low_1 > 0:
-                    row["speedup_low"], row["speedup_high"] = low_n / high_1, high_n / low_1
+                    row.speedup_low, row.speedup_high = low_n / high_1, high_n / low_1
                 w1 = base["summary"].get("samples_per_sec_wall_total")
-                row["wall_speedup"] = w / w1 if w and w1 else None
+                row.wall_speedup = w / w1 if w and w1 else None
             if single is not None:
-                row["vs_single"] = t / single["summary"]["samples_per_sec_total"]
+                row.vs_single = t / single["summary"]["samples_per_sec_total"]
             rows.append(row)
     return rows
 
 
-def paper_and_tuned(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def paper_and_tuned(rows: list[ScalingRow]) -> list[tuple[ScalingRow, ScalingRow]]:
     """Rows of one mode, model, precision, inputs, device and n side by side: the paper's profile's and --tuned's
     (docs/measuring.md, Profiles), where there is one of each."""
-    groups: dict[tuple, dict[str, list]] = {}
+    groups: dict[tuple, tuple[list, list]] = {}
     for r in rows:
-        kind = "tuned" if str(r.get("profile") or "").endswith("-tuned") else "paper"
-        group = groups.setdefault((r["label"], r["model"], r["precision"], r["inputs"], r["device_name"], r["n"]),
-                                  {"paper": [], "tuned": []})
-        group[kind].append(r)
-    return [(g["paper"][0], g["tuned"][0]) for g in groups.values() if len(g["paper"]) == len(g["tuned"]) == 1]
+        paper, tuned = groups.setdefault((r.label, r.model, r.precision, r.inputs, r.device_name, r.n), ([], []))
+        (tuned if str(r.profile or "").endswith("-tuned") else paper).append(r)
+    return [(paper[0], tuned[0]) for paper, tuned in groups.values() if len(paper) == len(tuned) == 1]
 
 
-def paper_and_tuned_section(rows: list[dict[str, Any]], unit: str, dev: str) -> list[str]:
+def paper_and_tuned_section(rows: list[ScalingRow], unit: str, dev: str) -> list[str]:
     pairs = paper_and_tuned(rows)
     if not pairs:
         return []
@@ -129,12 +233,12 @@ def paper_and_tuned_section(rows: list[dict[str, Any]], unit: str, dev: str) -> 
           f"{unit}/s per {dev} | tuned / paper | compile s |", "|---|---|---|---|---|---|---|---|---|"]
     for paper, tuned in pairs:
         def setting(r):
-            return f"b{r['batch_size']}" + (f", {r['extras']}" if r["extras"] else "")
-        md.append(f"| {paper['label']} | {paper['model']} {paper['inputs']} {paper['precision']} | {paper['n']} | "
-                  f"{setting(paper)} | {paper['samples_per_sec_per_gpu']:.2f} | {setting(tuned)} | "
-                  f"{tuned['samples_per_sec_per_gpu']:.2f} | "
-                  f"{tuned['samples_per_sec_per_gpu'] / paper['samples_per_sec_per_gpu']:.2f} | "
-                  f"{_fmt(tuned['compile_s'], '.1f')} |")
+            return f"b{r.batch_size}" + (f", {r.extras}" if r.extras else "")
+        md.append(f"| {paper.label} | {paper.model} {paper.inputs} {paper.precision} | {paper.n} | "
+                  f"{setting(paper)} | {paper.samples_per_sec_per_gpu:.2f} | {setting(tuned)} | "
+                  f"{tuned.samples_per_sec_per_gpu:.2f} | "
+                  f"{tuned.samples_per_sec_per_gpu / paper.samples_per_sec_per_gpu:.2f} | "
+                  f"{_fmt(tuned.compile_s, '.1f')} |")
     return md
 
 
@@ -147,7 +251,7 @@ def _interval(result: dict, repeats: list[dict]) -> tuple[list[float] | None, st
     return ci, "within run" if ci else "none"
 
 
-def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list[dict[str, Any]]:
+def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list[VersusRow]:
     rows = []
     for key, by_n in chosen.items():
         spec = MODES.get(key.mode)
@@ -159,16 +263,15 @@ def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list
                 h, nat = by_n[n], chosen[native_key][n]
                 th, tn = h["summary"]["samples_per_sec_total"], nat["summary"]["samples_per_sec_total"]
                 decided = significant([h, *repeats[(key, n)]], [nat, *repeats[(native_key, n)]])
-                rows.append({"setting": key.setting_text(), "n": n, "horovod": key.label, "native": native_key.label,
-                             "horovod_samples_per_sec": th, "native_samples_per_sec": tn, "ratio": th / tn,
-                             "faster": key.label if th > tn else native_key.label,
-                             "by_pct": abs(th / tn - 1) * 100,
-                             "beyond_noise": decided,
-                             "runs": (1 + len(repeats[(key, n)]), 1 + len(repeats[(native_key, n)]))})
-    return sorted(rows, key=lambda r: (r["setting"], r["horovod"], r["native"], r["n"]))
+                rows.append(VersusRow(setting=key.setting_text(), n=n, horovod=key.label, native=native_key.label,
+                                      horovod_samples_per_sec=th, native_samples_per_sec=tn, ratio=th / tn,
+                                      faster=key.label if th > tn else native_key.label,
+                                      by_pct=abs(th / tn - 1) * 100, beyond_noise=decided,
+                                      runs=(1 + len(repeats[(key, n)]), 1 + len(repeats[(native_key, n)]))))
+    return sorted(rows, key=lambda r: (r.setting, r.horovod, r.native, r.n))
 
 
-def traffic_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def traffic_rows(results: list[dict[str, Any]]) -> list[TrafficRow]:
     """Every multi-process result's bytes per step, computed and measured (results that record them)."""
     rows = []
     for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r["world_size"])):
@@ -179,15 +282,15 @@ def traffic_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         reading = t.get("measured") or {}
         measured = reading.get("bytes_per_step")
         comparable = reading.get("comparable", True)
-        rows.append({"label": label_of(r), "setting": key_of(r).setting_text(), "n": r["world_size"],
-                     "exchange": t["computed"]["exchange"], "tokens_per_sec": r["summary"].get("tokens_per_sec_total"),
-                     "computed": computed, "measured": measured,
-                     "ratio": measured / computed if measured and comparable else None,
-                     "not_comparable": None if comparable else reading.get("not_comparable")})
+        rows.append(TrafficRow(label=label_of(r), setting=key_of(r).setting_text(), n=r["world_size"],
+                               exchange=t["computed"]["exchange"],
+                               tokens_per_sec=r["summary"].get("tokens_per_sec_total"), computed=computed,
+                               measured=measured, ratio=measured / computed if measured and comparable else None,
+                               not_comparable=None if comparable else reading.get("not_comparable")))
     return rows
 
 
-def attribution_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]:
+def attribution_rows(chosen: dict[Key, dict[int, dict]]) -> list[AttributionRow]:
     """Every rank of every multi-process cell used: its step taken apart (bench.measure.attribution), the
     straggler named."""
     rows = []
@@ -196,28 +299,29 @@ def attribution_rows(chosen: dict[Key, dict[int, dict]]) -> list[dict[str, Any]]
             section = r.get("attribution")
             if n < 2 or not section:
                 continue
-            base = {"label": key.label, "setting": key.setting_text(), "n": n}
+            cell = {"label": key.label, "setting": key.setting_text(), "n": n}
             if not section["measured"]:
-                rows.append({**base, "rank": None, "note": f"not measured: {section['reason']}"})
+                rows.append(AttributionRow(**cell, note=f"not measured: {section['reason']}"))
                 continue
             slow = section["straggler"]
             fed = r.get("input") or {}
-            waits = {p["rank"]: statistics.mean(p["wait_step_s"]) for p in fed.get("per_rank") or []
-                     if p["wait_step_s"]}
+            fed_ranks = {p["rank"]: p for p in fed.get("per_rank") or [] if p.get("rank") is not None}
+            waits = {rank: statistics.mean(p["wait_step_s"]) for rank, p in fed_ranks.items() if p["wait_step_s"]}
             for p in section["per_rank"]:
                 notes = []
                 if slow is not None and slow["rank"] == p["rank"]:
                     notes.append(f"straggler: compute x{slow['slowdown']:.2f} the others'")
-                if fed.get("paced_by_rank") == p["rank"]:
-                    notes.append(f"its input sets the pace (waits {fed['per_rank'][p['rank']]['wait_share']:.0%} of "
-                                 "its steps)")
-                rows.append({**base, **{k: p[k] for k in ("rank", "host", "device", "compute_s", "exchange_s",
-                                                          "step_s", "exposed_s", "hidden_share")},
-                             "data_wait_s": waits.get(p["rank"]), "note": "; ".join(notes)})
+                if fed.get("paced_by_rank") == p["rank"] and p["rank"] in fed_ranks:
+                    notes.append(f"its input sets the pace (waits {fed_ranks[p['rank']]['wait_share']:.0%} of its "
+                                 "steps)")
+                rows.append(AttributionRow(**cell, **{k: p[k] for k in ("rank", "host", "device", "compute_s",
+                                                                         "exchange_s", "step_s", "exposed_s",
+                                                                         "hidden_share")},
+                                           data_wait_s=waits.get(p["rank"]), note="; ".join(notes)))
     return rows
 
 
-def input_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def input_rows(results: list[dict[str, Any]]) -> list[InputRow]:
     """Every run that read a dataset: its throughput, the synthetic run of the same cell's (where the folder has
     one), the input cost (bench.commands.compare.input_cost), the largest wait share and the pacing rank."""
     synthetic: dict[tuple, list[float]] = {}
@@ -232,11 +336,11 @@ def input_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key, section = key_of(r), r["input"]
         twin = synthetic.get((replace(key, source=""), r["world_size"]))
         data, base = r["summary"]["samples_per_sec_total"], statistics.median(twin) if twin else None
-        rows.append({"label": key.label, "setting": key.setting_text(), "n": r["world_size"], "data": data,
-                     "synthetic": base, "cost": input_cost("synthetic", key.source, base, data) if base else None,
-                     "wait_share_max": section["wait_share_max"], "paced_by": pacer(section),
-                     "loader_rate": min((p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]),
-                                        default=None)})
+        rows.append(InputRow(label=key.label, setting=key.setting_text(), n=r["world_size"], data=data,
+                             synthetic=base, cost=input_cost("synthetic", key.source, base, data) if base else None,
+                             wait_share_max=section["wait_share_max"], paced_by=pacer(section),
+                             loader_rate=min((p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]),
+                                             default=None)))
     return rows
 
 
@@ -244,19 +348,19 @@ def _fmt(x, spec=".2f", none="–"):
     return none if x is None else format(x, spec)
 
 
-def scaling_series(rows: list[dict]) -> dict[tuple, list[dict]]:
+def scaling_series(rows: list[ScalingRow]) -> dict[tuple, list[ScalingRow]]:
     """The rows with a speedup, one series per mode and setting, by n."""
     series: dict[tuple, list] = defaultdict(list)
     for r in rows:
-        if r["speedup"] is not None:
-            series[(r["label"], r["model"], r["precision"], r["batch_size"], r["inputs"], r["extras"])].append(r)
-    return {k: sorted(rs, key=lambda r: r["n"]) for k, rs in sorted(series.items())}
+        if r.speedup is not None:
+            series[(r.label, r.model, r.precision, r.batch_size, r.inputs, r.extras)].append(r)
+    return {k: sorted(rs, key=lambda r: r.n) for k, rs in sorted(series.items())}
 
 
 AXIS = {"GPU": "GPUs (n)", "rank": "ranks on the CPU (n)", "device": "GPUs or CPU ranks (n)"}
 
 
-def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
+def scaling_figure(series: dict[tuple, list[ScalingRow]], metric: str, word: str):
     """speedup.png or efficiency.png: one line per series at the measured world sizes (the only ticks), each point
     with its 95% interval (scaling_rows says which kind; the legend's title names the kinds drawn), the ideal
     line labelled with its formula, the x axis in the runs' devices (GPUs, or ranks on the CPU)."""
@@ -265,20 +369,20 @@ def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     kinds, unbounded = set(), False
     for (label, model, precision, batch, size, extras), rs in series.items():
-        ns = [r["n"] for r in rs]
-        values = [r[metric] for r in rs]
-        scale = [1.0 if metric == "speedup" else 1.0 / r["n"] for r in rs]
+        ns = [r.n for r in rs]
+        values = [getattr(r, metric) for r in rs]
+        scale = [1.0 if metric == "speedup" else 1.0 / r.n for r in rs]
         # a between-run interval is about the runs' mean: the newest run drawn may lie outside it (the bar ends there)
-        low = [max(0.0, v - r["speedup_low"] * k) if r["speedup_low"] is not None else 0.0
+        low = [max(0.0, v - r.speedup_low * k) if r.speedup_low is not None else 0.0
                for v, r, k in zip(values, rs, scale, strict=True)]
-        high = [max(0.0, r["speedup_high"] * k - v) if r["speedup_high"] is not None else 0.0
+        high = [max(0.0, r.speedup_high * k - v) if r.speedup_high is not None else 0.0
                 for v, r, k in zip(values, rs, scale, strict=True)]
-        kinds |= {("between runs" if r["interval_kind"].startswith("between") else r["interval_kind"])
-                  for r in rs if r["speedup_low"] is not None and r["n"] > 1}
-        unbounded |= any(r["speedup_low"] is None and r["interval_kind"] != "none" for r in rs)
+        kinds |= {("between runs" if r.interval_kind.startswith("between") else r.interval_kind)
+                  for r in rs if r.speedup_low is not None and r.n > 1}
+        unbounded |= any(r.speedup_low is None and r.interval_kind != "none" for r in rs)
         ax.errorbar(ns, values, yerr=[low, high], marker="o", capsize=3,
                     label=f"{label} ({model} {size} b{batch} {precision}{', ' + extras if extras else ''})")
-    measured = sorted({r["n"] for rs in series.values() for r in rs})
+    measured = sorted({r.n for rs in series.values() for r in rs})
     ends = [1, max(measured)]
     ax.plot(ends, ends if metric == "speedup" else [1.0, 1.0], "k--", lw=1,
             label="ideal: S_n = n" if metric == "speedup" else "ideal: E_n = 1")
@@ -296,7 +400,7 @@ def scaling_figure(series: dict[tuple, list[dict]], metric: str, word: str):
     return fig
 
 
-def plots(rows: list[dict], results: list[dict], out: Path, unit: str = "sample") -> list[str]:
+def plots(rows: list[ScalingRow], results: list[dict], out: Path, unit: str = "sample") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -417,7 +521,7 @@ def html_page(markdown: str, folder: Path) -> str:
             f"<body>\n{body}</body></html>\n")
 
 
-def reference_rows(chosen: dict) -> list[dict[str, Any]]:
+def reference_rows(chosen: dict) -> list[ReferenceRow]:
     """Each chosen result that has a reference (bench.records.references.standing), in the cells' order."""
     rows = []
     extra = references.user_references()
@@ -425,8 +529,8 @@ def reference_rows(chosen: dict) -> list[dict[str, Any]]:
         for n, r in sorted(by_n.items()):
             found = references.standing(r, extra)
             if found is not None:
-                rows.append({"label": key.label, "setting": key.setting_text(), "n": n, "share": found[0],
-                             "reference": found[1], "rate": r["summary"]["samples_per_sec_per_gpu"]})
+                rows.append(ReferenceRow(label=key.label, setting=key.setting_text(), n=n, share=found[0],
+                                         reference=found[1], rate=r["summary"]["samples_per_sec_per_gpu"]))
     return rows
 
 
@@ -455,28 +559,28 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
           "| speedup | efficiency | wall speedup | vs single | init s |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ci = r["ci95"]
+        ci = r.ci95
         within = f"{ci[0]:.2f}–{_fmt(ci[1], none='∞')}" if ci else "–"  # no upper bound: unbounded above
-        between = (f"{r['between_ci95_low']:.2f}–{r['between_ci95_high']:.2f} ({r['between_runs']} runs)"
-                   if r["between_ci95_low"] is not None else "–")
-        extras = f", {r['extras']}" if r["extras"] else ""
-        md.append(f"| {r['label']} | {r['model']} {r['inputs']} b{r['batch_size']} {r['precision']}{extras} | {r['n']} "
-                  f"| {r['samples_per_sec_total']:.2f} | {r['samples_per_sec_per_gpu']:.2f} | "
-                  f"{within} | {between} | {_fmt(r['speedup'])} | "
-                  f"{_fmt(r['efficiency'], '.0%')} | {_fmt(r['wall_speedup'])} | {_fmt(r['vs_single'])} | "
-                  f"{r['init_s']:.1f} |")
+        between = (f"{r.between_ci95_low:.2f}–{r.between_ci95_high:.2f} ({r.between_runs} runs)"
+                   if r.between_ci95_low is not None else "–")
+        extras = f", {r.extras}" if r.extras else ""
+        md.append(f"| {r.label} | {r.model} {r.inputs} b{r.batch_size} {r.precision}{extras} | {r.n} "
+                  f"| {r.samples_per_sec_total:.2f} | {r.samples_per_sec_per_gpu:.2f} | "
+                  f"{within} | {between} | {_fmt(r.speedup)} | "
+                  f"{_fmt(r.efficiency, '.0%')} | {_fmt(r.wall_speedup)} | {_fmt(r.vs_single)} | "
+                  f"{r.init_s:.1f} |")
     md += paper_and_tuned_section(rows, unit, dev)
     md += ["", "## Horovod vs native", ""]
     if versus:
         md += [f"| setting | n | Horovod | {unit}/s | native | {unit}/s | Horovod / native | faster | "
                "beyond run-to-run noise |", "|---|---|---|---|---|---|---|---|---|"]
         for v in versus:
-            runs = f"{v['runs'][0]} and {v['runs'][1]} runs"
+            runs = f"{v.runs[0]} and {v.runs[1]} runs"
             beyond = {True: f"yes ({runs})", False: f"undecided: between-run 95% intervals overlap ({runs})",
-                      None: f"undecided: {runs}; needs 2+ each"}[v["beyond_noise"]]
-            md.append(f"| {v['setting']} | {v['n']} | {v['horovod']} | {v['horovod_samples_per_sec']:.2f} | "
-                      f"{v['native']} | {v['native_samples_per_sec']:.2f} | {v['ratio']:.3f} | "
-                      f"{v['faster']} by {v['by_pct']:.1f}% | {beyond} |")
+                      None: f"undecided: {runs}; needs 2+ each"}[v.beyond_noise]
+            md.append(f"| {v.setting} | {v.n} | {v.horovod} | {v.horovod_samples_per_sec:.2f} | "
+                      f"{v.native} | {v.native_samples_per_sec:.2f} | {v.ratio:.3f} | "
+                      f"{v.faster} by {v.by_pct:.1f}% | {beyond} |")
     else:
         md.append("No Horovod/native pair in the same setting.")
     moved = traffic_rows(results)
@@ -488,10 +592,9 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "| mode | setting | n | exchange | tokens/s total | computed MB/step | measured MB/step "
                "| measured / computed |", "|---|---|---|---|---|---|---|---|"]
         for r in moved:
-            md.append(f"| {r['label']} | {r['setting']} | {r['n']} | {r['exchange']} "
-                      f"| {_fmt(r['tokens_per_sec'], '.0f')} "
-                      f"| {r['computed'] / 1e6:.2f} | {_fmt(r['measured'] and r['measured'] / 1e6)} "
-                      f"| {'not comparable (NCCL)' if r['not_comparable'] else _fmt(r['ratio'], '.3f')} |")
+            md.append(f"| {r.label} | {r.setting} | {r.n} | {r.exchange} | {_fmt(r.tokens_per_sec, '.0f')} "
+                      f"| {r.computed / 1e6:.2f} | {_fmt(r.measured and r.measured / 1e6)} "
+                      f"| {'not comparable (NCCL)' if r.not_comparable else _fmt(r.ratio, '.3f')} |")
     attributed = attribution_rows(chosen)
     if attributed:
         md += ["", "## Where each rank's step goes", "",
@@ -503,14 +606,13 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "| note |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for a in attributed:
-            if a["rank"] is None:
-                md.append(f"| {a['label']} | {a['setting']} | {a['n']} | – | – | – | – | – | – | – | – "
-                          f"| {a['note']} |")
+            if a.rank is None:
+                md.append(f"| {a.label} | {a.setting} | {a.n} | – | – | – | – | – | – | – | – | {a.note} |")
                 continue
-            md.append(f"| {a['label']} | {a['setting']} | {a['n']} | {a['rank']} | {a['host']} "
-                      f"| {1000 * a['compute_s']:.1f} | {1000 * a['exchange_s']:.1f} | {1000 * a['step_s']:.1f} "
-                      f"| {1000 * a['exposed_s']:.1f} | {_fmt(a['hidden_share'], '.0%')} "
-                      f"| {_fmt(a['data_wait_s'] and 1000 * a['data_wait_s'], '.1f')} | {a['note']} |")
+            md.append(f"| {a.label} | {a.setting} | {a.n} | {a.rank} | {a.host} "
+                      f"| {1000 * a.compute_s:.1f} | {1000 * a.exchange_s:.1f} | {1000 * a.step_s:.1f} "
+                      f"| {1000 * a.exposed_s:.1f} | {_fmt(a.hidden_share, '.0%')} "
+                      f"| {_fmt(a.data_wait_s and 1000 * a.data_wait_s, '.1f')} | {a.note} |")
     fed = input_rows(results)
     if fed:
         md += ["", "## What the data costs", "",
@@ -520,10 +622,9 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "| mode | setting | n | data /s | synthetic /s | input cost | max wait share | loader alone /s | "
                "paced by |", "|---|---|---|---|---|---|---|---|---|"]
         for f in fed:
-            paced = f["paced_by"] or "–"
-            md.append(f"| {f['label']} | {f['setting']} | {f['n']} | {f['data']:.2f} | {_fmt(f['synthetic'])} "
-                      f"| {_fmt(f['cost'], '.1%')} | {_fmt(f['wait_share_max'], '.1%')} "
-                      f"| {_fmt(f['loader_rate'], '.0f')} | {paced} |")
+            md.append(f"| {f.label} | {f.setting} | {f.n} | {f.data:.2f} | {_fmt(f.synthetic)} "
+                      f"| {_fmt(f.cost, '.1%')} | {_fmt(f.wait_share_max, '.1%')} "
+                      f"| {_fmt(f.loader_rate, '.0f')} | {f.paced_by or '–'} |")
     if converge.trained_to_target(results):  # bench converge's table and curves, for any folder that has them
         record = converge.analyse(results)
         md += ["", "## Training to a target", "", *converge.markdown(record)]
@@ -537,8 +638,8 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "GPU as a share of the reference's.", "",
                "| mode | setting | n | per GPU /s | reference /s | share | reference |",
                "|---|---|---|---|---|---|---|"]
-        md += [f"| {a['label']} | {a['setting']} | {a['n']} | {a['rate']:.1f} | {a['reference'].per_device:.1f} "
-               f"| {a['share']:.0%} | {a['reference'].label()} |" for a in against]
+        md += [f"| {a.label} | {a.setting} | {a.n} | {a.rate:.1f} | {a.reference.per_device:.1f} "
+               f"| {a.share:.0%} | {a.reference.label()} |" for a in against]
     tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
     if tele:
         md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",
@@ -561,10 +662,11 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
     path = out / "report.md"
     files.replace(path, "\n".join(md))
     table = io.StringIO()
-    writer = csv.DictWriter(table, fieldnames=[k for k in rows[0] if k != "ci95"] + ["ci95_low", "ci95_high"])
+    columns = [f.name for f in fields(ScalingRow) if f.name != "ci95"]
+    writer = csv.DictWriter(table, fieldnames=[*columns, "ci95_low", "ci95_high"])
     writer.writeheader()
     for r in rows:
-        ci = r["ci95"] or [None, None]
-        writer.writerow({**{k: v for k, v in r.items() if k != "ci95"}, "ci95_low": ci[0], "ci95_high": ci[1]})
+        ci = r.ci95 or [None, None]
+        writer.writerow({**{k: getattr(r, k) for k in columns}, "ci95_low": ci[0], "ci95_high": ci[1]})
     files.replace(out / "report.csv", table.getvalue())
     return path

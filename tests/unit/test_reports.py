@@ -20,29 +20,29 @@ def by_mode_n(folder):
 
 def test_report_figures_follow_the_formulas(tmp_path):
     results = by_mode_n(A)
-    rows = {(r["label"], r["n"]): r for r in scaling_rows(table_cells(load_results([A]))[0])}
+    rows = {(r.label, r.n): r for r in scaling_rows(table_cells(load_results([A]))[0])}
     for mode in ("torch-ddp", "torch-horovod"):
         t1 = results[(mode, 1)]["summary"]["samples_per_sec_total"]
         t2 = results[(mode, 2)]["summary"]["samples_per_sec_total"]
         single = results[("torch-single", 1)]["summary"]["samples_per_sec_total"]
-        assert rows[(mode, 2)]["speedup"] == pytest.approx(t2 / t1)
-        assert rows[(mode, 2)]["efficiency"] == pytest.approx(t2 / (2 * t1))
-        assert rows[(mode, 2)]["vs_single"] == pytest.approx(t2 / single)
+        assert rows[(mode, 2)].speedup == pytest.approx(t2 / t1)
+        assert rows[(mode, 2)].efficiency == pytest.approx(t2 / (2 * t1))
+        assert rows[(mode, 2)].vs_single == pytest.approx(t2 / single)
         w1 = results[(mode, 1)]["summary"]["samples_per_sec_wall_total"]
         w2 = results[(mode, 2)]["summary"]["samples_per_sec_wall_total"]
-        assert rows[(mode, 2)]["wall_speedup"] == pytest.approx(w2 / w1)
+        assert rows[(mode, 2)].wall_speedup == pytest.approx(w2 / w1)
     versus = horovod_vs_native(*table_cells(load_results([A])))
-    assert [(v["horovod"], v["native"], v["n"]) for v in versus] == [("torch-horovod", "torch-ddp", 1),
+    assert [(v.horovod, v.native, v.n) for v in versus] == [("torch-horovod", "torch-ddp", 1),
                                                                      ("torch-horovod", "torch-ddp", 2)]
     v2 = versus[1]
     h, d = results[("torch-horovod", 2)], results[("torch-ddp", 2)]
-    assert v2["ratio"] == pytest.approx(h["summary"]["samples_per_sec_total"] / d["summary"]["samples_per_sec_total"])
-    assert v2["runs"] == (1, 1) and v2["beyond_noise"] is None  # one launch a side: not decided
+    assert v2.ratio == pytest.approx(h["summary"]["samples_per_sec_total"] / d["summary"]["samples_per_sec_total"])
+    assert v2.runs == (1, 1) and v2.beyond_noise is None  # one launch a side: not decided
 
     path = write_report([A], tmp_path)
     text = path.read_text()
     assert "| torch-ddp | resnet50 32x32 b2 fp32, 10 classes | 2 |" in text and "## Horovod vs native" in text
-    assert f"{rows[('torch-ddp', 2)]['speedup']:.2f}" in text
+    assert f"{rows[('torch-ddp', 2)].speedup:.2f}" in text
     for png in ("speedup.png", "efficiency.png"):
         assert (tmp_path / png).stat().st_size > 5000
     assert len((tmp_path / "report.csv").read_text().splitlines()) == 1 + 5
@@ -213,9 +213,9 @@ def test_the_scaling_plots_tick_at_the_measured_sizes_and_draw_their_intervals()
         drawn = _ticks_and_bars(scaling_figure(series, metric, "rank"))
         assert drawn["ticks"] == ["1", "2"] and drawn["xlabel"] == "ranks on the CPU (n)"
         # a bar where the row has an interval (none at n = 1: the base against itself), of the row's length
-        scale = (lambda r: 1.0) if metric == "speedup" else (lambda r: 1.0 / r["n"])
-        assert drawn["bars"] == [[round((r["speedup_high"] - r["speedup_low"]) * scale(r), 6)
-                                  if r["speedup_low"] is not None else 0.0 for r in rs] for rs in series.values()]
+        scale = (lambda r: 1.0) if metric == "speedup" else (lambda r: 1.0 / r.n)
+        assert drawn["bars"] == [[round((r.speedup_high - r.speedup_low) * scale(r), 6)
+                                  if r.speedup_low is not None else 0.0 for r in rs] for rs in series.values()]
         assert sum(length > 0 for bars in drawn["bars"] for length in bars) == 1  # torch-ddp at 2: both ran
         assert ideal in drawn["labels"] and "within run" in drawn["title"]
     assert _ticks_and_bars(scaling_figure(series, "speedup", "GPU"))["xlabel"] == "GPUs (n)"
@@ -229,8 +229,8 @@ def test_the_scaling_plots_tick_at_the_measured_sizes_and_draw_their_intervals()
         again.append(r)
     chosen, repeats = table_cells(results + again)
     rows = scaling_rows(chosen, repeats)
-    assert all(r["between_runs"] == 3 and r["interval_kind"] == "between 3 runs" for r in rows)
-    assert all(r["speedup_low"] <= r["speedup_high"] for r in rows if r["speedup"] is not None)
+    assert all(r.between_runs == 3 and r.interval_kind == "between 3 runs" for r in rows)
+    assert all(r.speedup_low <= r.speedup_high for r in rows if r.speedup is not None)
     drawn = _ticks_and_bars(scaling_figure(scaling_series(rows), "speedup", "rank"))
     assert "between runs" in drawn["title"] and "within" not in drawn["title"]
 
@@ -283,9 +283,9 @@ def test_paper_and_tuned_runs_are_their_own_cells_and_are_put_side_by_side():
     chosen, repeats = table_cells([paper, tuned])
     assert len(chosen) == 2 and not any(repeats.values())
     rows = scaling_rows(chosen, repeats)
-    assert {r["extras"] for r in rows} == {"", "channels-last, compiled (default), fused optimizer"}
+    assert {r.extras for r in rows} == {"", "channels-last, compiled (default), fused optimizer"}
     ((a, b),) = paper_and_tuned(rows)
-    assert (a["profile"], b["profile"]) == ("cpu-quick", "cpu-tuned")
+    assert (a.profile, b.profile) == ("cpu-quick", "cpu-tuned")
     section = "\n".join(paper_and_tuned_section(rows, "img", "rank"))
     assert ("| torch-ddp | resnet50 32x32 fp32 | 2 | b2 | 50.00 | b8, channels-last, compiled (default), fused "
             "optimizer | 65.00 | 1.30 | 21.5 |") in section

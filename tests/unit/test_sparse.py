@@ -103,7 +103,7 @@ def test_a_gpu_runs_interface_counters_are_not_compared_with_the_computed_bytes(
               "summary": {}, "traffic": {"computed": {"bytes_per_step": 1e6, "exchange": "allreduce"},
                                          "measured": gpu}}
     (row,) = traffic_rows([result])
-    assert row["ratio"] is None and row["not_comparable"] and row["measured"] == 100.0
+    assert row.ratio is None and row.not_comparable and row.measured == 100.0
 
 
 def test_predict_adds_an_allgather_for_sparse_bytes():
