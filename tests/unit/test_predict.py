@@ -128,3 +128,21 @@ def test_published_check_covers_every_figure():
     # more communication per compute, lower efficiency: VGG-16 below ResNet-101 below Inception V3 at 512
     e = {r["model"]: r["predicted_efficiency"] for r in rows if r["gpus"] == 512}
     assert e["vgg16"] < e["resnet101"] < e["inception3"]
+
+
+def test_the_sweep_check_prices_each_mode_with_the_measured_allreduce():
+    """bench predict --sweep on real CPU runs and an allreduce record read as its model: a row per mode at n = 2,
+    the one measurement serving both modes, and the measured efficiency T_2 / (2 T_1) from the results."""
+    from bench.commands.predict import HOROVOD_FUSION_BYTES, check_sweep
+    from bench.records.collect import load_results
+    from tests.conftest import FIXTURES
+
+    measured = samples.allreduce([(4096, 1e-3, 0.004), (553430176, 0.5, 1.1)], backend="torch")
+    results = load_results([FIXTURES / "sweep-a"])
+    rows = check_sweep(results, [measured], None, HOROVOD_FUSION_BYTES)
+    assert sorted((r["mode"], r["gpus"], r["backend"]) for r in rows) == [("torch-ddp", 2, "torch"),
+                                                                          ("torch-horovod", 2, "torch")]
+    per_gpu = {(r["mode"], r["world_size"]): r["summary"]["samples_per_sec_per_gpu"] for r in results}
+    for r in rows:
+        assert r["measured_efficiency"] == pytest.approx(per_gpu[(r["mode"], 2)] / per_gpu[(r["mode"], 1)])
+        assert 0 < r["predicted_efficiency"] <= 1 and r["busbw_GBps"] == 1.1
