@@ -210,9 +210,9 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     console = Console(file=sys.stdout)
     console.print(render_table(result))
     console.print(f"result: {path}")
-    busy = host_load.warning(result.get("host_load"))
+    busy = host_load.warning(result.host_load)
     if busy:
         print(busy, file=sys.stderr)
-    if not result["sync"]["ranks_in_sync"]:
+    if not result.sync.ranks_in_sync:
         raise NotValid(f"ranks finished with different parameters (see {path}); the run is not valid")
     return path

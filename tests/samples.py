@@ -1,13 +1,20 @@
 """The smallest record of each kind that matches its model (bench.records.kinds, bench.records.schema), for the
-tests of the store's mechanics: write whole, never overwrite, fall back."""
+tests of the store's mechanics: write whole, never overwrite, fall back; and a run's result with the parts a test
+sets."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Allreduce
+from bench.records.results import load_result
+from bench.records.schema import Result
 from bench.records.store import Kind
+
+# A real result (tests/fixtures/README.md): a 1-rank torch-ddp run on the CPU.
+FIXTURE = Path(__file__).parent / "fixtures" / "sweep-a" / "20261121T123741Z-torch-ddp-12708fb0.json"
 
 _BODIES: dict[Kind, dict[str, Any]] = {
     Kind.VERIFY: {"config": {}, "modes": [], "cross_framework": None, "passed": True, "definitions": {},
@@ -44,3 +51,17 @@ def allreduce(rows: list[tuple[int, float, float]], world_size: int = 2, **confi
     return Allreduce(**{**record(Kind.ALLREDUCE), "world_size": world_size, "config": config,
                         "rows": [{"bytes": b, "time_s": t, "algbw_GBps": bw, "busbw_GBps": bw, "correct": True,
                                   "model": None} for b, t, bw in rows]})
+
+
+def merged(base: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``parts`` laid over it: a dict over a dict merges key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in parts.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def result(**parts: Any) -> Result:
+    """A run's result: the fixture's, with ``parts`` laid over it (merged), read as the model."""
+    base = load_result(FIXTURE).model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return Result.model_validate(merged(base, parts))

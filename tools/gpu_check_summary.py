@@ -14,22 +14,23 @@ from pathlib import Path
 from bench.records import references, store
 from bench.records.collect import load_results
 from bench.records.describe import tuning_of
+from bench.records.schema import Result
 
 
 def _f(value, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _against(result: dict) -> str:
+def _against(result: Result) -> str:
     """The run's share of the shipped reference that matches it (bench.records.references), or '-'."""
     found = references.standing(result, [])
     return "-" if found is None else f"{found[0]:.0%} of {found[1].per_device:.0f} ({found[1].source.split(',')[0]})"
 
 
-def _traffic(result: dict) -> str:
+def _traffic(result: Result) -> str:
     """The interface counters against the computed bytes: the ratio, or why there is none (NCCL's paths)."""
-    measured = (result.get("traffic") or {}).get("measured") or {}
-    computed = ((result.get("traffic") or {}).get("computed") or {}).get("bytes_per_step")
+    measured = (result.traffic.measured if result.traffic else None) or {}
+    computed = result.traffic.computed.get("bytes_per_step") if result.traffic else None
     if not measured or not computed:
         return "-"
     if not measured.get("comparable", True):
@@ -47,55 +48,54 @@ def records(folder: Path, kind: store.Kind) -> list[dict]:
     return found
 
 
-def input_section(runs: list[dict]) -> list[str]:
+def input_section(runs: list[Result]) -> list[str]:
     """The --data runs: each rank's data wait and copy, the loader alone, and the cost against the synthetic run of
     the same mode, model, precision and ranks (bench compare's input_cost)."""
     from bench.commands.compare import input_cost
 
-    fed = [r for r in runs if (r.get("input") or {}).get("source") == "dataset" and not r.get("training")]
+    fed = [(r, r.input) for r in runs if r.input is not None and r.input.source == "dataset" and r.training is None]
     if not fed:
         return []
     md = ["", "## Input pipeline (--data against synthetic)", "",
           "| mode | model | precision | np | loader, workers | data img/s | synthetic img/s | input cost | "
           "max wait share | copy s (max rank) | loader alone img/s (min rank) | paced by |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in fed:
-        c, section = r["config"], r["input"]
-        twin = next((x for x in runs if (x.get("input") or {}).get("source") != "dataset" and x["mode"] == r["mode"]
-                     and x["world_size"] == r["world_size"] and not x["config"].get("channels_last")
-                     and all(x["config"][k] == c[k] for k in ("model", "precision", "batch_size", "image_size"))),
+    for r, section in fed:
+        c = r.config
+        twin = next((x for x in runs if (x.input is None or x.input.source != "dataset") and x.mode == r.mode
+                     and x.world_size == r.world_size and not x.config.get("channels_last")
+                     and all(x.config[k] == c[k] for k in ("model", "precision", "batch_size", "image_size"))),
                     None)
-        data, synthetic = r["summary"]["samples_per_sec_total"], twin and twin["summary"]["samples_per_sec_total"]
+        data, synthetic = r.summary.samples_per_sec_total, twin and twin.summary.samples_per_sec_total
         cost = input_cost("synthetic", "dataset", synthetic, data) if synthetic else None
-        copies = [p["h2d_s"] for p in section["per_rank"] if p["h2d_s"] is not None]
-        rates = [p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]]
-        paced = section.get("paced_by_rank")
-        md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | {r['world_size']} | {section['loader']}, "
-                  f"{'/'.join(map(str, section['workers']))} | {data:.1f} | {_f(synthetic)} | "
-                  f"{_f(cost and 100 * cost)}% | {_f(100 * (section['wait_share_max'] or 0))}% | "
+        copies = [p.h2d_s for p in section.per_rank if p.h2d_s is not None]
+        rates = [p.loader_rate for p in section.per_rank if p.loader_rate]
+        paced = section.paced_by_rank
+        md.append(f"| {r.mode} | {c['model']} | {c['precision']} | {r.world_size} | {section.loader}, "
+                  f"{'/'.join(map(str, section.workers))} | {data:.1f} | {_f(synthetic)} | "
+                  f"{_f(cost and 100 * cost)}% | {_f(100 * (section.wait_share_max or 0))}% | "
                   f"{_f(max(copies) if copies else None, '.3f')} | {_f(min(rates) if rates else None)} | "
                   f"{'-' if paced is None else f'rank {paced}'} |")
     return md
 
 
-def anchors_section(runs: list[dict]) -> list[str]:
+def anchors_section(runs: list[Result]) -> list[str]:
     """Every ResNet-50 run on an H100 or H200 against Lambda's published figure at its precision (amp-bf16 held
     against their AMP (fp16) figure, said so) and MLPerf's: the ratio per GPU, with the batch and settings beside it."""
     md = []
     for r in runs:
-        c = r["config"]
+        c = r.config
         if c["model"] != "resnet50" or c.get("data") or c.get("device") != "cuda":
             continue
-        gpu = next((g for g in ("H100", "H200") if g in " ".join(x.get("device", "") for x in
-                                                                 r["environment"].get("ranks", []))), None)
+        gpu = next((g for g in ("H100", "H200") if g in " ".join(x.device for x in r.environment.ranks)), None)
         anchor = gpu and references.published(gpu, "amp-fp16" if c["precision"].startswith("amp") else "fp32")
         if not anchor:
             continue
-        rate = r["summary"]["samples_per_sec_per_gpu"]
+        rate = r.summary.samples_per_sec_per_gpu
         settings = ", ".join([f"batch {c['batch_size']}", c.get("profile") or "-"] +
                              ["channels-last"] * bool(c.get("channels_last")) + [t for t in [tuning_of(c)] if t])
         how = "Lambda, PyTorch " + ("AMP" if anchor.precision == "amp-fp16" else "TF32")
-        md.append(f"| {r['mode']} | {c['precision']} | {settings} | {rate:.1f} | {how} {anchor.per_device:.0f} at "
+        md.append(f"| {r.mode} | {c['precision']} | {settings} | {rate:.1f} | {how} {anchor.per_device:.0f} at "
                   f"batch {anchor.batch_size} | {rate / anchor.per_device:.3f} | "
                   f"{rate / references.MLPERF_RESNET50[gpu]:.3f} |")
     if not md:
@@ -105,36 +105,34 @@ def anchors_section(runs: list[dict]) -> list[str]:
             "|---|---|---|---|---|---|---|", *md]
 
 
-def training_section(runs: list[dict]) -> list[str]:
+def training_section(runs: list[Result]) -> list[str]:
     """The runs that trained to a target (docs/training.md): epochs, time to the target, final accuracy."""
-    trained = [r for r in runs if r.get("training")]
+    trained = [(r, r.training) for r in runs if r.training is not None]
     if not trained:
         return []
     md = ["", "## Training to a target", "", "| mode | model | np | epochs run | target | time to target s | "
           "epochs to target | final top-1 | evaluations s | img/s total | resumed after epoch |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in trained:
-        t = r["training"]
-        resumed = ", ".join(str(x["epoch"]) for x in t.get("resumed") or []) or "-"
-        md.append(f"| {r['mode']} | {r['config']['model']} | {r['world_size']} | {t['epochs_run']} | "
-                  f"{t['target_accuracy']} | {_f(t['time_to_target_s'])} | {t['epochs_to_target'] or '-'} | "
-                  f"{t['final_top1']:.4f} | {t['eval_s_total']:.1f} | {r['summary']['samples_per_sec_total']:.1f} | "
+    for r, t in trained:
+        resumed = ", ".join(str(x.epoch) for x in t.resumed or []) or "-"
+        md.append(f"| {r.mode} | {r.config['model']} | {r.world_size} | {t.epochs_run} | "
+                  f"{t.target_accuracy} | {_f(t.time_to_target_s)} | {t.epochs_to_target or '-'} | "
+                  f"{_f(t.final_top1, '.4f')} | {t.eval_s_total:.1f} | {r.summary.samples_per_sec_total:.1f} | "
                   f"{resumed} |")
     return md
 
 
-def trace_section(runs: list[dict]) -> list[str]:
+def trace_section(runs: list[Result]) -> list[str]:
     """The traced runs (--trace, bench.measure.trace): where the files are and what tracing cost per step."""
-    traced = [r for r in runs if r.get("trace")]
+    traced = [(r, r.trace) for r in runs if r.trace is not None]
     if not traced:
         return []
     md = ["", "## Traces (--trace)", "", "| mode | model | np | steps | traced ms/step | windows ms/step | cost | "
           "files |", "|---|---|---|---|---|---|---|---|"]
-    for r in traced:
-        t = r["trace"]
-        md.append(f"| {r['mode']} | {r['config']['model']} | {r['world_size']} | {t['steps']} | "
-                  f"{1e3 * t['traced_step_s']:.2f} | {1e3 * t['untraced_step_s']:.2f} | {100 * t['cost']:+.1f}% | "
-                  f"{t['folder']}/ |")
+    for r, t in traced:
+        md.append(f"| {r.mode} | {r.config['model']} | {r.world_size} | {t.steps} | "
+                  f"{1e3 * t.traced_step_s:.2f} | {1e3 * t.untraced_step_s:.2f} | {100 * t.cost:+.1f}% | "
+                  f"{t.folder}/ |")
     return md
 
 
@@ -149,10 +147,10 @@ def main() -> None:
     md = ["# GPU check", ""]
     runs = load_results([results], []) if list(results.glob("*.json")) else []
     if runs:
-        env = runs[0]["environment"]
-        torch = env.get("torch") or {}
-        gpus = (env.get("nvml") or {}).get("gpus") or []
-        md += [f"Host {env.get('hostname')}: {len(gpus)} GPU(s) {', '.join(sorted({g.get('name', '?') for g in gpus}))}"
+        env = runs[0].environment
+        torch = env.part("torch")
+        gpus = (env.nvml or {}).get("gpus") or []
+        md += [f"Host {env.hostname}: {len(gpus)} GPU(s) {', '.join(sorted({g.get('name', '?') for g in gpus}))}"
                f"{', driver ' + str(gpus[0].get('driver')) if gpus and gpus[0].get('driver') else ''}; "
                f"torch {torch.get('version')}, CUDA {torch.get('cuda')}, cuDNN {torch.get('cudnn')}, "
                f"NCCL {torch.get('nccl')}.", ""]
@@ -168,18 +166,18 @@ def main() -> None:
         md += ["", "## Runs", "", "| mode | model | precision | profile, batch, settings | np | samples/s total | "
                "per GPU | vs reference | MFU measured | MFU spec | W total | J/sample | throttled | GPUs sampled | "
                "traffic check |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(runs, key=lambda r: (r["config"]["model"], r["mode"], r["config"]["precision"],
-                                             r["world_size"])):
-            c, s, t, u = r["config"], r["summary"], r["telemetry"], r.get("utilisation") or {}
+        for r in sorted(runs, key=lambda r: (r.config["model"], r.mode, r.config["precision"], r.world_size)):
+            c, s, t, u = r.config, r.summary, r.telemetry, r.utilisation
             layout = ["channels-last"] * bool(c.get("channels_last")) + ["data"] * bool(c.get("data"))
-            layout += [t for t in [tuning_of(c)] if t]
-            md.append(f"| {r['mode']} | {c['model']} | {c['precision']} | {c.get('profile', '-')}, batch "
-                      f"{c['batch_size']}{', ' if layout else ''}{', '.join(layout)} | {r['world_size']} | "
-                      f"{s['samples_per_sec_total']:.1f} | {s['samples_per_sec_per_gpu']:.1f} | {_against(r)} | "
-                      f"{_f(u.get('mfu_measured') and 100 * u['mfu_measured'])}% | "
-                      f"{_f(u.get('mfu_spec') and 100 * u['mfu_spec'])}% | {_f(t.get('power_w_mean_total'))} | "
-                      f"{_f(t.get('energy_per_sample_j'), '.3g')} | {t.get('throttled', '-')} | "
-                      f"{t.get('gpus_sampled', '-')} of {r['world_size']} | {_traffic(r)} |")
+            layout += [x for x in [tuning_of(c)] if x]
+            mfu_measured, mfu_spec = (u.mfu_measured, u.mfu_spec) if u else (None, None)
+            md.append(f"| {r.mode} | {c['model']} | {c['precision']} | {c.get('profile', '-')}, batch "
+                      f"{c['batch_size']}{', ' if layout else ''}{', '.join(layout)} | {r.world_size} | "
+                      f"{s.samples_per_sec_total:.1f} | {s.samples_per_sec_per_gpu:.1f} | {_against(r)} | "
+                      f"{_f(mfu_measured and 100 * mfu_measured)}% | "
+                      f"{_f(mfu_spec and 100 * mfu_spec)}% | {_f(t.power_w_mean_total)} | "
+                      f"{_f(t.energy_per_sample_j, '.3g')} | {'-' if t.throttled is None else t.throttled} | "
+                      f"{getattr(t, 'gpus_sampled', None) or '-'} of {r.world_size} | {_traffic(r)} |")
     md += anchors_section(runs)
     md += input_section(runs)
     md += trace_section(runs)

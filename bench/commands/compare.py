@@ -32,7 +32,7 @@ from bench.config import option
 from bench.errors import BenchError
 from bench.records.collect import STRICT_HELP, load_results, significant, table_cells
 from bench.records.metrics import METRICS, find
-from bench.records.schema import Finding, NodeAccept
+from bench.records.schema import Finding, NodeAccept, Result
 from bench.tables import never_cut
 
 # The metrics compared, from the registry (bench.records.metrics): throughput, start-up and energy.
@@ -111,10 +111,10 @@ class Cell:
     label: str
     key_a: Any
     key_b: Any
-    a: dict[str, Any]
-    b: dict[str, Any]
-    runs_a: list[dict[str, Any]]
-    runs_b: list[dict[str, Any]]
+    a: Result
+    b: Result
+    runs_a: list[Result]
+    runs_b: list[Result]
 
 
 def matched(a: Path, b: Path, strict: bool = False) -> list[Cell]:
@@ -185,7 +185,7 @@ def apply_rules(rules: list[rules_mod.Rule], cells: list[Cell]) -> Verdict:
         for f in rules_mod.evaluate(rules, figures, baseline):
             f.cell = c.label  # a field of this use's own (a finding keeps extra fields)
             found.append(f)
-    nodes = sorted({rank["host"] for c in cells for rank in c.b["environment"]["ranks"]})
+    nodes = sorted({rank.host for c in cells for rank in c.b.environment.ranks})
     return Verdict(found, rules_mod.accept(nodes, found), sum(f.severity == "error" for f in found),
                    [r.name for r in rules if r.name not in used])
 

@@ -38,6 +38,7 @@ from bench.records import files, store
 from bench.records.collect import label_of, load_results
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Converge, ConvergeCurve, ConvergeRow
+from bench.records.schema import Result, Training
 
 DEFAULT_MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native")
 TOLERANCE = 0.02  # final top-1 of a configuration against the median of every configuration
@@ -83,37 +84,38 @@ class ConvergeConfig:
                            common={**self.common, "stop_at_target": False})
 
 
-def configuration(result: dict[str, Any]) -> tuple[str, int]:
-    return label_of(result), result["world_size"]
+def configuration(result: Result) -> tuple[str, int]:
+    return label_of(result), result.world_size
 
 
-def trained_to_target(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in results if (r.get("training") or {}).get("target_accuracy") is not None]
+def trained_to_target(results: list[Result]) -> list[tuple[Result, Training]]:
+    """Each result that trained to a target, with its training section."""
+    return [(r, r.training) for r in results if r.training is not None and r.training.target_accuracy is not None]
 
 
-def analyse(results: list[dict[str, Any]], tolerance: float = TOLERANCE) -> Converge:
+def analyse(results: list[Result], tolerance: float = TOLERANCE) -> Converge:
     """The table and the verdict from the results of training to a target (module docstring)."""
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for r in trained_to_target(results):
-        runs[configuration(r)].append(r)
+    runs: dict[tuple[str, int], list[tuple[Result, Training]]] = defaultdict(list)
+    for r, training in trained_to_target(results):
+        runs[configuration(r)].append((r, training))
     if not runs:
         raise BenchError("no run in the folder trained to a target (--epochs with --target-accuracy)")
     rows, reasons = [], []
     for (label, n), rs in sorted(runs.items()):
-        times = [r["training"]["time_to_target_s"] for r in rs]
+        times = [t.time_to_target_s for _, t in rs]
         reached = [t for t in times if t is not None]
         median_time = statistics.median([math.inf if t is None else t for t in times])
-        finals = [r["training"]["final_top1"] for r in rs]
-        epochs = [r["training"]["epochs_to_target"] for r in rs if r["training"]["reached"]]
+        finals = [t.final_top1 or 0.0 for _, t in rs]
+        epochs = [t.epochs_to_target for _, t in rs if t.reached and t.epochs_to_target is not None]
         row = ConvergeRow(mode=label, np=n, repeats=len(rs), reached=len(reached),
                           time_to_target_s=None if math.isinf(median_time) else median_time,
                           time_min_s=min(reached, default=None), time_max_s=max(reached, default=None),
                           epochs_to_target=statistics.median(epochs) if epochs else None,
                           final_top1=statistics.median(finals), final_spread=max(finals) - min(finals),
-                          epochs_run=max(r["training"]["epochs_run"] for r in rs),
-                          in_sync=all(r["sync"]["ranks_in_sync"] for r in rs),
-                          init_s=statistics.median(r["timing"]["init_s"] for r in rs),
-                          results=[Path(r["_path"]).name for r in rs], final_vs_median=0.0)
+                          epochs_run=max(t.epochs_run or 0 for _, t in rs),
+                          in_sync=all(r.sync.ranks_in_sync for r, _ in rs),
+                          init_s=statistics.median(r.timing.init_s for r, _ in rs),
+                          results=[Path(r.file or r.run_id).name for r, _ in rs], final_vs_median=0.0)
         rows.append(row)
         if len(reached) < len(rs):
             reasons.append(f"{label} np {n}: {len(rs) - len(reached)} of {len(rs)} run(s) did not reach the target")
@@ -130,15 +132,15 @@ def analyse(results: list[dict[str, Any]], tolerance: float = TOLERANCE) -> Conv
     if len(epochs_run) > 1:
         reasons.append(f"the runs trained different numbers of epochs ({epochs_run}): final accuracies are not "
                        "at one epoch")
-    targets = sorted({r["training"]["target_accuracy"] for rs in runs.values() for r in rs})
+    targets = sorted({t.target_accuracy for rs in runs.values() for _, t in rs if t.target_accuracy is not None})
     if len(targets) > 1:
         reasons.append(f"the runs trained to different targets ({targets}): their times to target do not compare")
     return Converge(**header(new_run_id("converge"), store.Kind.CONVERGE), target_accuracy=targets[0],
                     tolerance=tolerance, median_final_top1=overall, rows=rows,
                     verdict="FAIL" if reasons else "PASS", reasons=reasons,
-                    curves=[ConvergeCurve(mode=label, np=n, seed=r["config"]["seed"], init_s=r["timing"]["init_s"],
-                                          points=[(c["wall_s"], c["top1"]) for c in r["training"]["curve"]])
-                            for (label, n), rs in sorted(runs.items()) for r in rs])
+                    curves=[ConvergeCurve(mode=label, np=n, seed=r.config["seed"], init_s=r.timing.init_s,
+                                          points=[(c.wall_s, c.top1) for c in t.curve])
+                            for (label, n), rs in sorted(runs.items()) for r, t in rs])
 
 
 def _fmt(x, spec: str) -> str:

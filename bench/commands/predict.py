@@ -59,6 +59,7 @@ from bench.modes import variant
 from bench.records.collect import load_results, table_cells
 from bench.records.kinds import Allreduce
 from bench.records.results import load_result
+from bench.records.schema import Result
 from bench.tables import never_cut
 
 BYTES_PER_ELEMENT = 4
@@ -163,29 +164,29 @@ def fit_overlap(inp: Inputs, n: int, efficiency: float) -> float:
 BACKWARD_SHARE = 2 / 3  # of a training step's matmul work: backward (input and weight gradients) is twice forward
 
 
-def overlap_from_attribution(result: dict[str, Any]) -> dict[str, float]:
+def overlap_from_attribution(result: Result) -> dict[str, float]:
     """overlap and H from a distributed result's attribution (module docstring); one line if it has none."""
-    section = result.get("attribution")
-    if result["world_size"] < 2 or not section:
-        raise BenchError(f"{result['run_id']} has no per-rank attribution (a run of 2 or more ranks with "
+    section = result.attribution
+    if result.world_size < 2 or section is None:
+        raise BenchError(f"{result.run_id} has no per-rank attribution (a run of 2 or more ranks with "
                          "--attribution-steps >= 1 has one)")
-    if not section["measured"]:
-        raise BenchError(f"{result['run_id']}'s attribution was not measured: {section['reason']}")
-    if section["hidden_share_median"] is None:
-        raise BenchError(f"{result['run_id']}'s attribution has no hidden share (an exchange of 0 s)")
-    compute = sorted(p["compute_s"] for p in section["per_rank"])[len(section["per_rank"]) // 2]
-    return {"overlap": section["hidden_share_median"], "hidden_cap_s": BACKWARD_SHARE * compute}
+    if not section.measured or not section.per_rank:
+        raise BenchError(f"{result.run_id}'s attribution was not measured: {section.reason}")
+    if section.hidden_share_median is None:
+        raise BenchError(f"{result.run_id}'s attribution has no hidden share (an exchange of 0 s)")
+    compute = sorted(p.compute_s for p in section.per_rank)[len(section.per_rank) // 2]
+    return {"overlap": section.hidden_share_median, "hidden_cap_s": BACKWARD_SHARE * compute}
 
 
 
-def from_result(result: dict[str, Any]) -> dict[str, Any]:
+def from_result(result: Result) -> dict[str, Any]:
     """t1, b, G and S from a one-GPU bench result (the per-window mean throughput's step time; the gradient's
     dense and sparse bytes as the result computed them, bench.measure.traffic)."""
-    if result["world_size"] != 1:
-        raise BenchError(f"--result needs a 1-GPU (world size 1) result, got world size {result['world_size']}")
-    cfg = result["config"]
-    per_gpu = result["summary"]["samples_per_sec_per_gpu"]
-    computed = (result.get("traffic") or {}).get("computed")
+    if result.world_size != 1:
+        raise BenchError(f"--result needs a 1-GPU (world size 1) result, got world size {result.world_size}")
+    cfg = result.config
+    per_gpu = result.summary.samples_per_sec_per_gpu
+    computed = result.traffic.computed if result.traffic is not None else None
     if computed is not None:
         sizes = {"gradient_bytes": computed["dense_bytes"], "sparse_bytes": computed["sparse_bytes_per_rank"]}
         if computed.get("alltoall_bytes_per_rank"):  # torch-hybrid's sharded table
@@ -250,7 +251,7 @@ def _collective(label: str) -> bool:
         return True
 
 
-def check_sweep(results: list[dict[str, Any]], allreduces: list[Allreduce], overlap: float | None,
+def check_sweep(results: list[Result], allreduces: list[Allreduce], overlap: float | None,
                 fusion_bytes: int) -> list[dict[str, Any]]:
     """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency. The
     overlap: ``overlap`` when given, else measured (the smallest n > 1 result's attribution), else 0.5."""
@@ -272,13 +273,13 @@ def check_sweep(results: list[dict[str, Any]], allreduces: list[Allreduce], over
                 pass
         inp = Inputs(**base, busbw_GBps=net["busbw_GBps"], latency_s=net["latency_s"], fusion_bytes=fusion_bytes,
                      **hiding, **gather)
-        per_gpu_1 = by_n[1]["summary"]["samples_per_sec_per_gpu"]
+        per_gpu_1 = by_n[1].summary.samples_per_sec_per_gpu
         for n, result in sorted(by_n.items()):
             if n == 1:
                 continue
-            measured = result["summary"]["samples_per_sec_per_gpu"] / per_gpu_1
+            measured = result.summary.samples_per_sec_per_gpu / per_gpu_1
             p = predict(inp, n)
-            rows.append({"mode": key.label, "model": by_n[1]["config"]["model"], "gpus": n,
+            rows.append({"mode": key.label, "model": key.model, "gpus": n,
                          "backend": allreduce.backend,
                          "t1_s": inp.step_time_s, "gradient_bytes": inp.gradient_bytes,
                          "sparse_bytes": inp.sparse_bytes, "setting": key.setting_text(),
@@ -333,7 +334,7 @@ def one_gpu_inputs(result_path: str | None, step_time: float | None, images_per_
 def throughput_symbol(result_path: str | None, model: str) -> str:
     """The unit predicted throughput is in: the workload's (img/s for images), from the result or the model."""
     if result_path is not None:
-        return load_result(result_path)["workload"]["symbol"]
+        return load_result(result_path).workload.symbol
     return model_spec(model).workload.symbol
 
 

@@ -26,12 +26,10 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 from bench.commands import converge
 from bench.commands.compare import input_cost
 from bench.config import option
-from bench.data.feed import pacer
 from bench.errors import BenchError
 from bench.measure.attribution import STRAGGLER_THRESHOLD
 from bench.modes import MODES
@@ -48,7 +46,7 @@ from bench.records.collect import (
 )
 from bench.records.describe import source_of
 from bench.records.metrics import METRICS, device_word, devices_word, sample_symbol
-from bench.records.results import hosts_of
+from bench.records.schema import Result
 
 # The registry's metrics each row of report.csv carries (bench.records.metrics), beside the derived speedups.
 REPORTED = ("samples_per_sec_total", "samples_per_sec_per_gpu", "samples_per_sec_wall_total", "tokens_per_sec_total",
@@ -167,7 +165,7 @@ def headline_sentence(unit: str) -> str:
     return f"Throughput T ({unit}/s) is {METRICS['samples_per_sec_total'].definition}."
 
 
-def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None) -> list[ScalingRow]:
+def scaling_rows(chosen: dict[Key, dict[int, Result]], repeats: dict | None = None) -> list[ScalingRow]:
     """One row per cell and world size: the headline and its intervals, speedup and efficiency against n = 1.
 
     The interval each row is plotted with (``interval``, ``interval_kind``) is the between-run 95% interval of
@@ -185,19 +183,19 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None
         spans = {n: _interval(r, repeats.get((key, n), [])) for n, r in by_n.items()}
         for n in sorted(by_n):
             r = by_n[n]
-            t, w = r["summary"]["samples_per_sec_total"], r["summary"].get("samples_per_sec_wall_total")
+            t, w = r.summary.samples_per_sec_total, r.summary.samples_per_sec_wall_total
             between = between_runs([r, *repeats.get((key, n), [])])
             row = ScalingRow(label=key.label, model=key.model, precision=key.precision, batch_size=key.batch_size,
                              inputs=key.inputs, extras=", ".join(key.extras()), device_name=key.device,
-                             profile=r["config"].get("profile"), compile_s=(r.get("timing") or {}).get("compile_s"),
+                             profile=r.config.get("profile"), compile_s=r.timing.compile_s,
                              n=n, unit=sample_symbol(r), device=device_word(r),
-                             **{name: METRICS[name].value(r) for name in REPORTED}, ci95=r["summary"].get("ci95"),
-                             between_runs=between["runs"] if between else 1,
-                             between_ci95_low=max(0.0, between["ci95"][0]) if between else None,
-                             between_ci95_high=between["ci95"][1] if between else None,
-                             interval_kind=spans[n][1], run_id=r["run_id"])
+                             **{name: METRICS[name].value(r) for name in REPORTED}, ci95=r.summary.ci95,
+                             between_runs=between.runs if between else 1,
+                             between_ci95_low=max(0.0, between.ci95[0]) if between else None,
+                             between_ci95_high=between.ci95[1] if between else None,
+                             interval_kind=spans[n][1], run_id=r.run_id)
             if base is not None:
-                t1 = base["summary"]["samples_per_sec_total"]
+                t1 = base.summary.samples_per_sec_total
                 row.speedup = t / t1
                 row.efficiency = t / (n * t1)
                 (low_n, high_n), (low_1, high_1) = spans[n][0] or (None, None), spans[1][0] or (None, None)
@@ -205,10 +203,10 @@ def scaling_rows(chosen: dict[Key, dict[int, dict]], repeats: dict | None = None
                     row.speedup_low = row.speedup_high = 1.0
                 elif None not in (low_n, high_n, low_1, high_1) and low_1 > 0:
                     row.speedup_low, row.speedup_high = low_n / high_1, high_n / low_1
-                w1 = base["summary"].get("samples_per_sec_wall_total")
+                w1 = base.summary.samples_per_sec_wall_total
                 row.wall_speedup = w / w1 if w and w1 else None
             if single is not None:
-                row.vs_single = t / single["summary"]["samples_per_sec_total"]
+                row.vs_single = t / single.summary.samples_per_sec_total
             rows.append(row)
     return rows
 
@@ -242,16 +240,16 @@ def paper_and_tuned_section(rows: list[ScalingRow], unit: str, dev: str) -> list
     return md
 
 
-def _interval(result: dict, repeats: list[dict]) -> tuple[list[float] | None, str]:
+def _interval(result: Result, repeats: list[Result]) -> tuple[list[float | None] | None, str]:
     """The 95% interval of a cell's headline to draw, and its kind: between runs where there are repeats."""
     between = between_runs([result, *repeats])
     if between is not None:  # a rate is not negative: a lower bound below 0 (few runs, wide t) is drawn from 0
-        return [max(0.0, between["ci95"][0]), between["ci95"][1]], f"between {between['runs']} runs"
-    ci = result["summary"].get("ci95")
+        return [max(0.0, between.ci95[0]), between.ci95[1]], f"between {between.runs} runs"
+    ci = result.summary.ci95
     return ci, "within run" if ci else "none"
 
 
-def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list[VersusRow]:
+def horovod_vs_native(chosen: dict[Key, dict[int, Result]], repeats: dict) -> list[VersusRow]:
     rows = []
     for key, by_n in chosen.items():
         spec = MODES.get(key.mode)
@@ -261,7 +259,7 @@ def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list
         for native_key in [k for k in chosen if k.mode == native_mode and k.setting == key.setting]:
             for n in sorted(set(by_n) & set(chosen[native_key])):
                 h, nat = by_n[n], chosen[native_key][n]
-                th, tn = h["summary"]["samples_per_sec_total"], nat["summary"]["samples_per_sec_total"]
+                th, tn = h.summary.samples_per_sec_total, nat.summary.samples_per_sec_total
                 decided = significant([h, *repeats[(key, n)]], [nat, *repeats[(native_key, n)]])
                 rows.append(VersusRow(setting=key.setting_text(), n=n, horovod=key.label, native=native_key.label,
                                       horovod_samples_per_sec=th, native_samples_per_sec=tn, ratio=th / tn,
@@ -271,75 +269,76 @@ def horovod_vs_native(chosen: dict[Key, dict[int, dict]], repeats: dict) -> list
     return sorted(rows, key=lambda r: (r.setting, r.horovod, r.native, r.n))
 
 
-def traffic_rows(results: list[dict[str, Any]]) -> list[TrafficRow]:
+def traffic_rows(results: list[Result]) -> list[TrafficRow]:
     """Every multi-process result's bytes per step, computed and measured (results that record them)."""
     rows = []
-    for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r["world_size"])):
-        t = r.get("traffic")
-        if not t or t["computed"]["bytes_per_step"] == 0:
+    for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r.world_size)):
+        t = r.traffic
+        computed = t.computed.get("bytes_per_step") if t is not None else None
+        if t is None or not computed:
             continue
-        computed = t["computed"]["bytes_per_step"]
-        reading = t.get("measured") or {}
+        reading = t.measured or {}
         measured = reading.get("bytes_per_step")
         comparable = reading.get("comparable", True)
-        rows.append(TrafficRow(label=label_of(r), setting=key_of(r).setting_text(), n=r["world_size"],
-                               exchange=t["computed"]["exchange"],
-                               tokens_per_sec=r["summary"].get("tokens_per_sec_total"), computed=computed,
+        rows.append(TrafficRow(label=label_of(r), setting=key_of(r).setting_text(), n=r.world_size,
+                               exchange=t.computed.get("exchange", "?"),
+                               tokens_per_sec=r.summary.tokens_per_sec_total, computed=computed,
                                measured=measured, ratio=measured / computed if measured and comparable else None,
                                not_comparable=None if comparable else reading.get("not_comparable")))
     return rows
 
 
-def attribution_rows(chosen: dict[Key, dict[int, dict]]) -> list[AttributionRow]:
+def attribution_rows(chosen: dict[Key, dict[int, Result]]) -> list[AttributionRow]:
     """Every rank of every multi-process cell used: its step taken apart (bench.measure.attribution), the
     straggler named."""
     rows = []
     for key, by_n in sorted(chosen.items(), key=lambda kv: str(kv[0])):
         for n, r in sorted(by_n.items()):
-            section = r.get("attribution")
-            if n < 2 or not section:
+            section = r.attribution
+            if n < 2 or section is None:
                 continue
             cell = {"label": key.label, "setting": key.setting_text(), "n": n}
-            if not section["measured"]:
-                rows.append(AttributionRow(**cell, note=f"not measured: {section['reason']}"))
+            if not section.measured or not section.per_rank:
+                rows.append(AttributionRow(**cell, note=f"not measured: {section.reason}"))
                 continue
-            slow = section["straggler"]
-            fed = r.get("input") or {}
-            fed_ranks = {p["rank"]: p for p in fed.get("per_rank") or [] if p.get("rank") is not None}
-            waits = {rank: statistics.mean(p["wait_step_s"]) for rank, p in fed_ranks.items() if p["wait_step_s"]}
-            for p in section["per_rank"]:
+            slow = section.straggler
+            fed = r.input
+            fed_ranks = {p.rank: p for p in (fed.per_rank if fed else []) if p.rank is not None}
+            waits = {rank: statistics.mean(p.wait_step_s) for rank, p in fed_ranks.items() if p.wait_step_s}
+            for p in section.per_rank:
                 notes = []
-                if slow is not None and slow["rank"] == p["rank"]:
-                    notes.append(f"straggler: compute x{slow['slowdown']:.2f} the others'")
-                if fed.get("paced_by_rank") == p["rank"] and p["rank"] in fed_ranks:
-                    notes.append(f"its input sets the pace (waits {fed_ranks[p['rank']]['wait_share']:.0%} of its "
+                if slow is not None and slow.rank == p.rank:
+                    notes.append(f"straggler: compute x{slow.slowdown:.2f} the others'")
+                if fed is not None and fed.paced_by_rank == p.rank and p.rank in fed_ranks:
+                    notes.append(f"its input sets the pace (waits {fed_ranks[p.rank].wait_share or 0:.0%} of its "
                                  "steps)")
-                rows.append(AttributionRow(**cell, **{k: p[k] for k in ("rank", "host", "device", "compute_s",
-                                                                         "exchange_s", "step_s", "exposed_s",
-                                                                         "hidden_share")},
-                                           data_wait_s=waits.get(p["rank"]), note="; ".join(notes)))
+                rows.append(AttributionRow(**cell, rank=p.rank, host=p.host, device=p.device, compute_s=p.compute_s,
+                                           exchange_s=p.exchange_s, step_s=p.step_s, exposed_s=p.exposed_s,
+                                           hidden_share=p.hidden_share, data_wait_s=waits.get(p.rank),
+                                           note="; ".join(notes)))
     return rows
 
 
-def input_rows(results: list[dict[str, Any]]) -> list[InputRow]:
+def input_rows(results: list[Result]) -> list[InputRow]:
     """Every run that read a dataset: its throughput, the synthetic run of the same cell's (where the folder has
     one), the input cost (bench.commands.compare.input_cost), the largest wait share and the pacing rank."""
     synthetic: dict[tuple, list[float]] = {}
     for r in results:
         if source_of(r) == "synthetic":
             key = replace(key_of(r), source="")
-            synthetic.setdefault((key, r["world_size"]), []).append(r["summary"]["samples_per_sec_total"])
+            synthetic.setdefault((key, r.world_size), []).append(r.summary.samples_per_sec_total)
     rows = []
     for r in results:
-        if source_of(r) == "synthetic":
+        section = r.input
+        if section is None or source_of(r) == "synthetic":
             continue
-        key, section = key_of(r), r["input"]
-        twin = synthetic.get((replace(key, source=""), r["world_size"]))
-        data, base = r["summary"]["samples_per_sec_total"], statistics.median(twin) if twin else None
-        rows.append(InputRow(label=key.label, setting=key.setting_text(), n=r["world_size"], data=data,
+        key = key_of(r)
+        twin = synthetic.get((replace(key, source=""), r.world_size))
+        data, base = r.summary.samples_per_sec_total, statistics.median(twin) if twin else None
+        rows.append(InputRow(label=key.label, setting=key.setting_text(), n=r.world_size, data=data,
                              synthetic=base, cost=input_cost("synthetic", key.source, base, data) if base else None,
-                             wait_share_max=section["wait_share_max"], paced_by=pacer(section),
-                             loader_rate=min((p["loader_rate"] for p in section["per_rank"] if p["loader_rate"]),
+                             wait_share_max=section.wait_share_max, paced_by=section.pacer,
+                             loader_rate=min((p.loader_rate for p in section.per_rank if p.loader_rate),
                                              default=None)))
     return rows
 
@@ -400,7 +399,7 @@ def scaling_figure(series: dict[tuple, list[ScalingRow]], metric: str, word: str
     return fig
 
 
-def plots(rows: list[ScalingRow], results: list[dict], out: Path, unit: str = "sample") -> list[str]:
+def plots(rows: list[ScalingRow], results: list[Result], out: Path, unit: str = "sample") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -414,11 +413,11 @@ def plots(rows: list[ScalingRow], results: list[dict], out: Path, unit: str = "s
             fig.savefig(out / name, dpi=120)
             plt.close(fig)
             written.append(name)
-    tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
+    tele = [r for r in results if r.telemetry.available]
     if tele:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        labels = [f"{label_of(r)} n={r['world_size']}" for r in tele]
-        ax.bar(labels, [r["telemetry"].get("energy_per_sample_j") or 0 for r in tele])
+        labels = [f"{label_of(r)} n={r.world_size}" for r in tele]
+        ax.bar(labels, [r.telemetry.energy_per_sample_j or 0 for r in tele])
         ax.set_ylabel(f"GPU energy per sample (J/{unit})")
         ax.tick_params(axis="x", rotation=45)
         fig.tight_layout()
@@ -426,15 +425,16 @@ def plots(rows: list[ScalingRow], results: list[dict], out: Path, unit: str = "s
         plt.close(fig)
         written.append("energy_per_sample.png")
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r in tele:
-            samples = Path(r["_path"]).parent / r["telemetry"].get("samples_csv", "")
-            if samples.is_file():
+        for run in tele:
+            csv_name = run.telemetry.samples_csv
+            samples = Path(run.file).parent / csv_name if run.file and csv_name else None
+            if samples is not None and samples.is_file():
                 with open(samples) as f:
                     rows_ = [x for x in csv.DictReader(f) if x["power_w"]]
                 if rows_:
                     t0 = float(rows_[0]["t"])
                     ax.plot([float(x["t"]) - t0 for x in rows_], [float(x["power_w"]) for x in rows_], lw=1,
-                            label=f"{label_of(r)} n={r['world_size']} gpu {rows_[0]['gpu']}")
+                            label=f"{label_of(run)} n={run.world_size} gpu {rows_[0]['gpu']}")
         ax.set_xlabel("time since the sampler started (s)")
         ax.set_ylabel("GPU power (W)")
         ax.legend(fontsize=7)
@@ -445,20 +445,20 @@ def plots(rows: list[ScalingRow], results: list[dict], out: Path, unit: str = "s
     return written
 
 
-def environment_text(results: list[dict]) -> list[str]:
-    envs = [r["environment"] for r in results]
+def environment_text(results: list[Result]) -> list[str]:
+    envs = [r.environment for r in results]
     first = envs[0]
-    hosts = sorted({host for r in results for host in hosts_of(r)})
-    usable = first.get("usable_cores")  # older records have no such field
-    cores = f"{first.get('cpu_count')} cores" + (f", {usable} the run could use" if usable not in (None,
-                                                                                   first.get("cpu_count")) else "")
-    lines = [f"- hosts: {', '.join(hosts)}", f"- CPU: {first.get('cpu')} ({cores})",
-             f"- Python {first.get('python')}, MPI: {first.get('mpi')}, container: {first.get('container')}"]
+    hosts = sorted({host for r in results for host in r.hosts})
+    usable = first.usable_cores  # older records have no such field
+    cores = f"{first.cpu_count} cores" + (f", {usable} the run could use" if usable not in (None, first.cpu_count)
+                                          else "")
+    lines = [f"- hosts: {', '.join(hosts)}", f"- CPU: {first.cpu} ({cores})",
+             f"- Python {first.python}, MPI: {first.mpi}, container: {first.container}"]
     for name in ("torch", "tensorflow", "horovod"):
-        versions = sorted({str(e[name].get("version")) for e in envs if isinstance(e.get(name), dict)})
+        versions = sorted({v for e in envs if (v := e.versions(name)) is not None})
         if versions:
             lines.append(f"- {name}: {', '.join(versions)}")
-    gpus = sorted({g.get("name") for e in envs for g in (e.get("nvml") or {}).get("gpus", [])})
+    gpus = sorted({g.get("name") for e in envs for g in (e.nvml or {}).get("gpus", [])})
     lines.append(f"- GPUs: {', '.join(gpus) if gpus else 'none (CPU runs)'}")
     return lines
 
@@ -530,7 +530,7 @@ def reference_rows(chosen: dict) -> list[ReferenceRow]:
             found = references.standing(r, extra)
             if found is not None:
                 rows.append(ReferenceRow(label=key.label, setting=key.setting_text(), n=n, share=found[0],
-                                         reference=found[1], rate=r["summary"]["samples_per_sec_per_gpu"]))
+                                         reference=found[1], rate=r.summary.samples_per_sec_per_gpu))
     return rows
 
 
@@ -640,15 +640,15 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                "|---|---|---|---|---|---|---|"]
         md += [f"| {a.label} | {a.setting} | {a.n} | {a.rate:.1f} | {a.reference.per_device:.1f} "
                f"| {a.share:.0%} | {a.reference.label()} |" for a in against]
-    tele = [r for r in results if (r.get("telemetry") or {}).get("available")]
+    tele = [r for r in results if r.telemetry.available]
     if tele:
         md += ["", "## Energy", "", f"| mode | n | J/{unit} | {unit}/s per W | mean GPU power W | throttled |",
                "|---|---|---|---|---|---|"]
-        for r in tele:
-            t = r["telemetry"]
-            md.append(f"| {label_of(r)} | {r['world_size']} | {_fmt(t.get('energy_per_sample_j'), '.3f')} | "
-                      f"{_fmt(t.get('samples_per_sec_per_watt'), '.3f')} | "
-                      f"{_fmt(t.get('power_w_mean_total'), '.0f')} | {'yes' if t.get('throttled') else 'no'} |")
+        for run in tele:
+            t = run.telemetry
+            md.append(f"| {label_of(run)} | {run.world_size} | {_fmt(t.energy_per_sample_j, '.3f')} | "
+                      f"{_fmt(t.samples_per_sec_per_watt, '.3f')} | "
+                      f"{_fmt(t.power_w_mean_total, '.0f')} | {'yes' if t.throttled else 'no'} |")
     if images:
         md += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     n_repeats = sum(len(v) for v in repeats.values())

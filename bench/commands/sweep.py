@@ -342,7 +342,7 @@ def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
         rate = ""
         if entry["status"] == "ok":
             try:
-                rate = f"{load_result(folder / entry['result'])['summary']['samples_per_sec_total']:.2f}"
+                rate = f"{load_result(folder / entry['result']).summary.samples_per_sec_total:.2f}"
             except BenchError as exc:
                 rate = f"unreadable: {exc}"
         seconds = entry.get("seconds")

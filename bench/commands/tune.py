@@ -113,7 +113,7 @@ def search(cfg: TuneConfig, folder: Path) -> list[TunePoint]:
         point = TunePoint(batch=batch, rate=None, gain=None, status=entry["status"], error=entry.get("error"),
                           result=entry.get("result"))
         if point.status == "ok":
-            point.rate = load_result(folder / entry["result"])["summary"]["samples_per_sec_total"]
+            point.rate = load_result(folder / entry["result"]).summary.samples_per_sec_total
             before = [p for p in points if p.status == "ok"]
             point.gain = point.rate / before[-1].rate - 1 if before else None
         elif ran_out_of_memory(folder / str(entry.get("log"))):

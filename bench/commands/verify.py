@@ -63,7 +63,8 @@ from bench.modes import Variant, variant, variants
 from bench.records import store
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Verify, VerifyRow
-from bench.records.results import check_output_dir, hosts_of, load_result
+from bench.records.results import check_output_dir, load_result
+from bench.records.schema import Result
 from bench.run import run
 from bench.tables import never_cut
 
@@ -159,8 +160,16 @@ def framework_variants(framework: str) -> list[Variant]:
 
 
 # -- orchestration (the parent process) ----------------------------------------------------------------
+@dataclass(frozen=True)
+class ModeRun:
+    """One verify run: its result, and its parameters before and after training."""
+    result: Result
+    initial: Any
+    final: Any
+
+
 def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards: int | None,
-              settings: dict[str, Any] | None = None) -> dict[str, Any]:
+              settings: dict[str, Any] | None = None) -> ModeRun:
     """One ordinary bench run of variant ``v`` for vc.steps steps, with snapshot hooks; its result and snapshots.
     ``settings``: run settings the checked mode asks for itself and its reference alike (ModeSpec.verify_settings)."""
     work.mkdir(parents=True)
@@ -183,8 +192,8 @@ def _run_mode(vc: VerifyConfig, v: Variant, work: Path, np_: int | None, shards:
     results = sorted((work / "result").glob("*.json"))
     if len(results) != 1:
         raise BenchError(f"{v.label} wrote {len(results)} results in {work / 'result'}")
-    return {"result": load_result(results[0]), "initial": load_parameters(work / "initial.npz")[1],
-            "final": load_parameters(work / "final.npz")[1]}
+    return ModeRun(load_result(results[0]), load_parameters(work / "initial.npz")[1],
+                   load_parameters(work / "final.npz")[1])
 
 
 
@@ -212,12 +221,12 @@ def _np_for(vc: VerifyConfig, v: Variant) -> int | None:
 
 
 def verify_framework(vc: VerifyConfig, framework: str, work: Path, log) -> list[VerifyRow]:
-    references: dict[tuple, dict[str, Any]] = {}  # (shards, settings) -> the reference's run, shared by modes
+    references: dict[tuple, ModeRun] = {}  # (shards, settings) -> the reference's run, shared by modes
     return [_verify_mode(vc, v, framework, work, references, log)
             for v in vc.selected if v in framework_variants(framework)]
 
 
-def _verify_mode(vc: VerifyConfig, v: Variant, framework: str, work: Path, references: dict[tuple, dict[str, Any]],
+def _verify_mode(vc: VerifyConfig, v: Variant, framework: str, work: Path, references: dict[tuple, ModeRun],
                  log) -> VerifyRow:
     """One mode's run against its reference's (run once per shard count and settings)."""
     label = v.label
@@ -236,8 +245,8 @@ def _verify_mode(vc: VerifyConfig, v: Variant, framework: str, work: Path, refer
         return row(status="SKIP", reason=str(exc))
     except BenchError as exc:
         return row(status="FAIL", reason=f"the run failed: {exc}")
-    result = got["result"]
-    shards = result["world_size"]
+    result = got.result
+    shards = result.world_size
     key = (shards, tuple(sorted(settings.items())))
     if key not in references:
         reference = variant(v.mode.reference)
@@ -246,10 +255,10 @@ def _verify_mode(vc: VerifyConfig, v: Variant, framework: str, work: Path, refer
         folder = f"{reference.label}-{shards}-shards" + (f"-{len(references)}" if settings else "")
         references[key] = _run_mode(vc, reference, work / folder, 1, shards, settings)
     ref = references[key]
-    checked = row(status="PASS", world_size=shards, hosts=hosts_of(result),
-                  ranks_in_sync=result["sync"]["ranks_in_sync"], params_changed=result["sync"]["params_changed"],
-                  initial_identical=identical(got["initial"], ref["initial"]),
-                  **differences(ref["initial"], ref["final"], got["final"]), tolerance=vc.threshold)
+    checked = row(status="PASS", reason=None, world_size=shards, hosts=result.hosts,
+                  ranks_in_sync=result.sync.ranks_in_sync, params_changed=result.sync.params_changed,
+                  initial_identical=identical(got.initial, ref.initial),
+                  **differences(ref.initial, ref.final, got.final), tolerance=vc.threshold)
     problems = [text for ok, text in (
         (checked.initial_identical, "initial weights differ from the reference's"),
         (checked.ranks_in_sync, "ranks ended with different parameters"),

@@ -43,13 +43,16 @@ import re
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.data import datasets
 from bench.data.loaders import default_loader
 from bench.data.loaders import loader as loader_named
 from bench.errors import BenchError
 from bench.launching.supervise import cpu_thread_share
+
+if TYPE_CHECKING:
+    from bench.records.schema import Input
 
 PACE_SHARE = 0.10
 SETTLE_DEPTHS = 4
@@ -324,32 +327,26 @@ def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def pacer(section: dict[str, Any]) -> str | None:
-    """Whose input pipeline sets the pace: "rank R", "worker W" (tf-native ps), or None."""
-    rank, worker = section.get("paced_by_rank"), section.get("paced_by_worker")
-    return f"worker {worker}" if worker is not None else None if rank is None else f"rank {rank}"
-
-
-def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+def table_rows(section: Input | None) -> list[tuple[str, str, str]]:
     """The terminal table's rows for a result's ``input`` section."""
-    if not section or section.get("source") != "dataset":
+    if section is None or section.source != "dataset":
         return [("input", "synthetic", "one batch made on the device; --data PATH reads a dataset")]
-    ranks = section["per_rank"]
-    rates = [p["loader_rate"] for p in ranks if p["loader_rate"]]
-    rows = [("input", f"{section['format']} via {section['loader']}",
-             f"{section['path']}, {'/'.join(map(str, section['workers']))} worker(s) per rank"),
-            ("data wait, share of step (max rank)", f"{100 * (section['wait_share_max'] or 0):.1f}",
-             f"%; median step wait {statistics.median(p['wait_step_ms_median'] or 0 for p in ranks):.1f} ms")]
-    copies = [p["h2d_s"] for p in ranks if p["h2d_s"] is not None]
+    ranks = section.per_rank
+    rates = [p.loader_rate for p in ranks if p.loader_rate]
+    rows = [("input", f"{section.format} via {section.loader}",
+             f"{section.path}, {'/'.join(map(str, section.workers))} worker(s) per rank"),
+            ("data wait, share of step (max rank)", f"{100 * (section.wait_share_max or 0):.1f}",
+             f"%; median step wait {statistics.median(p.wait_step_ms_median or 0 for p in ranks):.1f} ms")]
+    copies = [p.h2d_s for p in ranks if p.h2d_s is not None]
     if copies:
         rows.append(("host-to-device copy (max rank)", f"{max(copies):.3f}", "s over the timed windows"))
     if rates:
         rows.append(("loader alone, per rank (min)", f"{min(rates):.1f}", "samples/s at set-up"))
-    queues = [p for p in ranks if p.get("queue_at_start") is not None and p.get("queue_depth")]
+    queues = [p for p in ranks if p.queue_at_start is not None and p.queue_depth]
     if queues:
-        ready = "/".join(sorted({str(p["queue_at_start"]) for p in queues}))
-        rows.append(("input queue when timing started", f"{ready} of {queues[0]['queue_depth']}",
-                     f"batches ready, after {section.get('settle_steps', 0)} untimed step(s) to full or empty"))
-    rows.append(("input sets the pace", pacer(section) or "no",
-                 f"a rank waiting >= {section['pace_share']:.0%} of its step for data"))
+        ready = "/".join(sorted({str(p.queue_at_start) for p in queues}))
+        rows.append(("input queue when timing started", f"{ready} of {queues[0].queue_depth}",
+                     f"batches ready, after {section.settle_steps} untimed step(s) to full or empty"))
+    rows.append(("input sets the pace", section.pacer or "no",
+                 f"a rank waiting >= {section.pace_share or PACE_SHARE:.0%} of its step for data"))
     return rows

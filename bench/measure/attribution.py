@@ -53,7 +53,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.records.schema import Attribution
 
 STRAGGLER_THRESHOLD = 0.35
 
@@ -182,27 +185,27 @@ def straggler(per_rank: list[dict[str, Any]]) -> dict[str, Any] | None:
             "wait_share": (slow["compute_s"] - others) / slow["step_s"] if slow["step_s"] > 0 else None}
 
 
-def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+def table_rows(section: Attribution | None) -> list[tuple[str, str, str]]:
     """The terminal table's rows (label, value, unit) for a result's attribution section."""
-    if not section:
+    if section is None:
         return []
-    if not section["measured"]:
-        return [("attribution", "not measured", section["reason"])]
-    ranks = section["per_rank"]
-    compute = statistics.median(p["compute_s"] for p in ranks)
-    exchange = statistics.median(p["exchange_s"] for p in ranks)
-    hidden = section["hidden_share_median"]
-    rows = [("compute / step (median rank)", f"{1000 * compute:.1f} / {1000 * ranks[0]['step_s']:.1f}",
+    if not section.measured or not section.per_rank:
+        return [("attribution", "not measured", section.reason or "")]
+    ranks = section.per_rank
+    compute = statistics.median(p.compute_s for p in ranks)
+    exchange = statistics.median(p.exchange_s for p in ranks)
+    hidden = section.hidden_share_median
+    rows = [("compute / step (median rank)", f"{1000 * compute:.1f} / {1000 * ranks[0].step_s:.1f}",
              "ms, compute-only step / timed step"),
-            ("exchange alone / exposed", f"{1000 * exchange:.1f} / {1000 * section['exposed_s_median']:.1f}",
+            ("exchange alone / exposed", f"{1000 * exchange:.1f} / {1000 * (section.exposed_s_median or 0):.1f}",
              f"ms; hidden share {'n/a' if hidden is None else f'{100 * hidden:.0f}%'}")]
-    slow = section["straggler"]
+    slow = section.straggler
     if slow is None:
-        rows.append(("straggler", "none", f"no rank's compute over {section['straggler_threshold']:.0%} slower"))
+        rows.append(("straggler", "none", f"no rank's compute over {section.straggler_threshold or 0:.0%} slower"))
     else:
-        wait = "n/a" if slow["wait_share"] is None else f"{100 * slow['wait_share']:.0f}%"
-        rows.append(("straggler", f"rank {slow['rank']}",
-                     f"{slow['host']} {slow['device']}: compute x{slow['slowdown']:.2f} the others'; they wait "
+        wait = "n/a" if slow.wait_share is None else f"{100 * slow.wait_share:.0f}%"
+        rows.append(("straggler", f"rank {slow.rank}",
+                     f"{slow.host} {slow.device}: compute x{slow.slowdown:.2f} the others'; they wait "
                      f"{wait} of each step"))
     return rows
 

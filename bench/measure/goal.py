@@ -45,9 +45,12 @@ got.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from bench.records.schema import Training
 
 DECAYS = ("cosine", "step", "none")
 OPTIMIZERS = ("sgd", "adagrad")
@@ -224,30 +227,30 @@ def section(cfg, ranks: list[dict[str, Any]], init_s: float) -> dict[str, Any] |
     }
 
 
-def table_rows(training: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+def table_rows(training: Training | None) -> list[tuple[str, str, str]]:
     """The terminal table's rows for a result's ``training`` section: the target and when it was reached, the
     final accuracy, what the evaluations cost."""
-    if not training:
+    if training is None:
         return []
-    rows = [("held-out top-1 / top-5, last", f"{training['final_top1']:.4f} / {training['final_top5']:.4f}",
-             f"after {training['epochs_run']} epoch(s)")]
-    if training["target_accuracy"] is not None:
-        if training["reached"]:
-            rows.append(("time to target", f"{training['time_to_target_s']:.1f}",
-                         f"s after init (+ init: {training['time_to_target_with_init_s']:.1f} s); top-1 >= "
-                         f"{training['target_accuracy']} at epoch {training['epochs_to_target']}"))
+    rows = [("held-out top-1 / top-5, last", f"{training.final_top1:.4f} / {training.final_top5:.4f}",
+             f"after {training.epochs_run} epoch(s)")]
+    if training.target_accuracy is not None:
+        if training.reached:
+            rows.append(("time to target", f"{training.time_to_target_s:.1f}",
+                         f"s after init (+ init: {training.time_to_target_with_init_s:.1f} s); top-1 >= "
+                         f"{training.target_accuracy} at epoch {training.epochs_to_target}"))
         else:
-            rows.append(("time to target", "NOT REACHED", training["not_reached"]))
-    rows.append(("evaluations", f"{training['eval_s_total']:.1f}", f"s in {len(training['curve'])} evaluation(s), "
+            rows.append(("time to target", "NOT REACHED", training.not_reached or ""))
+    rows.append(("evaluations", f"{training.eval_s_total:.1f}", f"s in {len(training.curve)} evaluation(s), "
                  "outside the timed windows"))
-    if training.get("stopped") == "duration":
-        rows.append(("stopped", "time up", f"--duration {training['duration_s']:g} s: after epoch "
-                     f"{training['epochs_run']} of {training['curve'][-1]['wall_s']:.1f} s"))
-    if training.get("checkpoints"):
-        rows.append(("checkpoints", f"{training['checkpoint_s_total']:.2f}",
-                     f"s in {len(training['checkpoints'])} checkpoint(s), in the training time; last: "
-                     f"{training['checkpoints'][-1]['path']}"))
-    for r in training.get("resumed") or []:
-        rows.append(("resumed", f"epoch {r['epoch']}", f"from {r['from']} ({r['wall_s']:.1f} s of training "
+    if training.stopped == "duration":
+        rows.append(("stopped", "time up", f"--duration {training.duration_s:g} s: after epoch "
+                     f"{training.epochs_run} of {training.curve[-1].wall_s:.1f} s"))
+    if training.checkpoints:
+        rows.append(("checkpoints", f"{training.checkpoint_s_total:.2f}",
+                     f"s in {len(training.checkpoints)} checkpoint(s), in the training time; last: "
+                     f"{training.checkpoints[-1].path}"))
+    for r in training.resumed or []:
+        rows.append(("resumed", f"epoch {r.epoch}", f"from {r.checkpoint} ({r.wall_s:.1f} s of training "
                      "before it, counted once)"))
     return rows

@@ -34,7 +34,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.records.schema import HostLoad
 
 PROC = Path("/proc")
 WARN_CORES = 0.5
@@ -151,27 +154,27 @@ def section(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def table_rows(load: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+def table_rows(load: HostLoad | None) -> list[tuple[str, str, str]]:
     """The result table's row: the busiest host's other_cores beside the run's own, or why there is none."""
-    if not load:
+    if load is None:
         return []
-    if load["other_cores_max"] is None:
-        return [("other processes' cores", "n/a", load["other_cores_note"])]
-    worst = max((h for h in load["hosts"] if h["other_cores"] is not None), key=lambda h: h["other_cores"])
-    irq = f", interrupts': {worst['irq_cores']:.2f}" if worst.get("irq_cores") is not None else ""
-    return [("other processes' cores", f"{worst['other_cores']:.2f}",
-             f"of {worst['cpus']} on {worst['host']} over the windows (this run's: {worst['run_cores']:.2f}{irq})")]
+    if load.other_cores_max is None:
+        return [("other processes' cores", "n/a", load.other_cores_note or "")]
+    worst = max((h for h in load.hosts if h.other_cores is not None), key=lambda h: h.other_cores or 0.0)
+    irq = f", interrupts': {worst.irq_cores:.2f}" if worst.irq_cores is not None else ""
+    return [("other processes' cores", f"{worst.other_cores:.2f}",
+             f"of {worst.cpus} on {worst.host} over the windows (this run's: {worst.run_cores:.2f}{irq})")]
 
 
-def warning(load: dict[str, Any] | None) -> str | None:
+def warning(load: HostLoad | None) -> str | None:
     """One line when other processes kept at least WARN_CORES of some host's cores busy; else None."""
-    if not load:
+    if load is None:
         return None
-    busy = [h for h in load["hosts"] if h["other_cores"] is not None and h["other_cores"] >= WARN_CORES]
+    busy = [h for h in load.hosts if h.other_cores is not None and h.other_cores >= WARN_CORES]
     if not busy:
         return None
-    worst = max(busy, key=lambda h: h["other_cores"])
+    worst = max(busy, key=lambda h: h.other_cores or 0.0)
     more = f" (and {len(busy) - 1} more host(s))" if len(busy) > 1 else ""
-    return (f"warning: other processes kept {worst['other_cores']:.1f} of {worst['host']}'s {worst['cpus']} cores "
+    return (f"warning: other processes kept {worst.other_cores:.1f} of {worst.host}'s {worst.cpus} cores "
             f"busy while the windows ran{more}; these figures are that busy node's, not an idle one's "
             "(docs/running.md: a busy node)")

@@ -35,7 +35,10 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.records.schema import Trace
 
 TIMELINE = "horovod-timeline.json"
 
@@ -170,14 +173,14 @@ def build(ranks: list[dict[str, Any]], steps_per_window: int, run_id: str) -> di
             "horovod_timeline": timeline, "per_rank": per_rank, "definitions": DEFINITIONS}
 
 
-def table_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+def table_rows(section: Trace | None) -> list[tuple[str, str, str]]:
     """The run table's rows: where the files are and what tracing cost."""
-    if not section:
+    if section is None:
         return []
-    rows = [("trace (after the windows)", f"{section['steps']} steps", f"per rank, in {section['folder']}/"),
-            ("  tracing cost", f"{100 * section['cost']:+.0f}",
-             f"% per step ({1e3 * section['traced_step_s']:.1f} ms traced, {1e3 * section['untraced_step_s']:.1f} "
+    rows = [("trace (after the windows)", f"{section.steps} steps", f"per rank, in {section.folder}/"),
+            ("  tracing cost", f"{100 * section.cost:+.0f}",
+             f"% per step ({1e3 * section.traced_step_s:.1f} ms traced, {1e3 * section.untraced_step_s:.1f} "
              "ms in the windows)")]
-    if section.get("horovod_timeline"):
-        rows.append(("  Horovod timeline", "written", section["horovod_timeline"]))
+    if section.horovod_timeline:
+        rows.append(("  Horovod timeline", "written", section.horovod_timeline))
     return rows

@@ -10,7 +10,6 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench.errors import BenchError
 from bench.measure.checkpoint import STATE as CHECKPOINT_STATE
@@ -18,7 +17,8 @@ from bench.measure.stats import summarize
 from bench.models import MODELS, describe_inputs
 from bench.modes import mode_label
 from bench.records.describe import device_of, source_of, tuning_of
-from bench.records.results import CONFIGS_DIR, MANIFEST, hosts_of, upgraded
+from bench.records.results import CONFIGS_DIR, MANIFEST, upgraded
+from bench.records.schema import Result
 from bench.records.store import Kind, kind_of
 
 
@@ -58,15 +58,15 @@ class Key:
                 + "".join(f", {e}" for e in self.extras()))
 
 
-def label_of(result: dict[str, Any]) -> str:
-    return mode_label(result["mode"], result["config"].get("strategy"))
+def label_of(result: Result) -> str:
+    return mode_label(result.mode, result.config.get("strategy"))
 
 
-def key_of(result: dict[str, Any]) -> Key:
-    c = result["config"]
-    return Key(label_of(result), result["mode"], c["model"], c["precision"], c["batch_size"], describe_inputs(c),
+def key_of(result: Result) -> Key:
+    c = result.config
+    return Key(label_of(result), result.mode, c["model"], c["precision"], c["batch_size"], describe_inputs(c),
                c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")),
-               source_of(result), tuning_of(result["config"]))
+               source_of(result), tuning_of(c))
 
 
 # bench report's and bench compare's --strict: how load_results treats a file that is not a result.
@@ -74,7 +74,7 @@ STRICT_HELP = ("Refuse any JSON file in the folders that is not a readable resul
                "with one warning line and listed in the report).")
 
 
-def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
+def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[Result]:
     """Every result under the given files or folders.
 
     A file that is not one (unreadable, truncated or foreign JSON, another schema version, not valid against
@@ -106,17 +106,17 @@ def load_results(paths: list[Path], skipped: list[tuple[Path, str]] | None = Non
             results.append(data)
     if not results:
         raise BenchError(f"no hvdbench training results in {', '.join(map(str, paths))}")
-    versions = sorted({r["schema_version"] for r in results})
+    versions = sorted({r.schema_version for r in results})
     if len(versions) > 1:
         raise BenchError(f"results of different schema versions ({', '.join(map(str, versions))}) cannot be "
                          "reported together")
-    ok = [r for r in results if r["status"] == "ok"]
+    ok = [r for r in results if r.status == "ok"]
     if not ok:
         raise BenchError("no result with status 'ok'")
     return ok
 
 
-def _read_result(f: Path) -> dict[str, Any] | None:
+def _read_result(f: Path) -> Result | None:
     """One training result (None for a verify or allreduce record sharing the folder), or a BenchError that
     names the file."""
     try:
@@ -127,28 +127,27 @@ def _read_result(f: Path) -> dict[str, Any] | None:
         return None  # the records of bench verify, allreduce, peak, diagnose sharing the folder: not training runs
     if not isinstance(data, dict) or "schema_version" not in data or "run_id" not in data:
         raise BenchError(f"{f} is not an hvdbench result")
-    data = upgraded(data, str(f))
-    data["_path"] = str(f)
-    return data
+    return upgraded(data, str(f))
 
 
-def table_cells(results: list[dict[str, Any]]) -> tuple[dict[Key, dict[int, dict]], dict]:
+def table_cells(results: list[Result]) -> tuple[dict[Key, dict[int, Result]], dict[tuple[Key, int], list[Result]]]:
     """{key: {n: result}} using the newest result per cell, and {(key, n): [older results on the same hosts]}.
 
     A run of the same cell on other hosts is not a repeat (another machine is another experiment): it is left
     out of both, with one warning line naming it."""
-    cells: dict[Key, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    cells: dict[Key, dict[int, list[Result]]] = defaultdict(lambda: defaultdict(list))
     for r in results:
-        cells[key_of(r)][r["world_size"]].append(r)
-    chosen, repeats = {}, {}
+        cells[key_of(r)][r.world_size].append(r)
+    chosen: dict[Key, dict[int, Result]] = {}
+    repeats: dict[tuple[Key, int], list[Result]] = {}
     for key, by_n in cells.items():
         chosen[key] = {}
         for n, rs in by_n.items():
-            rs.sort(key=lambda r: r["created_utc"])
+            rs.sort(key=lambda r: r.created_utc)
             newest = chosen[key][n] = rs[-1]
-            hosts = hosts_of(newest)
-            repeats[(key, n)] = [r for r in rs[:-1] if hosts_of(r) == hosts]
-            others = sorted({" ".join(hosts_of(r)) for r in rs[:-1] if hosts_of(r) != hosts})
+            hosts = newest.hosts
+            repeats[(key, n)] = [r for r in rs[:-1] if r.hosts == hosts]
+            others = sorted({" ".join(r.hosts) for r in rs[:-1] if r.hosts != hosts})
             if others:
                 print(f"warning: {key.label} {key.setting_text()} n={n} also ran on other hosts ({'; '.join(others)}) "
                       f"than its newest run ({' '.join(hosts)}): not counted as repeats; compare them with bench "
@@ -156,24 +155,32 @@ def table_cells(results: list[dict[str, Any]]) -> tuple[dict[Key, dict[int, dict
     return chosen, repeats
 
 
-def between_runs(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Between:
+    """A cell's headline throughput across its repeated runs (one launch each)."""
+    runs: int
+    mean: float
+    ci95: list[float]  # the 95% Student-t interval of the mean over the runs
+
+
+def between_runs(runs: list[Result]) -> Between | None:
     """The run-to-run view of a cell's headline throughput from its repeated runs (one launch each): mean, and
     the 95% Student-t interval of that mean over the runs; None for fewer than two runs. Only this interval holds
     what changes from launch to launch (NCCL's algorithm choice, cuDNN autotuning, clocks, heat); a run's own
     ``ci95`` is within that launch."""
-    values = [r["summary"]["samples_per_sec_total"] for r in runs]
+    values = [r.summary.samples_per_sec_total for r in runs]
     if len(values) < 2:
         return None
     s = summarize(values)
-    return {"runs": len(values), "mean": s["mean"], "ci95": s["ci95"]}
+    return Between(runs=len(values), mean=s["mean"], ci95=s["ci95"])  # two values or more: both defined
 
 
-def significant(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]]) -> bool | None:
+def significant(a_runs: list[Result], b_runs: list[Result]) -> bool | None:
     """Whether two cells' headline throughputs differ beyond run-to-run noise: their between-run 95% intervals do
     not overlap. None (not decided) unless each side has at least two runs: within-run intervals of one launch
     each leave out run-to-run variance and would overclaim."""
     a, b = between_runs(a_runs), between_runs(b_runs)
     if a is None or b is None:
         return None
-    (a_low, a_high), (b_low, b_high) = a["ci95"], b["ci95"]
+    (a_low, a_high), (b_low, b_high) = a.ci95, b.ci95
     return a_high < b_low or b_high < a_low

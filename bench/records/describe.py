@@ -1,22 +1,24 @@
 """What a result ran on and with, in the words its cell, its report and its reference are matched by: the device
-kind and GPU model, the model-side tuning, and the data source. Pure functions of a result's dict."""
+kind and GPU model, the model-side tuning, and the data source. Pure functions of a result."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.records.schema import Result
 
 
-def device_of(result: dict[str, Any]) -> str:
+def device_of(result: Result) -> str:
     """The kind of device a run measured: "cpu", or "cuda" and the GPU model(s) its ranks used (NVML's names
     where a TensorFlow rank's device label carries none)."""
-    device = result["config"].get("device") or "cpu"
+    device = result.config.get("device") or "cpu"
     if device != "cuda":
         return device
-    ranks = result["environment"].get("ranks") or []
-    names = {r["device"].split(" ", 1)[1] for r in ranks if r.get("device", "").startswith("cuda") and
-             " " in r["device"]}
+    env = result.environment
+    names = {r.device.split(" ", 1)[1] for r in env.ranks if r.device.startswith("cuda") and " " in r.device}
     if not names:
-        names = {g.get("name") for g in ((result["environment"].get("nvml") or {}).get("gpus") or []) if g.get("name")}
+        names = {g.get("name") for g in ((env.nvml or {}).get("gpus") or []) if g.get("name")}
     return " ".join(["cuda", "+".join(sorted(names))]) if names else "cuda"
 
 
@@ -29,21 +31,21 @@ def tuning_of(config: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def source_of(result: dict[str, Any]) -> str:
+def source_of(result: Result) -> str:
     """What a run trained on, for its cell: 'synthetic', or the dataset (its format, classes and training samples:
     two datasets of one format are two cells, wherever each lies) and how it was read (the loader and its worker
     processes per rank: 2 and 8 workers are two settings, never repeats of one), and a run that trained to a goal
     (--epochs, --target-accuracy: its windows are epochs, with evaluations between them) apart from a throughput
     run."""
-    section = result.get("input") or {}
-    if section.get("source") != "dataset":
+    section = result.input
+    if section is None or section.source != "dataset":
         return "synthetic"
-    workers = "/".join(str(w) for w in section.get("workers") or [])
-    config = result.get("config") or {}
+    workers = "/".join(str(w) for w in section.workers)
+    config = result.config
     goal = f", {config['epochs']} epoch(s)" if config.get("epochs") else ""
     goal += f" to top-1 {config['target_accuracy']}" if goal and config.get("target_accuracy") is not None else ""
-    parts = [f"{section['format']} via {section['loader']}"]
-    if section.get("classes") is not None and section.get("train_samples") is not None:
-        parts.append(f"{section['classes']} classes x {section['train_samples']:,} samples")
+    parts = [f"{section.format} via {section.loader}"]
+    if section.classes is not None and section.train_samples is not None:
+        parts.append(f"{section.classes} classes x {section.train_samples:,} samples")
     parts += [f"{workers} workers"] * bool(workers)
     return ", ".join(parts) + goal

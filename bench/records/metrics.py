@@ -10,14 +10,17 @@ whose ranks are processes sharing the host's cores, not devices (label_for).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from bench.records.schema import Result
 
 
 @dataclass(frozen=True)
 class Metric:
-    key: str  # where it lives: result[section][key]
+    key: str  # where it lives: result.<section>.<key>
     section: str  # "summary", "timing" or "telemetry"
     label: str  # its name in tables; "{dev}" is the device word (GPU, rank: device_word)
     unit: str  # "{s}" is the workload's sample symbol (img), e.g. "{s}/s"
@@ -26,31 +29,31 @@ class Metric:
     in_table: bool = True  # shown in the terminal table
     fmt: str = ".2f"  # how tables print it
 
-    def value(self, result: dict[str, Any]) -> float | None:
-        return (result.get(self.section) or {}).get(self.key)
+    def value(self, result: Result) -> float | None:
+        return getattr(getattr(result, self.section), self.key, None)
 
-    def unit_for(self, result: dict[str, Any]) -> str:
+    def unit_for(self, result: Result) -> str:
         return self.unit.replace("{s}", sample_symbol(result))
 
-    def label_for(self, result: dict[str, Any] | None = None, dev: str | None = None) -> str:
+    def label_for(self, result: Result | None = None, dev: str | None = None) -> str:
         """The label in the words of ``result``'s devices (or of ``dev``)."""
         return self.label.replace("{dev}", dev or (device_word(result) if result is not None else "device"))
 
 
-def device_word(result: dict[str, Any]) -> str:
+def device_word(result: Result) -> str:
     """What one unit of the world size is: a GPU for a run on CUDA devices, else a rank (a process on the CPU)."""
-    return "GPU" if str((result.get("config") or {}).get("device", "cpu")).startswith("cuda") else "rank"
+    return "GPU" if str(result.config.get("device", "cpu")).startswith("cuda") else "rank"
 
 
-def devices_word(results: list[dict[str, Any]]) -> str:
+def devices_word(results: list[Result]) -> str:
     """The device word shared by ``results``: GPU, rank, or device where they mix."""
     words = {device_word(r) for r in results}
     return words.pop() if len(words) == 1 else "device"
 
 
-def sample_symbol(result: dict[str, Any]) -> str:
-    """The workload's short word for one sample: img, seq (results before schema 2 are images)."""
-    return (result.get("workload") or {}).get("symbol", "img/s").split("/")[0]
+def sample_symbol(result: Result) -> str:
+    """The workload's short word for one sample: img, seq."""
+    return result.workload.symbol.split("/")[0]
 
 
 METRICS: dict[str, Metric] = {m.key: m for m in (

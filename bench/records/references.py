@@ -21,11 +21,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError
 from bench.modes import mode as mode_spec
 from bench.records.describe import device_of, source_of, tuning_of
+
+if TYPE_CHECKING:
+    from bench.records.schema import Result
 
 USER_ENV = "HVDBENCH_REFERENCES"
 
@@ -119,22 +122,22 @@ def user_references(path: str | None = None) -> list[Reference]:
         raise BenchError(f"{USER_ENV}={path}: not a list of references ({exc}; fields: docs/results.md)") from None
 
 
-def _gpu_name(result: dict[str, Any]) -> str | None:
+def _gpu_name(result: Result) -> str | None:
     device = device_of(result)
     return device.split(" ", 1)[1] if device.startswith("cuda ") and "+" not in device else None
 
 
-def match(result: dict[str, Any], extra: list[Reference] | None = None) -> Reference | None:
+def match(result: Result, extra: list[Reference] | None = None) -> Reference | None:
     """The first reference (the user's, this project's, the published) that matches the result (module
     docstring), or None."""
     name = _gpu_name(result)
-    config = result["config"]
+    config = result.config
     if name is None or source_of(result) != "synthetic" or config.get("image_size") is None:
         return None
-    framework = mode_spec(result["mode"]).framework
+    framework = mode_spec(result.mode).framework
     for ref in [*(extra if extra is not None else user_references()), *SHIPPED]:
         if (re.search(rf"(?<!\w){re.escape(ref.gpu)}(?!\w)", name, re.I)
-                and (ref.mode == result["mode"] if ref.mode else ref.framework == framework)
+                and (ref.mode == result.mode if ref.mode else ref.framework == framework)
                 and (ref.model, ref.precision, ref.batch_size, ref.image_size, ref.channels_last, ref.tuning)
                 == (config["model"], config["precision"], config["batch_size"], config["image_size"],
                     bool(config.get("channels_last")), tuning_of(config))):
@@ -142,10 +145,10 @@ def match(result: dict[str, Any], extra: list[Reference] | None = None) -> Refer
     return None
 
 
-def standing(result: dict[str, Any], extra: list[Reference] | None = None) -> tuple[float, Reference] | None:
+def standing(result: Result, extra: list[Reference] | None = None) -> tuple[float, Reference] | None:
     """(share of the reference, the reference) for a result that has one (module docstring), else None."""
     ref = match(result, extra)
-    rate = (result.get("summary") or {}).get("samples_per_sec_per_gpu")
+    rate = result.summary.samples_per_sec_per_gpu
     if ref is None or not rate:
         return None
     return rate / ref.per_device, ref

@@ -6,12 +6,15 @@ import contextlib
 import csv
 import fcntl
 import io
+import json
 import os
 import secrets
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from bench.config import RunConfig
 from bench.data import feed
@@ -37,8 +40,6 @@ CSV_FIELDS = [
     "median", "ranks_in_sync", "hosts",
 ]
 TELEMETRY_FIELDS = ["t", "host", "gpu", *telemetry.FIELDS]
-REQUIRED_KEYS = ["schema_version", "run_id", "status", "mode", "config", "environment", "world_size",
-                 "timing", "samples", "summary"]
 
 
 def check_output_dir(path: str | os.PathLike) -> Path:
@@ -89,8 +90,19 @@ def compiled_in_windows(ranks: list[dict[str, Any]]) -> int | None:
     return None if all(c is None for c in counts) else max(c or 0 for c in counts)
 
 
-def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """Assemble the result from every rank's raw samples (see bench.measure.stats for the formulas)."""
+def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> schema.Result:
+    """The run's result from every rank's raw samples (see bench.measure.stats for the formulas). Where it does
+    not match its model, the raw samples are kept as the store keeps a record it cannot write, and the error
+    says where: a finished measurement is never lost."""
+    try:
+        return _assemble(cfg, launch, gathered, run_id)
+    except ValidationError as exc:
+        text = json.dumps(gathered, indent=2, default=str) + "\n"
+        raise ResultNotWhole(f"the result {run_id} does not match its schema ({schema.first_problem(exc)}); its "
+                             f"raw samples are {store.kept(f'{run_id}-raw.json', text)}") from None
+
+
+def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> schema.Result:
     ranks = gathered["ranks"]
     replicas = ranks[0]["replicas"]
     if any(r["replicas"] != replicas for r in ranks):
@@ -98,7 +110,6 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
     world = replicas * len(ranks)
     samples_per_window = cfg.batch_size * replicas * cfg.steps_per_window
     window_s = [r["window_s"] for r in ranks]
-    summary = throughput_summary(window_s, samples_per_window, world)
     init_s = max(r["init_s"] for r in ranks)
     train_s = max(r["train_s"] for r in ranks)
     steps_after_init = len(ranks[0]["warmup_step_s"]) + len(ranks[0]["window_s"]) * cfg.steps_per_window
@@ -106,94 +117,95 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], r
     warmup = [max(ts) for ts in zip(*[r["warmup_step_s"] for r in ranks], strict=True)]
     checksums = [r["checksum"] for r in ranks]
     extra = [r["sync_report"] for r in ranks if r.get("sync_report")]
-    summary.update({
-        # Wall-clock views (seed 003): all samples after init over the slowest rank's train time, and
-        # over init + train (time to a trained model from process start).
-        "samples_per_sec_wall_train": samples_after_init / train_s if train_s > 0 else None,
-        "samples_per_sec_wall_total": samples_after_init / (init_s + train_s),
-        "warmup_step_s": summarize(warmup) if warmup else None,
-    })
     workload = workload_record(cfg)
-    tokens = workload["tokens_per_sample"]
-    flops = workload["train_flops_per_sample"]
-    summary.update({
-        "tokens_per_sec_total": summary["samples_per_sec_total"] * tokens if tokens else None,
-        "tokens_per_sec_per_gpu": summary["samples_per_sec_per_gpu"] * tokens if tokens else None,
-        "model_tflops_per_gpu": summary["samples_per_sec_per_gpu"] * flops / 1e12 if flops else None,
-    })
+    tokens, flops = workload.tokens_per_sample, workload.train_flops_per_sample
+    headline = throughput_summary(window_s, samples_per_window, world)
+    rate, per_gpu = headline["samples_per_sec_total"], headline["samples_per_sec_per_gpu"]
+    summary = schema.Summary(
+        **headline,
+        # Wall-clock views (seed 003): all samples after init over the slowest rank's train time, and over init +
+        # train (time to a trained model from process start).
+        samples_per_sec_wall_train=samples_after_init / train_s if train_s > 0 else None,
+        samples_per_sec_wall_total=samples_after_init / (init_s + train_s),
+        warmup_step_s=summarize(warmup) if warmup else None,
+        tokens_per_sec_total=rate * tokens if tokens else None,
+        tokens_per_sec_per_gpu=per_gpu * tokens if tokens else None,
+        model_tflops_per_gpu=per_gpu * flops / 1e12 if flops else None,
+    )
     nodes = [r["telemetry"]["summary"] for r in ranks if r.get("telemetry")]
     timed_samples = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
     if nodes:
-        tele = telemetry.combine(nodes, timed_samples, summary["samples_per_sec_total"], world)
-        tele["samples_csv"] = f"{run_id}-telemetry.csv"
+        tele = schema.Telemetry(**telemetry.combine(nodes, timed_samples, rate, world),
+                                samples_csv=f"{run_id}-telemetry.csv")
     else:
-        tele = telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran")
-    return {
+        tele = schema.Telemetry(**telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran"))
+    return schema.Result(
         **header(run_id),
-        "status": "ok",
-        "mode": cfg.mode,
-        "config": cfg.to_dict(),
-        "launcher": launch.launcher,
-        "world_size": world,
-        "processes": len(ranks),
-        "replicas_per_process": replicas,
-        "workload": workload,
-        "environment": dict(gathered["environment"],
-                            ranks=[{k: r[k] for k in ("rank", "local_rank", "host", "device")} for r in ranks]),
-        "timing": {
-            "unit": "s",
-            "init_s": init_s,
-            "first_step_s": max(r["first_step_s"] for r in ranks),
-            "train_s": train_s,
-            "timed_windows_s": max(sum(r["window_s"]) for r in ranks),
-            "compile_s": compile_seconds(cfg, ranks),
-            "graphs_compiled_in_windows": compiled_in_windows(ranks),
-            "per_rank": [{k: r[k] for k in ("rank", "setup_s", "first_step_s", "init_s", "train_s")}
-                         for r in ranks],
-            "definitions": {
-                "init_s": "process start to end of the first (synchronised) training step; slowest rank",
-                "train_s": "end of init to end of the last timed window, warmup included; slowest rank",
-                "compile_s": "--compile or --xla: the first step's time beyond a compiled step's (first_step_s - "
-                             "the median warmup step, else the fastest window's step); inside init_s; slowest rank",
-                "graphs_compiled_in_windows": "--compile or --xla: graphs TorchDynamo or XLA compiled during the "
-                                              "timed windows (0 expected: a compilation there was timed); most "
-                                              "on any rank",
-            },
-        },
-        "samples": {
-            "unit": "s",
-            "steps_per_window": cfg.steps_per_window,
-            "samples_per_window_per_rank": samples_per_window,
-            "replicas_per_rank": replicas,
-            "window_s": window_s,
-            "warmup_step_s": [r["warmup_step_s"] for r in ranks],
-        },
-        "summary": summary,
-        "utilisation": utilisation_record(cfg, summary["model_tflops_per_gpu"], ranks[0], gathered["environment"]),
-        "attribution": attribution.build(ranks, cfg.steps_per_window),
-        "input": feed.section(cfg, ranks),
-        "training": goal.section(cfg, ranks, init_s),
-        "telemetry": tele,
-        "traffic": {
-            "computed": traffic.computed(cfg),
-            "measured": traffic.measured(ranks, cfg.steps_per_window * len(window_s[0]), cfg.device.value),
-            "definition": "bytes one step moves between processes, all of them together: computed from the "
-                          "shapes, and measured by the hosts' interface counters over the timed windows "
-                          "(bench.measure.traffic)",
-        },
-        "host_load": host_load.section(ranks),
-        "trace": trace.build(ranks, cfg.steps_per_window, run_id),
-        "sync": {
-            "param_checksums": checksums,
-            "ranks_in_sync": len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
+        status="ok",
+        mode=cfg.mode,
+        config=cfg.to_dict(),
+        launcher=launch.launcher,
+        world_size=world,
+        processes=len(ranks),
+        replicas_per_process=replicas,
+        workload=workload,
+        environment=schema.Environment(**{**gathered["environment"], "ranks": [
+            schema.RankInfo(rank=r["rank"], local_rank=r["local_rank"], host=r["host"], device=r["device"])
+            for r in ranks]}),
+        timing=schema.Timing(
+            unit="s",
+            init_s=init_s,
+            first_step_s=max(r["first_step_s"] for r in ranks),
+            train_s=train_s,
+            timed_windows_s=max(sum(r["window_s"]) for r in ranks),
+            compile_s=compile_seconds(cfg, ranks),
+            graphs_compiled_in_windows=compiled_in_windows(ranks),
+            per_rank=[{k: r[k] for k in ("rank", "setup_s", "first_step_s", "init_s", "train_s")} for r in ranks],
+            definitions=TIMING_DEFINITIONS,
+        ),
+        samples=schema.Samples(
+            unit="s",
+            steps_per_window=cfg.steps_per_window,
+            samples_per_window_per_rank=samples_per_window,
+            replicas_per_rank=replicas,
+            window_s=window_s,
+            warmup_step_s=[r["warmup_step_s"] for r in ranks],
+        ),
+        summary=summary,
+        utilisation=utilisation_record(cfg, summary.model_tflops_per_gpu, ranks[0], gathered["environment"]),
+        attribution=attribution.build(ranks, cfg.steps_per_window),
+        input=feed.section(cfg, ranks),
+        training=goal.section(cfg, ranks, init_s),
+        telemetry=tele,
+        traffic=schema.Traffic(
+            computed=traffic.computed(cfg),
+            measured=traffic.measured(ranks, cfg.steps_per_window * len(window_s[0]), cfg.device.value),
+            definition="bytes one step moves between processes, all of them together: computed from the shapes, "
+                       "and measured by the hosts' interface counters over the timed windows (bench.measure.traffic)",
+        ),
+        host_load=host_load.section(ranks),
+        trace=trace.build(ranks, cfg.steps_per_window, run_id),
+        sync=schema.Sync(
+            param_checksums=checksums,
+            ranks_in_sync=len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
             and all(x.get("in_sync", True) for x in extra),
-            "reports": extra,
-            "param_sum_initial": [r["param_sum_initial"] for r in ranks],
-            "param_sum_final": [r["param_sum_final"] for r in ranks],
-            "params_changed": all(r["param_sum_initial"] != r["param_sum_final"] for r in ranks),
-            "definition": "param_checksums: SHA-256 of every trainable parameter after the run, per rank",
-        },
-    }
+            reports=extra,
+            param_sum_initial=[r["param_sum_initial"] for r in ranks],
+            param_sum_final=[r["param_sum_final"] for r in ranks],
+            params_changed=all(r["param_sum_initial"] != r["param_sum_final"] for r in ranks),
+            definition="param_checksums: SHA-256 of every trainable parameter after the run, per rank",
+        ),
+    )
+
+
+TIMING_DEFINITIONS = {
+    "init_s": "process start to end of the first (synchronised) training step; slowest rank",
+    "train_s": "end of init to end of the last timed window, warmup included; slowest rank",
+    "compile_s": "--compile or --xla: the first step's time beyond a compiled step's (first_step_s - the median "
+                 "warmup step, else the fastest window's step); inside init_s; slowest rank",
+    "graphs_compiled_in_windows": "--compile or --xla: graphs TorchDynamo or XLA compiled during the timed windows "
+                                  "(0 expected: a compilation there was timed); most on any rank",
+}
 
 
 def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: dict[str, Any],
@@ -210,30 +222,30 @@ def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: dict[s
     return utilisation(model_tflops, cfg.precision.value, cfg.output, rank0["host"], device, gpu_name)
 
 
-def workload_record(cfg: RunConfig) -> dict[str, Any]:
+def workload_record(cfg: RunConfig) -> schema.Workload:
     """What the run trained on: the workload's kind and sample unit, the model's size and training FLOPs."""
     spec = model(cfg.model)
     w = spec.workload
-    return {"kind": w.kind, "unit": w.unit, "symbol": w.symbol, "model": spec.name,
-            "parameters": spec.parameters(cfg.num_classes, cfg.sparse_embeddings),
-            "gradient_bytes": spec.gradient_bytes(cfg.num_classes, untied=cfg.sparse_embeddings),
-            "train_flops_per_sample": spec.train_flops_per_sample(cfg), "tokens_per_sample": w.tokens_per_sample(cfg)}
+    return schema.Workload(kind=w.kind, unit=w.unit, symbol=w.symbol, model=spec.name,
+                           parameters=spec.parameters(cfg.num_classes, cfg.sparse_embeddings),
+                           gradient_bytes=spec.gradient_bytes(cfg.num_classes, untied=cfg.sparse_embeddings),
+                           train_flops_per_sample=spec.train_flops_per_sample(cfg),
+                           tokens_per_sample=w.tokens_per_sample(cfg))
 
 
-def validate_result(data: Any, where: str = "result") -> None:
-    schema.validate(data, where)
-
-
-def load_result(path: str | os.PathLike) -> dict[str, Any]:
-    """A result file, read (older schemas upgraded to the current one) and validated."""
+def load_result(path: str | os.PathLike) -> schema.Result:
+    """A result file, read (older schemas upgraded to the current one) as its model."""
     return upgraded(store.read(path, store.Kind.RESULT), str(path))
 
 
-def upgraded(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """A result as read from ``where``: upgraded to the current schema, then validated against it."""
+def upgraded(data: dict[str, Any], where: str) -> schema.Result:
+    """A result as read from ``where``: upgraded to the current schema, then read as its model (one clear line
+    naming the file where it does not match); the model remembers the file."""
     data = schema.upgrade(data)
-    validate_result(data, where)
-    return data
+    schema.validate(data, where)
+    result = schema.Result.model_validate(data)
+    result._file = where
+    return result
 
 
 def telemetry_samples(gathered: dict[str, Any]) -> list[dict[str, Any]]:
@@ -244,18 +256,19 @@ class CsvNotUpdated(ResultNotWhole):
     """The run's record was written but its results.csv row was not: the CSV is exactly as it was."""
 
 
-def write_result(out_dir: Path, result: dict[str, Any], samples: list[dict[str, Any]] | None = None) -> Path:
+def write_result(out_dir: Path, result: schema.Result, samples: list[dict[str, Any]] | None = None) -> Path:
     """Write the run as a unit: ``<run_id>.json`` (whole, never overwriting; the record), the telemetry time
     series beside it (``<run_id>-telemetry.csv``) when there is one, and the results.csv row. The JSON lands
     first (with its fallback folder when the output refuses it); a time series the disk refuses is a warning; if
     the row cannot be added, the CSV is left exactly as it was and the error says what was written."""
-    final = store.write(out_dir / f"{result['run_id']}.json", result)
-    if samples:  # after the record: a disk that refuses the time series costs a warning, never the result
+    final = store.write(out_dir / f"{result.run_id}.json", result)
+    series = result.telemetry.samples_csv
+    if samples and series:  # after the record: a disk that refuses the time series costs a warning, never the result
         try:
-            _write_atomic_csv(out_dir / result["telemetry"]["samples_csv"], TELEMETRY_FIELDS, samples)
+            _write_atomic_csv(out_dir / series, TELEMETRY_FIELDS, samples)
         except (OSError, BenchError) as exc:
             reason = files.disk_reason(exc) if isinstance(exc, OSError) else str(exc)
-            print(f"warning: the telemetry time series {result['telemetry']['samples_csv']} was not written "
+            print(f"warning: the telemetry time series {series} was not written "
                   f"({reason}); the result {final} is whole", file=sys.stderr)
     csv_path = out_dir / CSV_NAME
     try:
@@ -277,31 +290,20 @@ def _write_atomic_csv(path: Path, fields: list[str], rows: list[dict[str, Any]])
         raise BenchError(f"{path} already exists; not overwritten") from None
 
 
-def hosts_of(result: dict[str, Any]) -> list[str]:
-    """The hosts a run's processes ran on: every measuring rank's, and every task of a parameter-server cluster."""
-    return hosts_in(result["environment"])
-
-
-def hosts_in(environment: dict[str, Any]) -> list[str]:
-    """The hosts in a record's environment section (a run's result, bench allreduce's record)."""
-    tasks = (environment.get("distribution") or {}).get("tasks") or []
-    return sorted({r["host"] for r in environment.get("ranks", [])} | {t["host"] for t in tasks})
-
-
-def csv_row(result: dict[str, Any]) -> dict[str, Any]:
-    cfg, s = result["config"], result["summary"]
-    ci = s.get("ci95") or [None, None]
+def csv_row(result: schema.Result) -> dict[str, Any]:
+    cfg, s = result.config, result.summary
+    ci = s.ci95 or [None, None]
     return {
-        "schema_version": result["schema_version"], "run_id": result["run_id"],
-        "created_utc": result["created_utc"], "status": result["status"], "mode": result["mode"],
+        "schema_version": result.schema_version, "run_id": result.run_id,
+        "created_utc": result.created_utc, "status": result.status, "mode": result.mode,
         "model": cfg["model"], "precision": cfg["precision"], "batch_size": cfg["batch_size"],
-        "image_size": cfg["image_size"], "seq_len": cfg.get("seq_len"), "world_size": result["world_size"],
+        "image_size": cfg["image_size"], "seq_len": cfg.get("seq_len"), "world_size": result.world_size,
         "device": cfg["device"],
-        "launcher": result["launcher"], "sample_unit": result["workload"]["unit"],
+        "launcher": result.launcher, "sample_unit": result.workload.unit,
         **{key: metric.value(result) for key, metric in METRICS.items()},
-        "ci95_low": ci[0], "ci95_high": ci[1], "median": s["median"],
-        "ranks_in_sync": result["sync"]["ranks_in_sync"],
-        "hosts": " ".join(hosts_of(result)),
+        "ci95_low": ci[0], "ci95_high": ci[1], "median": s.median,
+        "ranks_in_sync": result.sync.ranks_in_sync,
+        "hosts": " ".join(result.hosts),
     }
 
 
@@ -334,38 +336,38 @@ def append_csv(path: Path, row: dict[str, Any]) -> None:
         files.replace(path, old + buf.getvalue())
 
 
-def render_table(result: dict[str, Any]):
+def render_table(result: schema.Result):
     """The terminal table: every registered metric the run has, then the run's checks."""
     from rich.table import Table
 
-    cfg, s = result["config"], result["summary"]
+    cfg, s, tele, util = result.config, result.summary, result.telemetry, result.utilisation
     shape = describe_inputs(cfg)
     symbol = sample_symbol(result)
-    title = (f"{result['mode']}  {cfg['model']} {shape}  "
-             f"batch {cfg['batch_size']}/device  {cfg['precision']}  {result['world_size']} x {cfg['device']}")
+    title = (f"{result.mode}  {cfg['model']} {shape}  "
+             f"batch {cfg['batch_size']}/device  {cfg['precision']}  {result.world_size} x {cfg['device']}")
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("unit / note")
-    tele = result.get("telemetry") or {}
     for metric in METRICS.values():
         value = metric.value(result)
-        if not metric.in_table or (metric.section == "telemetry" and not tele.get("available")):
+        if not metric.in_table or (metric.section == "telemetry" and not tele.available):
             continue
         if value is None and metric.key.startswith("tokens"):
             continue  # not a text workload
         table.add_row(metric.label_for(result), _num(value, metric.fmt), metric.unit_for(result))
         if metric.key == "samples_per_sec_total":
-            ci = s.get("ci95")
+            ci = s.ci95
             table.add_row("  95% CI, within run", f"{ci[0]:.2f} .. {_num(ci[1], '.2f')}" if ci else "n/a",
                           f"{symbol}/s (windows of this launch; repeats give the run-to-run spread)")
-            table.add_row("  per window: median / min / max",
-                          f"{s['median']:.2f} / {s['total']['min']:.2f} / {s['total']['max']:.2f}", f"{symbol}/s")
-    util = result.get("utilisation") or {}
-    for which, label in (("measured", "measured peak"), ("spec", "published peak")):
-        if util.get(f"mfu_{which}") is not None:
-            table.add_row(f"MFU ({label})", f"{100 * util[f'mfu_{which}']:.1f}",
-                          f"% of {util[f'{which}_peak_tflops']:.3g} TFLOP/s")
+            if s.total is not None:
+                table.add_row("  per window: median / min / max",
+                              f"{s.median:.2f} / {s.total.min:.2f} / {s.total.max:.2f}", f"{symbol}/s")
+    if util is not None:
+        for label, mfu, peak in (("measured peak", util.mfu_measured, util.measured_peak_tflops),
+                                 ("published peak", util.mfu_spec, util.spec_peak_tflops)):
+            if mfu is not None:
+                table.add_row(f"MFU ({label})", f"{100 * mfu:.1f}", f"% of {peak:.3g} TFLOP/s")
     try:
         against = references.standing(result)
     except BenchError as exc:  # the user's reference file: its one line, in place of the comparison
@@ -374,25 +376,19 @@ def render_table(result: dict[str, Any]):
         if against is not None:
             share, reference = against
             table.add_row("vs reference", f"{100 * share:.0f}", f"% of {reference.label()}")
-    table.add_row("windows x steps", f"{s['total']['n']} x {cfg['steps_per_window']}",
+    table.add_row("windows x steps", f"{len(result.samples.window_s[0])} x {cfg['steps_per_window']}",
                   f"+ {cfg['warmup_steps']} warmup steps")
-    table.add_row("ranks in sync", "yes" if result["sync"]["ranks_in_sync"] else "NO",
-                  "parameter checksums equal")
-    for row in attribution.table_rows(result.get("attribution")):
-        table.add_row(*row)
-    for row in feed.table_rows(result.get("input")):
-        table.add_row(*row)
-    for row in goal.table_rows(result.get("training")):
-        table.add_row(*row)
-    for row in host_load.table_rows(result.get("host_load")):
-        table.add_row(*row)
-    for row in trace.table_rows(result.get("trace")):
-        table.add_row(*row)
-    if tele.get("available"):
-        table.add_row("GPU power, mean total", _num(tele.get("power_w_mean_total"), ".0f"), "W")
-        table.add_row("throttling seen", "yes" if tele["throttled"] else "no", "power/thermal slowdown reasons")
+    table.add_row("ranks in sync", "yes" if result.sync.ranks_in_sync else "NO", "parameter checksums equal")
+    for rows in (attribution.table_rows(result.attribution), feed.table_rows(result.input),
+                 goal.table_rows(result.training), host_load.table_rows(result.host_load),
+                 trace.table_rows(result.trace)):
+        for row in rows:
+            table.add_row(*row)
+    if tele.available:
+        table.add_row("GPU power, mean total", _num(tele.power_w_mean_total, ".0f"), "W")
+        table.add_row("throttling seen", "yes" if tele.throttled else "no", "power/thermal slowdown reasons")
     else:
-        table.add_row("GPU telemetry", "unavailable", tele.get("reason", ""))
+        table.add_row("GPU telemetry", "unavailable", tele.reason or "")
     return table
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchError
@@ -47,6 +47,13 @@ class Workload(BaseModel):
     tokens_per_sample: int | None = Field(None, description="text workloads: tokens in one sample")
 
 
+def hosts_in(environment: dict[str, Any]) -> list[str]:
+    """The hosts in a record's environment section (a run's result, bench allreduce's record): every rank's, and
+    every task of a parameter-server cluster."""
+    tasks = (environment.get("distribution") or {}).get("tasks") or []
+    return sorted({r["host"] for r in environment.get("ranks", [])} | {t["host"] for t in tasks})
+
+
 class RankInfo(_Open):
     rank: int
     local_rank: int
@@ -55,7 +62,35 @@ class RankInfo(_Open):
 
 
 class Environment(_Open):
+    """Where the run ran (bench.records.env); more fields than these, each a framework's or library's versions."""
     ranks: list[RankInfo] = Field(description="every rank's host and device")
+    nvml: dict[str, Any] | None = Field(None, description="the GPUs NVML saw, and its driver; absent without NVML")
+    distribution: dict[str, Any] | None = Field(
+        None, description="tf-native's cluster: every task and its host (the ranks measure; ps and coordinator not)")
+    hostname: str | None = None
+    python: str | None = None
+    cpu: str | None = Field(None, description="the CPU's model name")
+    cpu_count: int | None = None
+    usable_cores: int | None = Field(None, description="the cores the run's cpuset and quota leave it; absent in "
+                                     "older records")
+    mpi: str | None = Field(None, description="the MPI's version line, where there is one")
+    container: str | None = Field(None, description="the container runtime the run was in, where it was in one")
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts in this environment: every rank's, and every task of a parameter-server cluster."""
+        return hosts_in(self.model_dump(include={"ranks", "distribution"}))
+
+    def part(self, name: str) -> dict[str, Any]:
+        """A framework's or library's part of the environment (torch, tensorflow, horovod: its version and build);
+        empty where the record has none."""
+        section = (self.model_extra or {}).get(name)
+        return section if isinstance(section, dict) else {}
+
+    def versions(self, name: str) -> str | None:
+        """The version a part of the environment (torch, horovod, ...) names, where it has one."""
+        version = self.part(name).get("version")
+        return None if version is None else str(version)
 
 
 class Timing(_Open):
@@ -80,6 +115,18 @@ class Samples(_Open):
     warmup_step_s: list[list[float]]
 
 
+class Spread(_Open):
+    """A sample's statistics (bench.measure.stats.summarize)."""
+    n: int
+    mean: float
+    sd: float | None
+    ci95_half_width: float | None
+    ci95: list[float] | None
+    median: float
+    min: float
+    max: float
+
+
 class Summary(_Open):
     unit: Literal["samples/s"]
     samples_per_sec_total: float
@@ -95,12 +142,23 @@ class Summary(_Open):
                                             "windows leave the rate unbounded above); not run-to-run variation")
     ci95_kind: Literal["within-run"] = "within-run"
     median: float
+    total: Spread | None = Field(None, description="the per-window total rates' statistics; absent in records "
+                                 "before it")
+    per_gpu: Spread | None = None
+    windows_total_samples_per_sec: list[float] | None = None
+    warmup_step_s: Spread | None = None
 
 
 class Telemetry(_Open):
+    """NVML over the timed windows (bench.measure.telemetry); ``available`` false says why not."""
     available: bool
+    reason: str | None = Field(None, description="why there is no telemetry")
     energy_per_sample_j: float | None = None
     samples_per_sec_per_watt: float | None = None
+    power_w_mean_total: float | None = None
+    throttled: bool | None = None
+    nodes: list[dict[str, Any]] = Field([], description="each host's GPUs over the timed windows")
+    samples_csv: str | None = Field(None, description="the time series beside the result")
 
 
 class Traffic(_Open):
@@ -108,6 +166,7 @@ class Traffic(_Open):
         description="bytes per step by path, from the model's shapes (bench.measure.traffic)")
     measured: dict[str, Any] | None = Field(description="bytes per timed step the hosts' interfaces sent; null "
                                             "where the counters could not be read")
+    definition: str | None = None
 
 
 class HostLoadHost(BaseModel):
@@ -138,6 +197,10 @@ class Sync(_Open):
     param_checksums: list[str]
     ranks_in_sync: bool
     params_changed: bool
+    reports: list[dict[str, Any]] = Field([], description="the modes' own agreement checks (tf-native ps, hybrid)")
+    param_sum_initial: list[float | None] = []
+    param_sum_final: list[float | None] = []
+    definition: str | None = None
 
 
 class Utilisation(BaseModel):
@@ -205,11 +268,47 @@ class Attribution(BaseModel):
     definitions: dict[str, str]
 
 
+class InputRank(_Open):
+    """One rank's input pipeline over the timed windows (a tf-native ps worker's: rank and host null, worker set)."""
+    rank: int | None
+    host: str | None
+    worker: int | None = None
+    wait_s: float
+    h2d_s: float | None
+    wait_share: float | None
+    wait_step_ms_median: float | None
+    loader_rate: float | None
+    workers: int
+    queue_at_start: int | None = None
+    queue_depth: int | None = None
+    settle_steps: int = 0
+    wait_step_s: list[float]
+
+
 class Input(_Open):
     """What the run trained on (bench.data.feed): one synthetic batch, or a dataset through an input pipeline with
     each rank's data wait."""
     source: Literal["synthetic", "dataset"]
+    path: str | None = None
+    format: str | None = None
+    loader: str | None = None
+    classes: int | None = None
+    train_samples: int | None = None
+    workers: list[int] = []
+    per_rank: list[InputRank] = []
+    wait_share_max: float | None = None
+    paced_by_rank: int | None = None
+    paced_by_worker: int | None = None
+    pace_share: float | None = None
+    settle_steps: int = 0
     definition: str
+
+    @property
+    def pacer(self) -> str | None:
+        """Whose input pipeline sets the pace: "rank R", "worker W" (tf-native ps), or None."""
+        if self.paced_by_worker is not None:
+            return f"worker {self.paced_by_worker}"
+        return None if self.paced_by_rank is None else f"rank {self.paced_by_rank}"
 
 
 class EvalPoint(_Open):
@@ -231,7 +330,9 @@ class Checkpoint(_Open):
 
 class Resumed(_Open):
     """The checkpoint a resumed run continued from (bench.measure.checkpoint)."""
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
     epoch: int = Field(description="the epochs the checkpoint holds")
+    checkpoint: str | None = Field(None, alias="from", description="the checkpoint's folder")
     wall_s: float = Field(description="training wall time up to the checkpoint, counted once")
     written_utc: str
 
@@ -247,6 +348,14 @@ class Training(_Open):
     checkpoints: list[Checkpoint] = Field([], description="every checkpoint written (a resumed run: its "
                                           "checkpoint's and those before it too)")
     resumed: list[Resumed] | None = Field(None, description="--resume-from: the checkpoints this run continued from")
+    time_to_target_with_init_s: float | None = None
+    not_reached: str | None = Field(None, description="why the target was not reached")
+    epochs_run: int | None = None
+    duration_s: float | None = None
+    final_top1: float | None = None
+    final_top5: float | None = None
+    eval_s_total: float = 0.0
+    checkpoint_s_total: float = 0.0
     definition: str
 
 
@@ -304,6 +413,18 @@ class Result(BaseModel):
     host_load: HostLoad | None = None  # added within schema 3: none before it, or where /proc could not be read
     trace: Trace | None = None  # added within schema 3: none unless the run was traced (--trace)
     sync: Sync
+    _file: str | None = PrivateAttr(None)  # where it was read from (bench.records.collect); None for a fresh run
+
+    @property
+    def file(self) -> str | None:
+        """The file this result was read from; None for one not read from a file."""
+        return self._file
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts a run's processes ran on: every measuring rank's, and every task of a parameter-server
+        cluster."""
+        return self.environment.hosts
 
 
 class Finding(_Open):
@@ -380,7 +501,7 @@ def mismatch(data: dict[str, Any], kind: str) -> str | None:
     try:
         record_model(kind).model_validate(data)
     except ValidationError as exc:
-        return _first_problem(exc)
+        return first_problem(exc)
     return None
 
 
@@ -390,10 +511,10 @@ def parse(data: Any, model: type[M], where: str) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise BenchError(f"{where} does not match its schema ({model.model_config.get('title') or model.__name__}): "
-                         f"{_first_problem(exc)}") from None
+                         f"{first_problem(exc)}") from None
 
 
-def _first_problem(exc: ValidationError) -> str:
+def first_problem(exc: ValidationError) -> str:
     first = exc.errors()[0]
     return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} ({exc.error_count()} problem(s))"
 

@@ -64,7 +64,7 @@ def write(path: Path, record: dict[str, Any] | BaseModel) -> Path:
     that does not match its model is not written there (a reader would refuse it) but saved as the module
     docstring says, and the error names the field. See the module docstring for the fallback."""
     if isinstance(record, BaseModel):  # the fields its builder set: an optional figure not measured stays absent
-        record = record.model_dump(mode="json", exclude_unset=True)
+        record = record.model_dump(mode="json", exclude_unset=True, by_alias=True)
     text = json.dumps(record, indent=2, sort_keys=False) + "\n"
     kind = kind_of(record)
     problem = "it is of no kind hvdbench keeps" if kind is None else mismatch(record, kind.value)

@@ -8,6 +8,7 @@ import pytest
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.measure import attribution
+from bench.records.schema import Attribution
 
 
 def rank(r, compute, step, exchange=0.1, host="n1"):
@@ -82,12 +83,13 @@ def test_what_cannot_be_measured_says_why():
     why = "tf.distribute reduces the gradients inside its strategy's step"
     section = attribution.build([{"attribution": {"unsupported": why}}] * 2, 2)
     assert section == {"measured": False, "reason": why, "definitions": attribution.DEFINITIONS}
-    assert attribution.table_rows(section) == [("attribution", "not measured", why)]
+    assert attribution.table_rows(Attribution.model_validate(section)) == [("attribution", "not measured", why)]
     assert attribution.unsupported(object()) == "this mode cannot skip its gradient exchange"
 
 
 def test_the_table_names_the_straggler_and_the_hidden_share():
-    rows = attribution.table_rows(attribution.build([rank(0, 0.2, 0.5, exchange=0.4), rank(1, 0.45, 0.5)], 2))
+    section = attribution.build([rank(0, 0.2, 0.5, exchange=0.4), rank(1, 0.45, 0.5)], 2)
+    rows = attribution.table_rows(Attribution.model_validate(section))
     text = json.dumps(rows)
     assert "rank 1" in text and "x2.25 the others'" in text and "they wait 50% of each step" in text
     assert "hidden share" in text

@@ -13,6 +13,7 @@ from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.measure import checkpoint, goal
+from bench.records.schema import Training
 
 EPOCHS = 3
 
@@ -161,8 +162,11 @@ def test_a_resumed_record_keeps_the_curve_and_says_from_where(digits):
     assert [c["epoch"] for c in section["curve"]] == [1, 2]
     assert section["resumed"][0]["epoch"] == 1 and section["checkpoints"] == first.checkpoints
     assert section["checkpoint_s_total"] == 0.25
-    rows = {label: (value, detail) for label, value, detail in goal.table_rows(section)}
+    training = Training.model_validate(section)
+    rows = {label: (value, detail) for label, value, detail in goal.table_rows(training)}
     assert rows["resumed"][0] == "epoch 1" and "5.3 s of training before it, counted once" in rows["resumed"][1]
+    assert rows["resumed"][1].startswith("from ckpt ")  # the record's "from", an alias of the model's field
+    assert training.model_dump(by_alias=True, exclude_unset=True)["resumed"][0]["from"] == "ckpt"
 
 
 def test_the_lost_rank_fault_is_the_last_rank_after_that_epochs_checkpoint(monkeypatch):

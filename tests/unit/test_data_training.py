@@ -8,6 +8,7 @@ from bench.config import RunConfig
 from bench.data import feed
 from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
+from bench.records.schema import Input
 
 
 @pytest.mark.parametrize("args, message", [
@@ -80,7 +81,7 @@ def test_the_input_section_gives_each_ranks_wait_share_and_the_rank_that_sets_th
     calm = feed.section(cfg, [rank(0, [0.01]), rank(1, [0.05, 0.1])])
     assert calm["paced_by_rank"] is None  # 7.5% < 10%
     assert feed.section(RunConfig(mode="torch-ddp").resolve("cpu", 2), [])["source"] == "synthetic"
-    rows = dict((label, value) for label, value, _ in feed.table_rows(section))
+    rows = dict((label, value) for label, value, _ in feed.table_rows(Input.model_validate(section)))
     assert rows["input sets the pace"] == "rank 1" and rows["data wait, share of step (max rank)"] == "15.0"
 
 

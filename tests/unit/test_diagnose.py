@@ -12,6 +12,7 @@ from bench.commands.diagnose.alone import alone_env
 from bench.commands.diagnose.render import markdown
 from bench.errors import BenchError
 from bench.records.schema import Diagnose, mismatch
+from tests import samples
 
 
 def devices(**rates):
@@ -244,7 +245,7 @@ def test_telemetry_says_why_a_gpu_is_slow_and_warns_of_one_that_throttled_unflag
 
     def result(reasons):
         gpu = {"throttled": bool(reasons), "throttle_reasons": reasons, "power_w_mean": 300.0}
-        return {"telemetry": {"nodes": [{"gpus": [gpu]}]}}
+        return samples.result(telemetry={"available": True, "nodes": [{"gpus": [gpu]}]})
 
     figures = {"device": {"n1/0": {"samples_per_sec": 100.0, **_device_telemetry(result([]))},
                           "n1/1": {"samples_per_sec": 101.0, **_device_telemetry(result(["sw_thermal_slowdown"]))},
@@ -256,7 +257,7 @@ def test_telemetry_says_why_a_gpu_is_slow_and_warns_of_one_that_throttled_unflag
     assert by_where["n2/0"].severity == "error" and by_where["n2/0"].why == "throttled: sw_power_cap"
     assert by_where["n1/1"].severity == "warning" and "sw_thermal_slowdown" in by_where["n1/1"].why
     assert set(by_where) == {"n2/0", "n1/1"}
-    assert _device_telemetry({"telemetry": {"available": False}}) == {}
+    assert _device_telemetry(samples.result(telemetry={"available": False})) == {}
 
 
 @pytest.mark.parametrize("state, why", [

@@ -95,9 +95,9 @@ def test_report_and_compare_strict_refuse_it(tmp_path, cli):
 
 def test_write_result_is_a_unit_when_the_csv_cannot_take_the_row(tmp_path, monkeypatch):
     """The JSON (the record) lands, the CSV stays exactly as it was, and the error says both."""
-    from bench.records import results, schema
+    from bench.records import results
 
-    record = schema.upgrade(json.loads(next((FIXTURES / "sweep-a").glob("2*.json")).read_text()))
+    record = results.load_result(next((FIXTURES / "sweep-a").glob("2*.json")))
     out = tmp_path / "out"
     out.mkdir()
     (out / results.CSV_NAME).write_text(",".join(results.CSV_FIELDS) + "\r\nearlier,row\r\n")
@@ -113,8 +113,8 @@ def test_write_result_is_a_unit_when_the_csv_cannot_take_the_row(tmp_path, monke
     with pytest.raises(results.CsvNotUpdated) as caught:
         results.write_result(out, record)
     message = str(caught.value)
-    assert f"the result is written to {out / (record['run_id'] + '.json')}" in message
+    assert f"the result is written to {out / (record.run_id + '.json')}" in message
     assert "No space left on device" in message and "results.csv is as it was" in message
     assert (out / results.CSV_NAME).read_bytes() == before
-    assert json.loads((out / f"{record['run_id']}.json").read_text())["run_id"] == record["run_id"]
+    assert json.loads((out / f"{record.run_id}.json").read_text())["run_id"] == record.run_id
     assert isinstance(caught.value, BenchError)  # one line at the CLI edge, not an internal error

@@ -1,12 +1,16 @@
 """The GPU check's summary holds every ResNet-50 GPU run against the published figure of its GPU and precision."""
 
+from bench.records.schema import Result
+from tests import samples
 from tools.gpu_check_summary import anchors_section
 
 
-def run(device: str, precision: str, rate: float, **config) -> dict:
-    return {"mode": "torch-single", "config": {"model": "resnet50", "device": "cuda", "precision": precision,
-                                               "batch_size": 64, "profile": "gpu-paper", **config},
-            "environment": {"ranks": [{"device": device}]}, "summary": {"samples_per_sec_per_gpu": rate}}
+def run(device: str, precision: str, rate: float, mode: str = "torch-single", parts: dict | None = None,
+        **config) -> Result:
+    return samples.result(mode=mode, config={"model": "resnet50", "device": "cuda", "precision": precision,
+                                             "batch_size": 64, "profile": "gpu-paper", **config},
+                          environment={"ranks": [{"rank": 0, "local_rank": 0, "host": "h", "device": device}]},
+                          summary={"samples_per_sec_per_gpu": rate}, **(parts or {}))
 
 
 def test_resnet50_runs_are_held_against_lambdas_and_mlperfs_figures():
@@ -31,8 +35,7 @@ def test_resnet50_runs_are_held_against_lambdas_and_mlperfs_figures():
 def test_each_run_is_held_against_the_reference_that_matches_it():
     from tools.gpu_check_summary import _against
 
-    ddp = run("cuda:0 NVIDIA H200", "amp-bf16", 1058.0, image_size=224)
-    ddp["mode"] = "torch-ddp"
+    ddp = run("cuda:0 NVIDIA H200", "amp-bf16", 1058.0, mode="torch-ddp", image_size=224)
     assert _against(ddp) == "50% of 2116 (hvdbench GPU check)"
     assert _against(run("cuda:0 NVIDIA H200", "amp-bf16", 1058.0, image_size=224, batch_size=32)) == "-"
 
@@ -40,10 +43,10 @@ def test_each_run_is_held_against_the_reference_that_matches_it():
 def test_traced_runs_get_their_files_and_cost():
     from tools.gpu_check_summary import trace_section
 
-    traced = run("cuda:0 NVIDIA H200", "fp32", 1000.0, data="/data")
-    traced.update(mode="torch-ddp", world_size=1,
-                  trace={"steps": 5, "traced_step_s": 0.0121, "untraced_step_s": 0.011, "cost": 0.1,
-                         "folder": "20261128T000000Z-torch-ddp-0.trace"})
+    traced = run("cuda:0 NVIDIA H200", "fp32", 1000.0, mode="torch-ddp", data="/data", parts={
+        "world_size": 1, "trace": {"steps": 5, "traced_step_s": 0.0121, "untraced_step_s": 0.011, "cost": 0.1,
+                                   "folder": "20261128T000000Z-torch-ddp-0.trace", "horovod_timeline": None,
+                                   "per_rank": [], "definitions": {}}})
     rows = trace_section([traced, run("cuda:0 NVIDIA H200", "fp32", 1000.0)])
     assert rows[-1] == "| torch-ddp | resnet50 | 1 | 5 | 12.10 | 11.00 | +10.0% | 20261128T000000Z-torch-ddp-0.trace/ |"
     assert len(rows) == 6  # one row: the untraced run has none

@@ -58,20 +58,24 @@ def test_fit_overlap_inverts_predict():
 def test_a_measured_overlap_is_carried_as_a_share_and_bounded_by_the_backward_pass():
     from bench.commands.predict import overlap_from_attribution
 
-    section = {"measured": True, "hidden_share_median": 0.4, "reason": None,
-               "per_rank": [{"compute_s": 0.3}, {"compute_s": 0.9}, {"compute_s": 0.6}]}
-    hiding = overlap_from_attribution({"run_id": "r", "world_size": 3, "attribution": section})
+    def rank(r, compute):
+        return {"rank": r, "host": "h", "device": "cpu", "compute_s": compute, "exchange_s": 0.1, "step_s": 1.0,
+                "exposed_s": 0.0, "hidden_share": 0.4, "compute_step_s": [compute], "exchange_step_s": [0.1]}
+
+    section = {"measured": True, "hidden_share_median": 0.4, "reason": None, "definitions": {},
+               "per_rank": [rank(0, 0.3), rank(1, 0.9), rank(2, 0.6)]}
+    hiding = overlap_from_attribution(samples.result(run_id="r", world_size=3, attribution=section))
     assert hiding == {"overlap": 0.4, "hidden_cap_s": pytest.approx(2 / 3 * 0.6)}  # the median rank's backward
     inp = Inputs(step_time_s=1.0, batch_size=32, gradient_bytes=10**9, busbw_GBps=10.0, fusion_bytes=0, **hiding)
     # N = 4: t_comm 0.15 s, 40% hidden (0.06 s) is under the bound
     assert predict(inp, 4)["step_s"] == pytest.approx(1.0 + 0.15 - 0.06)
     slow = Inputs(**{**inp.__dict__, "busbw_GBps": 0.1})  # t_comm 15 s: 40% would be 6 s, the bound holds it
     assert predict(slow, 4)["step_s"] == pytest.approx(1.0 + 15 - 0.4)
-    for result, message in [({"run_id": "r", "world_size": 1}, "no per-rank attribution"),
-                            ({"run_id": "r", "world_size": 2, "attribution": {"measured": False, "reason": "ps"}},
-                             "was not measured: ps")]:
+    for parts, message in [({"world_size": 1}, "no per-rank attribution"),
+                           ({"world_size": 2, "attribution": {"measured": False, "reason": "ps", "definitions": {}}},
+                            "was not measured: ps")]:
         with pytest.raises(BenchError, match=message):
-            overlap_from_attribution(result)
+            overlap_from_attribution(samples.result(run_id="r", **parts))
 
 
 def test_gradient_bytes_follow_classes_and_fp16():
@@ -92,11 +96,12 @@ def test_inputs_reject_bad_values(kwargs, message):
 
 
 def test_inputs_from_bench_results():
-    result = {"world_size": 1, "config": {"batch_size": 8, "model": "resnet50", "num_classes": 1000},
-              "summary": {"samples_per_sec_per_gpu": 16.0}}
+    result = samples.result(world_size=1, config={"batch_size": 8, "model": "resnet50", "num_classes": 1000},
+                            summary={"samples_per_sec_per_gpu": 16.0})
+    assert result.traffic is None  # a record from before bench.measure.traffic: every gradient dense
     assert from_result(result) == {"step_time_s": 0.5, "batch_size": 8, "gradient_bytes": 25_557_032 * 4}
     with pytest.raises(BenchError, match="world size 1"):
-        from_result({**result, "world_size": 2})
+        from_result(result.model_copy(update={"world_size": 2}))
     ar = samples.allreduce([(4096, 2e-4, 0.02), (10**8, 0.1, 1.0), (10**9, 0.8, 1.25)])
     net = from_allreduce(ar, 4 * 10**8)
     assert net["busbw_GBps"] == 1.25 and net["busbw_at_bytes"] == 10**9  # nearest on a log scale
@@ -142,7 +147,7 @@ def test_the_sweep_check_prices_each_mode_with_the_measured_allreduce():
     rows = check_sweep(results, [measured], None, HOROVOD_FUSION_BYTES)
     assert sorted((r["mode"], r["gpus"], r["backend"]) for r in rows) == [("torch-ddp", 2, "torch"),
                                                                           ("torch-horovod", 2, "torch")]
-    per_gpu = {(r["mode"], r["world_size"]): r["summary"]["samples_per_sec_per_gpu"] for r in results}
+    per_gpu = {(r.mode, r.world_size): r.summary.samples_per_sec_per_gpu for r in results}
     for r in rows:
         assert r["measured_efficiency"] == pytest.approx(per_gpu[(r["mode"], 2)] / per_gpu[(r["mode"], 1)])
         assert 0 < r["predicted_efficiency"] <= 1 and r["busbw_GBps"] == 1.1

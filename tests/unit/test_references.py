@@ -9,6 +9,7 @@ import pytest
 from bench.errors import BenchError
 from bench.records import references
 from bench.records.collect import load_results
+from bench.records.schema import Input
 from tests.conftest import FIXTURES
 
 
@@ -31,7 +32,7 @@ def test_a_run_is_held_against_the_reference_of_its_gpu_mode_model_precision_and
     run = gpu_run(tmp_path)
     share, ref = references.standing(run, [])
     assert (ref.gpu, ref.mode, ref.per_device) == ("H100 80GB HBM3", "torch-ddp", 1698.4)
-    assert share == pytest.approx(run["summary"]["samples_per_sec_per_gpu"] / 1698.4)
+    assert share == pytest.approx(run.summary.samples_per_sec_per_gpu / 1698.4)
     assert "hvdbench GPU check" in ref.label() and "1 run" in ref.label()
     # a published figure made with other code matches any mode of its framework, at its own batch
     lambda_ = references.match(gpu_run(tmp_path, mode="torch-single", precision="amp-fp16", batch_size=1280), [])
@@ -54,10 +55,10 @@ def test_nothing_is_said_where_no_reference_matches(tmp_path, change):
 
 def test_a_cpu_run_or_a_run_on_files_has_no_reference(tmp_path):
     run = gpu_run(tmp_path)
-    run["config"]["device"] = "cpu"
+    run.config["device"] = "cpu"
     assert references.match(run, []) is None
     run = gpu_run(tmp_path)
-    run["input"] = {"source": "dataset", "format": "imagefolder", "loader": "torch"}
+    run.input = Input(source="dataset", format="imagefolder", loader="torch", definition="d")
     assert references.match(run, []) is None
 
 
@@ -83,7 +84,7 @@ def test_the_runs_table_and_the_report_say_where_the_run_stands(tmp_path, monkey
 
     monkeypatch.delenv(references.USER_ENV, raising=False)
     run = gpu_run(tmp_path)
-    share = run["summary"]["samples_per_sec_per_gpu"] / 1698.4
+    share = run.summary.samples_per_sec_per_gpu / 1698.4
     console = Console(width=250, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
     console.print(render_table(run))
     text = console.export_text()

@@ -9,34 +9,36 @@ from bench.commands.report import horovod_vs_native, scaling_rows, write_report
 from bench.commands.sweep import SweepMatrix
 from bench.errors import BenchError
 from bench.records.collect import load_results, table_cells
+from bench.records.schema import Input
+from tests import samples
 from tests.conftest import FIXTURES, ROOT
 
 A, B = FIXTURES / "sweep-a", FIXTURES / "sweep-b"
 
 
 def by_mode_n(folder):
-    return {(r["mode"], r["world_size"]): r for r in load_results([folder])}
+    return {(r.mode, r.world_size): r for r in load_results([folder])}
 
 
 def test_report_figures_follow_the_formulas(tmp_path):
     results = by_mode_n(A)
     rows = {(r.label, r.n): r for r in scaling_rows(table_cells(load_results([A]))[0])}
     for mode in ("torch-ddp", "torch-horovod"):
-        t1 = results[(mode, 1)]["summary"]["samples_per_sec_total"]
-        t2 = results[(mode, 2)]["summary"]["samples_per_sec_total"]
-        single = results[("torch-single", 1)]["summary"]["samples_per_sec_total"]
+        t1 = results[(mode, 1)].summary.samples_per_sec_total
+        t2 = results[(mode, 2)].summary.samples_per_sec_total
+        single = results[("torch-single", 1)].summary.samples_per_sec_total
         assert rows[(mode, 2)].speedup == pytest.approx(t2 / t1)
         assert rows[(mode, 2)].efficiency == pytest.approx(t2 / (2 * t1))
         assert rows[(mode, 2)].vs_single == pytest.approx(t2 / single)
-        w1 = results[(mode, 1)]["summary"]["samples_per_sec_wall_total"]
-        w2 = results[(mode, 2)]["summary"]["samples_per_sec_wall_total"]
+        w1 = results[(mode, 1)].summary.samples_per_sec_wall_total
+        w2 = results[(mode, 2)].summary.samples_per_sec_wall_total
         assert rows[(mode, 2)].wall_speedup == pytest.approx(w2 / w1)
     versus = horovod_vs_native(*table_cells(load_results([A])))
     assert [(v.horovod, v.native, v.n) for v in versus] == [("torch-horovod", "torch-ddp", 1),
                                                                      ("torch-horovod", "torch-ddp", 2)]
     v2 = versus[1]
     h, d = results[("torch-horovod", 2)], results[("torch-ddp", 2)]
-    assert v2.ratio == pytest.approx(h["summary"]["samples_per_sec_total"] / d["summary"]["samples_per_sec_total"])
+    assert v2.ratio == pytest.approx(h.summary.samples_per_sec_total / d.summary.samples_per_sec_total)
     assert v2.runs == (1, 1) and v2.beyond_noise is None  # one launch a side: not decided
 
     path = write_report([A], tmp_path)
@@ -90,13 +92,14 @@ def test_a_sweep_over_both_frameworks_and_libraries_gives_each_cell_the_options_
         SweepMatrix(modes=["torch-ddp", "tf-native"], nps=[2], common={"cycle_time": 5.0})
 
 
-def _run(mode, rate, created, hosts=("h1",), **config):
-    """A minimal result for the cell logic: what table_cells, key_of and significant read."""
+def _run(mode, rate, created, hosts=("h1",), rank_device="cpu", **config):
+    """A result for the cell logic (what table_cells, key_of and significant read): the fixture's, with these."""
     cfg = {"model": "resnet50", "precision": "fp32", "batch_size": 2, "image_size": 32, "num_classes": 10,
            "device": "cpu", "fp16_allreduce": False, "channels_last": False, "strategy": None, **config}
-    return {"mode": mode, "world_size": 2, "created_utc": created, "config": cfg,
-            "environment": {"ranks": [{"host": h, "device": "cpu"} for h in hosts]},
-            "summary": {"samples_per_sec_total": rate}}
+    return samples.result(mode=mode, world_size=2, created_utc=created, config=cfg,
+                          environment={"ranks": [{"rank": i, "local_rank": 0, "host": h, "device": rank_device}
+                                                 for i, h in enumerate(hosts)]},
+                          summary={"samples_per_sec_total": rate})
 
 
 def test_runs_that_differ_in_device_exchange_or_layout_are_different_cells(capsys):
@@ -106,8 +109,8 @@ def test_runs_that_differ_in_device_exchange_or_layout_are_different_cells(capsy
     gpu = {"device": "cuda"}
     runs = [_run("torch-ddp", 10, "1"), _run("torch-ddp", 11, "2", fp16_allreduce=True),
             _run("torch-ddp", 12, "3", channels_last=True), _run("torch-ddp", 13, "4", num_classes=1000),
-            _run("torch-ddp", 14, "5", **gpu), _run("torch-ddp", 15, "6", hosts=("h9",))]
-    runs[4]["environment"]["ranks"] = [{"host": "h1", "device": "cuda:0 NVIDIA H100 80GB HBM3"}]
+            _run("torch-ddp", 14, "5", rank_device="cuda:0 NVIDIA H100 80GB HBM3", **gpu),
+            _run("torch-ddp", 15, "6", hosts=("h9",))]
     chosen, repeats = table_cells(runs)
     assert len(chosen) == 5 and not any(repeats.values())
     assert any(k.device == "cuda NVIDIA H100 80GB HBM3" for k in chosen)
@@ -122,8 +125,8 @@ def test_runs_on_other_datasets_or_loader_workers_are_different_cells():
     one dataset at two paths is one cell, repeated."""
     def on(path, classes=10, samples=1797, workers=(2,), **config):
         run = _run("torch-ddp", 10, path, **config)
-        run["input"] = {"source": "dataset", "path": path, "format": "imagefolder", "loader": "torch",
-                        "classes": classes, "train_samples": samples, "workers": list(workers)}
+        run.input = Input(source="dataset", path=path, format="imagefolder", loader="torch", classes=classes,
+                          train_samples=samples, workers=list(workers), definition="d")
         return run
 
     chosen, repeats = table_cells([on("/a"), on("/b"), on("/c", samples=500), on("/d", classes=2),
@@ -172,8 +175,8 @@ def test_tables_say_per_gpu_for_gpu_runs_and_per_rank_for_cpu_runs(tmp_path):
     from bench.records.results import render_table
 
     cpu = load_results([A])[0]
-    gpu = json.loads(json.dumps({k: v for k, v in cpu.items() if k != "_path"}))
-    gpu["config"]["device"] = "cuda"
+    gpu = cpu.model_copy(deep=True)
+    gpu.config["device"] = "cuda"
 
     def text(result):
         console = Console(width=200, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
@@ -223,9 +226,9 @@ def test_the_scaling_plots_tick_at_the_measured_sizes_and_draw_their_intervals()
     # the same cells run twice more: the bars are between runs now, and the table shows that interval too
     again = []
     for i, r in enumerate(results * 2):
-        r = json.loads(json.dumps({k: v for k, v in r.items() if k != "_path"}))
-        r["created_utc"] = f"2000-01-0{1 + i // len(results)}T00:00:00Z"  # older than the originals
-        r["summary"]["samples_per_sec_total"] *= 0.97 + 0.02 * i / len(results)
+        r = r.model_copy(deep=True)
+        r.created_utc = f"2000-01-0{1 + i // len(results)}T00:00:00Z"  # older than the originals
+        r.summary.samples_per_sec_total *= 0.97 + 0.02 * i / len(results)
         again.append(r)
     chosen, repeats = table_cells(results + again)
     rows = scaling_rows(chosen, repeats)
@@ -259,7 +262,7 @@ def test_an_interval_unbounded_above_keeps_its_lower_bound_in_the_tables(tmp_pat
     assert result["world_size"] == 1 and result["schema_version"] < 3  # read as schema 3: upgraded from windows
     result["samples"]["window_s"] = [[1.0, 9.0]]  # two very uneven windows: the time's interval reaches 0
     path.write_text(json.dumps(result))
-    low = load_results([path])[0]["summary"]["ci95"][0]
+    low = load_results([path])[0].summary.ci95[0]
     assert f"| {low:.2f}–∞ |" in write_report([folder], tmp_path / "out").read_text()
     console = Console(width=200, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
     console.print(render_table(load_results([path])[0]))
@@ -277,9 +280,9 @@ def test_paper_and_tuned_runs_are_their_own_cells_and_are_put_side_by_side():
     tuned = _run("torch-ddp", 130.0, "2", profile="cpu-tuned", batch_size=8, channels_last=True, compile="default",
                  fused_optimizer=True, num_classes=1000)
     for r in (paper, tuned):
-        r["summary"]["samples_per_sec_per_gpu"] = r["summary"]["samples_per_sec_total"] / 2
-        r["run_id"] = r["created_utc"]
-    tuned["timing"] = {"compile_s": 21.5}
+        r.summary.samples_per_sec_per_gpu = r.summary.samples_per_sec_total / 2
+        r.run_id = r.created_utc
+    tuned.timing.compile_s = 21.5
     chosen, repeats = table_cells([paper, tuned])
     assert len(chosen) == 2 and not any(repeats.values())
     rows = scaling_rows(chosen, repeats)
@@ -299,18 +302,19 @@ def test_paper_and_tuned_runs_are_their_own_cells_and_are_put_side_by_side():
 def test_the_reports_environment_says_the_cores_a_run_could_use_where_fewer_than_the_hosts():
     from bench.commands.report import environment_text
 
-    held = {"environment": {"cpu": "EPYC", "cpu_count": 64, "usable_cores": 8, "ranks": [{"host": "h1"}]},
-            "world_size": 1}
-    assert "- CPU: EPYC (64 cores, 8 the run could use)" in environment_text([held])
-    whole = {"environment": {**held["environment"], "usable_cores": 64}, "world_size": 1}
-    assert "- CPU: EPYC (64 cores)" in environment_text([whole])
-    older = {"environment": {"cpu": "EPYC", "cpu_count": 64, "ranks": [{"host": "h1"}]}, "world_size": 1}
+    def on(**environment):
+        return samples.result(environment={"cpu": "EPYC", "cpu_count": 64, **environment})
+
+    assert "- CPU: EPYC (64 cores, 8 the run could use)" in environment_text([on(usable_cores=8)])
+    assert "- CPU: EPYC (64 cores)" in environment_text([on(usable_cores=64)])
+    older = on()
+    assert "usable_cores" not in older.environment.model_fields_set  # a record from before the field
     assert "- CPU: EPYC (64 cores)" in environment_text([older])
 
 
 def attributed(result, hosts, compute_s):
     """A copy of ``result`` run on ``hosts`` (one rank each) with per-rank attribution of those compute times."""
-    out = {k: v for k, v in json.loads(json.dumps(result)).items() if k != "_path"}  # as written, not as read
+    out = result.model_dump(mode="json", by_alias=True, exclude_unset=True)  # as written
     for rank, host in zip(out["environment"]["ranks"], hosts, strict=True):
         rank["host"] = host
     step = 1 / out["summary"]["samples_per_sec_total"]
@@ -337,7 +341,7 @@ def test_compare_applies_a_rule_file(tmp_path):
     from bench.commands.diagnose import rules as rules_mod
 
     cells = matched(A, B)
-    ratios = {c.label: c.b["summary"]["samples_per_sec_total"] / c.a["summary"]["samples_per_sec_total"]
+    ratios = {c.label: c.b.summary.samples_per_sec_total / c.a.summary.samples_per_sec_total
               for c in cells}
     tolerance = 1 - sorted(ratios.values())[len(ratios) // 2]  # the median cell's drop: some flagged, some not
     path = rules_file(tmp_path / "job.toml", {"name": "job-floor", "kind": "job", "figure": "samples_per_sec",
@@ -351,7 +355,7 @@ def test_compare_applies_a_rule_file(tmp_path):
     assert [a.model_dump() for a in verdict.accept] == [{"node": "vm", "accepted": True, "errors": [], "warnings": []}]
     assert verdict.unused == ["pair-slow"]
 
-    ddp = {r["world_size"]: r for r in load_results([A]) if r["mode"] == "torch-ddp"}[2]
+    ddp = {r.world_size: r for r in load_results([A]) if r.mode == "torch-ddp"}[2]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "r.json").write_text(json.dumps(attributed(ddp, ["n1", "n2"], [0.10, 0.10])))

@@ -10,7 +10,7 @@ from bench.errors import BenchError, ResultNotWhole
 from bench.records import store
 from bench.records.metrics import METRICS, find
 from bench.records.results import CSV_FIELDS, csv_row, load_result, write_result
-from bench.records.schema import json_schema, upgrade, validate
+from bench.records.schema import Result, json_schema, upgrade, validate
 from bench.records.store import Kind
 from tests import samples
 from tests.conftest import FIXTURES
@@ -30,18 +30,18 @@ def test_a_schema_1_result_reads_as_the_current_schema_with_its_headline_recompu
     old = json.loads(V1.read_text())
     assert old["schema_version"] == 1
     new = load_result(V1)
-    assert new["schema_version"] == SCHEMA_VERSION == 3
+    assert new.schema_version == SCHEMA_VERSION == 3 and new.file == str(V1)
     windows = old["samples"]["window_s"]
     headline, ci = ratio_of_totals(windows, len(windows) * old["samples"]["images_per_window_per_rank"])
-    assert new["summary"]["samples_per_sec_total"] == pytest.approx(headline)
+    assert new.summary.samples_per_sec_total == pytest.approx(headline)
     assert headline <= old["summary"]["images_per_sec_total"]
-    assert new["summary"]["samples_per_sec_per_gpu"] == pytest.approx(headline / old["world_size"])
-    assert new["summary"]["ci95"] == (pytest.approx(ci) if ci else None)
-    assert new["summary"]["ci95_kind"] == "within-run"
-    assert new["samples"]["window_s"] == old["samples"]["window_s"]
-    assert new["workload"]["unit"] == "image" and new["workload"]["model"] == "resnet50"
-    assert new["workload"]["parameters"] == 23_528_522  # ResNet-50 at 10 classes
-    jsonschema.validate(new, json_schema())
+    assert new.summary.samples_per_sec_per_gpu == pytest.approx(headline / old["world_size"])
+    assert new.summary.ci95 == (pytest.approx(ci) if ci else None)
+    assert new.summary.ci95_kind == "within-run"
+    assert new.samples.window_s == old["samples"]["window_s"]
+    assert new.workload.unit == "image" and new.workload.model == "resnet50"
+    assert new.workload.parameters == 23_528_522  # ResNet-50 at 10 classes
+    jsonschema.validate(new.model_dump(mode="json", by_alias=True, exclude_unset=True), json_schema())
 
 
 def test_a_result_that_breaks_the_schema_is_refused_in_one_line_and_kept_in_the_fallback(tmp_path, tmp_path_factory,
@@ -54,11 +54,14 @@ def test_a_result_that_breaks_the_schema_is_refused_in_one_line_and_kept_in_the_
     del data["summary"]["samples_per_sec_total"]
     with pytest.raises(BenchError, match="summary.samples_per_sec_total: Field required"):
         validate(data)
+    result = Result.model_validate(upgraded())
+    result.summary.samples_per_sec_total = None  # a builder's slip: an assignment is not validated, the write is
     with pytest.raises(ResultNotWhole, match="does not match its schema .summary.samples_per_sec_total") as caught:
-        write_result(out, data)
+        write_result(out, result)
     assert not list(out.iterdir())  # nothing written where a reader would find it
-    kept = fallback / f"{data['run_id']}.json"
-    assert str(kept) in str(caught.value) and json.loads(kept.read_text()) == data  # and the measurement kept
+    kept = fallback / f"{result.run_id}.json"
+    assert str(kept) in str(caught.value)  # and the measurement kept
+    assert json.loads(kept.read_text()) == result.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def test_every_record_kind_has_a_model_that_carries_its_kind():
@@ -97,9 +100,10 @@ def test_the_store_checks_every_kind_before_writing(tmp_path, tmp_path_factory, 
 
 def test_csv_columns_and_table_come_from_the_metric_registry():
     assert set(METRICS) <= set(CSV_FIELDS)
-    row = csv_row(upgraded())
+    result = Result.model_validate(upgraded())
+    row = csv_row(result)
     assert list(row) == CSV_FIELDS
-    assert row["samples_per_sec_total"] == upgraded()["summary"]["samples_per_sec_total"]
+    assert row["samples_per_sec_total"] == result.summary.samples_per_sec_total
     assert row["sample_unit"] == "image"
     assert find("images_per_sec_total") is METRICS["samples_per_sec_total"]  # schema-1 names still work
     with pytest.raises(BenchError, match="unknown metric"):

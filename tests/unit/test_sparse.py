@@ -98,10 +98,9 @@ def test_a_gpu_runs_interface_counters_are_not_compared_with_the_computed_bytes(
     assert gpu["comparable"] is False and "NCCL" in gpu["not_comparable"]
     sockets = traffic.measured([{"net_sent": {"lo": 1000}}], 10, "cuda", dict(traffic.NCCL_ALL_SOCKETS))
     assert sockets["comparable"] is True
-    result = {"mode": "torch-ddp", "world_size": 2, "config": {"model": "vgg16", "precision": "fp32",
-                                                               "batch_size": 2, "image_size": 32, "strategy": None},
-              "summary": {}, "traffic": {"computed": {"bytes_per_step": 1e6, "exchange": "allreduce"},
-                                         "measured": gpu}}
+    result = samples.result(mode="torch-ddp", world_size=2, config={"model": "vgg16", "precision": "fp32",
+                                                                    "batch_size": 2, "image_size": 32},
+                            traffic={"computed": {"bytes_per_step": 1e6, "exchange": "allreduce"}, "measured": gpu})
     (row,) = traffic_rows([result])
     assert row.ratio is None and row.not_comparable and row.measured == 100.0
 
@@ -135,9 +134,9 @@ def test_predict_takes_the_allgather_measurement_for_the_sparse_bytes(tmp_path):
         network_inputs(None, None, [str(paths[0]), str(paths[0])], 10**6)
     ar, ag = measurement("allreduce", "torch", 1.0), measurement("allgather", "torch", 0.5)
     assert pick_allreduce("torch-ddp", [ag, ar]) is ar and pick_allreduce("torch-ddp", [ag, ar], "allgather") is ag
-    result = {"world_size": 1, "config": {"batch_size": 8, "model": "transformer-small", "num_classes": 37000},
-              "summary": {"samples_per_sec_per_gpu": 80.0},
-              "traffic": {"computed": {"dense_bytes": 1000, "sparse_bytes_per_rank": 200}}}
+    result = samples.result(world_size=1, config={"batch_size": 8, "model": "transformer-small", "num_classes": 37000},
+                            summary={"samples_per_sec_per_gpu": 80.0},
+                            traffic={"computed": {"dense_bytes": 1000, "sparse_bytes_per_rank": 200}, "measured": None})
     assert from_result(result) == {"step_time_s": 0.1, "batch_size": 8, "gradient_bytes": 1000, "sparse_bytes": 200}
 
 

@@ -5,6 +5,7 @@ import pytest
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.measure import trace
+from bench.records.schema import Trace
 
 
 def rank(r: int, traced: float, windows: list[float], timeline: str | None = None) -> dict:
@@ -24,7 +25,7 @@ def test_the_cost_is_the_traced_step_over_the_timed_one():
     assert section["cost"] == pytest.approx(0.132 / 0.11 - 1)
     assert [r["cost"] for r in section["per_rank"]] == pytest.approx([0.121 / 0.10 - 1, 0.132 / 0.10 - 1])
     assert section["horovod_timeline"] == "run.trace/horovod-timeline.json"
-    rows = trace.table_rows(section)
+    rows = trace.table_rows(Trace.model_validate(section))
     assert rows[0] == ("trace (after the windows)", "3 steps", "per rank, in run.trace/")
     assert rows[1][1] == "+20" and "132.0 ms traced, 110.0 ms in the windows" in rows[1][2]
     assert rows[2] == ("  Horovod timeline", "written", "run.trace/horovod-timeline.json")
@@ -37,8 +38,6 @@ def test_an_untraced_run_has_no_section_and_no_rows():
 
 
 def test_the_result_schema_takes_the_section():
-    from bench.records.schema import Trace
-
     ranks = [rank(0, 0.121, [0.40, 0.40, 0.48]), rank(1, 0.132, [0.44, 0.36, 0.40])]
     Trace.model_validate(trace.build(ranks, 4, "run"))
 

@@ -25,7 +25,7 @@ import statistics
 import time
 
 from bench.modes import variant
-from bench.records.results import hosts_of
+from bench.records.schema import hosts_in
 from tools import cluster
 
 MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native", "tf-native:ps")
@@ -71,7 +71,7 @@ def main() -> None:
                 result = run(label, placement, args, f"{folder}/{label.replace(':', '-')}-{where}-{repeat}")
                 rates[i].append(result["summary"]["samples_per_sec_total"])
                 if repeat == 0:
-                    hosts.append(",".join(hosts_of(result)))
+                    hosts.append(",".join(hosts_in(result["environment"])))
             print(f"{label} run {repeat + 1}: one node {rates[0][-1]:.2f} img/s ({hosts[0]}), two nodes "
                   f"{rates[1][-1]:.2f} img/s ({hosts[1]})", flush=True)
         x1, x2 = statistics.median(rates[0]), statistics.median(rates[1])

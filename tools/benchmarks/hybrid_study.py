@@ -120,9 +120,9 @@ def main() -> None:
 
 
 def _hosts(result: dict) -> list[str]:
-    from bench.records.results import hosts_of
+    from bench.records.schema import hosts_in
 
-    return hosts_of(result)
+    return hosts_in(result["environment"])
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from bench.models import MODELS
 from bench.records import store
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Allreduce, AllreduceRow
-from bench.records.results import hosts_in
+from bench.records.schema import hosts_in
 from bench.run import parent_or_rank, rank_output
 from bench.tables import never_cut
 

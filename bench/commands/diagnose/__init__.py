@@ -23,7 +23,6 @@ and a terminal table say what was found. Exit status: 0 when no finding is an er
 
 from __future__ import annotations
 
-import json
 import shlex
 import statistics
 import time
@@ -43,8 +42,8 @@ from bench.modes import MODES
 from bench.records import files, store
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Allreduce, Baseline
-from bench.records.results import check_output_dir
-from bench.records.schema import Diagnose, Finding
+from bench.records.results import check_output_dir, load_result
+from bench.records.schema import Diagnose, Finding, Result
 
 SCHEMA_VERSION = 1
 PHASES = ("devices", "network", "job")
@@ -212,9 +211,9 @@ def _one_file(folder: Path) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-def _one_result(folder: Path) -> dict[str, Any] | None:
+def _one_result(folder: Path) -> Result | None:
     path = _one_file(folder)
-    return json.loads(path.read_text()) if path else None
+    return load_result(path) if path else None
 
 
 def _mpi(name: str) -> bool:
@@ -277,7 +276,7 @@ class Diagnosis:
                 if result is None:
                     continue
                 per_device.append(member)
-                self.figures["device"][member] = {"samples_per_sec": result["summary"]["samples_per_sec_total"],
+                self.figures["device"][member] = {"samples_per_sec": result.summary.samples_per_sec_total,
                                                   **_device_telemetry(result), **_device_input(result)}
             if len(per_device) < self.cfg.devices_per_node or step.failure():
                 self._did_not_run("device", node, step)
@@ -324,11 +323,11 @@ class Diagnosis:
             return
         for kind, members in rules_mod.result_figures(result).items():
             self.figures[kind].update(members)
-        section = result.get("attribution") or {}
-        if section.get("measured"):
-            self.phases["job"]["straggler"] = section["straggler"]
+        section = result.attribution
+        if section is not None and section.measured:
+            self.phases["job"]["straggler"] = section.straggler.model_dump() if section.straggler else None
         else:
-            self.phases["job"]["attribution"] = section.get("reason", "not measured")
+            self.phases["job"]["attribution"] = (section.reason if section else None) or "not measured"
 
     def run(self) -> Diagnose:
         rules = rules_mod.load(self.cfg.rules)
@@ -354,19 +353,18 @@ class Diagnosis:
         )
 
 
-def _device_input(result: dict[str, Any]) -> dict[str, Any]:
+def _device_input(result: Result) -> dict[str, Any]:
     """A device's input pipeline (a --data run): its rate alone and the share of its steps spent waiting."""
-    section = result.get("input") or {}
-    if section.get("source") != "dataset":
+    section = result.input
+    if section is None or section.source != "dataset":
         return {}
-    (rank,) = section["per_rank"]
-    return {"loader_rate": rank["loader_rate"], "data_wait_share": rank["wait_share"]}
+    (rank,) = section.per_rank
+    return {"loader_rate": rank.loader_rate, "data_wait_share": rank.wait_share}
 
 
-def _device_telemetry(result: dict[str, Any]) -> dict[str, Any]:
+def _device_telemetry(result: Result) -> dict[str, Any]:
     """A device's clock-event (throttle) reasons in its timed windows, where telemetry saw a GPU."""
-    telemetry = result.get("telemetry") or {}
-    gpus = [g for n in telemetry.get("nodes", []) for g in n.get("gpus", [])]
+    gpus = [g for n in result.telemetry.nodes for g in n.get("gpus", [])]
     if not gpus:
         return {}
     power = [g["power_w_mean"] for g in gpus if g["power_w_mean"] is not None]

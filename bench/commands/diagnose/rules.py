@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
-from bench.records.schema import Finding, NodeAccept
+from bench.records.schema import Finding, NodeAccept, Result
 
 DEFAULT_RULES = Path(__file__).with_name("rules.toml")
 KINDS = ("device", "pair", "rank", "job")
@@ -119,23 +119,24 @@ def rank_member(rank: int, host: str) -> str:
     return f"rank {rank} ({host})"
 
 
-def result_figures(result: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+def result_figures(result: Result) -> dict[str, dict[str, dict[str, Any]]]:
     """The job's and each rank's figures in one training result (kind -> member -> figure name -> value): the job's
     throughput; each rank's compute, exposed exchange and step time (seconds per step) where attribution measured
     them; each rank's input pipeline rate alone and share of the timed windows spent waiting for batches where the
     run read a dataset. bench diagnose's job phase and bench compare --rules read a result through this alone."""
     ranks: dict[str, dict[str, Any]] = {}
-    attribution = result.get("attribution") or {}
-    if attribution.get("measured"):
-        for p in attribution["per_rank"]:
-            ranks[rank_member(p["rank"], p["host"])] = {k: p[k] for k in ("compute_s", "exposed_s", "step_s")}
-    section = result.get("input") or {}
-    if section.get("source") == "dataset":
-        for p in section["per_rank"]:
-            if p.get("rank") is not None:  # tf-native ps's workers are rows without a rank: no member of the job
-                ranks.setdefault(rank_member(p["rank"], p["host"]), {}).update(
-                    loader_rate=p["loader_rate"], data_wait_share=p["wait_share"])
-    return {"job": {"job": {"samples_per_sec": result["summary"]["samples_per_sec_total"]}}, "rank": ranks}
+    attribution = result.attribution
+    if attribution is not None and attribution.measured:
+        for p in attribution.per_rank or []:
+            ranks[rank_member(p.rank, p.host)] = {"compute_s": p.compute_s, "exposed_s": p.exposed_s,
+                                                  "step_s": p.step_s}
+    section = result.input
+    if section is not None and section.source == "dataset":
+        for i in section.per_rank:
+            if i.rank is not None and i.host is not None:  # tf-native ps's workers have no rank: no member of the job
+                ranks.setdefault(rank_member(i.rank, i.host), {}).update(
+                    loader_rate=i.loader_rate, data_wait_share=i.wait_share)
+    return {"job": {"job": {"samples_per_sec": result.summary.samples_per_sec_total}}, "rank": ranks}
 
 
 def finding(kind: str, where: str, figure: Any, expected: Any, rule: str, severity: str, name: str,
