@@ -155,6 +155,7 @@ class Telemetry(_Open):
     reason: str | None = Field(None, description="why there is no telemetry")
     energy_per_sample_j: float | None = None
     samples_per_sec_per_watt: float | None = None
+    energy_j: float | None = Field(None, description="every GPU's energy over the timed windows")
     power_w_mean_total: float | None = None
     throttled: bool | None = None
     nodes: list[dict[str, Any]] = Field([], description="each host's GPUs over the timed windows")

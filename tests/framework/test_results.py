@@ -41,30 +41,46 @@ def make(checksums=("a", "a")):
 def test_result_figures_follow_the_formulas():
     r = make()
     # 2 ranks x 4 images x 5 steps = 40 images per window; slowest rank per window: 1, 2, 1 s
-    assert r["summary"]["windows_total_samples_per_sec"] == [40.0, 20.0, 40.0]
+    assert r.summary.windows_total_samples_per_sec == [40.0, 20.0, 40.0]
     # the headline: 3 windows x 40 images over the slowest rank's 4 s (not the mean of the rates, 33.3)
-    assert r["summary"]["samples_per_sec_total"] == pytest.approx(30.0)
-    assert r["summary"]["samples_per_sec_per_gpu"] == pytest.approx(15.0)
-    assert r["timing"]["init_s"] == 3.0  # slowest rank
+    assert r.summary.samples_per_sec_total == pytest.approx(30.0)
+    assert r.summary.samples_per_sec_per_gpu == pytest.approx(15.0)
+    assert r.timing.init_s == 3.0  # slowest rank
     # images after init: 2 ranks x 4 x (1 warmup + 3 windows x 5 steps) = 128 over 4 s of train time
-    assert r["summary"]["samples_per_sec_wall_train"] == pytest.approx(32.0)
-    assert r["summary"]["samples_per_sec_wall_total"] == pytest.approx(128 / 7)
-    assert r["sync"]["ranks_in_sync"] and r["sync"]["params_changed"]
-    assert r["schema_version"] == SCHEMA_VERSION
+    assert r.summary.samples_per_sec_wall_train == pytest.approx(32.0)
+    assert r.summary.samples_per_sec_wall_total == pytest.approx(128 / 7)
+    assert r.sync.ranks_in_sync and r.sync.params_changed
+    assert r.schema_version == SCHEMA_VERSION
 
 
 def test_out_of_sync_ranks_are_flagged():
-    assert not make(("a", "b"))["sync"]["ranks_in_sync"]
+    assert not make(("a", "b")).sync.ranks_in_sync
+
+
+def test_a_result_that_does_not_match_its_model_keeps_the_raw_samples(tmp_path, monkeypatch):
+    """The builder constructs the model: a figure of the wrong shape is one line naming the field, and every rank's
+    raw samples are kept in the fallback folder (a finished measurement is never lost)."""
+    from bench.errors import ResultNotWhole
+
+    monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(tmp_path / "spare"))
+    g = gathered()
+    g["ranks"][1]["device"] = None  # no device label
+    cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3).resolve("cpu", 2)
+    with pytest.raises(ResultNotWhole, match=r"does not match its schema \(ranks.1.device: .*raw samples are saved "
+                                             r"to .*spare/r1-raw.json instead"):
+        build_result(cfg, LaunchInfo("self", world_size=2), g, "r1")
+    assert json.loads((tmp_path / "spare" / "r1-raw.json").read_text())["ranks"][0]["window_s"] == [1.0, 2.0, 1.0]
 
 
 def test_write_round_trip_and_never_overwrite(tmp_path):
     out = check_output_dir(tmp_path / "out")
     r = make()
     path = write_result(out, r)
-    assert load_result(path) == json.loads(json.dumps(r))
+    assert json.loads(path.read_text()) == r.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert load_result(path).model_dump() == r.model_dump() and load_result(path).file == str(path)
     with pytest.raises(BenchError, match="already exists"):
         write_result(out, r)
-    assert load_result(path)["run_id"] == r["run_id"]
+    assert load_result(path).run_id == r.run_id
     write_result(out, make())
     rows = list(csv.DictReader(open(out / CSV_NAME)))
     assert len(rows) == 2 and list(rows[0]) == CSV_FIELDS
@@ -108,7 +124,7 @@ def test_write_without_hard_links_is_whole_and_never_overwrites(tmp_path, monkey
     out = check_output_dir(tmp_path / "out")  # the check itself uses the writer's way and passes
     result = make()
     path = write_result(out, result)
-    assert load_result(path) == json.loads(json.dumps(result))
+    assert load_result(path).model_dump() == result.model_dump()
     with pytest.raises(BenchError, match="already exists; not overwritten"):
         write_result(out, result)
     # no temporary left; the CSV's lock file stays (a lock, not a temporary)
@@ -161,7 +177,7 @@ def test_a_disk_that_refuses_the_telemetry_series_keeps_the_result(tmp_path, mon
 
     out = check_output_dir(tmp_path / "out")
     result = make()
-    result["telemetry"] = {**(result.get("telemetry") or {}), "samples_csv": f"{result['run_id']}-telemetry.csv"}
+    result.telemetry.samples_csv = f"{result.run_id}-telemetry.csv"
     real = files.write_new
 
     def quota(path, text):
@@ -171,7 +187,7 @@ def test_a_disk_that_refuses_the_telemetry_series_keeps_the_result(tmp_path, mon
 
     monkeypatch.setattr(files, "write_new", quota)
     path = write_result(out, result, samples=[{"t_s": 0.0}])
-    assert json.loads(path.read_text())["run_id"] == result["run_id"]
+    assert json.loads(path.read_text())["run_id"] == result.run_id
     assert "telemetry time series" in capsys.readouterr().err
     assert (out / CSV_NAME).exists()
 
@@ -222,9 +238,9 @@ def test_compile_time_is_reported_apart_and_a_compiled_run_is_its_own_cell():
         r.update(first_step_s=first, warmup_step_s=[0.2, 0.4, 0.3], graphs_compiled_in_windows=graphs)
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3, compile="default")
     result = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
-    assert result["timing"]["compile_s"] == pytest.approx(12.0 - 0.3)
-    assert result["timing"]["graphs_compiled_in_windows"] == 2
+    assert result.timing.compile_s == pytest.approx(12.0 - 0.3)
+    assert result.timing.graphs_compiled_in_windows == 2
     eager = make()
-    assert eager["timing"]["compile_s"] is None and eager["timing"]["graphs_compiled_in_windows"] is None
+    assert eager.timing.compile_s is None and eager.timing.graphs_compiled_in_windows is None
     assert key_of(result).setting != key_of(eager).setting
     assert "compiled (default)" in key_of(result).setting_text()

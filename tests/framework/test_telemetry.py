@@ -17,8 +17,7 @@ def test_result_carries_telemetry_or_its_absence():
             "param_sum_initial": 1.0, "param_sum_final": 2.0, "replicas": 1, "sync_report": None,
             "telemetry": {"summary": s.summary(), "samples": s.samples}}
     r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}}, "run1")
-    assert r["telemetry"]["available"] and r["telemetry"]["energy_per_sample_j"] == pytest.approx(
-        r["telemetry"]["energy_j"] / 40)
+    assert r.telemetry.available and r.telemetry.energy_per_sample_j == pytest.approx(r.telemetry.energy_j / 40)
     rank["telemetry"] = None
     r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}, "telemetry_note": "why"}, "run2")
-    assert r["telemetry"] == {"available": False, "reason": "why"}
+    assert r.telemetry.model_dump(exclude_unset=True) == {"available": False, "reason": "why"}
