@@ -66,8 +66,8 @@ def test_a_result_that_does_not_match_its_model_keeps_the_raw_samples(tmp_path, 
     g = gathered()
     g["ranks"][1]["device"] = None  # no device label
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3).resolve("cpu", 2)
-    with pytest.raises(ResultNotWhole, match=r"does not match its schema \(ranks.1.device: .*raw samples are saved "
-                                             r"to .*spare/r1-raw.json instead"):
+    with pytest.raises(ResultNotWhole, match=r"does not match its schema \(device: Input should be a valid string.*; "
+                                             r"its raw samples are saved to .*spare/r1-raw.json instead"):
         build_result(cfg, LaunchInfo("self", world_size=2), g, "r1")
     assert json.loads((tmp_path / "spare" / "r1-raw.json").read_text())["ranks"][0]["window_s"] == [1.0, 2.0, 1.0]
 
