@@ -58,17 +58,31 @@ class CompareConfig:
         object.__setattr__(self, "metric", find(self.metric).key)  # a name or alias the registry knows
 
 
-def significance(row: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Change:
+    """One metric of one cell, A against B (compare_cells)."""
+    cell: str
+    metric: str  # a registry name (bench.records.metrics)
+    a: float
+    b: float
+    change: float  # (b - a) / a
+    regression: float  # the change in the direction that is worse: -change where higher is better
+    significant: bool | None = None  # the headline only: beyond run-to-run noise (collect.significant)
+    runs: tuple[int, int] | None = None  # the headline only: each side's runs of the cell
+    input_cost: float | None = None  # the headline only, where one side read a dataset (input_cost)
+
+
+def significance(row: Change) -> str:
     """The table's word on a change: yes (the between-run intervals do not overlap); undecided where they overlap
     (an overlap does not show that there is no difference, only that these runs cannot tell) or where a side has
     fewer than two runs; n/a for a metric the call is not made for."""
-    if row["significant"] is True:
+    if row.runs is None:
+        return "n/a"
+    if row.significant is True:
         return "yes"
-    if row["significant"] is False:
-        return f"undecided: between-run intervals overlap ({row['runs'][0]} vs {row['runs'][1]} runs)"
-    if row["runs"]:
-        return f"undecided: {row['runs'][0]} vs {row['runs'][1]} runs; needs 2+ each"
-    return "n/a"
+    if row.significant is False:
+        return f"undecided: between-run intervals overlap ({row.runs[0]} vs {row.runs[1]} runs)"
+    return f"undecided: {row.runs[0]} vs {row.runs[1]} runs; needs 2+ each"
 
 
 def main(cfg: CompareConfig) -> None:
@@ -83,12 +97,11 @@ def main(cfg: CompareConfig) -> None:
     console = Console()
     table = Table("cell", "metric", "A", "B", "change", "significant", title=f"{cfg.a} -> {cfg.b}")
     for r in rows:
-        table.add_row(r["cell"], r["metric"], f"{r['a']:.4g}", f"{r['b']:.4g}", f"{r['change']:+.1%}",
-                      significance(r))
+        table.add_row(r.cell, r.metric, f"{r.a:.4g}", f"{r.b:.4g}", f"{r.change:+.1%}", significance(r))
     console.print(never_cut(table, "cell", "metric"))
     for r in rows:
-        if r.get("input_cost") is not None:
-            print(f"input pipeline: costs {r['input_cost']:.1%} of the synthetic throughput in {r['cell']}")
+        if r.input_cost is not None:
+            print(f"input pipeline: costs {r.input_cost:.1%} of the synthetic throughput in {r.cell}")
     failed = []
     if rules is not None:
         verdict = apply_rules(rules, cells)
@@ -98,8 +111,8 @@ def main(cfg: CompareConfig) -> None:
     if cfg.max_regression is not None:
         bad = regressions(rows, cfg.metric, cfg.max_regression)
         if bad:
-            worst = max(bad, key=lambda r: r["regression"])
-            failed.append(f"{cfg.metric} regressed by {worst['regression']:.1%} in {worst['cell']} "
+            worst = max(bad, key=lambda r: r.regression)
+            failed.append(f"{cfg.metric} regressed by {worst.regression:.1%} in {worst.cell} "
                           f"(more than {cfg.max_regression:g}% allowed)")
     if failed:
         raise BenchError("; ".join(failed))
@@ -135,12 +148,12 @@ def matched(a: Path, b: Path, strict: bool = False) -> list[Cell]:
     return cells
 
 
-def compare(a: Path, b: Path, strict: bool = False) -> list[dict[str, Any]]:
+def compare(a: Path, b: Path, strict: bool = False) -> list[Change]:
     """Cell by cell, metric by metric (compare_cells over matched)."""
     return compare_cells(matched(a, b, strict))
 
 
-def compare_cells(cells: list[Cell]) -> list[dict[str, Any]]:
+def compare_cells(cells: list[Cell]) -> list[Change]:
     rows = []
     for c in cells:
         for name in COMPARED:
@@ -150,11 +163,12 @@ def compare_cells(cells: list[Cell]) -> list[dict[str, Any]]:
                 continue
             change = (vb - va) / va
             headline = name == "samples_per_sec_total"
-            rows.append({"cell": c.label, "metric": name, "a": va, "b": vb,
-                         "change": change, "regression": -change if metric.higher_is_better else change,
-                         "significant": significant(c.runs_a, c.runs_b) if headline else None,
-                         "runs": (len(c.runs_a), len(c.runs_b)) if headline else None,
-                         "input_cost": input_cost(c.key_a.source, c.key_b.source, va, vb) if headline else None})
+            rows.append(Change(cell=c.label, metric=name, a=va, b=vb, change=change,
+                               regression=-change if metric.higher_is_better else change))
+            if headline:
+                rows[-1] = dataclasses.replace(rows[-1], significant=significant(c.runs_a, c.runs_b),
+                                               runs=(len(c.runs_a), len(c.runs_b)),
+                                               input_cost=input_cost(c.key_a.source, c.key_b.source, va, vb))
     return rows
 
 
@@ -265,7 +279,7 @@ def input_cost(source_a: str, source_b: str, a: float, b: float) -> float | None
     return None
 
 
-def regressions(rows: list[dict[str, Any]], metric: str, max_regression_pct: float) -> list[dict[str, Any]]:
+def regressions(rows: list[Change], metric: str, max_regression_pct: float) -> list[Change]:
     """Cells where ``metric`` (a registry name; schema-1 names are accepted) got worse by more than the percent."""
     key = find(metric).key
-    return [r for r in rows if r["metric"] == key and r["regression"] * 100 > max_regression_pct]
+    return [r for r in rows if r.metric == key and r.regression * 100 > max_regression_pct]

@@ -21,16 +21,16 @@ A, B = FIXTURES / "sweep-a", FIXTURES / "sweep-b"
 
 def test_compare_and_regression_gate(tmp_path):
     rows = compare(A, B)
-    cells = {r["cell"] for r in rows}
+    cells = {r.cell for r in rows}
     assert len(cells) == 5
-    thr = [r for r in rows if r["metric"] == "samples_per_sec_total"]
+    thr = [r for r in rows if r.metric == "samples_per_sec_total"]
     for r in thr:
-        assert r["change"] == pytest.approx((r["b"] - r["a"]) / r["a"])
-    assert {r["a"] for r in thr} == {x["summary"]["samples_per_sec_total"] for x in by_mode_n(A).values()}
-    assert {r["b"] for r in thr} == {x["summary"]["samples_per_sec_total"] for x in by_mode_n(B).values()}
+        assert r.change == pytest.approx((r.b - r.a) / r.a)
+    assert {r.a for r in thr} == {x.summary.samples_per_sec_total for x in by_mode_n(A).values()}
+    assert {r.b for r in thr} == {x.summary.samples_per_sec_total for x in by_mode_n(B).values()}
     # the direction in which throughput dropped somewhere, and the gate around the worst drop
-    first, second = (A, B) if max(r["regression"] for r in thr) > 0 else (B, A)
-    worst = max(r["regression"] for r in compare(first, second) if r["metric"] == "samples_per_sec_total")
+    first, second = (A, B) if max(r.regression for r in thr) > 0 else (B, A)
+    worst = max(r.regression for r in compare(first, second) if r.metric == "samples_per_sec_total")
     assert regressions(compare(first, second), "samples_per_sec_total", 100 * worst / 2)
     assert not regressions(compare(first, second), "samples_per_sec_total", 100 * worst + 1)
     r = bench("compare", str(first), str(second), "--max-regression", f"{100 * worst / 2:.3f}")

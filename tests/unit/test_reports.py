@@ -241,13 +241,15 @@ def test_the_scaling_plots_tick_at_the_measured_sizes_and_draw_their_intervals()
 def test_compare_calls_a_change_undecided_where_its_runs_cannot_tell():
     """Overlapping between-run intervals do not show that there is no difference: 'undecided', as with one run
     a side; 'yes' only where they do not overlap."""
-    from bench.commands.compare import significance
+    from bench.commands.compare import Change, significance
 
-    assert significance({"significant": True, "runs": (3, 3)}) == "yes"
-    assert significance({"significant": False, "runs": (3, 2)}) == \
-        "undecided: between-run intervals overlap (3 vs 2 runs)"
-    assert significance({"significant": None, "runs": (1, 1)}) == "undecided: 1 vs 1 runs; needs 2+ each"
-    assert significance({"significant": None, "runs": None}) == "n/a"
+    def row(significant, runs):
+        return Change("cell", "samples_per_sec_total", 1.0, 1.1, 0.1, -0.1, significant=significant, runs=runs)
+
+    assert significance(row(True, (3, 3))) == "yes"
+    assert significance(row(False, (3, 2))) == "undecided: between-run intervals overlap (3 vs 2 runs)"
+    assert significance(row(None, (1, 1))) == "undecided: 1 vs 1 runs; needs 2+ each"
+    assert significance(row(None, None)) == "n/a"
 
 
 def test_an_interval_unbounded_above_keeps_its_lower_bound_in_the_tables(tmp_path):
