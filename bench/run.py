@@ -190,7 +190,7 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     trainer.teardown()
     if gathered is None:
         return None
-    gathered["telemetry_note"] = telemetry_note
+    gathered.telemetry_note = telemetry_note
     if data_before is not None:
         datasets.check_unchanged(cfg.data, data_before)
 
@@ -198,7 +198,7 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
 
     from rich.console import Console
 
-    result = build_result(cfg, info, gathered, gathered.get("run_id") or new_run_id(cfg.mode))
+    result = build_result(cfg, info, gathered, gathered.run_id or new_run_id(cfg.mode))
     # A stop signal now waits until the files are whole: the measurement is finished, it is not lost.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:

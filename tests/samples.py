@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.measure.raw import RankRecord
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Allreduce
 from bench.records.results import load_result
@@ -65,3 +66,12 @@ def result(**parts: Any) -> Result:
     """A run's result: the fixture's, with ``parts`` laid over it (merged), read as the model."""
     base = load_result(FIXTURE).model_dump(mode="json", by_alias=True, exclude_unset=True)
     return Result.model_validate(merged(base, parts))
+
+
+def rank(rank: int = 0, **fields: Any) -> RankRecord:
+    """One rank's raw record (bench.measure.raw) with ``fields`` set and plain figures for the rest: one second
+    windows, a tenth of a second for the first step and set-up, parameters that changed."""
+    base: dict[str, Any] = {"local_rank": rank, "host": "h", "device": "cpu", "setup_s": 0.1, "first_step_s": 0.1,
+                            "init_s": 0.2, "train_s": 4.0, "warmup_step_s": [], "window_s": [1.0, 1.0],
+                            "checksum": "a", "param_sum_initial": 1.0, "param_sum_final": 2.0}
+    return RankRecord(rank=rank, **{**base, **fields})

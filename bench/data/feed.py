@@ -52,6 +52,7 @@ from bench.errors import BenchError
 from bench.launching.supervise import cpu_thread_share
 
 if TYPE_CHECKING:
+    from bench.measure.raw import RankRecord
     from bench.records.schema import Input
 
 PACE_SHARE = 0.10
@@ -279,20 +280,20 @@ def synthetic() -> dict[str, Any]:
     return {"source": "synthetic", "definition": "one synthetic batch per rank, made once on the device"}
 
 
-def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def section(cfg, ranks: list[RankRecord]) -> dict[str, Any]:
     """The result's ``input`` section from every rank's raw record (module docstring for the formulas)."""
     if not getattr(cfg, "data", None):
         return synthetic()
     per_rank = []
     for r in ranks:
-        d = r["data"]
-        timed = sum(r["window_s"])
+        d = r.data or {}
+        timed = sum(r.window_s)
         # tf-native ps: the coordinator's record holds each worker's waits (WorkerFeeds); each worker is a row, its
         # share over the coordinator's timed windows, through which every worker runs its closures
         for part in d.get("per_worker") or [d]:
             waits = part["wait_step_s"]
             wait = sum(waits)
-            row = {"rank": r["rank"], "host": r["host"], "wait_s": wait,
+            row = {"rank": r.rank, "host": r.host, "wait_s": wait,
                    "h2d_s": sum(part["h2d_step_s"]) if part["h2d_step_s"] is not None else None,
                    "wait_share": wait / timed if timed > 0 else None,
                    "wait_step_ms_median": 1000 * statistics.median(waits) if waits else None,
@@ -306,7 +307,7 @@ def section(cfg, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     shares = [(p["wait_share"], p) for p in per_rank if p["wait_share"] is not None]
     top = max(shares, key=lambda s: s[0]) if shares else None
     paced = top[1] if top and top[0] >= PACE_SHARE else None
-    first = ranks[0]["data"]
+    first = ranks[0].data or {}
     return {
         "source": "dataset", "path": cfg.data, "format": first["format"], "classes": first["classes"],
         "train_samples": first["train_samples"], "loader": cfg.loader,

@@ -56,6 +56,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bench.measure.raw import RankRecord
     from bench.records.schema import Attribution
 
 STRAGGLER_THRESHOLD = 0.35
@@ -120,37 +121,40 @@ def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
             "cost_s": time.perf_counter() - t_begin}
 
 
-def fastest_window(ranks: list[dict[str, Any]]) -> int:
-    """The index of the job's fastest timed window (each as long as its slowest rank's)."""
-    lengths = [max(times) for times in zip(*(r["window_s"] for r in ranks), strict=True)]
+def fastest_window(window_s: list[list[float]]) -> int:
+    """The index of the job's fastest timed window (each as long as its slowest rank's), from every rank's window
+    durations."""
+    lengths = [max(times) for times in zip(*window_s, strict=True)]
     return lengths.index(min(lengths))
 
 
-def job_step(ranks: list[dict[str, Any]], steps_per_window: int) -> float:
+def job_step(window_s: list[list[float]], steps_per_window: int) -> float:
     """The job's fastest timed window per step: the step every rank shares."""
-    return max(r["window_s"][fastest_window(ranks)] for r in ranks) / steps_per_window
+    fastest = fastest_window(window_s)
+    return max(w[fastest] for w in window_s) / steps_per_window
 
 
-def data_wait(rank: dict[str, Any], window: int, steps_per_window: int) -> float:
+def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
     """The rank's wait for its batch per step in timed window ``window`` (0 without --data; the coordinator of
     tf-native ps, whose workers wait instead, 0 too)."""
-    data = rank.get("data") or {}
+    data = rank.data or {}
     waits = [] if "per_worker" in data else data.get("wait_step_s") or []
     part = waits[window * steps_per_window:(window + 1) * steps_per_window]
     return sum(part) / steps_per_window if part else 0.0
 
 
-def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] | None:
+def build(ranks: list[RankRecord], steps_per_window: int) -> dict[str, Any] | None:
     """The result's ``attribution`` section from every rank's record (None: not asked for)."""
-    raw = [r.get("attribution") for r in ranks]
+    raw = [r.attribution for r in ranks]
     if all(a is None for a in raw):
         return None
     reasons = {a["unsupported"] for a in raw if a and "unsupported" in a}
     if reasons or any(a is None for a in raw):
         return {"measured": False, "reason": "; ".join(sorted(reasons)) or "not every rank measured it",
                 "definitions": DEFINITIONS}
-    step = job_step(ranks, steps_per_window)
-    window = fastest_window(ranks)
+    windows = [r.window_s for r in ranks]
+    step = job_step(windows, steps_per_window)
+    window = fastest_window(windows)
     per_rank = []
     for r, a in zip(ranks, raw, strict=True):
         compute = min(a["compute_step_s"])
@@ -158,7 +162,7 @@ def build(ranks: list[dict[str, Any]], steps_per_window: int) -> dict[str, Any] 
         waited = data_wait(r, window, steps_per_window)
         exposed = max(0.0, step - compute - waited)
         hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
-        per_rank.append({"rank": r["rank"], "host": r["host"], "device": r["device"], "compute_s": compute,
+        per_rank.append({"rank": r.rank, "host": r.host, "device": r.device, "compute_s": compute,
                          "exchange_s": exchange, "step_s": step, "data_wait_s": waited, "exposed_s": exposed,
                          "hidden_share": hidden, "exposed_clipped": step < compute + waited,
                          "compute_step_s": a["compute_step_s"], "exchange_step_s": a["exchange_step_s"]})

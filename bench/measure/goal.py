@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from bench.errors import BenchError
 
 if TYPE_CHECKING:
+    from bench.measure.raw import RankRecord
     from bench.records.schema import Training
 
 DECAYS = ("cosine", "step", "none")
@@ -182,10 +183,10 @@ class Goal:
                 "checkpoints": list(self.checkpoints), "resumed": self.resumed, "stopped": self.stopped}
 
 
-def section(cfg, ranks: list[dict[str, Any]], init_s: float) -> dict[str, Any] | None:
+def section(cfg, ranks: list[RankRecord], init_s: float) -> dict[str, Any] | None:
     """The result's ``training`` section from rank 0's goal record (every rank's curve is the same: the
     accuracies are reduced across ranks), or None for a run that did not train to a goal."""
-    goal = ranks[0].get("goal")
+    goal = ranks[0].goal
     if not goal:
         return None
     curve, at = goal["curve"], goal["reached_at"]

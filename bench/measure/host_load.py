@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bench.measure.raw import RankRecord
     from bench.records.schema import HostLoad
 
 PROC = Path("/proc")
@@ -121,13 +122,13 @@ def between(before: dict[str, Any], after: dict[str, Any], serving: bool = False
     return record
 
 
-def section(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+def section(ranks: list[RankRecord]) -> dict[str, Any] | None:
     """The result's ``host_load``: one entry per host from its ranks' ``cpu`` records, and the busiest host's
     other_cores; None where no host could read its counters."""
     by_host: dict[str, list[dict[str, Any]]] = {}
     for r in ranks:
-        if r.get("cpu") is not None:
-            by_host.setdefault(r["host"], []).append(r["cpu"])
+        if r.cpu is not None:
+            by_host.setdefault(r.host, []).append(r.cpu)
     hosts = []
     for name, records in by_host.items():
         counters = next((c["host"] for c in records if c.get("host")), None)

@@ -29,6 +29,7 @@ from bench.config import RunConfig
 from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo
 from bench.measure import attribution, checkpoint, goal, host_load, trace, traffic
+from bench.measure.raw import Gathered, RankRecord
 from bench.measure.watchdog import Watchdog
 from bench.models import model
 from bench.modes import mode
@@ -74,8 +75,8 @@ def process_start_time() -> float:
 
 
 def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, sampler=None,
-            hooks: Hooks | None = None) -> dict[str, Any] | None:
-    """Run the experiment on this rank; return the gathered raw record on rank 0, None elsewhere.
+            hooks: Hooks | None = None) -> Gathered | None:
+    """Run the experiment on this rank; return every rank's raw record, gathered, on rank 0, None elsewhere.
 
     ``sampler`` (bench.measure.telemetry.Sampler, in every process: the GPUs it drives) runs from set-up to the end and
     reads the energy counters exactly when the timed windows start and end. ``hooks`` (bench.hooks): bench
@@ -92,7 +93,7 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
 
 
 def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sampler, hooks: Hooks,
-             t_start: float, dog: Watchdog) -> dict[str, Any] | None:
+             t_start: float, dog: Watchdog) -> Gathered | None:
     hooks.snapshot(trainer, "initial")
     step = hooks.slowed(trainer.rank, trainer.step, trainer.sync)
     tracker = schedule = None
@@ -244,37 +245,37 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         sampler.stop()
         telemetry = {"summary": sampler.summary(), "samples": sampler.samples}
 
-    record = {
-        "rank": trainer.rank,
-        "local_rank": launch.local_rank,
-        "host": socket.gethostname(),
-        "device": trainer.device_label(),
-        "setup_s": t_setup - t_start,
-        "first_step_s": first_step_s,
-        "init_s": t_init_end - t_start,
-        "train_s": t_end - t_init_end,
-        "warmup_step_s": warmup_s,
-        "window_s": window_s,
-        "graphs_compiled_in_windows": None if graphs_before is None else graphs_after - graphs_before,
-        "checksum": checksum,
-        "param_sum_initial": initial,
-        "param_sum_final": final,
-        "replicas": trainer.replicas_per_process,
-        "sync_report": trainer.sync_report(),
-        "telemetry": telemetry,
-        "net_sent": net_sent,
-        "cpu": cpu,
-        "attribution": attributed,
-        "data": data,
-        "goal": tracker.record() if tracker is not None else None,
-        "trace": traced,
-    }
+    record = RankRecord(
+        rank=trainer.rank,
+        local_rank=launch.local_rank,
+        host=socket.gethostname(),
+        device=trainer.device_label(),
+        setup_s=t_setup - t_start,
+        first_step_s=first_step_s,
+        init_s=t_init_end - t_start,
+        train_s=t_end - t_init_end,
+        warmup_step_s=warmup_s,
+        window_s=window_s,
+        graphs_compiled_in_windows=None if graphs_before is None else graphs_after - graphs_before,
+        checksum=checksum,
+        param_sum_initial=initial,
+        param_sum_final=final,
+        replicas=trainer.replicas_per_process,
+        sync_report=trainer.sync_report(),
+        telemetry=telemetry,
+        net_sent=net_sent,
+        cpu=cpu,
+        attribution=attributed,
+        data=data,
+        goal=tracker.record() if tracker is not None else None,
+        trace=traced,
+    )
     dog.at("gather")
     gathered = trainer.allgather(record)
     if trainer.rank != 0:
         return None
-    return {"ranks": sorted(gathered, key=lambda r: r["rank"]), "environment": trainer.environment(),
-            "t_start": t_start, "run_id": run_id}
+    return Gathered(ranks=sorted(gathered, key=lambda r: r.rank), environment=trainer.environment(),
+                    t_start=t_start, run_id=run_id)
 
 
 def resume(cfg: RunConfig, trainer: Trainer, schedule: goal.Schedule, tracker: goal.Goal) -> dict[str, Any]:

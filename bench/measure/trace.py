@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bench.measure.raw import RankRecord
     from bench.records.schema import Trace
 
 TIMELINE = "horovod-timeline.json"
@@ -156,18 +157,18 @@ def measure(trainer, cfg, framework: str, horovod: bool, run_id: str, window_s: 
             "timeline": str((out / TIMELINE).relative_to(base)) if timeline and trainer.rank == 0 else None}
 
 
-def build(ranks: list[dict[str, Any]], steps_per_window: int, run_id: str) -> dict[str, Any] | None:
+def build(ranks: list[RankRecord], steps_per_window: int, run_id: str) -> dict[str, Any] | None:
     """The result's ``trace`` section from every rank's (None when the run traced nothing)."""
-    traced = [r for r in ranks if r.get("trace")]
+    traced = [(r, r.trace) for r in ranks if r.trace]
     if not traced:
         return None
-    job_windows = [max(times) for times in zip(*(r["window_s"] for r in ranks), strict=True)]
+    job_windows = [max(times) for times in zip(*(r.window_s for r in ranks), strict=True)]
     untraced = statistics.median(job_windows) / steps_per_window
-    slowest = max(r["trace"]["traced_step_s"] for r in traced)
-    per_rank = [{"rank": r["rank"], "host": r["host"], **r["trace"],
-                 "cost": r["trace"]["traced_step_s"] / r["trace"]["untraced_step_s"] - 1} for r in traced]
-    first = traced[0]["trace"]
-    timeline = next((r["trace"]["timeline"] for r in traced if r["trace"].get("timeline")), None)
+    slowest = max(t["traced_step_s"] for _, t in traced)
+    per_rank = [{"rank": r.rank, "host": r.host, **t, "cost": t["traced_step_s"] / t["untraced_step_s"] - 1}
+                for r, t in traced]
+    first = traced[0][1]
+    timeline = next((t["timeline"] for _, t in traced if t.get("timeline")), None)
     return {"steps": first["steps"], "folder": folder(run_id),
             "traced_step_s": slowest, "untraced_step_s": untraced, "cost": slowest / untraced - 1,
             "horovod_timeline": timeline, "per_rank": per_rank, "definitions": DEFINITIONS}

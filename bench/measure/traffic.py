@@ -40,10 +40,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.models import model
 from bench.modes import mode_label, variant
+
+if TYPE_CHECKING:
+    from bench.measure.raw import RankRecord
 
 INDEX_BYTES = {"torch": 8, "tensorflow": 4}
 FLOAT_BYTES = 4
@@ -120,11 +123,11 @@ def not_comparable(device: str, env: dict[str, str]) -> str | None:
             "interface counters (/proc/net/dev) do not count")
 
 
-def measured(ranks: list[dict[str, Any]], steps: int, device: str = "cpu",
+def measured(ranks: list[RankRecord], steps: int, device: str = "cpu",
              env: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Bytes per timed step, from each host's reading (the rank records' ``net_sent``); None without one.
     ``comparable`` says whether the figure can check the computed one (:func:`not_comparable`)."""
-    readings = [r["net_sent"] for r in ranks if r.get("net_sent") is not None]
+    readings = [r.net_sent for r in ranks if r.net_sent is not None]
     if not readings or steps < 1:
         return None
     by_interface: dict[str, int] = {}

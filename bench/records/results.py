@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import fcntl
 import io
 import json
@@ -22,6 +23,7 @@ from bench.errors import BenchError, ResultNotWhole
 from bench.launching.detect import LaunchInfo
 from bench.measure import attribution, goal, host_load, telemetry, trace, traffic
 from bench.measure.device_peak import utilisation
+from bench.measure.raw import Gathered, RankRecord
 from bench.measure.stats import summarize, throughput_summary
 from bench.models import describe_inputs, model
 from bench.records import files, references, schema, store
@@ -69,7 +71,7 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     return out
 
 
-def compile_seconds(cfg: RunConfig, ranks: list[dict[str, Any]]) -> float | None:
+def compile_seconds(cfg: RunConfig, ranks: list[RankRecord]) -> float | None:
     """--compile or --xla: how much longer the first step took than a compiled step, on the slowest rank: the
     compilation (and the first step's own one-off costs, which an uncompiled run has too and which are small beside
     it). A compiled step's time is the median warmup step, or the fastest window's per-step time without warmup.
@@ -77,46 +79,46 @@ def compile_seconds(cfg: RunConfig, ranks: list[dict[str, Any]]) -> float | None
     if not cfg.compiles:
         return None
 
-    def steady(r: dict[str, Any]) -> float:
-        if r["warmup_step_s"]:
-            return statistics.median(r["warmup_step_s"])
-        return min(r["window_s"]) / cfg.steps_per_window
-    return max(max(0.0, r["first_step_s"] - steady(r)) for r in ranks)
+    def steady(r: RankRecord) -> float:
+        if r.warmup_step_s:
+            return statistics.median(r.warmup_step_s)
+        return min(r.window_s) / cfg.steps_per_window
+    return max(max(0.0, r.first_step_s - steady(r)) for r in ranks)
 
 
-def compiled_in_windows(ranks: list[dict[str, Any]]) -> int | None:
+def compiled_in_windows(ranks: list[RankRecord]) -> int | None:
     """The most graphs any rank's compiler compiled during its timed windows; None where nothing compiles."""
-    counts = [r.get("graphs_compiled_in_windows") for r in ranks]
+    counts = [r.graphs_compiled_in_windows for r in ranks]
     return None if all(c is None for c in counts) else max(c or 0 for c in counts)
 
 
-def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> schema.Result:
+def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: str) -> schema.Result:
     """The run's result from every rank's raw samples (see bench.measure.stats for the formulas). Where it does
     not match its model, the raw samples are kept as the store keeps a record it cannot write, and the error
     says where: a finished measurement is never lost."""
     try:
         return _assemble(cfg, launch, gathered, run_id)
     except ValidationError as exc:
-        text = json.dumps(gathered, indent=2, default=str) + "\n"
+        text = json.dumps(dataclasses.asdict(gathered), indent=2, default=str) + "\n"
         raise ResultNotWhole(f"the result {run_id} does not match its schema ({schema.first_problem(exc)}); its "
                              f"raw samples are {store.kept(f'{run_id}-raw.json', text)}") from None
 
 
-def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_id: str) -> schema.Result:
-    ranks = gathered["ranks"]
-    replicas = ranks[0]["replicas"]
-    if any(r["replicas"] != replicas for r in ranks):
+def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: str) -> schema.Result:
+    ranks = gathered.ranks
+    replicas = ranks[0].replicas
+    if any(r.replicas != replicas for r in ranks):
         raise BenchError("ranks drive different numbers of replicas; cannot compare their windows")
     world = replicas * len(ranks)
     samples_per_window = cfg.batch_size * replicas * cfg.steps_per_window
-    window_s = [r["window_s"] for r in ranks]
-    init_s = max(r["init_s"] for r in ranks)
-    train_s = max(r["train_s"] for r in ranks)
-    steps_after_init = len(ranks[0]["warmup_step_s"]) + len(ranks[0]["window_s"]) * cfg.steps_per_window
+    window_s = gathered.window_s
+    init_s = max(r.init_s for r in ranks)
+    train_s = max(r.train_s for r in ranks)
+    steps_after_init = len(ranks[0].warmup_step_s) + len(ranks[0].window_s) * cfg.steps_per_window
     samples_after_init = world * cfg.batch_size * steps_after_init
-    warmup = [max(ts) for ts in zip(*[r["warmup_step_s"] for r in ranks], strict=True)]
-    checksums = [r["checksum"] for r in ranks]
-    extra = [r["sync_report"] for r in ranks if r.get("sync_report")]
+    warmup = [max(ts) for ts in zip(*[r.warmup_step_s for r in ranks], strict=True)]
+    checksums = [r.checksum for r in ranks]
+    extra = [r.sync_report for r in ranks if r.sync_report]
     workload = workload_record(cfg)
     tokens, flops = workload.tokens_per_sample, workload.train_flops_per_sample
     headline = throughput_summary(window_s, samples_per_window, world)
@@ -132,13 +134,13 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_
         tokens_per_sec_per_gpu=per_gpu * tokens if tokens else None,
         model_tflops_per_gpu=per_gpu * flops / 1e12 if flops else None,
     )
-    nodes = [r["telemetry"]["summary"] for r in ranks if r.get("telemetry")]
+    nodes = [r.telemetry["summary"] for r in ranks if r.telemetry]
     timed_samples = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
     if nodes:
         tele = schema.Telemetry(**telemetry.combine(nodes, timed_samples, rate, world),
                                 samples_csv=f"{run_id}-telemetry.csv")
     else:
-        tele = schema.Telemetry(**telemetry.unavailable(gathered.get("telemetry_note") or "no telemetry sampler ran"))
+        tele = schema.Telemetry(**telemetry.unavailable(gathered.telemetry_note or "no telemetry sampler ran"))
     return schema.Result(
         **header(run_id),
         status="ok",
@@ -149,18 +151,18 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_
         processes=len(ranks),
         replicas_per_process=replicas,
         workload=workload,
-        environment=schema.Environment(**{**gathered["environment"], "ranks": [
-            schema.RankInfo(rank=r["rank"], local_rank=r["local_rank"], host=r["host"], device=r["device"])
-            for r in ranks]}),
+        environment=schema.Environment(**{**gathered.environment, "ranks": [
+            schema.RankInfo(rank=r.rank, local_rank=r.local_rank, host=r.host, device=r.device) for r in ranks]}),
         timing=schema.Timing(
             unit="s",
             init_s=init_s,
-            first_step_s=max(r["first_step_s"] for r in ranks),
+            first_step_s=max(r.first_step_s for r in ranks),
             train_s=train_s,
-            timed_windows_s=max(sum(r["window_s"]) for r in ranks),
+            timed_windows_s=max(sum(r.window_s) for r in ranks),
             compile_s=compile_seconds(cfg, ranks),
             graphs_compiled_in_windows=compiled_in_windows(ranks),
-            per_rank=[{k: r[k] for k in ("rank", "setup_s", "first_step_s", "init_s", "train_s")} for r in ranks],
+            per_rank=[{"rank": r.rank, "setup_s": r.setup_s, "first_step_s": r.first_step_s, "init_s": r.init_s,
+                       "train_s": r.train_s} for r in ranks],
             definitions=TIMING_DEFINITIONS,
         ),
         samples=schema.Samples(
@@ -169,10 +171,10 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_
             samples_per_window_per_rank=samples_per_window,
             replicas_per_rank=replicas,
             window_s=window_s,
-            warmup_step_s=[r["warmup_step_s"] for r in ranks],
+            warmup_step_s=[r.warmup_step_s for r in ranks],
         ),
         summary=summary,
-        utilisation=utilisation_record(cfg, summary.model_tflops_per_gpu, ranks[0], gathered["environment"]),
+        utilisation=utilisation_record(cfg, summary.model_tflops_per_gpu, ranks[0], gathered.environment),
         attribution=attribution.build(ranks, cfg.steps_per_window),
         input=feed.section(cfg, ranks),
         training=goal.section(cfg, ranks, init_s),
@@ -190,9 +192,9 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: dict[str, Any], run_
             ranks_in_sync=len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
             and all(x.get("in_sync", True) for x in extra),
             reports=extra,
-            param_sum_initial=[r["param_sum_initial"] for r in ranks],
-            param_sum_final=[r["param_sum_final"] for r in ranks],
-            params_changed=all(r["param_sum_initial"] != r["param_sum_final"] for r in ranks),
+            param_sum_initial=[r.param_sum_initial for r in ranks],
+            param_sum_final=[r.param_sum_final for r in ranks],
+            params_changed=all(r.param_sum_initial != r.param_sum_final for r in ranks),
             definition="param_checksums: SHA-256 of every trainable parameter after the run, per rank",
         ),
     )
@@ -208,18 +210,18 @@ TIMING_DEFINITIONS = {
 }
 
 
-def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: dict[str, Any],
+def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: RankRecord,
                        environment: dict[str, Any]) -> dict[str, Any]:
     """MFU against this device's measured GEMM peak (`bench peak`) and its published peak
     (bench.measure.device_peak), for rank 0's host and device: the ranks are taken to be alike."""
 
-    device = rank0["device"]
+    device = rank0.device
     gpu_name = device.split(" ", 1)[1] if device.startswith("cuda:") and " " in device else None
     gpus = (environment.get("nvml") or {}).get("gpus") or []
     if gpu_name is None and device.startswith("/physical_device:GPU") and gpus:
         gpu_name = gpus[0].get("name")  # TensorFlow's label has no model name: NVML's first GPU
         device = f"cuda:0 {gpu_name}"
-    return utilisation(model_tflops, cfg.precision.value, cfg.output, rank0["host"], device, gpu_name)
+    return utilisation(model_tflops, cfg.precision.value, cfg.output, rank0.host, device, gpu_name)
 
 
 def workload_record(cfg: RunConfig) -> schema.Workload:
@@ -248,8 +250,8 @@ def upgraded(data: dict[str, Any], where: str) -> schema.Result:
     return result
 
 
-def telemetry_samples(gathered: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for r in gathered["ranks"] if r.get("telemetry") for s in r["telemetry"]["samples"]]
+def telemetry_samples(gathered: Gathered) -> list[dict[str, Any]]:
+    return [s for r in gathered.ranks if r.telemetry for s in r.telemetry["samples"]]
 
 
 class CsvNotUpdated(ResultNotWhole):

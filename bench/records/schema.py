@@ -585,7 +585,7 @@ def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(attribution, dict) and attribution.get("per_rank") and samples.get("steps_per_window"):
         # step_s was the median window, exposed_s could go negative: both as bench.measure.attribution has them now
         ranks = []
-        step = job_step([{"window_s": w} for w in windows], samples["steps_per_window"])
+        step = job_step(windows, samples["steps_per_window"])
         for entry in attribution["per_rank"]:
             exposed = max(0.0, step - entry["compute_s"])
             hidden = (min(1.0, max(0.0, 1.0 - exposed / entry["exchange_s"])) if entry["exchange_s"] > 0 else None)

@@ -7,6 +7,7 @@ from bench import SCHEMA_VERSION
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launching.detect import LaunchInfo
+from bench.measure.raw import Gathered
 from bench.records.header import new_run_id
 from bench.records.results import (
     CSV_FIELDS,
@@ -22,14 +23,11 @@ from tests import samples
 # build_result counts the model's training FLOPs with PyTorch: every test here has torch in the process.
 
 
-def gathered(checksums=("a", "a")):
-    ranks = []
-    for r, c in enumerate(checksums):
-        ranks.append({"rank": r, "local_rank": r, "host": "h", "device": "cpu", "setup_s": 1.0,
-                      "first_step_s": 0.5, "init_s": 2.0 + r, "train_s": 4.0, "warmup_step_s": [0.2],
-                      "window_s": [1.0, 2.0, 1.0], "checksum": c, "param_sum_initial": 1.0,
-                      "param_sum_final": 2.0, "replicas": 1, "sync_report": None})
-    return {"ranks": ranks, "environment": {"hostname": "h"}, "t_start": 0.0}
+def gathered(checksums=("a", "a")) -> Gathered:
+    ranks = [samples.rank(r, local_rank=r, host="h", device="cpu", setup_s=1.0, first_step_s=0.5, init_s=2.0 + r,
+                          train_s=4.0, warmup_step_s=[0.2], window_s=[1.0, 2.0, 1.0], checksum=c)
+             for r, c in enumerate(checksums)]
+    return Gathered(ranks=ranks, environment={"hostname": "h"}, t_start=0.0)
 
 
 def make(checksums=("a", "a")):
@@ -64,7 +62,7 @@ def test_a_result_that_does_not_match_its_model_keeps_the_raw_samples(tmp_path, 
 
     monkeypatch.setenv("HVDBENCH_FALLBACK_DIR", str(tmp_path / "spare"))
     g = gathered()
-    g["ranks"][1]["device"] = None  # no device label
+    g.ranks[1].device = None  # no device label
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3).resolve("cpu", 2)
     with pytest.raises(ResultNotWhole, match=r"does not match its schema \(device: Input should be a valid string.*; "
                                              r"its raw samples are saved to .*spare/r1-raw.json instead"):
@@ -234,8 +232,8 @@ def test_compile_time_is_reported_apart_and_a_compiled_run_is_its_own_cell():
     from bench.records.collect import key_of
 
     g = gathered()
-    for r, first, graphs in zip(g["ranks"], (9.0, 12.0), (0, 2), strict=True):
-        r.update(first_step_s=first, warmup_step_s=[0.2, 0.4, 0.3], graphs_compiled_in_windows=graphs)
+    for r, first, graphs in zip(g.ranks, (9.0, 12.0), (0, 2), strict=True):
+        r.first_step_s, r.warmup_step_s, r.graphs_compiled_in_windows = first, [0.2, 0.4, 0.3], graphs
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3, compile="default")
     result = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
     assert result.timing.compile_s == pytest.approx(12.0 - 0.3)

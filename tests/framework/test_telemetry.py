@@ -3,7 +3,9 @@ import pytest
 
 from bench.config import RunConfig
 from bench.launching.detect import LaunchInfo
+from bench.measure.raw import Gathered
 from bench.records.results import build_result
+from tests import samples
 from tests.fake_nvml import FakeGPU, FakeNVML
 from tests.unit.test_telemetry import run_sampler
 
@@ -12,12 +14,11 @@ def test_result_carries_telemetry_or_its_absence():
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=2).resolve("cuda", 1)
     nvml = FakeNVML([FakeGPU(power_w=250.0)])
     s = run_sampler(nvml, [0], seconds=0.3)
-    rank = {"rank": 0, "local_rank": 0, "host": "h", "device": "cuda:0", "setup_s": 1.0, "first_step_s": 0.5,
-            "init_s": 2.0, "train_s": 4.0, "warmup_step_s": [0.2], "window_s": [1.0, 1.0], "checksum": "a",
-            "param_sum_initial": 1.0, "param_sum_final": 2.0, "replicas": 1, "sync_report": None,
-            "telemetry": {"summary": s.summary(), "samples": s.samples}}
-    r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}}, "run1")
+    rank = samples.rank(0, device="cuda:0", setup_s=1.0, first_step_s=0.5, init_s=2.0, warmup_step_s=[0.2],
+                        telemetry={"summary": s.summary(), "samples": s.samples})
+    r = build_result(cfg, LaunchInfo("self"), Gathered(ranks=[rank], environment={}, t_start=0.0), "run1")
     assert r.telemetry.available and r.telemetry.energy_per_sample_j == pytest.approx(r.telemetry.energy_j / 40)
-    rank["telemetry"] = None
-    r = build_result(cfg, LaunchInfo("self"), {"ranks": [rank], "environment": {}, "telemetry_note": "why"}, "run2")
+    rank.telemetry = None
+    r = build_result(cfg, LaunchInfo("self"), Gathered(ranks=[rank], environment={}, t_start=0.0,
+                                                       telemetry_note="why"), "run2")
     assert r.telemetry.model_dump(exclude_unset=True) == {"available": False, "reason": "why"}

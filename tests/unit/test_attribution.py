@@ -9,14 +9,15 @@ from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.measure import attribution
 from bench.records.schema import Attribution
+from tests import samples
 
 
 def rank(r, compute, step, exchange=0.1, host="n1"):
     """A rank's raw record as the runner gathers it: timed windows of 2 steps of ``step`` seconds, and three
     steps of each attribution kind, all but one disturbed (the fastest is the rank's pace)."""
-    return {"rank": r, "host": host, "device": "cpu (1 threads)", "window_s": [2 * step, 2 * step, 2 * step],
-            "attribution": {"steps": 3, "compute_step_s": [1.5 * compute, 5 * compute, compute],
-                            "exchange_step_s": [1.2 * exchange, exchange, 9 * exchange], "cost_s": 1.0}}
+    return samples.rank(r, host=host, device="cpu (1 threads)", window_s=[2 * step, 2 * step, 2 * step],
+                        attribution={"steps": 3, "compute_step_s": [1.5 * compute, 5 * compute, compute],
+                                     "exchange_step_s": [1.2 * exchange, exchange, 9 * exchange], "cost_s": 1.0})
 
 
 def test_the_parts_add_up_and_the_hidden_share_is_clipped():
@@ -42,8 +43,8 @@ def test_the_step_and_the_compute_are_the_same_statistic():
     windows varied showed exchange time it never spent; now both are the fastest, and the step is the job's
     (each window as long as its slowest rank's), the same for every rank."""
     a, b = rank(0, 0.30, 0.35), rank(1, 0.31, 0.35)
-    a["window_s"] = [0.70, 1.30, 0.90]  # one window disturbed (0.65 s a step)
-    b["window_s"] = [0.74, 1.10, 0.72]
+    a.window_s = [0.70, 1.30, 0.90]  # one window disturbed (0.65 s a step)
+    b.window_s = [0.74, 1.10, 0.72]
     first, second = attribution.build([a, b], 2)["per_rank"]
     assert first["step_s"] == second["step_s"] == pytest.approx(0.37)  # window 1: max(0.70, 0.74) / 2
     assert first["exposed_s"] == pytest.approx(0.07) and second["exposed_s"] == pytest.approx(0.06)
@@ -54,9 +55,9 @@ def test_a_wait_for_data_is_not_booked_as_exchange():
     the window step_s comes from (the job's fastest, window 1 here) is taken out of exposed_s: a rank held up by
     its input pipeline does not read as a slow network."""
     a, b = rank(0, 0.30, 0.35), rank(1, 0.30, 0.35)
-    a["window_s"] = b["window_s"] = [0.90, 0.80, 0.84]  # window 1: 0.40 s a step
-    a["data"] = {"wait_step_s": [0.2, 0.2, 0.08, 0.08, 0.0, 0.0]}  # 0.08 s a step in window 1
-    b["data"] = {"wait_step_s": [0.0] * 6}
+    a.window_s = b.window_s = [0.90, 0.80, 0.84]  # window 1: 0.40 s a step
+    a.data = {"wait_step_s": [0.2, 0.2, 0.08, 0.08, 0.0, 0.0]}  # 0.08 s a step in window 1
+    b.data = {"wait_step_s": [0.0] * 6}
     first, second = attribution.build([a, b], 2)["per_rank"]
     assert first["step_s"] == second["step_s"] == pytest.approx(0.40)
     assert first["data_wait_s"] == pytest.approx(0.08) and first["exposed_s"] == pytest.approx(0.02)
@@ -64,9 +65,9 @@ def test_a_wait_for_data_is_not_booked_as_exchange():
     for p in (first, second):  # compute, the wait for data and the exposed exchange make up the step
         assert not p["exposed_clipped"]
         assert p["compute_s"] + p["data_wait_s"] + p["exposed_s"] == pytest.approx(p["step_s"])
-    a["data"] = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0], "per_worker": []}  # tf-native ps's coordinator
+    a.data = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0], "per_worker": []}  # tf-native ps's coordinator
     assert attribution.build([a, b], 2)["per_rank"][0]["exposed_s"] == pytest.approx(0.10)
-    a["data"] = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0]}  # a wait above the rest of the step: clipped
+    a.data = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0]}  # a wait above the rest of the step: clipped
     first = attribution.build([a, b], 2)["per_rank"][0]
     assert first["exposed_s"] == 0.0 and first["exposed_clipped"]
 
@@ -79,9 +80,9 @@ def test_a_straggler_is_named_only_beyond_the_threshold():
 
 
 def test_what_cannot_be_measured_says_why():
-    assert attribution.build([{"attribution": None}, {"attribution": None}], 2) is None  # not asked for
+    assert attribution.build([samples.rank(0), samples.rank(1)], 2) is None  # not asked for
     why = "tf.distribute reduces the gradients inside its strategy's step"
-    section = attribution.build([{"attribution": {"unsupported": why}}] * 2, 2)
+    section = attribution.build([samples.rank(r, attribution={"unsupported": why}) for r in (0, 1)], 2)
     assert section == {"measured": False, "reason": why, "definitions": attribution.DEFINITIONS}
     assert attribution.table_rows(Attribution.model_validate(section)) == [("attribution", "not measured", why)]
     assert attribution.unsupported(object()) == "this mode cannot skip its gradient exchange"

@@ -14,6 +14,7 @@ from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.measure import checkpoint, goal
 from bench.records.schema import Training
+from tests import samples
 
 EPOCHS = 3
 
@@ -158,7 +159,7 @@ def test_a_resumed_record_keeps_the_curve_and_says_from_where(digits):
     later.restore(state, {"from": "ckpt", "epoch": 1, "wall_s": 5.3, "save_s": 0.25,
                                    "written_utc": "2026-11-25T08:00:00Z"})
     later.add(2, 9.0, 0.5, {"samples": 359, "top1": 0.8, "top5": 1.0, "loss": 0.5, "train_loss": 0.6}, 0.1)
-    section = goal.section(cfg, [{"goal": later.record()}], init_s=3.0)
+    section = goal.section(cfg, [samples.rank(0, goal=later.record())], init_s=3.0)
     assert [c["epoch"] for c in section["curve"]] == [1, 2]
     assert section["resumed"][0]["epoch"] == 1 and section["checkpoints"] == first.checkpoints
     assert section["checkpoint_s_total"] == 0.25

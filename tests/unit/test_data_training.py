@@ -9,6 +9,7 @@ from bench.data import feed
 from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
 from bench.records.schema import Input
+from tests import samples
 
 
 @pytest.mark.parametrize("args, message", [
@@ -67,9 +68,9 @@ def test_the_parent_checks_samples_and_classes_before_any_rank_starts(jpegs):
 
 
 def rank(r, waits, windows=(1.0, 1.0)):
-    return {"rank": r, "host": "h", "window_s": list(windows),
-            "data": {"wait_step_s": waits, "h2d_step_s": None, "loader_rate": 100.0 + r, "workers": 1, "epochs": 1.5,
-                     "format": "imagefolder", "classes": 4, "train_samples": 40}}
+    return samples.rank(r, window_s=list(windows),
+                        data={"wait_step_s": waits, "h2d_step_s": None, "loader_rate": 100.0 + r, "workers": 1,
+                              "epochs": 1.5, "format": "imagefolder", "classes": 4, "train_samples": 40})
 
 
 def test_the_input_section_gives_each_ranks_wait_share_and_the_rank_that_sets_the_pace(jpegs):
@@ -159,8 +160,8 @@ def test_the_timed_windows_start_when_the_input_queue_has_stopped_draining(readi
 def test_the_input_section_keeps_each_ranks_queue_when_the_clock_started(jpegs):
     cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
     ranks = [rank(0, [0.01]), rank(1, [0.2])]
-    ranks[0]["data"].update(queue_at_start=4, queue_depth=4, settle_steps=0)
-    ranks[1]["data"].update(queue_at_start=0, queue_depth=4, settle_steps=7)
+    ranks[0].data.update(queue_at_start=4, queue_depth=4, settle_steps=0)
+    ranks[1].data.update(queue_at_start=0, queue_depth=4, settle_steps=7)
     section = feed.section(cfg, ranks)
     assert [(p["queue_at_start"], p["queue_depth"], p["settle_steps"]) for p in section["per_rank"]] == \
         [(4, 4, 0), (0, 4, 7)]

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from bench.measure import host_load
 from bench.records import schema
 from bench.records.schema import HostLoad
+from tests import samples
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -78,7 +79,7 @@ def rank(host: str, run_cores: float, busy: float | None = None, serving: bool =
     cpu = {"interval_s": 4.0, "run_cores": run_cores, "serving": serving}
     if busy is not None:
         cpu["host"] = {"cpus": 2, "busy_cores": busy, "irq_cores": 0.4, "steal_cores": 0.0}
-    return {"host": host, "cpu": cpu}
+    return samples.rank(host=host, cpu=cpu)
 
 
 def test_each_host_takes_its_own_ranks_cpu_from_its_busy_cores():
@@ -120,7 +121,7 @@ def test_serving_processes_leave_other_cores_unmeasured_with_the_reason():
 
 def test_no_host_counters_or_no_cpu_record_give_no_section():
     assert host_load.section([rank("a", 1.0)]) is None
-    assert host_load.section([{"host": "a", "cpu": None}]) is None
+    assert host_load.section([samples.rank(host="a", cpu=None)]) is None
     assert host_load.warning(None) is None and host_load.table_rows(None) == []
 
 

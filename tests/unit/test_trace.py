@@ -5,14 +5,16 @@ import pytest
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.measure import trace
+from bench.measure.raw import RankRecord
 from bench.records.schema import Trace
+from tests import samples
 
 
-def rank(r: int, traced: float, windows: list[float], timeline: str | None = None) -> dict:
+def rank(r: int, traced: float, windows: list[float], timeline: str | None = None) -> RankRecord:
     files = [f"run.trace/rank{r}.pt.trace.json"]
-    return {"rank": r, "host": "n1", "window_s": windows,
-            "trace": {"steps": 3, "traced_step_s": traced, "untraced_step_s": sorted(windows)[1] / 4,
-                      "files": files, "timeline": timeline}}
+    return samples.rank(r, host="n1", window_s=windows,
+                        trace={"steps": 3, "traced_step_s": traced, "untraced_step_s": sorted(windows)[1] / 4,
+                               "files": files, "timeline": timeline})
 
 
 def test_the_cost_is_the_traced_step_over_the_timed_one():
@@ -32,7 +34,7 @@ def test_the_cost_is_the_traced_step_over_the_timed_one():
 
 
 def test_an_untraced_run_has_no_section_and_no_rows():
-    ranks = [dict(rank(0, 0.1, [0.4, 0.4, 0.4]), trace=None)]
+    ranks = [samples.rank(0, window_s=[0.4, 0.4, 0.4])]
     assert trace.build(ranks, 4, "run") is None
     assert trace.table_rows(None) == []
 

@@ -15,6 +15,7 @@ from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
 from bench.measure import goal
 from bench.records.schema import Training
+from tests import samples
 
 
 @pytest.mark.parametrize("args, message", [
@@ -138,7 +139,7 @@ def goal_run(target, accuracies, digits):
         if tracker.add(epoch, 10.0 * epoch, 0.5, scores, 0.1):
             stopped = epoch
             break
-    return cfg, stopped, goal.section(cfg, [{"goal": tracker.record()}], init_s=7.0)
+    return cfg, stopped, goal.section(cfg, [samples.rank(0, goal=tracker.record())], init_s=7.0)
 
 
 def test_the_run_stops_at_the_first_evaluation_at_the_target_and_says_when(digits):
@@ -160,7 +161,7 @@ def test_a_target_not_reached_is_said_with_the_best_accuracy(digits):
 
 
 def test_a_run_without_epochs_has_no_training_section():
-    assert goal.section(RunConfig(mode="torch-ddp"), [{"goal": None}], 1.0) is None
+    assert goal.section(RunConfig(mode="torch-ddp"), [samples.rank(0)], 1.0) is None
 
 
 def test_converge_refuses_a_run_without_a_target_in_one_line(digits, cli):
