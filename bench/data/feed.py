@@ -50,10 +50,10 @@ from bench.data.loaders import default_loader
 from bench.data.loaders import loader as loader_named
 from bench.errors import BenchError
 from bench.launching.supervise import cpu_thread_share
+from bench.records.schema import Input, InputRank
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
-    from bench.records.schema import Input
 
 PACE_SHARE = 0.10
 SETTLE_DEPTHS = 4
@@ -276,14 +276,10 @@ class WorkerFeeds(Feed):
                     epochs=closures / (self.per_epoch * self.world) if self.per_epoch else None)
 
 
-def synthetic() -> dict[str, Any]:
-    return {"source": "synthetic", "definition": "one synthetic batch per rank, made once on the device"}
-
-
-def section(cfg, ranks: list[RankRecord]) -> dict[str, Any]:
+def section(cfg, ranks: list[RankRecord]) -> Input:
     """The result's ``input`` section from every rank's raw record (module docstring for the formulas)."""
     if not getattr(cfg, "data", None):
-        return synthetic()
+        return Input(source="synthetic", definition="one synthetic batch per rank, made once on the device")
     per_rank = []
     for r in ranks:
         d = r.data or {}
@@ -293,39 +289,36 @@ def section(cfg, ranks: list[RankRecord]) -> dict[str, Any]:
         for part in d.get("per_worker") or [d]:
             waits = part["wait_step_s"]
             wait = sum(waits)
-            row = {"rank": r.rank, "host": r.host, "wait_s": wait,
-                   "h2d_s": sum(part["h2d_step_s"]) if part["h2d_step_s"] is not None else None,
-                   "wait_share": wait / timed if timed > 0 else None,
-                   "wait_step_ms_median": 1000 * statistics.median(waits) if waits else None,
-                   "loader_rate": d["loader_rate"], "workers": d["workers"], "epochs": d["epochs"],
-                   "queue_at_start": d.get("queue_at_start"), "queue_depth": d.get("queue_depth"),
-                   "settle_steps": d.get("settle_steps", 0),
-                   "wait_step_s": waits, "h2d_step_s": part["h2d_step_s"]}
-            if "worker" in part:
-                row.update(rank=None, worker=part["worker"], host=None)
-            per_rank.append(row)
-    shares = [(p["wait_share"], p) for p in per_rank if p["wait_share"] is not None]
+            who = {"rank": None, "host": None, "worker": part["worker"]} if "worker" in part else \
+                {"rank": r.rank, "host": r.host}
+            per_rank.append(InputRank(
+                **who, wait_s=wait, h2d_s=sum(part["h2d_step_s"]) if part["h2d_step_s"] is not None else None,
+                wait_share=wait / timed if timed > 0 else None,
+                wait_step_ms_median=1000 * statistics.median(waits) if waits else None,
+                loader_rate=d["loader_rate"], workers=d["workers"], epochs=d["epochs"],
+                queue_at_start=d.get("queue_at_start"), queue_depth=d.get("queue_depth"),
+                settle_steps=d.get("settle_steps", 0), wait_step_s=waits, h2d_step_s=part["h2d_step_s"]))
+    shares = [(p.wait_share, p) for p in per_rank if p.wait_share is not None]
     top = max(shares, key=lambda s: s[0]) if shares else None
     paced = top[1] if top and top[0] >= PACE_SHARE else None
     first = ranks[0].data or {}
-    return {
-        "source": "dataset", "path": cfg.data, "format": first["format"], "classes": first["classes"],
-        "train_samples": first["train_samples"], "loader": cfg.loader,
-        "workers": sorted({p["workers"] for p in per_rank}),
-        "per_rank": per_rank,
-        "wait_share_max": top[0] if top else None,
-        "paced_by_rank": paced["rank"] if paced else None,
-        "paced_by_worker": paced.get("worker") if paced else None,  # tf-native ps: a worker's pipeline
-        "pace_share": PACE_SHARE,
-        "settle_steps": max(p["settle_steps"] for p in per_rank) if per_rank else 0,
-        "definition": "wait_s: per timed step, from the step asking for its batch to the batch handed to it, on "
-                      "the host's clock (a copy to a GPU is queued in it, not waited for); h2d_s: the copies' time "
-                      "on the device's clock (CUDA events), overlapping compute; wait_share: a rank's waits over its "
-                      "timed windows; loader_rate: the pipeline alone at set-up, samples/s; queue_at_start: the "
-                      "batches the pipeline had ready when the clock started, after settle_steps untimed steps "
-                      "brought its queue "
-                      "(queue_depth at most) to full or empty (bench.data.feed)",
-    }
+    return Input(
+        source="dataset", path=cfg.data, format=first["format"], classes=first["classes"],
+        train_samples=first["train_samples"], loader=cfg.loader,
+        workers=sorted({p.workers for p in per_rank}),
+        per_rank=per_rank,
+        wait_share_max=top[0] if top else None,
+        paced_by_rank=paced.rank if paced else None,
+        paced_by_worker=paced.worker if paced else None,  # tf-native ps: a worker's pipeline
+        pace_share=PACE_SHARE,
+        settle_steps=max(p.settle_steps for p in per_rank) if per_rank else 0,
+        definition="wait_s: per timed step, from the step asking for its batch to the batch handed to it, on the "
+                   "host's clock (a copy to a GPU is queued in it, not waited for); h2d_s: the copies' time on the "
+                   "device's clock (CUDA events), overlapping compute; wait_share: a rank's waits over its timed "
+                   "windows; loader_rate: the pipeline alone at set-up, samples/s; queue_at_start: the batches the "
+                   "pipeline had ready when the clock started, after settle_steps untimed steps brought its queue "
+                   "(queue_depth at most) to full or empty (bench.data.feed)",
+    )
 
 
 def table_rows(section: Input | None) -> list[tuple[str, str, str]]:

@@ -55,9 +55,11 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
+from bench.measure.stats import fastest_window, job_step
+from bench.records.schema import Attribution, RankAttribution, Straggler
+
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
-    from bench.records.schema import Attribution
 
 STRAGGLER_THRESHOLD = 0.35
 
@@ -121,19 +123,6 @@ def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
             "cost_s": time.perf_counter() - t_begin}
 
 
-def fastest_window(window_s: list[list[float]]) -> int:
-    """The index of the job's fastest timed window (each as long as its slowest rank's), from every rank's window
-    durations."""
-    lengths = [max(times) for times in zip(*window_s, strict=True)]
-    return lengths.index(min(lengths))
-
-
-def job_step(window_s: list[list[float]], steps_per_window: int) -> float:
-    """The job's fastest timed window per step: the step every rank shares."""
-    fastest = fastest_window(window_s)
-    return max(w[fastest] for w in window_s) / steps_per_window
-
-
 def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
     """The rank's wait for its batch per step in timed window ``window`` (0 without --data; the coordinator of
     tf-native ps, whose workers wait instead, 0 too)."""
@@ -143,50 +132,51 @@ def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
     return sum(part) / steps_per_window if part else 0.0
 
 
-def build(ranks: list[RankRecord], steps_per_window: int) -> dict[str, Any] | None:
+def build(ranks: list[RankRecord], steps_per_window: int) -> Attribution | None:
     """The result's ``attribution`` section from every rank's record (None: not asked for)."""
     raw = [r.attribution for r in ranks]
     if all(a is None for a in raw):
         return None
     reasons = {a["unsupported"] for a in raw if a and "unsupported" in a}
-    if reasons or any(a is None for a in raw):
-        return {"measured": False, "reason": "; ".join(sorted(reasons)) or "not every rank measured it",
-                "definitions": DEFINITIONS}
+    measured = [a for a in raw if a is not None]
+    if reasons or len(measured) < len(raw):
+        return Attribution(measured=False, reason="; ".join(sorted(reasons)) or "not every rank measured it",
+                           definitions=DEFINITIONS)
     windows = [r.window_s for r in ranks]
     step = job_step(windows, steps_per_window)
     window = fastest_window(windows)
     per_rank = []
-    for r, a in zip(ranks, raw, strict=True):
+    for r, a in zip(ranks, measured, strict=True):
         compute = min(a["compute_step_s"])
         exchange = min(a["exchange_step_s"])
         waited = data_wait(r, window, steps_per_window)
         exposed = max(0.0, step - compute - waited)
         hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
-        per_rank.append({"rank": r.rank, "host": r.host, "device": r.device, "compute_s": compute,
-                         "exchange_s": exchange, "step_s": step, "data_wait_s": waited, "exposed_s": exposed,
-                         "hidden_share": hidden, "exposed_clipped": step < compute + waited,
-                         "compute_step_s": a["compute_step_s"], "exchange_step_s": a["exchange_step_s"]})
-    return {"measured": True, "unit": "s", "steps": raw[0]["steps"], "per_rank": per_rank,
-            "straggler": straggler(per_rank), "straggler_threshold": STRAGGLER_THRESHOLD,
-            "hidden_share_median": _median([p["hidden_share"] for p in per_rank]),
-            "exposed_s_median": statistics.median(p["exposed_s"] for p in per_rank),
-            "cost_s": max(a["cost_s"] for a in raw), "definitions": DEFINITIONS}
+        per_rank.append(RankAttribution(rank=r.rank, host=r.host, device=r.device, compute_s=compute,
+                                        exchange_s=exchange, step_s=step, data_wait_s=waited, exposed_s=exposed,
+                                        hidden_share=hidden, exposed_clipped=step < compute + waited,
+                                        compute_step_s=a["compute_step_s"], exchange_step_s=a["exchange_step_s"]))
+    return Attribution(measured=True, unit="s", steps=measured[0]["steps"], per_rank=per_rank,
+                       straggler=straggler(per_rank), straggler_threshold=STRAGGLER_THRESHOLD,
+                       hidden_share_median=_median([p.hidden_share for p in per_rank]),
+                       exposed_s_median=statistics.median(p.exposed_s for p in per_rank),
+                       cost_s=max(a["cost_s"] for a in measured), definitions=DEFINITIONS)
 
 
-def straggler(per_rank: list[dict[str, Any]]) -> dict[str, Any] | None:
+def straggler(per_rank: list[RankAttribution]) -> Straggler | None:
     """The slowest-computing rank when it is slower than the others' median by more than the threshold."""
     if len(per_rank) < 2:
         return None
-    slow = max(per_rank, key=lambda p: p["compute_s"])
-    others = statistics.median(p["compute_s"] for p in per_rank if p is not slow)
+    slow = max(per_rank, key=lambda p: p.compute_s)
+    others = statistics.median(p.compute_s for p in per_rank if p is not slow)
     if others <= 0:
         return None
-    slowdown = slow["compute_s"] / others
+    slowdown = slow.compute_s / others
     if slowdown - 1 <= STRAGGLER_THRESHOLD:
         return None
-    return {"rank": slow["rank"], "host": slow["host"], "device": slow["device"], "slowdown": slowdown,
-            "compute_s": slow["compute_s"], "others_compute_s": others,
-            "wait_share": (slow["compute_s"] - others) / slow["step_s"] if slow["step_s"] > 0 else None}
+    return Straggler(rank=slow.rank, host=slow.host, device=slow.device, slowdown=slowdown, compute_s=slow.compute_s,
+                     others_compute_s=others,
+                     wait_share=(slow.compute_s - others) / slow.step_s if slow.step_s > 0 else None)
 
 
 def table_rows(section: Attribution | None) -> list[tuple[str, str, str]]:

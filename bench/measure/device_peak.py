@@ -22,12 +22,12 @@ import socket
 import statistics
 import time
 from pathlib import Path
-from typing import Any
 
 from bench.errors import BenchError
 from bench.records import store
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Peak, PeakShape
+from bench.records.schema import Utilisation
 
 # Dense TFLOP/s by exact NVML device name and precision: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores, no
 # sparsity). Sources: NVIDIA's A100 datasheet (2021), H100 datasheet (2023; its tensor figures are quoted with
@@ -163,7 +163,7 @@ def load_measured(output: str | Path, host: str, device: str, precision: str) ->
 
 
 def utilisation(model_tflops: float | None, precision: str, output: str | Path, host: str, device: str,
-                gpu_name: str | None) -> dict[str, Any]:
+                gpu_name: str | None) -> Utilisation:
     """The result's ``utilisation`` section: MFU against the measured peak and against the spec peak."""
     measured, measured_source = load_measured(output, host, device, precision)
     spec, spec_source = spec_peak(gpu_name if device.startswith("cuda") else None, precision)
@@ -171,9 +171,9 @@ def utilisation(model_tflops: float | None, precision: str, output: str | Path, 
     def ratio(peak: float | None) -> float | None:
         return model_tflops / peak if model_tflops and peak else None
 
-    return {"unit": "TFLOP/s", "model_tflops_per_device": model_tflops, "precision": precision,
-            "measured_peak_tflops": measured, "measured_peak_source": measured_source,
-            "mfu_measured": ratio(measured), "spec_peak_tflops": spec, "spec_peak_source": spec_source,
-            "mfu_spec": ratio(spec),
-            "definitions": {"mfu_measured": "model_tflops_per_device / measured_peak_tflops (bench peak)",
-                            "mfu_spec": "model_tflops_per_device / spec_peak_tflops (published dense rate)"}}
+    return Utilisation(unit="TFLOP/s", model_tflops_per_device=model_tflops, precision=precision,
+                       measured_peak_tflops=measured, measured_peak_source=measured_source,
+                       mfu_measured=ratio(measured), spec_peak_tflops=spec, spec_peak_source=spec_source,
+                       mfu_spec=ratio(spec),
+                       definitions={"mfu_measured": "model_tflops_per_device / measured_peak_tflops (bench peak)",
+                                    "mfu_spec": "model_tflops_per_device / spec_peak_tflops (published dense rate)"})

@@ -48,10 +48,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from bench.errors import BenchError
+from bench.records.schema import Training
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
-    from bench.records.schema import Training
 
 DECAYS = ("cosine", "step", "none")
 OPTIMIZERS = ("sgd", "adagrad")
@@ -183,7 +183,7 @@ class Goal:
                 "checkpoints": list(self.checkpoints), "resumed": self.resumed, "stopped": self.stopped}
 
 
-def section(cfg, ranks: list[RankRecord], init_s: float) -> dict[str, Any] | None:
+def section(cfg, ranks: list[RankRecord], init_s: float) -> Training | None:
     """The result's ``training`` section from rank 0's goal record (every rank's curve is the same: the
     accuracies are reduced across ranks), or None for a run that did not train to a goal."""
     goal = ranks[0].goal
@@ -198,34 +198,34 @@ def section(cfg, ranks: list[RankRecord], init_s: float) -> dict[str, Any] | Non
         why = (f"top-1 {best:.4f} at best after {curve[-1]['epoch']} epoch(s), below the target {target}"
                if curve else "no evaluation ran")
     last = curve[-1] if curve else {}
-    return {
-        "target_accuracy": target,
-        "reached": reached if target is not None else None,
-        "time_to_target_s": curve[at]["wall_s"] if reached else None,
-        "time_to_target_with_init_s": init_s + curve[at]["wall_s"] if reached else None,
-        "epochs_to_target": curve[at]["epoch"] if reached else None,
-        "samples_to_target": curve[at]["samples"] if reached else None,
-        "not_reached": why,
-        "epochs_run": last.get("epoch"),
-        "stopped": goal.get("stopped"),
-        "duration_s": cfg.duration,
-        "final_top1": last.get("top1"),
-        "final_top5": last.get("top5"),
-        "eval_s_total": sum(c["eval_s"] for c in curve),
-        "checkpoints": goal.get("checkpoints", []),
-        "checkpoint_s_total": sum(c["save_s"] for c in goal.get("checkpoints", [])),
-        "resumed": goal.get("resumed"),
-        "steps_per_epoch": goal["steps_per_epoch"],
-        "schedule": {"base_lr": cfg.base_lr if cfg.base_lr is not None else BASE_LR, "lr_scaling": cfg.lr_scaling,
-                     "peak_lr": cfg.learning_rate, "warmup_epochs": cfg.warmup_epochs, "decay": cfg.lr_decay,
-                     "weight_decay": cfg.weight_decay, "label_smoothing": cfg.label_smoothing,
-                     "optimizer": cfg.optimizer, "momentum": cfg.momentum if cfg.optimizer == "sgd" else None},
-        "curve": curve,
-        "definition": "curve: one point per evaluation on the held-out split (top-1/top-5 summed over every "
-                      "rank's part); wall_s from the end of init to the end of that evaluation, earlier "
-                      "evaluations included; time_to_target_s: wall_s of the first evaluation at or above "
-                      "target_accuracy, init apart (bench.measure.goal)",
-    }
+    return Training(
+        target_accuracy=target,
+        reached=reached if target is not None else None,
+        time_to_target_s=curve[at]["wall_s"] if reached else None,
+        time_to_target_with_init_s=init_s + curve[at]["wall_s"] if reached else None,
+        epochs_to_target=curve[at]["epoch"] if reached else None,
+        samples_to_target=curve[at]["samples"] if reached else None,
+        not_reached=why,
+        epochs_run=last.get("epoch"),
+        stopped=goal.get("stopped"),
+        duration_s=cfg.duration,
+        final_top1=last.get("top1"),
+        final_top5=last.get("top5"),
+        eval_s_total=sum(c["eval_s"] for c in curve),
+        checkpoints=goal.get("checkpoints", []),
+        checkpoint_s_total=sum(c["save_s"] for c in goal.get("checkpoints", [])),
+        resumed=goal.get("resumed"),
+        steps_per_epoch=goal["steps_per_epoch"],
+        schedule={"base_lr": cfg.base_lr if cfg.base_lr is not None else BASE_LR, "lr_scaling": cfg.lr_scaling,
+                  "peak_lr": cfg.learning_rate, "warmup_epochs": cfg.warmup_epochs, "decay": cfg.lr_decay,
+                  "weight_decay": cfg.weight_decay, "label_smoothing": cfg.label_smoothing,
+                  "optimizer": cfg.optimizer, "momentum": cfg.momentum if cfg.optimizer == "sgd" else None},
+        curve=curve,
+        definition="curve: one point per evaluation on the held-out split (top-1/top-5 summed over every rank's "
+                   "part); wall_s from the end of init to the end of that evaluation, earlier evaluations included; "
+                   "time_to_target_s: wall_s of the first evaluation at or above target_accuracy, init apart "
+                   "(bench.measure.goal)",
+    )
 
 
 def table_rows(training: Training | None) -> list[tuple[str, str, str]]:

@@ -36,9 +36,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.records.schema import HostLoad, HostLoadHost
+
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
-    from bench.records.schema import HostLoad
 
 PROC = Path("/proc")
 WARN_CORES = 0.5
@@ -122,7 +123,7 @@ def between(before: dict[str, Any], after: dict[str, Any], serving: bool = False
     return record
 
 
-def section(ranks: list[RankRecord]) -> dict[str, Any] | None:
+def section(ranks: list[RankRecord]) -> HostLoad | None:
     """The result's ``host_load``: one entry per host from its ranks' ``cpu`` records, and the busiest host's
     other_cores; None where no host could read its counters."""
     by_host: dict[str, list[dict[str, Any]]] = {}
@@ -136,23 +137,22 @@ def section(ranks: list[RankRecord]) -> dict[str, Any] | None:
             continue
         run = sum(c["run_cores"] for c in records)
         serving = any(c["serving"] for c in records)
-        hosts.append({"host": name, "cpus": counters["cpus"], "busy_cores": counters["busy_cores"],
-                      "irq_cores": counters["irq_cores"], "steal_cores": counters["steal_cores"],
-                      "run_cores": run, "ranks": len(records),
-                      "other_cores": None if serving else max(0.0, counters["busy_cores"] - run)})
+        hosts.append(HostLoadHost(host=name, run_cores=run, ranks=len(records),
+                                  other_cores=None if serving else max(0.0, counters["busy_cores"] - run),
+                                  **{k: counters[k] for k in ("cpus", "busy_cores", "irq_cores", "steal_cores")}))
     if not hosts:
         return None
-    others = [h["other_cores"] for h in hosts if h["other_cores"] is not None]
-    return {
-        "hosts": hosts,
-        "other_cores_max": max(others) if others else None,
-        "other_cores_note": None if others else "tf-native ps: its servers and workers do not measure, so their "
-                                                "CPU time cannot be told from other processes'",
-        "definition": "cores other processes kept busy on each host over the timed windows: the host's cores "
-                      "busy in processes (/proc/stat: user, nice, system) less this run's processes'; the "
-                      "kernel's interrupt work (irq, softirq: the run's own network traffic among it) apart as "
-                      "irq_cores (bench.measure.host_load)",
-    }
+    others = [h.other_cores for h in hosts if h.other_cores is not None]
+    return HostLoad(
+        hosts=hosts,
+        other_cores_max=max(others) if others else None,
+        other_cores_note=None if others else "tf-native ps: its servers and workers do not measure, so their CPU "
+                                             "time cannot be told from other processes'",
+        definition="cores other processes kept busy on each host over the timed windows: the host's cores busy in "
+                   "processes (/proc/stat: user, nice, system) less this run's processes'; the kernel's interrupt "
+                   "work (irq, softirq: the run's own network traffic among it) apart as irq_cores "
+                   "(bench.measure.host_load)",
+    )
 
 
 def table_rows(load: HostLoad | None) -> list[tuple[str, str, str]]:

@@ -130,3 +130,16 @@ def ratio_of_totals(window_seconds: Sequence[Sequence[float]], samples_per_windo
     # bound; the lower bound still holds and is kept
     upper = samples_per_window / (mean - half) if mean - half > 0 else None
     return headline, [samples_per_window / (mean + half), upper]
+
+
+def fastest_window(window_s: list[list[float]]) -> int:
+    """The index of the job's fastest timed window (each as long as its slowest rank's), from every rank's window
+    durations."""
+    lengths = [max(times) for times in zip(*window_s, strict=True)]
+    return lengths.index(min(lengths))
+
+
+def job_step(window_s: list[list[float]], steps_per_window: int) -> float:
+    """The job's fastest timed window per step: the step every rank shares."""
+    fastest = fastest_window(window_s)
+    return max(w[fastest] for w in window_s) / steps_per_window

@@ -37,9 +37,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.records.schema import RankTrace, Trace
+
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
-    from bench.records.schema import Trace
 
 TIMELINE = "horovod-timeline.json"
 
@@ -157,7 +158,7 @@ def measure(trainer, cfg, framework: str, horovod: bool, run_id: str, window_s: 
             "timeline": str((out / TIMELINE).relative_to(base)) if timeline and trainer.rank == 0 else None}
 
 
-def build(ranks: list[RankRecord], steps_per_window: int, run_id: str) -> dict[str, Any] | None:
+def build(ranks: list[RankRecord], steps_per_window: int, run_id: str) -> Trace | None:
     """The result's ``trace`` section from every rank's (None when the run traced nothing)."""
     traced = [(r, r.trace) for r in ranks if r.trace]
     if not traced:
@@ -165,13 +166,11 @@ def build(ranks: list[RankRecord], steps_per_window: int, run_id: str) -> dict[s
     job_windows = [max(times) for times in zip(*(r.window_s for r in ranks), strict=True)]
     untraced = statistics.median(job_windows) / steps_per_window
     slowest = max(t["traced_step_s"] for _, t in traced)
-    per_rank = [{"rank": r.rank, "host": r.host, **t, "cost": t["traced_step_s"] / t["untraced_step_s"] - 1}
+    per_rank = [RankTrace(rank=r.rank, host=r.host, **t, cost=t["traced_step_s"] / t["untraced_step_s"] - 1)
                 for r, t in traced]
-    first = traced[0][1]
-    timeline = next((t["timeline"] for _, t in traced if t.get("timeline")), None)
-    return {"steps": first["steps"], "folder": folder(run_id),
-            "traced_step_s": slowest, "untraced_step_s": untraced, "cost": slowest / untraced - 1,
-            "horovod_timeline": timeline, "per_rank": per_rank, "definitions": DEFINITIONS}
+    timeline = next((p.timeline for p in per_rank if p.timeline), None)
+    return Trace(steps=per_rank[0].steps, folder=folder(run_id), traced_step_s=slowest, untraced_step_s=untraced,
+                 cost=slowest / untraced - 1, horovod_timeline=timeline, per_rank=per_rank, definitions=DEFINITIONS)
 
 
 def table_rows(section: Trace | None) -> list[tuple[str, str, str]]:

@@ -211,7 +211,7 @@ TIMING_DEFINITIONS = {
 
 
 def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: RankRecord,
-                       environment: dict[str, Any]) -> dict[str, Any]:
+                       environment: dict[str, Any]) -> schema.Utilisation:
     """MFU against this device's measured GEMM peak (`bench peak`) and its published peak
     (bench.measure.device_peak), for rank 0's host and device: the ranks are taken to be alike."""
 

@@ -22,8 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from bench import SCHEMA_VERSION
 from bench.errors import BenchError
-from bench.measure.attribution import job_step
-from bench.measure.stats import ratio_of_totals
+from bench.measure.stats import job_step, ratio_of_totals
 from bench.models import MODELS
 from bench.records import kinds
 
@@ -283,7 +282,9 @@ class InputRank(_Open):
     queue_at_start: int | None = None
     queue_depth: int | None = None
     settle_steps: int = 0
+    epochs: float | None = Field(None, description="the epochs of the split the run's steps covered")
     wait_step_s: list[float]
+    h2d_step_s: list[float] | None = None
 
 
 class Input(_Open):
@@ -350,6 +351,7 @@ class Training(_Open):
                                           "checkpoint's and those before it too)")
     resumed: list[Resumed] | None = Field(None, description="--resume-from: the checkpoints this run continued from")
     time_to_target_with_init_s: float | None = None
+    samples_to_target: int | None = None
     not_reached: str | None = Field(None, description="why the target was not reached")
     epochs_run: int | None = None
     duration_s: float | None = None
@@ -357,6 +359,9 @@ class Training(_Open):
     final_top5: float | None = None
     eval_s_total: float = 0.0
     checkpoint_s_total: float = 0.0
+    steps_per_epoch: int | None = None
+    schedule: dict[str, Any] | None = Field(None, description="the learning-rate schedule and optimizer it trained "
+                                            "with (bench.measure.goal)")
     definition: str
 
 

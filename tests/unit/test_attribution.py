@@ -8,7 +8,6 @@ import pytest
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.measure import attribution
-from bench.records.schema import Attribution
 from tests import samples
 
 
@@ -22,20 +21,20 @@ def rank(r, compute, step, exchange=0.1, host="n1"):
 
 def test_the_parts_add_up_and_the_hidden_share_is_clipped():
     section = attribution.build([rank(0, 0.30, 0.35), rank(1, 0.31, 0.35), rank(2, 0.45, 0.35, exchange=0.02)], 2)
-    assert section["measured"] and section["steps"] == 3 and section["unit"] == "s"
-    first, _, third = section["per_rank"]
-    assert first["compute_s"] == pytest.approx(0.30) and first["step_s"] == pytest.approx(0.35)
-    assert first["exposed_s"] == pytest.approx(0.05) and first["hidden_share"] == pytest.approx(0.5)
+    assert section.measured and section.steps == 3 and section.unit == "s"
+    first, _, third = section.per_rank
+    assert first.compute_s == pytest.approx(0.30) and first.step_s == pytest.approx(0.35)
+    assert first.exposed_s == pytest.approx(0.05) and first.hidden_share == pytest.approx(0.5)
     # numbers issue, finding 12: compute slower than the whole step is noise: exposed 0, never negative
-    assert third["exposed_s"] == 0.0 and third["exposed_clipped"] and third["hidden_share"] == 1.0
-    unclipped = [p for p in section["per_rank"] if not p["exposed_clipped"]]
-    assert [p["rank"] for p in unclipped] == [0, 1]
+    assert third.exposed_s == 0.0 and third.exposed_clipped and third.hidden_share == 1.0
+    unclipped = [p for p in section.per_rank if not p.exposed_clipped]
+    assert [p.rank for p in unclipped] == [0, 1]
     for p in unclipped:  # the step is its compute and its exposed exchange, nothing left over
-        assert p["compute_s"] + p["exposed_s"] == pytest.approx(p["step_s"])
-    assert section["straggler"] is not None and section["straggler"]["rank"] == 2  # 0.45 / 0.305 = 1.48
-    assert section["straggler"]["slowdown"] == pytest.approx(0.45 / 0.305)
-    assert section["straggler"]["wait_share"] == pytest.approx((0.45 - 0.305) / 0.35)
-    assert section["hidden_share_median"] == pytest.approx(0.6)  # of 0.5, 1 - 0.04 / 0.1 and 1.0
+        assert p.compute_s + p.exposed_s == pytest.approx(p.step_s)
+    assert section.straggler is not None and section.straggler.rank == 2  # 0.45 / 0.305 = 1.48
+    assert section.straggler.slowdown == pytest.approx(0.45 / 0.305)
+    assert section.straggler.wait_share == pytest.approx((0.45 - 0.305) / 0.35)
+    assert section.hidden_share_median == pytest.approx(0.6)  # of 0.5, 1 - 0.04 / 0.1 and 1.0
 
 
 def test_the_step_and_the_compute_are_the_same_statistic():
@@ -45,9 +44,9 @@ def test_the_step_and_the_compute_are_the_same_statistic():
     a, b = rank(0, 0.30, 0.35), rank(1, 0.31, 0.35)
     a.window_s = [0.70, 1.30, 0.90]  # one window disturbed (0.65 s a step)
     b.window_s = [0.74, 1.10, 0.72]
-    first, second = attribution.build([a, b], 2)["per_rank"]
-    assert first["step_s"] == second["step_s"] == pytest.approx(0.37)  # window 1: max(0.70, 0.74) / 2
-    assert first["exposed_s"] == pytest.approx(0.07) and second["exposed_s"] == pytest.approx(0.06)
+    first, second = attribution.build([a, b], 2).per_rank
+    assert first.step_s == second.step_s == pytest.approx(0.37)  # window 1: max(0.70, 0.74) / 2
+    assert first.exposed_s == pytest.approx(0.07) and second.exposed_s == pytest.approx(0.06)
 
 
 def test_a_wait_for_data_is_not_booked_as_exchange():
@@ -58,39 +57,40 @@ def test_a_wait_for_data_is_not_booked_as_exchange():
     a.window_s = b.window_s = [0.90, 0.80, 0.84]  # window 1: 0.40 s a step
     a.data = {"wait_step_s": [0.2, 0.2, 0.08, 0.08, 0.0, 0.0]}  # 0.08 s a step in window 1
     b.data = {"wait_step_s": [0.0] * 6}
-    first, second = attribution.build([a, b], 2)["per_rank"]
-    assert first["step_s"] == second["step_s"] == pytest.approx(0.40)
-    assert first["data_wait_s"] == pytest.approx(0.08) and first["exposed_s"] == pytest.approx(0.02)
-    assert second["data_wait_s"] == 0.0 and second["exposed_s"] == pytest.approx(0.10)
+    first, second = attribution.build([a, b], 2).per_rank
+    assert first.step_s == second.step_s == pytest.approx(0.40)
+    assert first.data_wait_s == pytest.approx(0.08) and first.exposed_s == pytest.approx(0.02)
+    assert second.data_wait_s == 0.0 and second.exposed_s == pytest.approx(0.10)
     for p in (first, second):  # compute, the wait for data and the exposed exchange make up the step
-        assert not p["exposed_clipped"]
-        assert p["compute_s"] + p["data_wait_s"] + p["exposed_s"] == pytest.approx(p["step_s"])
+        assert not p.exposed_clipped
+        assert p.compute_s + p.data_wait_s + p.exposed_s == pytest.approx(p.step_s)
     a.data = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0], "per_worker": []}  # tf-native ps's coordinator
-    assert attribution.build([a, b], 2)["per_rank"][0]["exposed_s"] == pytest.approx(0.10)
+    assert attribution.build([a, b], 2).per_rank[0].exposed_s == pytest.approx(0.10)
     a.data = {"wait_step_s": [0.2, 0.2, 0.3, 0.3, 0.0, 0.0]}  # a wait above the rest of the step: clipped
-    first = attribution.build([a, b], 2)["per_rank"][0]
-    assert first["exposed_s"] == 0.0 and first["exposed_clipped"]
+    first = attribution.build([a, b], 2).per_rank[0]
+    assert first.exposed_s == 0.0 and first.exposed_clipped
 
 
 def test_a_straggler_is_named_only_beyond_the_threshold():
     within = 1 + attribution.STRAGGLER_THRESHOLD - 0.01
-    assert attribution.build([rank(0, 0.30, 0.5), rank(1, 0.30 * within, 0.5)], 2)["straggler"] is None
+    assert attribution.build([rank(0, 0.30, 0.5), rank(1, 0.30 * within, 0.5)], 2).straggler is None
     beyond = attribution.build([rank(0, 0.30, 0.5), rank(1, 0.30 * (within + 0.02), 0.5, host="n2")], 2)
-    assert beyond["straggler"]["rank"] == 1 and beyond["straggler"]["host"] == "n2"
+    assert beyond.straggler.rank == 1 and beyond.straggler.host == "n2"
 
 
 def test_what_cannot_be_measured_says_why():
     assert attribution.build([samples.rank(0), samples.rank(1)], 2) is None  # not asked for
     why = "tf.distribute reduces the gradients inside its strategy's step"
     section = attribution.build([samples.rank(r, attribution={"unsupported": why}) for r in (0, 1)], 2)
-    assert section == {"measured": False, "reason": why, "definitions": attribution.DEFINITIONS}
-    assert attribution.table_rows(Attribution.model_validate(section)) == [("attribution", "not measured", why)]
+    assert section.model_dump(exclude_unset=True) == {"measured": False, "reason": why,
+                                                      "definitions": attribution.DEFINITIONS}
+    assert attribution.table_rows(section) == [("attribution", "not measured", why)]
     assert attribution.unsupported(object()) == "this mode cannot skip its gradient exchange"
 
 
 def test_the_table_names_the_straggler_and_the_hidden_share():
     section = attribution.build([rank(0, 0.2, 0.5, exchange=0.4), rank(1, 0.45, 0.5)], 2)
-    rows = attribution.table_rows(Attribution.model_validate(section))
+    rows = attribution.table_rows(section)
     text = json.dumps(rows)
     assert "rank 1" in text and "x2.25 the others'" in text and "they wait 50% of each step" in text
     assert "hidden share" in text

@@ -160,10 +160,11 @@ def test_a_resumed_record_keeps_the_curve_and_says_from_where(digits):
                                    "written_utc": "2026-11-25T08:00:00Z"})
     later.add(2, 9.0, 0.5, {"samples": 359, "top1": 0.8, "top5": 1.0, "loss": 0.5, "train_loss": 0.6}, 0.1)
     section = goal.section(cfg, [samples.rank(0, goal=later.record())], init_s=3.0)
-    assert [c["epoch"] for c in section["curve"]] == [1, 2]
-    assert section["resumed"][0]["epoch"] == 1 and section["checkpoints"] == first.checkpoints
-    assert section["checkpoint_s_total"] == 0.25
-    training = Training.model_validate(section)
+    assert [c.epoch for c in section.curve] == [1, 2]
+    assert section.resumed[0].epoch == 1
+    assert [c.model_dump(exclude_unset=True) for c in section.checkpoints] == first.checkpoints
+    assert section.checkpoint_s_total == 0.25
+    training = Training.model_validate(section.model_dump(mode="json", by_alias=True, exclude_unset=True))
     rows = {label: (value, detail) for label, value, detail in goal.table_rows(training)}
     assert rows["resumed"][0] == "epoch 1" and "5.3 s of training before it, counted once" in rows["resumed"][1]
     assert rows["resumed"][1].startswith("from ckpt ")  # the record's "from", an alias of the model's field

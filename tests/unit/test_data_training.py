@@ -8,7 +8,6 @@ from bench.config import RunConfig
 from bench.data import feed
 from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
-from bench.records.schema import Input
 from tests import samples
 
 
@@ -76,13 +75,13 @@ def rank(r, waits, windows=(1.0, 1.0)):
 def test_the_input_section_gives_each_ranks_wait_share_and_the_rank_that_sets_the_pace(jpegs):
     cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
     section = feed.section(cfg, [rank(0, [0.01, 0.01]), rank(1, [0.2, 0.1, 0.0])])
-    assert [p["wait_share"] for p in section["per_rank"]] == pytest.approx([0.01, 0.15])
-    assert section["paced_by_rank"] == 1 and section["wait_share_max"] == pytest.approx(0.15)
-    assert section["per_rank"][1]["wait_step_s"] == [0.2, 0.1, 0.0]  # the raw waits are kept
+    assert [p.wait_share for p in section.per_rank] == pytest.approx([0.01, 0.15])
+    assert section.paced_by_rank == 1 and section.wait_share_max == pytest.approx(0.15)
+    assert section.per_rank[1].wait_step_s == [0.2, 0.1, 0.0]  # the raw waits are kept
     calm = feed.section(cfg, [rank(0, [0.01]), rank(1, [0.05, 0.1])])
-    assert calm["paced_by_rank"] is None  # 7.5% < 10%
-    assert feed.section(RunConfig(mode="torch-ddp").resolve("cpu", 2), [])["source"] == "synthetic"
-    rows = dict((label, value) for label, value, _ in feed.table_rows(Input.model_validate(section)))
+    assert calm.paced_by_rank is None  # 7.5% < 10%
+    assert feed.section(RunConfig(mode="torch-ddp").resolve("cpu", 2), []).source == "synthetic"
+    rows = dict((label, value) for label, value, _ in feed.table_rows(section))
     assert rows["input sets the pace"] == "rank 1" and rows["data wait, share of step (max rank)"] == "15.0"
 
 
@@ -163,6 +162,6 @@ def test_the_input_section_keeps_each_ranks_queue_when_the_clock_started(jpegs):
     ranks[0].data.update(queue_at_start=4, queue_depth=4, settle_steps=0)
     ranks[1].data.update(queue_at_start=0, queue_depth=4, settle_steps=7)
     section = feed.section(cfg, ranks)
-    assert [(p["queue_at_start"], p["queue_depth"], p["settle_steps"]) for p in section["per_rank"]] == \
+    assert [(p.queue_at_start, p.queue_depth, p.settle_steps) for p in section.per_rank] == \
         [(4, 4, 0), (0, 4, 7)]
-    assert section["settle_steps"] == 7 and "queue_at_start" in section["definition"]
+    assert section.settle_steps == 7 and "queue_at_start" in section.definition

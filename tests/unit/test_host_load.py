@@ -8,7 +8,6 @@ from pydantic import ValidationError
 
 from bench.measure import host_load
 from bench.records import schema
-from bench.records.schema import HostLoad
 from tests import samples
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -84,39 +83,37 @@ def rank(host: str, run_cores: float, busy: float | None = None, serving: bool =
 
 def test_each_host_takes_its_own_ranks_cpu_from_its_busy_cores():
     load = host_load.section([rank("a", 0.9, busy=2.0), rank("a", 0.8), rank("b", 1.0, busy=1.1)])
-    a, b = load["hosts"]
-    assert (a["host"], a["ranks"], a["run_cores"]) == ("a", 2, pytest.approx(1.7))
-    assert a["other_cores"] == pytest.approx(0.3)  # the interrupts' 0.4 in neither the run's nor the others'
-    assert a["irq_cores"] == pytest.approx(0.4) and a["busy_cores"] == pytest.approx(2.0)
-    assert b["other_cores"] == pytest.approx(0.1)
-    assert load["other_cores_max"] == pytest.approx(0.3)
-    model = HostLoad.model_validate(load)
-    assert host_load.warning(model) is None  # under half a core everywhere
-    assert host_load.table_rows(model) == [("other processes' cores", "0.30", "of 2 on a over the windows (this "
+    a, b = load.hosts
+    assert (a.host, a.ranks, a.run_cores) == ("a", 2, pytest.approx(1.7))
+    assert a.other_cores == pytest.approx(0.3)  # the interrupts' 0.4 in neither the run's nor the others'
+    assert a.irq_cores == pytest.approx(0.4) and a.busy_cores == pytest.approx(2.0)
+    assert b.other_cores == pytest.approx(0.1)
+    assert load.other_cores_max == pytest.approx(0.3)
+    assert host_load.warning(load) is None  # under half a core everywhere
+    assert host_load.table_rows(load) == [("other processes' cores", "0.30", "of 2 on a over the windows (this "
                                            "run's: 1.70, interrupts': 0.40)")]
 
 
 def test_a_run_busier_than_its_host_counters_has_zero_other_cores_not_a_negative_figure():
     # the run's ticks and the host's are read moments apart: the run may seem busier than the host
     load = host_load.section([rank("a", 1.05, busy=1.0)])
-    assert load["hosts"][0]["other_cores"] == 0.0
+    assert load.hosts[0].other_cores == 0.0
 
 
 def test_half_a_core_taken_warns_in_one_line_naming_the_busiest_host():
     load = host_load.section([rank("a", 1.0, busy=1.6), rank("b", 1.0, busy=2.0)])
-    line = host_load.warning(HostLoad.model_validate(load))
+    line = host_load.warning(load)
     assert line.startswith("warning: other processes kept 1.0 of b's 2 cores busy")
     assert "(and 1 more host(s))" in line and "\n" not in line
-    assert host_load.warning(HostLoad.model_validate(host_load.section([rank("a", 1.0, busy=1.49)]))) is None
+    assert host_load.warning(host_load.section([rank("a", 1.0, busy=1.49)])) is None
 
 
 def test_serving_processes_leave_other_cores_unmeasured_with_the_reason():
     load = host_load.section([rank("a", 0.5, busy=2.0, serving=True)])
-    assert load["hosts"][0]["other_cores"] is None and load["other_cores_max"] is None
-    assert "ps" in load["other_cores_note"]
-    model = HostLoad.model_validate(load)
-    assert host_load.table_rows(model) == [("other processes' cores", "n/a", load["other_cores_note"])]
-    assert host_load.warning(model) is None
+    assert load.hosts[0].other_cores is None and load.other_cores_max is None
+    assert "ps" in load.other_cores_note
+    assert host_load.table_rows(load) == [("other processes' cores", "n/a", load.other_cores_note)]
+    assert host_load.warning(load) is None
 
 
 def test_no_host_counters_or_no_cpu_record_give_no_section():
@@ -128,9 +125,9 @@ def test_no_host_counters_or_no_cpu_record_give_no_section():
 def test_every_section_is_a_typed_host_load_and_a_malformed_host_is_refused():
     for load in (host_load.section([rank("a", 0.9, busy=2.0), rank("b", 1.0, busy=1.1)]),
                  host_load.section([rank("a", 0.5, busy=2.0, serving=True)])):
-        typed = schema.HostLoad.model_validate(load)
-        assert [h.host for h in typed.hosts] == [h["host"] for h in load["hosts"]]
-    good = host_load.section([rank("a", 0.9, busy=2.0)])
+        written = load.model_dump(mode="json", exclude_unset=True)  # as the result file holds it
+        assert [h.host for h in schema.HostLoad.model_validate(written).hosts] == [h.host for h in load.hosts]
+    good = host_load.section([rank("a", 0.9, busy=2.0)]).model_dump(mode="json", exclude_unset=True)
     for bad in ({"ranks": 0}, {"other_cores": -0.1}, {"cores": 1.0}):
         load = {**good, "hosts": [{**good["hosts"][0], **bad}]}
         with pytest.raises(ValidationError):

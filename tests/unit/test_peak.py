@@ -67,11 +67,11 @@ def test_mfu_against_both_peaks_with_a_fake_nvml_name(tmp_path):
     device_peak.write(tmp_path, measured(400.0, device="cuda:0 NVIDIA H100 80GB HBM3"))
     rank0 = samples.rank(0, host="node1", device="/physical_device:GPU:0")
     u = utilisation_record(_Cfg(tmp_path), 100.0, rank0, {"nvml": {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}})
-    assert u["spec_peak_tflops"] == 494.7 and u["mfu_spec"] == pytest.approx(100 / 494.7)
-    assert u["measured_peak_tflops"] == 400.0 and u["mfu_measured"] == pytest.approx(0.25)
+    assert u.spec_peak_tflops == 494.7 and u.mfu_spec == pytest.approx(100 / 494.7)
+    assert u.measured_peak_tflops == 400.0 and u.mfu_measured == pytest.approx(0.25)
     u = utilisation_record(_Cfg(tmp_path), 100.0, samples.rank(0, host="node1", device="cuda:0 NVIDIA L4"), {})
-    assert u["spec_peak_tflops"] is None and u["mfu_spec"] is None and "'NVIDIA L4' is not in the table" in \
-        u["spec_peak_source"]
-    assert u["mfu_measured"] is None  # no peak measured on an L4
+    assert u.spec_peak_tflops is None and u.mfu_spec is None and "'NVIDIA L4' is not in the table" in \
+        u.spec_peak_source
+    assert u.mfu_measured is None  # no peak measured on an L4
     u = utilisation_record(_Cfg(tmp_path), None, rank0, {})
-    assert u["mfu_measured"] is None and u["mfu_spec"] is None  # a model with no FLOP count
+    assert u.mfu_measured is None and u.mfu_spec is None  # a model with no FLOP count

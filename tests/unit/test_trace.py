@@ -21,13 +21,13 @@ def test_the_cost_is_the_traced_step_over_the_timed_one():
     # windows of 4 steps; the job's windows are the slowest rank's: 0.44, 0.40, 0.48 -> median 0.44 -> 0.11 s a step
     ranks = [rank(0, 0.121, [0.40, 0.40, 0.48], "run.trace/horovod-timeline.json"), rank(1, 0.132, [0.44, 0.36, 0.40])]
     section = trace.build(ranks, 4, "run")
-    assert section["folder"] == "run.trace" and section["steps"] == 3
-    assert section["untraced_step_s"] == pytest.approx(0.11)
-    assert section["traced_step_s"] == 0.132  # the slowest rank's
-    assert section["cost"] == pytest.approx(0.132 / 0.11 - 1)
-    assert [r["cost"] for r in section["per_rank"]] == pytest.approx([0.121 / 0.10 - 1, 0.132 / 0.10 - 1])
-    assert section["horovod_timeline"] == "run.trace/horovod-timeline.json"
-    rows = trace.table_rows(Trace.model_validate(section))
+    assert section.folder == "run.trace" and section.steps == 3
+    assert section.untraced_step_s == pytest.approx(0.11)
+    assert section.traced_step_s == 0.132  # the slowest rank's
+    assert section.cost == pytest.approx(0.132 / 0.11 - 1)
+    assert [r.cost for r in section.per_rank] == pytest.approx([0.121 / 0.10 - 1, 0.132 / 0.10 - 1])
+    assert section.horovod_timeline == "run.trace/horovod-timeline.json"
+    rows = trace.table_rows(section)
     assert rows[0] == ("trace (after the windows)", "3 steps", "per rank, in run.trace/")
     assert rows[1][1] == "+20" and "132.0 ms traced, 110.0 ms in the windows" in rows[1][2]
     assert rows[2] == ("  Horovod timeline", "written", "run.trace/horovod-timeline.json")
@@ -41,7 +41,8 @@ def test_an_untraced_run_has_no_section_and_no_rows():
 
 def test_the_result_schema_takes_the_section():
     ranks = [rank(0, 0.121, [0.40, 0.40, 0.48]), rank(1, 0.132, [0.44, 0.36, 0.40])]
-    Trace.model_validate(trace.build(ranks, 4, "run"))
+    section = trace.build(ranks, 4, "run").model_dump(mode="json", exclude_unset=True)  # as the file holds it
+    assert Trace.model_validate(section).per_rank[1].cost == pytest.approx(0.132 / 0.10 - 1)
 
 
 def test_trace_is_refused_where_it_would_mislead():

@@ -14,7 +14,6 @@ from bench.data import feed
 from bench.data.make import MakeConfig, make
 from bench.errors import BenchError
 from bench.measure import goal
-from bench.records.schema import Training
 from tests import samples
 
 
@@ -144,19 +143,19 @@ def goal_run(target, accuracies, digits):
 
 def test_the_run_stops_at_the_first_evaluation_at_the_target_and_says_when(digits):
     cfg, stopped, section = goal_run(0.9, [0.5, 0.91, 0.95], digits)
-    assert stopped == 2 and section["reached"] is True and section["epochs_to_target"] == 2
-    assert section["time_to_target_s"] == 20.0 and section["time_to_target_with_init_s"] == 27.0
-    assert section["samples_to_target"] == 64 * (2 * cfg.steps_per_window + 1)  # the init step's batch included
-    assert section["eval_s_total"] == 1.0 and len(section["curve"]) == 2
-    rows = dict((label, value) for label, value, _ in goal.table_rows(Training.model_validate(section)))
+    assert stopped == 2 and section.reached is True and section.epochs_to_target == 2
+    assert section.time_to_target_s == 20.0 and section.time_to_target_with_init_s == 27.0
+    assert section.samples_to_target == 64 * (2 * cfg.steps_per_window + 1)  # the init step's batch included
+    assert section.eval_s_total == 1.0 and len(section.curve) == 2
+    rows = dict((label, value) for label, value, _ in goal.table_rows(section))
     assert rows["time to target"] == "20.0"
 
 
 def test_a_target_not_reached_is_said_with_the_best_accuracy(digits):
     _, stopped, section = goal_run(0.99, [0.5, 0.9], digits)
-    assert stopped is None and section["reached"] is False and section["time_to_target_s"] is None
-    assert "top-1 0.9000 at best after 2 epoch(s), below the target 0.99" in section["not_reached"]
-    rows = goal.table_rows(Training.model_validate(section))
+    assert stopped is None and section.reached is False and section.time_to_target_s is None
+    assert "top-1 0.9000 at best after 2 epoch(s), below the target 0.99" in section.not_reached
+    rows = goal.table_rows(section)
     assert dict((r[0], r[1]) for r in rows)["time to target"] == "NOT REACHED"
 
 
