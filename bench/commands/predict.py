@@ -46,7 +46,7 @@ how much those matter.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,11 +145,62 @@ def hidden_time(inp: Inputs, comm: float) -> float:
     return hidden if inp.hidden_cap_s is None else min(hidden, inp.hidden_cap_s)
 
 
-def predict(inp: Inputs, n: int) -> dict[str, float | int]:
+@dataclass(frozen=True)
+class Prediction:
+    """What the model says for N GPUs (module docstring for the formulas)."""
+    gpus: int  # N
+    comm_s: float  # t_comm(N)
+    step_s: float  # t1 + t_comm(N) - hidden(N)
+    samples_per_sec_total: float  # N b / step
+    samples_per_sec_per_gpu: float  # b / step
+    efficiency: float  # t1 / step
+
+
+def predict(inp: Inputs, n: int) -> Prediction:
     comm = comm_time(inp, n)
     step = inp.step_time_s + comm - hidden_time(inp, comm)
-    return {"gpus": n, "comm_s": comm, "step_s": step, "samples_per_sec_total": n * inp.batch_size / step,
-            "samples_per_sec_per_gpu": inp.batch_size / step, "efficiency": inp.step_time_s / step}
+    return Prediction(gpus=n, comm_s=comm, step_s=step, samples_per_sec_total=n * inp.batch_size / step,
+                      samples_per_sec_per_gpu=inp.batch_size / step, efficiency=inp.step_time_s / step)
+
+
+@dataclass(frozen=True)
+class SweepCheck:
+    """One mode, setting and N of a sweep: the model's efficiency against the measured T_N / (N T_1)."""
+    mode: str
+    model: str
+    gpus: int
+    backend: str  # whose allreduce measurement priced the exchange
+    setting: str
+    t1_s: float
+    gradient_bytes: int
+    sparse_bytes: int
+    busbw_GBps: float
+    latency_s: float
+    overlap: float
+    overlap_source: str  # given, measured (the attribution of the smallest N > 1) or assumed
+    hidden_cap_s: float | None
+    predicted_efficiency: float
+    measured_efficiency: float
+
+    @property
+    def error_points(self) -> float:
+        return 100 * (self.predicted_efficiency - self.measured_efficiency)
+
+
+@dataclass(frozen=True)
+class PublishedCheck:
+    """One figure of the Horovod paper or its docs (bench.commands.published) against the model."""
+    model: str
+    gpus: int
+    efficiency: float  # the published one
+    source: str
+    predicted_efficiency: float
+    predicted_images_per_sec: float
+    inputs: Inputs
+
+    @property
+    def error_points(self) -> float:
+        return 100 * (self.predicted_efficiency - self.efficiency)
 
 
 def fit_overlap(inp: Inputs, n: int, efficiency: float) -> float:
@@ -252,7 +303,7 @@ def _collective(label: str) -> bool:
 
 
 def check_sweep(results: list[Result], allreduces: list[Allreduce], overlap: float | None,
-                fusion_bytes: int) -> list[dict[str, Any]]:
+                fusion_bytes: int) -> list[SweepCheck]:
     """For every (mode, setting) with an n=1 result and n>1 results: predicted vs measured efficiency. The
     overlap: ``overlap`` when given, else measured (the smallest n > 1 result's attribution), else 0.5."""
     chosen, _ = table_cells(results)
@@ -278,19 +329,15 @@ def check_sweep(results: list[Result], allreduces: list[Allreduce], overlap: flo
             if n == 1:
                 continue
             measured = result.summary.samples_per_sec_per_gpu / per_gpu_1
-            p = predict(inp, n)
-            rows.append({"mode": key.label, "model": key.model, "gpus": n,
-                         "backend": allreduce.backend,
-                         "t1_s": inp.step_time_s, "gradient_bytes": inp.gradient_bytes,
-                         "sparse_bytes": inp.sparse_bytes, "setting": key.setting_text(),
-                         "busbw_GBps": inp.busbw_GBps, "latency_s": inp.latency_s, "overlap": inp.overlap,
-                         "overlap_source": source, "hidden_cap_s": inp.hidden_cap_s,
-                         "predicted_efficiency": p["efficiency"], "measured_efficiency": measured,
-                         "error_points": 100 * (p["efficiency"] - measured)})
+            rows.append(SweepCheck(mode=key.label, model=key.model, gpus=n, backend=allreduce.backend,
+                                   setting=key.setting_text(), t1_s=inp.step_time_s, gradient_bytes=inp.gradient_bytes,
+                                   sparse_bytes=inp.sparse_bytes, busbw_GBps=inp.busbw_GBps, latency_s=inp.latency_s,
+                                   overlap=inp.overlap, overlap_source=source, hidden_cap_s=inp.hidden_cap_s,
+                                   predicted_efficiency=predict(inp, n).efficiency, measured_efficiency=measured))
     return rows
 
 
-def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
+def check_published(overlap: float | None = None) -> list[PublishedCheck]:
     """Predicted vs the Horovod figures (bench.commands.published), with the inputs written there."""
     rows = []
     for fig in FIGURES:
@@ -300,14 +347,14 @@ def check_published(overlap: float | None = None) -> list[dict[str, Any]]:
                      latency_s=NETWORK["latency_s"], overlap=NETWORK["overlap"] if overlap is None else overlap,
                      fusion_bytes=NETWORK["fusion_bytes"])
         p = predict(inp, fig["gpus"])
-        rows.append({**fig, "predicted_efficiency": p["efficiency"],
-                     "predicted_images_per_sec": p["samples_per_sec_total"],
-                     "error_points": 100 * (p["efficiency"] - fig["efficiency"]), "inputs": asdict(inp)})
+        rows.append(PublishedCheck(model=fig["model"], gpus=fig["gpus"], efficiency=fig["efficiency"],
+                                   source=fig["source"], predicted_efficiency=p.efficiency,
+                                   predicted_images_per_sec=p.samples_per_sec_total, inputs=inp))
     return rows
 
 
 def check_sweep_folder(folder: str, allreduce_paths: list[str], overlap: float | None,
-                       fusion_bytes: int) -> list[dict[str, Any]]:
+                       fusion_bytes: int) -> list[SweepCheck]:
     """check_sweep on a sweep folder and bench allreduce result files; an error if nothing can be checked."""
     rows = check_sweep(load_results([Path(folder)]), [load_allreduce(a) for a in allreduce_paths], overlap,
                        fusion_bytes)
@@ -373,37 +420,35 @@ def render_prediction(inp: Inputs, gpus: list[int], symbol: str = "img/s"):
                            else ""))
     for n in gpus:
         r = predict(inp, n)
-        table.add_row(str(n), f"{r['comm_s'] * 1e3:.2f}", f"{r['step_s'] * 1e3:.1f}",
-                      f"{r['samples_per_sec_total']:.1f}", f"{r['samples_per_sec_per_gpu']:.1f}",
-                      f"{r['efficiency']:.1%}")
+        table.add_row(str(n), f"{r.comm_s * 1e3:.2f}", f"{r.step_s * 1e3:.1f}", f"{r.samples_per_sec_total:.1f}",
+                      f"{r.samples_per_sec_per_gpu:.1f}", f"{r.efficiency:.1%}")
     return table
 
 
-def render_published(rows: list[dict[str, Any]]) -> tuple[Any, str]:
+def render_published(rows: list[PublishedCheck]) -> tuple[Any, str]:
     """The table and its mean-absolute-error line."""
     from rich.table import Table
 
     table = Table("model", "GPUs", "published", "predicted", "error (points)", "source",
                   title="bench predict vs published Horovod figures (inputs: bench/commands/published.py)")
     for r in rows:
-        table.add_row(r["model"], str(r["gpus"]), f"{r['efficiency']:.1%}", f"{r['predicted_efficiency']:.1%}",
-                      f"{r['error_points']:+.1f}", r["source"])
-    mae = sum(abs(r["error_points"]) for r in rows) / len(rows)
+        table.add_row(r.model, str(r.gpus), f"{r.efficiency:.1%}", f"{r.predicted_efficiency:.1%}",
+                      f"{r.error_points:+.1f}", r.source)
+    mae = sum(abs(r.error_points) for r in rows) / len(rows)
     never_cut(table, "model")
     return table, f"mean absolute error: {mae:.1f} points over {len(rows)} figures"
 
 
-def render_sweep(rows: list[dict[str, Any]], folder: str):
+def render_sweep(rows: list[SweepCheck], folder: str):
     from rich.table import Table
 
     table = Table("mode", "setting", "n", "allreduce", "G / S (MB)", "t1 (s)", "busbw (GB/s)", "latency (us)",
                   "overlap", "measured", "predicted", "error (points)", title=f"bench predict vs {folder}")
     for r in rows:
-        table.add_row(r["mode"], r["setting"], str(r["gpus"]), r["backend"],
-                      f"{r['gradient_bytes'] / 1e6:.2f} / {r['sparse_bytes'] / 1e6:.2f}", f"{r['t1_s']:.3f}",
-                      f"{r['busbw_GBps']:.3f}", f"{r['latency_s'] * 1e6:.1f}",
-                      f"{r['overlap']:.2f} {r['overlap_source']}", f"{r['measured_efficiency']:.1%}",
-                      f"{r['predicted_efficiency']:.1%}", f"{r['error_points']:+.1f}")
+        table.add_row(r.mode, r.setting, str(r.gpus), r.backend,
+                      f"{r.gradient_bytes / 1e6:.2f} / {r.sparse_bytes / 1e6:.2f}", f"{r.t1_s:.3f}",
+                      f"{r.busbw_GBps:.3f}", f"{r.latency_s * 1e6:.1f}", f"{r.overlap:.2f} {r.overlap_source}",
+                      f"{r.measured_efficiency:.1%}", f"{r.predicted_efficiency:.1%}", f"{r.error_points:+.1f}")
     never_cut(table, "mode", "setting")
     return table
 

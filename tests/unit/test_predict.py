@@ -25,13 +25,13 @@ def test_formula_on_known_inputs():
     # N = 4: 2*3*1 ms + 2*3/4 * 1e9 / 1e10 = 0.006 + 0.15
     assert comm_time(inp, 4) == pytest.approx(0.156)
     p = predict(inp, 4)
-    assert p["step_s"] == pytest.approx(1.156)
-    assert p["efficiency"] == pytest.approx(1 / 1.156)
-    assert p["samples_per_sec_total"] == pytest.approx(4 * 32 / 1.156)
+    assert p.step_s == pytest.approx(1.156)
+    assert p.efficiency == pytest.approx(1 / 1.156)
+    assert p.samples_per_sec_total == pytest.approx(4 * 32 / 1.156)
     half = predict(Inputs(**{**inp.__dict__, "overlap": 0.5}), 4)
-    assert half["step_s"] == pytest.approx(1.078)
+    assert half.step_s == pytest.approx(1.078)
     hidden = predict(Inputs(**{**inp.__dict__, "overlap": 1.0}), 4)
-    assert hidden["efficiency"] == pytest.approx(1.0)
+    assert hidden.efficiency == pytest.approx(1.0)
 
 
 def test_fusion_buffers_multiply_the_latency():
@@ -51,7 +51,7 @@ def test_intra_node_bandwidth_applies_within_a_node():
 def test_fit_overlap_inverts_predict():
     inp = Inputs(step_time_s=0.4, batch_size=64, gradient_bytes=5 * 10**8, busbw_GBps=3.0, latency_s=1e-5,
                  overlap=0.3)
-    e = predict(inp, 64)["efficiency"]
+    e = predict(inp, 64).efficiency
     assert fit_overlap(inp, 64, e) == pytest.approx(0.3)
 
 
@@ -68,9 +68,9 @@ def test_a_measured_overlap_is_carried_as_a_share_and_bounded_by_the_backward_pa
     assert hiding == {"overlap": 0.4, "hidden_cap_s": pytest.approx(2 / 3 * 0.6)}  # the median rank's backward
     inp = Inputs(step_time_s=1.0, batch_size=32, gradient_bytes=10**9, busbw_GBps=10.0, fusion_bytes=0, **hiding)
     # N = 4: t_comm 0.15 s, 40% hidden (0.06 s) is under the bound
-    assert predict(inp, 4)["step_s"] == pytest.approx(1.0 + 0.15 - 0.06)
+    assert predict(inp, 4).step_s == pytest.approx(1.0 + 0.15 - 0.06)
     slow = Inputs(**{**inp.__dict__, "busbw_GBps": 0.1})  # t_comm 15 s: 40% would be 6 s, the bound holds it
-    assert predict(slow, 4)["step_s"] == pytest.approx(1.0 + 15 - 0.4)
+    assert predict(slow, 4).step_s == pytest.approx(1.0 + 15 - 0.4)
     for parts, message in [({"world_size": 1}, "no per-rank attribution"),
                            ({"world_size": 2, "attribution": {"measured": False, "reason": "ps", "definitions": {}}},
                             "was not measured: ps")]:
@@ -125,13 +125,13 @@ def test_each_mode_takes_its_own_backends_measurement():
 
 def test_published_check_covers_every_figure():
     rows = check_published()
-    assert {(r["model"], r["gpus"]) for r in rows} >= {("vgg16", 128), ("vgg16", 512), ("inception3", 512),
+    assert {(r.model, r.gpus) for r in rows} >= {("vgg16", 128), ("vgg16", 512), ("inception3", 512),
                                                       ("resnet101", 512), ("resnet101", 16)}
     for r in rows:
-        assert 0 < r["predicted_efficiency"] <= 1
-        assert r["error_points"] == pytest.approx(100 * (r["predicted_efficiency"] - r["efficiency"]))
+        assert 0 < r.predicted_efficiency <= 1
+        assert r.error_points == pytest.approx(100 * (r.predicted_efficiency - r.efficiency))
     # more communication per compute, lower efficiency: VGG-16 below ResNet-101 below Inception V3 at 512
-    e = {r["model"]: r["predicted_efficiency"] for r in rows if r["gpus"] == 512}
+    e = {r.model: r.predicted_efficiency for r in rows if r.gpus == 512}
     assert e["vgg16"] < e["resnet101"] < e["inception3"]
 
 
@@ -145,9 +145,9 @@ def test_the_sweep_check_prices_each_mode_with_the_measured_allreduce():
     measured = samples.allreduce([(4096, 1e-3, 0.004), (553430176, 0.5, 1.1)], backend="torch")
     results = load_results([FIXTURES / "sweep-a"])
     rows = check_sweep(results, [measured], None, HOROVOD_FUSION_BYTES)
-    assert sorted((r["mode"], r["gpus"], r["backend"]) for r in rows) == [("torch-ddp", 2, "torch"),
+    assert sorted((r.mode, r.gpus, r.backend) for r in rows) == [("torch-ddp", 2, "torch"),
                                                                           ("torch-horovod", 2, "torch")]
     per_gpu = {(r.mode, r.world_size): r.summary.samples_per_sec_per_gpu for r in results}
     for r in rows:
-        assert r["measured_efficiency"] == pytest.approx(per_gpu[(r["mode"], 2)] / per_gpu[(r["mode"], 1)])
-        assert 0 < r["predicted_efficiency"] <= 1 and r["busbw_GBps"] == 1.1
+        assert r.measured_efficiency == pytest.approx(per_gpu[(r.mode, 2)] / per_gpu[(r.mode, 1)])
+        assert 0 < r.predicted_efficiency <= 1 and r.busbw_GBps == 1.1
