@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bench.records.schema import HostLoad, HostLoadHost
 
@@ -48,7 +49,42 @@ IRQ_FIELDS = (5, 6)  # irq softirq
 STEAL_FIELD = 7
 
 
-def cpu_counters(proc: Path = PROC) -> dict[str, int] | None:
+@dataclass(frozen=True)
+class Counters:
+    """The host's CPU ticks since boot, every CPU together (/proc/stat's first line), and its CPUs."""
+    busy: int  # user, nice, system
+    irq: int  # irq, softirq
+    steal: int
+    cpus: int
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One rank's reading at a timed region's edge."""
+    t: float  # time.monotonic()
+    run: int | None  # the ticks of this process's tree (tree_ticks); None where /proc could not be read
+    host: Counters | None  # the host's counters, on its local rank 0; None elsewhere
+
+
+@dataclass(frozen=True)
+class HostCores:
+    """The host's cores between two readings: each kind of tick over the interval."""
+    cpus: int
+    busy_cores: float
+    irq_cores: float
+    steal_cores: float
+
+
+@dataclass(frozen=True)
+class CpuRecord:
+    """One rank's CPU figures over the timed windows (its RankRecord's ``cpu``)."""
+    interval_s: float
+    run_cores: float  # this rank's process tree's ticks over the interval
+    serving: bool  # the run has processes that serve and do not measure (tf-native ps)
+    host: HostCores | None = None  # the host's, from its local rank 0
+
+
+def cpu_counters(proc: Path = PROC) -> Counters | None:
     """Ticks every CPU together spent busy in processes, in interrupts and stolen since boot, and the CPUs
     counted; None where unreadable."""
     try:
@@ -60,8 +96,8 @@ def cpu_counters(proc: Path = PROC) -> dict[str, int] | None:
         return None
     values = [int(v) for v in first[1:]]
     cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
-    return {"busy": sum(values[i] for i in BUSY_FIELDS), "irq": sum(values[i] for i in IRQ_FIELDS),
-            "steal": values[STEAL_FIELD], "cpus": cpus}
+    return Counters(busy=sum(values[i] for i in BUSY_FIELDS), irq=sum(values[i] for i in IRQ_FIELDS),
+                    steal=values[STEAL_FIELD], cpus=cpus)
 
 
 def stat_fields(text: str) -> list[str]:
@@ -100,46 +136,48 @@ def tree_ticks(pid: int | None = None, proc: Path = PROC) -> int | None:
     return total
 
 
-def reading(host: bool, proc: Path = PROC) -> dict[str, Any]:
+def reading(host: bool, proc: Path = PROC) -> Reading:
     """One rank's reading at a timed region's edge: its own tree's ticks, and the host's counters when ``host``
     (the host's local rank 0)."""
-    return {"t": time.monotonic(), "run": tree_ticks(proc=proc), "host": cpu_counters(proc) if host else None}
+    return Reading(t=time.monotonic(), run=tree_ticks(proc=proc), host=cpu_counters(proc) if host else None)
 
 
-def between(before: dict[str, Any], after: dict[str, Any], serving: bool = False) -> dict[str, Any] | None:
+def between(before: Reading, after: Reading, serving: bool = False) -> CpuRecord | None:
     """A rank's figures between two readings (module docstring); ``serving``: the run has processes that
     serve and do not measure. None where the interval or this process's ticks are missing."""
-    interval = after["t"] - before["t"]
-    if interval <= 0 or before["run"] is None or after["run"] is None:
+    interval = after.t - before.t
+    if interval <= 0 or before.run is None or after.run is None:
         return None
     tick = os.sysconf("SC_CLK_TCK")
-    record: dict[str, Any] = {"interval_s": interval, "run_cores": (after["run"] - before["run"]) / tick / interval,
-                              "serving": serving}
-    if before["host"] is not None and after["host"] is not None:
-        record["host"] = {"cpus": after["host"]["cpus"],
-                          "busy_cores": (after["host"]["busy"] - before["host"]["busy"]) / tick / interval,
-                          "irq_cores": (after["host"]["irq"] - before["host"]["irq"]) / tick / interval,
-                          "steal_cores": (after["host"]["steal"] - before["host"]["steal"]) / tick / interval}
-    return record
+
+    def cores(ticks: int) -> float:
+        return ticks / tick / interval
+    host = None
+    if before.host is not None and after.host is not None:
+        host = HostCores(cpus=after.host.cpus, busy_cores=cores(after.host.busy - before.host.busy),
+                         irq_cores=cores(after.host.irq - before.host.irq),
+                         steal_cores=cores(after.host.steal - before.host.steal))
+    return CpuRecord(interval_s=interval, run_cores=cores(after.run - before.run), serving=serving, host=host)
 
 
 def section(ranks: list[RankRecord]) -> HostLoad | None:
     """The result's ``host_load``: one entry per host from its ranks' ``cpu`` records, and the busiest host's
     other_cores; None where no host could read its counters."""
-    by_host: dict[str, list[dict[str, Any]]] = {}
+    by_host: dict[str, list[CpuRecord]] = {}
     for r in ranks:
         if r.cpu is not None:
             by_host.setdefault(r.host, []).append(r.cpu)
     hosts = []
     for name, records in by_host.items():
-        counters = next((c["host"] for c in records if c.get("host")), None)
+        counters = next((c.host for c in records if c.host), None)
         if counters is None:
             continue
-        run = sum(c["run_cores"] for c in records)
-        serving = any(c["serving"] for c in records)
+        run = sum(c.run_cores for c in records)
+        serving = any(c.serving for c in records)
         hosts.append(HostLoadHost(host=name, run_cores=run, ranks=len(records),
-                                  other_cores=None if serving else max(0.0, counters["busy_cores"] - run),
-                                  **{k: counters[k] for k in ("cpus", "busy_cores", "irq_cores", "steal_cores")}))
+                                  other_cores=None if serving else max(0.0, counters.busy_cores - run),
+                                  cpus=counters.cpus, busy_cores=counters.busy_cores, irq_cores=counters.irq_cores,
+                                  steal_cores=counters.steal_cores))
     if not hosts:
         return None
     others = [h.other_cores for h in hosts if h.other_cores is not None]

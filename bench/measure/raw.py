@@ -9,7 +9,10 @@ bench.measure.telemetry, bench.measure.traffic)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.measure.host_load import CpuRecord
 
 
 @dataclass
@@ -33,7 +36,7 @@ class RankRecord:
     sync_report: dict[str, Any] | None = None  # a mode's own agreement check (tf-native ps, hybrid)
     telemetry: dict[str, Any] | None = None  # the NVML sampler's summary and samples (bench.measure.telemetry)
     net_sent: dict[str, int] | None = None  # bytes each interface sent in the timed windows (bench.measure.traffic)
-    cpu: dict[str, Any] | None = None  # the rank's and its host's CPU time (bench.measure.host_load)
+    cpu: CpuRecord | None = None  # the rank's and its host's CPU time (bench.measure.host_load)
     attribution: dict[str, Any] | None = None  # compute-only and exchange-only steps (bench.measure.attribution)
     data: dict[str, Any] | None = None  # --data: the input pipeline's waits (bench.data.feed)
     goal: dict[str, Any] | None = None  # --epochs: the evaluations and checkpoints (bench.measure.goal)

@@ -33,7 +33,7 @@ def test_the_host_counters_add_busy_fields_and_count_cpus(tmp_path):
     proc = fake_proc(tmp_path, STAT, {})
     # busy: user 100 + nice 10 + system 50; irq 3 + softirq 2 apart (the kernel's interrupt work, whoever's
     # traffic it was); idle, iowait and guest (inside user) left out
-    assert host_load.cpu_counters(proc) == {"busy": 160, "irq": 5, "steal": 5, "cpus": 2}
+    assert host_load.cpu_counters(proc) == host_load.Counters(busy=160, irq=5, steal=5, cpus=2)
 
 
 def test_unreadable_or_foreign_counters_are_none(tmp_path):
@@ -57,28 +57,27 @@ def test_a_process_tree_counts_every_descendant_once_and_no_other_process(tmp_pa
 
 
 def reading(t: float, run: int, busy: int | None = None, steal: int = 0, cpus: int = 2, irq: int = 0):
-    return {"t": t, "run": run,
-            "host": None if busy is None else {"busy": busy, "irq": irq, "steal": steal, "cpus": cpus}}
+    return host_load.Reading(t=t, run=run, host=None if busy is None else host_load.Counters(busy=busy, irq=irq,
+                                                                                            steal=steal, cpus=cpus))
 
 
 def test_between_turns_ticks_into_cores_over_the_interval():
     got = host_load.between(reading(10.0, 0, 0, irq=TICK), reading(12.0, 2 * TICK, 3 * TICK, steal=TICK // 2,
                                                                     irq=2 * TICK))
-    assert got["interval_s"] == 2.0
-    assert got["run_cores"] == pytest.approx(1.0)
-    assert got["host"] == {"cpus": 2, "busy_cores": pytest.approx(1.5), "irq_cores": pytest.approx(0.5),
-                           "steal_cores": pytest.approx(0.25, abs=0.01)}
+    assert got.interval_s == 2.0
+    assert got.run_cores == pytest.approx(1.0)
+    assert got.host == host_load.HostCores(cpus=2, busy_cores=pytest.approx(1.5), irq_cores=pytest.approx(0.5),
+                                           steal_cores=pytest.approx(0.25, abs=0.01))
     # a rank that is not its host's local rank 0 has no host counters
-    assert "host" not in host_load.between(reading(0.0, 0), reading(1.0, TICK))
+    assert host_load.between(reading(0.0, 0), reading(1.0, TICK)).host is None
     assert host_load.between(reading(1.0, 0), reading(1.0, 5)) is None  # no interval
     assert host_load.between(reading(0.0, None), reading(1.0, 5)) is None  # this process unreadable
 
 
 def rank(host: str, run_cores: float, busy: float | None = None, serving: bool = False):
-    cpu = {"interval_s": 4.0, "run_cores": run_cores, "serving": serving}
-    if busy is not None:
-        cpu["host"] = {"cpus": 2, "busy_cores": busy, "irq_cores": 0.4, "steal_cores": 0.0}
-    return samples.rank(host=host, cpu=cpu)
+    cores = None if busy is None else host_load.HostCores(cpus=2, busy_cores=busy, irq_cores=0.4, steal_cores=0.0)
+    return samples.rank(host=host, cpu=host_load.CpuRecord(interval_s=4.0, run_cores=run_cores, serving=serving,
+                                                           host=cores))
 
 
 def test_each_host_takes_its_own_ranks_cpu_from_its_busy_cores():
