@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bench.measure.stats import fastest_window, job_step
 from bench.records.schema import Attribution, RankAttribution, Straggler
@@ -99,7 +100,18 @@ def unsupported(trainer) -> str | None:
     return why()
 
 
-def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StepsApart:
+    """One rank's raw attribution windows (its RankRecord's ``attribution``): each compute-only and exchange-only
+    step's wall time; or, for a mode that cannot take its step apart, why (``unsupported``)."""
+    steps: int = 0
+    compute_step_s: list[float] = field(default_factory=list)
+    exchange_step_s: list[float] = field(default_factory=list)
+    cost_s: float = 0.0  # the wall time of both windows together
+    unsupported: str | None = None
+
+
+def measure(trainer, steps: int, compute_step, dog) -> StepsApart:
     """This rank's raw attribution windows (``compute_step``: the trainer's, with any fault hook around it):
     each step timed on its own, up to the rank's device sync."""
     t_begin = time.perf_counter()
@@ -119,8 +131,8 @@ def measure(trainer, steps: int, compute_step, dog) -> dict[str, Any]:
             times[name].append(time.perf_counter() - t0)
             dog.progress()
     trainer.allgather(None)
-    return {"steps": steps, "compute_step_s": times["compute"], "exchange_step_s": times["exchange"],
-            "cost_s": time.perf_counter() - t_begin}
+    return StepsApart(steps=steps, compute_step_s=times["compute"], exchange_step_s=times["exchange"],
+                      cost_s=time.perf_counter() - t_begin)
 
 
 def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
@@ -137,7 +149,7 @@ def build(ranks: list[RankRecord], steps_per_window: int) -> Attribution | None:
     raw = [r.attribution for r in ranks]
     if all(a is None for a in raw):
         return None
-    reasons = {a["unsupported"] for a in raw if a and "unsupported" in a}
+    reasons = {a.unsupported for a in raw if a and a.unsupported}
     measured = [a for a in raw if a is not None]
     if reasons or len(measured) < len(raw):
         return Attribution(measured=False, reason="; ".join(sorted(reasons)) or "not every rank measured it",
@@ -147,20 +159,20 @@ def build(ranks: list[RankRecord], steps_per_window: int) -> Attribution | None:
     window = fastest_window(windows)
     per_rank = []
     for r, a in zip(ranks, measured, strict=True):
-        compute = min(a["compute_step_s"])
-        exchange = min(a["exchange_step_s"])
+        compute = min(a.compute_step_s)
+        exchange = min(a.exchange_step_s)
         waited = data_wait(r, window, steps_per_window)
         exposed = max(0.0, step - compute - waited)
         hidden = min(1.0, max(0.0, 1.0 - exposed / exchange)) if exchange > 0 else None
         per_rank.append(RankAttribution(rank=r.rank, host=r.host, device=r.device, compute_s=compute,
                                         exchange_s=exchange, step_s=step, data_wait_s=waited, exposed_s=exposed,
                                         hidden_share=hidden, exposed_clipped=step < compute + waited,
-                                        compute_step_s=a["compute_step_s"], exchange_step_s=a["exchange_step_s"]))
-    return Attribution(measured=True, unit="s", steps=measured[0]["steps"], per_rank=per_rank,
+                                        compute_step_s=a.compute_step_s, exchange_step_s=a.exchange_step_s))
+    return Attribution(measured=True, unit="s", steps=measured[0].steps, per_rank=per_rank,
                        straggler=straggler(per_rank), straggler_threshold=STRAGGLER_THRESHOLD,
                        hidden_share_median=_median([p.hidden_share for p in per_rank]),
                        exposed_s_median=statistics.median(p.exposed_s for p in per_rank),
-                       cost_s=max(a["cost_s"] for a in measured), definitions=DEFINITIONS)
+                       cost_s=max(a.cost_s for a in measured), definitions=DEFINITIONS)
 
 
 def straggler(per_rank: list[RankAttribution]) -> Straggler | None:

@@ -238,7 +238,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     attributed = None
     if cfg.attribution_steps and trainer.world_size > 1:
         why = attribution.unsupported(trainer)
-        attributed = {"unsupported": why} if why else attribution.measure(
+        attributed = attribution.StepsApart(unsupported=why) if why else attribution.measure(
             trainer, cfg.attribution_steps, hooks.slowed(trainer.rank, trainer.compute_step, trainer.sync), dog)
     telemetry = None
     if sampler is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bench.measure.attribution import StepsApart
     from bench.measure.host_load import CpuRecord
 
 
@@ -37,7 +38,7 @@ class RankRecord:
     telemetry: dict[str, Any] | None = None  # the NVML sampler's summary and samples (bench.measure.telemetry)
     net_sent: dict[str, int] | None = None  # bytes each interface sent in the timed windows (bench.measure.traffic)
     cpu: CpuRecord | None = None  # the rank's and its host's CPU time (bench.measure.host_load)
-    attribution: dict[str, Any] | None = None  # compute-only and exchange-only steps (bench.measure.attribution)
+    attribution: StepsApart | None = None  # compute-only and exchange-only steps (bench.measure.attribution)
     data: dict[str, Any] | None = None  # --data: the input pipeline's waits (bench.data.feed)
     goal: dict[str, Any] | None = None  # --epochs: the evaluations and checkpoints (bench.measure.goal)
     trace: dict[str, Any] | None = None  # --trace: the traced steps (bench.measure.trace)

@@ -14,9 +14,10 @@ from tests import samples
 def rank(r, compute, step, exchange=0.1, host="n1"):
     """A rank's raw record as the runner gathers it: timed windows of 2 steps of ``step`` seconds, and three
     steps of each attribution kind, all but one disturbed (the fastest is the rank's pace)."""
+    apart = attribution.StepsApart(steps=3, compute_step_s=[1.5 * compute, 5 * compute, compute],
+                                   exchange_step_s=[1.2 * exchange, exchange, 9 * exchange], cost_s=1.0)
     return samples.rank(r, host=host, device="cpu (1 threads)", window_s=[2 * step, 2 * step, 2 * step],
-                        attribution={"steps": 3, "compute_step_s": [1.5 * compute, 5 * compute, compute],
-                                     "exchange_step_s": [1.2 * exchange, exchange, 9 * exchange], "cost_s": 1.0})
+                        attribution=apart)
 
 
 def test_the_parts_add_up_and_the_hidden_share_is_clipped():
@@ -81,7 +82,8 @@ def test_a_straggler_is_named_only_beyond_the_threshold():
 def test_what_cannot_be_measured_says_why():
     assert attribution.build([samples.rank(0), samples.rank(1)], 2) is None  # not asked for
     why = "tf.distribute reduces the gradients inside its strategy's step"
-    section = attribution.build([samples.rank(r, attribution={"unsupported": why}) for r in (0, 1)], 2)
+    section = attribution.build([samples.rank(r, attribution=attribution.StepsApart(unsupported=why)) for r in (0, 1)],
+                                2)
     assert section.model_dump(exclude_unset=True) == {"measured": False, "reason": why,
                                                       "definitions": attribution.DEFINITIONS}
     assert attribution.table_rows(section) == [("attribution", "not measured", why)]
