@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench.measure.attribution import StepsApart
     from bench.measure.host_load import CpuRecord
+    from bench.measure.trace import Traced
 
 
 @dataclass
@@ -41,7 +42,7 @@ class RankRecord:
     attribution: StepsApart | None = None  # compute-only and exchange-only steps (bench.measure.attribution)
     data: dict[str, Any] | None = None  # --data: the input pipeline's waits (bench.data.feed)
     goal: dict[str, Any] | None = None  # --epochs: the evaluations and checkpoints (bench.measure.goal)
-    trace: dict[str, Any] | None = None  # --trace: the traced steps (bench.measure.trace)
+    trace: Traced | None = None  # --trace: the traced steps (bench.measure.trace)
 
 
 @dataclass

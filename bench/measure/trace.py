@@ -34,8 +34,9 @@ import contextlib
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bench.records.schema import RankTrace, Trace
 
@@ -123,8 +124,17 @@ def timeline_wanted(environ=os.environ) -> bool:
     return environ.get("HOROVOD_TIMELINE", "DYNAMIC") == "DYNAMIC"
 
 
-def measure(trainer, cfg, framework: str, horovod: bool, run_id: str, window_s: list[float], step, dog) \
-        -> dict[str, Any]:
+@dataclass(frozen=True)
+class Traced:
+    """One rank's traced steps (its RankRecord's ``trace``)."""
+    steps: int
+    traced_step_s: float
+    untraced_step_s: float  # the rank's median timed window / steps per window
+    files: list[str]  # the profiler's, relative to the result's folder
+    timeline: str | None  # Horovod's timeline (rank 0 of a Horovod mode)
+
+
+def measure(trainer, cfg, framework: str, horovod: bool, run_id: str, window_s: list[float], step, dog) -> Traced:
     """This rank's traced steps (``step``: the trainer's, with any fault hook around it) and its files."""
     out = Path(cfg.output) / folder(run_id)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,10 +162,10 @@ def measure(trainer, cfg, framework: str, horovod: bool, run_id: str, window_s: 
         if timeline:
             trainer.hvd.stop_timeline()
     base = Path(cfg.output)
-    return {"steps": cfg.trace, "traced_step_s": traced_s / cfg.trace,
-            "untraced_step_s": statistics.median(window_s) / cfg.steps_per_window,
-            "files": [str(f.relative_to(base)) for f in files],
-            "timeline": str((out / TIMELINE).relative_to(base)) if timeline and trainer.rank == 0 else None}
+    return Traced(steps=cfg.trace, traced_step_s=traced_s / cfg.trace,
+                  untraced_step_s=statistics.median(window_s) / cfg.steps_per_window,
+                  files=[str(f.relative_to(base)) for f in files],
+                  timeline=str((out / TIMELINE).relative_to(base)) if timeline and trainer.rank == 0 else None)
 
 
 def build(ranks: list[RankRecord], steps_per_window: int, run_id: str) -> Trace | None:
@@ -165,9 +175,10 @@ def build(ranks: list[RankRecord], steps_per_window: int, run_id: str) -> Trace 
         return None
     job_windows = [max(times) for times in zip(*(r.window_s for r in ranks), strict=True)]
     untraced = statistics.median(job_windows) / steps_per_window
-    slowest = max(t["traced_step_s"] for _, t in traced)
-    per_rank = [RankTrace(rank=r.rank, host=r.host, **t, cost=t["traced_step_s"] / t["untraced_step_s"] - 1)
-                for r, t in traced]
+    slowest = max(t.traced_step_s for _, t in traced)
+    per_rank = [RankTrace(rank=r.rank, host=r.host, steps=t.steps, traced_step_s=t.traced_step_s,
+                          untraced_step_s=t.untraced_step_s, cost=t.traced_step_s / t.untraced_step_s - 1,
+                          files=t.files, timeline=t.timeline) for r, t in traced]
     timeline = next((p.timeline for p in per_rank if p.timeline), None)
     return Trace(steps=per_rank[0].steps, folder=folder(run_id), traced_step_s=slowest, untraced_step_s=untraced,
                  cost=slowest / untraced - 1, horovod_timeline=timeline, per_rank=per_rank, definitions=DEFINITIONS)

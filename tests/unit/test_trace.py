@@ -13,8 +13,8 @@ from tests import samples
 def rank(r: int, traced: float, windows: list[float], timeline: str | None = None) -> RankRecord:
     files = [f"run.trace/rank{r}.pt.trace.json"]
     return samples.rank(r, host="n1", window_s=windows,
-                        trace={"steps": 3, "traced_step_s": traced, "untraced_step_s": sorted(windows)[1] / 4,
-                               "files": files, "timeline": timeline})
+                        trace=trace.Traced(steps=3, traced_step_s=traced, untraced_step_s=sorted(windows)[1] / 4,
+                                           files=files, timeline=timeline))
 
 
 def test_the_cost_is_the_traced_step_over_the_timed_one():
