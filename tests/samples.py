@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.data.feed import FeedRecord
 from bench.measure.raw import RankRecord
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Allreduce
@@ -75,3 +76,12 @@ def rank(rank: int = 0, **fields: Any) -> RankRecord:
                             "init_s": 0.2, "train_s": 4.0, "warmup_step_s": [], "window_s": [1.0, 1.0],
                             "checksum": "a", "param_sum_initial": 1.0, "param_sum_final": 2.0}
     return RankRecord(rank=rank, **{**base, **fields})
+
+
+def fed(waits: list[float], **fields: Any) -> FeedRecord:
+    """One rank's input pipeline record (bench.data.feed) with these waits per timed step: 4 classes of 40 JPEGs in
+    class folders, read by one worker at 100 samples/s."""
+    base: dict[str, Any] = {"h2d_step_s": None, "loader_rate": 100.0, "workers": 1, "queue_at_start": None,
+                            "queue_depth": None, "settle_steps": 0, "epochs": 1.5, "format": "imagefolder",
+                            "classes": 4, "train_samples": 40}
+    return FeedRecord(wait_step_s=waits, **{**base, **fields})

@@ -39,10 +39,12 @@ step, and no epoch turn restarts a pipeline inside the timed windows.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bench.data import datasets
@@ -93,6 +95,31 @@ def readable(text: str) -> str:
         return said[-1].strip()
     last = [line for line in text.strip().splitlines() if line.strip()]
     return last[-1] if last else text
+
+
+@dataclass(frozen=True)
+class WorkerWaits:
+    """tf-native ps: one worker's waits for its batches, per closure it ran in the timed windows."""
+    worker: int
+    wait_step_s: list[float]
+    h2d_step_s: None = None  # the workers' batches stay on them: no copy from the coordinator
+
+
+@dataclass(frozen=True)
+class FeedRecord:
+    """One rank's input pipeline over the timed windows (its RankRecord's ``data``)."""
+    wait_step_s: list[float]  # per timed step, the wait for its batch
+    h2d_step_s: list[float] | None  # per timed step, the copy to the device (None: no copy timed)
+    loader_rate: float | None  # the pipeline alone at set-up, samples/s
+    workers: int
+    queue_at_start: int | None  # batches ready when the clock started
+    queue_depth: int | None
+    settle_steps: int
+    epochs: float | None  # the epochs of the split the rank's steps covered
+    format: str
+    classes: int
+    train_samples: int
+    per_worker: list[WorkerWaits] | None = None  # tf-native ps's coordinator: each worker's waits
 
 
 class Feed:
@@ -221,16 +248,16 @@ class Feed:
     def mark(self) -> int:
         return len(self.wait_s)
 
-    def record(self, timed_from: int) -> dict[str, Any]:
+    def record(self, timed_from: int) -> FeedRecord:
         """This rank's raw figures from step ``timed_from`` on (the timed windows), for the gather."""
         train = self.dataset.splits["train"]
-        return {"wait_step_s": self.wait_s[timed_from:],
-                "h2d_step_s": [x() if callable(x) else x for x in self.h2d_s[timed_from:]] if self.copies else None,
-                "loader_rate": self.loader_rate, "workers": self.workers,
-                "queue_at_start": self.queue_at_start, "queue_depth": self.depth() or None,
-                "settle_steps": self.settle_steps,
-                "epochs": len(self.wait_s) / self.per_epoch if self.per_epoch else None,
-                "format": self.dataset.format, "classes": self.dataset.classes, "train_samples": len(train)}
+        return FeedRecord(
+            wait_step_s=self.wait_s[timed_from:],
+            h2d_step_s=[x() if callable(x) else x for x in self.h2d_s[timed_from:]] if self.copies else None,
+            loader_rate=self.loader_rate, workers=self.workers, queue_at_start=self.queue_at_start,
+            queue_depth=self.depth() or None, settle_steps=self.settle_steps,
+            epochs=len(self.wait_s) / self.per_epoch if self.per_epoch else None,
+            format=self.dataset.format, classes=self.dataset.classes, train_samples=len(train))
 
 
 class WorkerFeeds(Feed):
@@ -267,13 +294,13 @@ class WorkerFeeds(Feed):
                                       0, 1, 0, cfg.device.value, 1, self.framework)
         yield from batches
 
-    def record(self, timed_from: int) -> dict[str, Any]:
+    def record(self, timed_from: int) -> FeedRecord:
         waits = self.worker_waits[timed_from:]
-        per_worker = [{"worker": w, "wait_step_s": [s for k, s in waits if k == w], "h2d_step_s": None}
-                      for w in range(self.world)]
+        per_worker = [WorkerWaits(worker=w, wait_step_s=[s for k, s in waits if k == w]) for w in range(self.world)]
         closures = len(self.worker_waits)
-        return dict(super().record(0), wait_step_s=[s for _, s in waits], h2d_step_s=None, per_worker=per_worker,
-                    epochs=closures / (self.per_epoch * self.world) if self.per_epoch else None)
+        return dataclasses.replace(super().record(0), wait_step_s=[s for _, s in waits], h2d_step_s=None,
+                                   per_worker=per_worker,
+                                   epochs=closures / (self.per_epoch * self.world) if self.per_epoch else None)
 
 
 def section(cfg, ranks: list[RankRecord]) -> Input:
@@ -281,30 +308,31 @@ def section(cfg, ranks: list[RankRecord]) -> Input:
     if not getattr(cfg, "data", None):
         return Input(source="synthetic", definition="one synthetic batch per rank, made once on the device")
     per_rank = []
-    for r in ranks:
-        d = r.data or {}
+    fed = [(r, r.data) for r in ranks if r.data is not None]
+    for r, d in fed:
         timed = sum(r.window_s)
         # tf-native ps: the coordinator's record holds each worker's waits (WorkerFeeds); each worker is a row, its
         # share over the coordinator's timed windows, through which every worker runs its closures
-        for part in d.get("per_worker") or [d]:
-            waits = part["wait_step_s"]
+        parts: list[FeedRecord | WorkerWaits] = list(d.per_worker) if d.per_worker else [d]
+        for part in parts:
+            waits = part.wait_step_s
             wait = sum(waits)
-            who = {"rank": None, "host": None, "worker": part["worker"]} if "worker" in part else \
+            who = {"rank": None, "host": None, "worker": part.worker} if isinstance(part, WorkerWaits) else \
                 {"rank": r.rank, "host": r.host}
+            copies = part.h2d_step_s
             per_rank.append(InputRank(
-                **who, wait_s=wait, h2d_s=sum(part["h2d_step_s"]) if part["h2d_step_s"] is not None else None,
+                **who, wait_s=wait, h2d_s=sum(copies) if copies is not None else None,
                 wait_share=wait / timed if timed > 0 else None,
                 wait_step_ms_median=1000 * statistics.median(waits) if waits else None,
-                loader_rate=d["loader_rate"], workers=d["workers"], epochs=d["epochs"],
-                queue_at_start=d.get("queue_at_start"), queue_depth=d.get("queue_depth"),
-                settle_steps=d.get("settle_steps", 0), wait_step_s=waits, h2d_step_s=part["h2d_step_s"]))
+                loader_rate=d.loader_rate, workers=d.workers, epochs=d.epochs, queue_at_start=d.queue_at_start,
+                queue_depth=d.queue_depth, settle_steps=d.settle_steps, wait_step_s=waits, h2d_step_s=copies))
     shares = [(p.wait_share, p) for p in per_rank if p.wait_share is not None]
     top = max(shares, key=lambda s: s[0]) if shares else None
     paced = top[1] if top and top[0] >= PACE_SHARE else None
-    first = ranks[0].data or {}
+    first = fed[0][1]
     return Input(
-        source="dataset", path=cfg.data, format=first["format"], classes=first["classes"],
-        train_samples=first["train_samples"], loader=cfg.loader,
+        source="dataset", path=cfg.data, format=first.format, classes=first.classes,
+        train_samples=first.train_samples, loader=cfg.loader,
         workers=sorted({p.workers for p in per_rank}),
         per_rank=per_rank,
         wait_share_max=top[0] if top else None,

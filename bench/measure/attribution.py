@@ -138,8 +138,8 @@ def measure(trainer, steps: int, compute_step, dog) -> StepsApart:
 def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
     """The rank's wait for its batch per step in timed window ``window`` (0 without --data; the coordinator of
     tf-native ps, whose workers wait instead, 0 too)."""
-    data = rank.data or {}
-    waits = [] if "per_worker" in data else data.get("wait_step_s") or []
+    data = rank.data
+    waits = [] if data is None or data.per_worker is not None else data.wait_step_s
     part = waits[window * steps_per_window:(window + 1) * steps_per_window]
     return sum(part) / steps_per_window if part else 0.0
 

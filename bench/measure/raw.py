@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bench.data.feed import FeedRecord
     from bench.measure.attribution import StepsApart
     from bench.measure.host_load import CpuRecord
     from bench.measure.trace import Traced
@@ -40,7 +41,7 @@ class RankRecord:
     net_sent: dict[str, int] | None = None  # bytes each interface sent in the timed windows (bench.measure.traffic)
     cpu: CpuRecord | None = None  # the rank's and its host's CPU time (bench.measure.host_load)
     attribution: StepsApart | None = None  # compute-only and exchange-only steps (bench.measure.attribution)
-    data: dict[str, Any] | None = None  # --data: the input pipeline's waits (bench.data.feed)
+    data: FeedRecord | None = None  # --data: the input pipeline's waits (bench.data.feed)
     goal: dict[str, Any] | None = None  # --epochs: the evaluations and checkpoints (bench.measure.goal)
     trace: Traced | None = None  # --trace: the traced steps (bench.measure.trace)
 

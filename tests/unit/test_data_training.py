@@ -2,6 +2,8 @@
 compare's input cost, and real runs of both frameworks' pipelines (one shared run per framework)."""
 
 
+import dataclasses
+
 import pytest
 
 from bench.config import RunConfig
@@ -68,8 +70,7 @@ def test_the_parent_checks_samples_and_classes_before_any_rank_starts(jpegs):
 
 def rank(r, waits, windows=(1.0, 1.0)):
     return samples.rank(r, window_s=list(windows),
-                        data={"wait_step_s": waits, "h2d_step_s": None, "loader_rate": 100.0 + r, "workers": 1,
-                              "epochs": 1.5, "format": "imagefolder", "classes": 4, "train_samples": 40})
+                        data=samples.fed(waits, loader_rate=100.0 + r))
 
 
 def test_the_input_section_gives_each_ranks_wait_share_and_the_rank_that_sets_the_pace(jpegs):
@@ -114,9 +115,9 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
         assert fed.next() == ("batch", 1)
     assert read == []  # nothing read while the steps ran
     record = fed.record(1)
-    assert record["h2d_step_s"] == [0.01, 0.01] and len(record["wait_step_s"]) == 2 and len(read) == 2
+    assert record.h2d_step_s == [0.01, 0.01] and len(record.wait_step_s) == 2 and len(read) == 2
     fed.copies = False  # a CPU run: no copy kept
-    assert fed.record(0)["h2d_step_s"] is None
+    assert fed.record(0).h2d_step_s is None
 
 
 class FakeQueue:
@@ -159,8 +160,8 @@ def test_the_timed_windows_start_when_the_input_queue_has_stopped_draining(readi
 def test_the_input_section_keeps_each_ranks_queue_when_the_clock_started(jpegs):
     cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
     ranks = [rank(0, [0.01]), rank(1, [0.2])]
-    ranks[0].data.update(queue_at_start=4, queue_depth=4, settle_steps=0)
-    ranks[1].data.update(queue_at_start=0, queue_depth=4, settle_steps=7)
+    ranks[0].data = dataclasses.replace(ranks[0].data, queue_at_start=4, queue_depth=4, settle_steps=0)
+    ranks[1].data = dataclasses.replace(ranks[1].data, queue_at_start=0, queue_depth=4, settle_steps=7)
     section = feed.section(cfg, ranks)
     assert [(p.queue_at_start, p.queue_depth, p.settle_steps) for p in section.per_rank] == \
         [(4, 4, 0), (0, 4, 7)]
