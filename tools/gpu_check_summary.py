@@ -29,13 +29,13 @@ def _against(result: Result) -> str:
 
 def _traffic(result: Result) -> str:
     """The interface counters against the computed bytes: the ratio, or why there is none (NCCL's paths)."""
-    measured = (result.traffic.measured if result.traffic else None) or {}
-    computed = result.traffic.computed.get("bytes_per_step") if result.traffic else None
+    measured = result.traffic.measured if result.traffic else None
+    computed = result.traffic.computed.bytes_per_step if result.traffic else None
     if not measured or not computed:
         return "-"
-    if not measured.get("comparable", True):
+    if not measured.comparable:
         return "not comparable (NCCL)"
-    return f"{measured['bytes_per_step'] / computed:.3f}"
+    return f"{measured.bytes_per_step / computed:.3f}"
 
 
 def records(folder: Path, kind: store.Kind) -> list[dict]:

@@ -238,16 +238,25 @@ def from_result(result: Result) -> dict[str, Any]:
     cfg = result.config
     per_gpu = result.summary.samples_per_sec_per_gpu
     computed = result.traffic.computed if result.traffic is not None else None
-    if computed is not None:
-        sizes = {"gradient_bytes": computed["dense_bytes"], "sparse_bytes": computed["sparse_bytes_per_rank"]}
-        if computed.get("alltoall_bytes_per_rank"):  # torch-hybrid's sharded table
-            sizes["alltoall_bytes"] = computed["alltoall_bytes_per_rank"]
+    if computed is not None and computed.dense_bytes is not None:
+        sizes = {"gradient_bytes": computed.dense_bytes, "sparse_bytes": computed.sparse_bytes_per_rank}
+        if computed.alltoall_bytes_per_rank:  # torch-hybrid's sharded table
+            sizes["alltoall_bytes"] = computed.alltoall_bytes_per_rank
     else:  # results from before bench.measure.traffic: every gradient dense
         sizes = {"gradient_bytes": gradient_bytes(cfg["model"], cfg["num_classes"], cfg.get("fp16_allreduce", False))}
     return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"], **sizes}
 
 
-def from_allreduce(result: Allreduce, nbytes: int) -> dict[str, float]:
+@dataclass(frozen=True)
+class Link:
+    """The network as a bench allreduce record measured it, read near one message size."""
+    busbw_GBps: float  # B: at the measured size nearest the message (log scale)
+    latency_s: float  # a: per ring step, from the smallest size
+    busbw_at_bytes: int
+    latency_from_bytes: int
+
+
+def from_allreduce(result: Allreduce, nbytes: int) -> Link:
     """busbw at the measured size nearest ``nbytes`` (log scale) and the ring-step latency from the
     smallest size: a = t_smallest / (2 (n - 1)) for an allreduce, t_smallest / (n - 1) for an allgather or an
     all-to-all."""
@@ -257,8 +266,8 @@ def from_allreduce(result: Allreduce, nbytes: int) -> dict[str, float]:
     nearest = min(result.rows, key=lambda r: abs(math.log(r.bytes / nbytes)))
     smallest = min(result.rows, key=lambda r: r.bytes)
     steps = 2 * (n - 1) if result.op == "allreduce" else n - 1
-    return {"busbw_GBps": nearest.busbw_GBps, "latency_s": smallest.time_s / steps,
-            "busbw_at_bytes": nearest.bytes, "latency_from_bytes": smallest.bytes}
+    return Link(busbw_GBps=nearest.busbw_GBps, latency_s=smallest.time_s / steps, busbw_at_bytes=nearest.bytes,
+                latency_from_bytes=smallest.bytes)
 
 
 def allgather_inputs(measurement: Allreduce | None, sparse_bytes: int) -> dict[str, float]:
@@ -275,7 +284,7 @@ def _second(measurement: Allreduce | None, nbytes: int, op: str) -> dict[str, fl
     if measurement is None or not nbytes:
         return {}
     net = from_allreduce(measurement, nbytes)
-    return {f"{op}_busbw_GBps": net["busbw_GBps"], f"{op}_latency_s": net["latency_s"]}
+    return {f"{op}_busbw_GBps": net.busbw_GBps, f"{op}_latency_s": net.latency_s}
 
 
 # -- checks against measurements ----------------------------------------------------------------------
@@ -322,7 +331,7 @@ def check_sweep(results: list[Result], allreduces: list[Allreduce], overlap: flo
                 hiding, source = overlap_from_attribution(by_n[min(n for n in by_n if n > 1)]), "measured"
             except BenchError:
                 pass
-        inp = Inputs(**base, busbw_GBps=net["busbw_GBps"], latency_s=net["latency_s"], fusion_bytes=fusion_bytes,
+        inp = Inputs(**base, busbw_GBps=net.busbw_GBps, latency_s=net.latency_s, fusion_bytes=fusion_bytes,
                      **hiding, **gather)
         per_gpu_1 = by_n[1].summary.samples_per_sec_per_gpu
         for n, result in sorted(by_n.items()):
@@ -341,14 +350,13 @@ def check_published(overlap: float | None = None) -> list[PublishedCheck]:
     """Predicted vs the Horovod figures (bench.commands.published), with the inputs written there."""
     rows = []
     for fig in FIGURES:
-        t1 = STEP_TIMES[fig["model"]]
-        inp = Inputs(step_time_s=t1["batch_size"] / t1["images_per_sec"], batch_size=t1["batch_size"],
-                     gradient_bytes=gradient_bytes(fig["model"]), busbw_GBps=NETWORK["busbw_GBps"],
-                     latency_s=NETWORK["latency_s"], overlap=NETWORK["overlap"] if overlap is None else overlap,
-                     fusion_bytes=NETWORK["fusion_bytes"])
-        p = predict(inp, fig["gpus"])
-        rows.append(PublishedCheck(model=fig["model"], gpus=fig["gpus"], efficiency=fig["efficiency"],
-                                   source=fig["source"], predicted_efficiency=p.efficiency,
+        t1 = STEP_TIMES[fig.model]
+        inp = Inputs(step_time_s=t1.step_time_s, batch_size=t1.batch_size, gradient_bytes=gradient_bytes(fig.model),
+                     busbw_GBps=NETWORK.busbw_GBps, latency_s=NETWORK.latency_s,
+                     overlap=NETWORK.overlap if overlap is None else overlap, fusion_bytes=NETWORK.fusion_bytes)
+        p = predict(inp, fig.gpus)
+        rows.append(PublishedCheck(model=fig.model, gpus=fig.gpus, efficiency=fig.efficiency,
+                                   source=fig.source, predicted_efficiency=p.efficiency,
                                    predicted_images_per_sec=p.samples_per_sec_total, inputs=inp))
     return rows
 
@@ -396,11 +404,12 @@ def network_inputs(busbw: float | None, latency_us: float | None, allreduce_path
             raise BenchError(f"give one --allreduce result per operation ({m.op} twice; several only with "
                              "--sweep)")
         by_op[m.op] = m
-    net = from_allreduce(by_op["allreduce"], nbytes) if "allreduce" in by_op else {}
-    bw = busbw if busbw is not None else net.get("busbw_GBps")
+    net = from_allreduce(by_op["allreduce"], nbytes) if "allreduce" in by_op else None
+    bw = busbw if busbw is not None else net.busbw_GBps if net is not None else None
     if bw is None:
         raise BenchError("give the network: --busbw (GB/s) or --allreduce (a bench allreduce result)")
-    return {"busbw_GBps": bw, "latency_s": latency_us * 1e-6 if latency_us is not None else net.get("latency_s", 0.0),
+    latency = latency_us * 1e-6 if latency_us is not None else net.latency_s if net is not None else 0.0
+    return {"busbw_GBps": bw, "latency_s": latency,
             **allgather_inputs(by_op.get("allgather"), sparse_bytes),
             **alltoall_inputs(by_op.get("alltoall"), alltoall_bytes)}
 

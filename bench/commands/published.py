@@ -26,27 +26,59 @@ Assumed inputs (not published with the figures; written down so the check can be
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """An assumed 1-GPU rate."""
+    batch_size: int
+    images_per_sec: float
+    source: str
+
+    @property
+    def step_time_s(self) -> float:
+        return self.batch_size / self.images_per_sec
+
+
+@dataclass(frozen=True)
+class Network:
+    """The assumed network and overlap."""
+    busbw_GBps: float
+    latency_s: float
+    overlap: float
+    fusion_bytes: int
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A published scaling efficiency."""
+    model: str
+    gpus: int
+    efficiency: float
+    source: str
+
+
 _T50, _T152 = 64 / 219, 64 / 91.8  # seconds per step of 64 images
 _T101 = _T50 + (7.6 - 3.8) / (11.3 - 3.8) * (_T152 - _T50)
 
 STEP_TIMES = {
-    "inception3": {"batch_size": 64, "images_per_sec": 142.0, "source": "tensorflow.org benchmarks, DGX-1 P100"},
-    "vgg16": {"batch_size": 64, "images_per_sec": 154.0, "source": "tensorflow.org benchmarks, DGX-1 P100"},
-    "resnet101": {"batch_size": 64, "images_per_sec": 64 / _T101,
-                  "source": "interpolated by FLOPs between ResNet-50 and ResNet-152 on the same page"},
+    "inception3": StepTime(64, 142.0, "tensorflow.org benchmarks, DGX-1 P100"),
+    "vgg16": StepTime(64, 154.0, "tensorflow.org benchmarks, DGX-1 P100"),
+    "resnet101": StepTime(64, 64 / _T101, "interpolated by FLOPs between ResNet-50 and ResNet-152 on the same page"),
 }
 
-NETWORK = {"busbw_GBps": 2.8, "latency_s": 10e-6, "overlap": 0.5, "fusion_bytes": 64 * 1024**2}
+NETWORK = Network(busbw_GBps=2.8, latency_s=10e-6, overlap=0.5, fusion_bytes=64 * 1024**2)
 
 _README = "Horovod README (32 servers x 4 Pascal GPUs, 25 Gbit/s RoCE)"
 _DOCS = "Horovod README and docs/benchmarks.rst (128 servers x 4 Pascal GPUs, 25 Gbit/s RoCE)"
 FIGURES = [
-    {"model": "resnet101", "gpus": 16, "efficiency": 1656.82 / (16 * STEP_TIMES["resnet101"]["images_per_sec"]),
-     "source": "docs/benchmarks.rst example output, 1656.82 img/s on 16 GPUs (efficiency vs the assumed 1-GPU rate)"},
-    {"model": "inception3", "gpus": 128, "efficiency": 0.90, "source": _README},
-    {"model": "resnet101", "gpus": 128, "efficiency": 0.90, "source": _README},
-    {"model": "vgg16", "gpus": 128, "efficiency": 0.79, "source": _README},
-    {"model": "inception3", "gpus": 512, "efficiency": 0.90, "source": _DOCS},
-    {"model": "resnet101", "gpus": 512, "efficiency": 0.90, "source": _DOCS},
-    {"model": "vgg16", "gpus": 512, "efficiency": 0.68, "source": _DOCS},
+    Figure("resnet101", 16, 1656.82 / (16 * STEP_TIMES["resnet101"].images_per_sec),
+           "docs/benchmarks.rst example output, 1656.82 img/s on 16 GPUs (efficiency vs the assumed 1-GPU rate)"),
+    Figure("inception3", 128, 0.90, _README),
+    Figure("resnet101", 128, 0.90, _README),
+    Figure("vgg16", 128, 0.79, _README),
+    Figure("inception3", 512, 0.90, _DOCS),
+    Figure("resnet101", 512, 0.90, _DOCS),
+    Figure("vgg16", 512, 0.68, _DOCS),
 ]

@@ -274,17 +274,16 @@ def traffic_rows(results: list[Result]) -> list[TrafficRow]:
     rows = []
     for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r.world_size)):
         t = r.traffic
-        computed = t.computed.get("bytes_per_step") if t is not None else None
-        if t is None or not computed:
+        if t is None or not t.computed.bytes_per_step:
             continue
-        reading = t.measured or {}
-        measured = reading.get("bytes_per_step")
-        comparable = reading.get("comparable", True)
+        computed, reading = t.computed.bytes_per_step, t.measured
+        measured = reading.bytes_per_step if reading else None
+        comparable = reading is None or reading.comparable
         rows.append(TrafficRow(label=label_of(r), setting=key_of(r).setting_text(), n=r.world_size,
-                               exchange=t.computed.get("exchange", "?"),
-                               tokens_per_sec=r.summary.tokens_per_sec_total, computed=computed,
-                               measured=measured, ratio=measured / computed if measured and comparable else None,
-                               not_comparable=None if comparable else reading.get("not_comparable")))
+                               exchange=t.computed.exchange, tokens_per_sec=r.summary.tokens_per_sec_total,
+                               computed=computed, measured=measured,
+                               ratio=measured / computed if measured and comparable else None,
+                               not_comparable=None if reading is None or comparable else reading.not_comparable))
     return rows
 
 

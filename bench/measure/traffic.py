@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bench.models import model
 from bench.modes import mode_label, variant
+from bench.records.schema import ComputedTraffic, MeasuredTraffic
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
@@ -75,7 +76,7 @@ def sent_between(before: dict[str, int] | None, after: dict[str, int] | None) ->
     return {name: after[name] - before[name] for name in before if name in after}
 
 
-def computed(cfg) -> dict[str, Any]:
+def computed(cfg) -> ComputedTraffic:
     """The bytes one step of ``cfg`` (resolved) moves, by path, from the model's shapes (see the module doc)."""
     spec = model(cfg.model)
     v = variant(mode_label(cfg.mode, cfg.strategy))
@@ -88,27 +89,26 @@ def computed(cfg) -> dict[str, Any]:
     dense = dense_params * element
     rows = 2 * cfg.batch_size * cfg.seq_len if cfg.sparse_embeddings else 0
     sparse_rank = rows * (FLOAT_BYTES * spec.per_class + INDEX_BYTES[v.mode.framework]) if sparse else 0
-    record: dict[str, Any] = {"exchange": v.exchange, "ranks": n, "dense_bytes": dense,
-                              "sparse_bytes_per_rank": sparse_rank, "rows_per_rank": rows}
+    common = {"exchange": v.exchange, "ranks": n, "dense_bytes": dense, "rows_per_rank": rows}
     if v.exchange == "collective":
-        record["allreduce_bytes"] = 2 * (n - 1) * dense
-        record["allgather_bytes"] = n * (n - 1) * sparse_rank
-        record["bytes_per_step"] = record["allreduce_bytes"] + record["allgather_bytes"]
-    elif v.exchange == "hybrid":
+        allreduce, allgather = 2 * (n - 1) * dense, n * (n - 1) * sparse_rank
+        return ComputedTraffic(**common, sparse_bytes_per_rank=sparse_rank, allreduce_bytes=allreduce,
+                               allgather_bytes=allgather, bytes_per_step=allreduce + allgather)
+    if v.exchange == "hybrid":
         # Sharded table: no row is reduced; each all-to-all carries a rank's r ids, rows or row gradients.
         per_rank = rows * (INDEX_BYTES[v.mode.framework] + 2 * FLOAT_BYTES * spec.per_class)
-        record.update(sparse_bytes_per_rank=0, alltoall_bytes_per_rank=per_rank,
-                      alltoall_bytes=(n - 1) * per_rank, allreduce_bytes=2 * (n - 1) * dense)
-        record["bytes_per_step"] = record["alltoall_bytes"] + record["allreduce_bytes"]
-    elif v.exchange == "ps":
+        alltoall, allreduce = (n - 1) * per_rank, 2 * (n - 1) * dense
+        return ComputedTraffic(**common, sparse_bytes_per_rank=0, alltoall_bytes_per_rank=per_rank,
+                               alltoall_bytes=alltoall, allreduce_bytes=allreduce, bytes_per_step=alltoall + allreduce)
+    if v.exchange == "ps":
         # Untied, the forward pass gathers its rows on the server (sparse or not); the push is the gradient.
         looked_up = rows * spec.per_class if cfg.sparse_embeddings else 0
         pull = (params - embedding + looked_up) * FLOAT_BYTES
         push = dense + sparse_rank
-        record.update(pull_bytes_per_worker=pull, push_bytes_per_worker=push, bytes_per_step=n * (pull + push))
-    else:  # one process (single-device modes, mirrored): nothing crosses a process boundary
-        record["bytes_per_step"] = 0
-    return record
+        return ComputedTraffic(**common, sparse_bytes_per_rank=sparse_rank, pull_bytes_per_worker=pull,
+                               push_bytes_per_worker=push, bytes_per_step=n * (pull + push))
+    # one process (single-device modes, mirrored): nothing crosses a process boundary
+    return ComputedTraffic(**common, sparse_bytes_per_rank=sparse_rank, bytes_per_step=0)
 
 
 # NCCL's settings under which it sends everything through sockets, which the interface counters see.
@@ -124,7 +124,7 @@ def not_comparable(device: str, env: dict[str, str]) -> str | None:
 
 
 def measured(ranks: list[RankRecord], steps: int, device: str = "cpu",
-             env: dict[str, str] | None = None) -> dict[str, Any] | None:
+             env: dict[str, str] | None = None) -> MeasuredTraffic | None:
     """Bytes per timed step, from each host's reading (the rank records' ``net_sent``); None without one.
     ``comparable`` says whether the figure can check the computed one (:func:`not_comparable`)."""
     readings = [r.net_sent for r in ranks if r.net_sent is not None]
@@ -135,5 +135,5 @@ def measured(ranks: list[RankRecord], steps: int, device: str = "cpu",
         for name, sent in reading.items():
             by_interface[name] = by_interface.get(name, 0) + sent
     why = not_comparable(device, os.environ if env is None else env)
-    return {"bytes_per_step": sum(by_interface.values()) / steps, "hosts": len(readings), "steps": steps,
-            "sent_by_interface": by_interface, "comparable": why is None, "not_comparable": why}
+    return MeasuredTraffic(bytes_per_step=sum(by_interface.values()) / steps, hosts=len(readings), steps=steps,
+                           sent_by_interface=by_interface, comparable=why is None, not_comparable=why)

@@ -161,11 +161,35 @@ class Telemetry(_Open):
     samples_csv: str | None = Field(None, description="the time series beside the result")
 
 
+class ComputedTraffic(_Open):
+    """Bytes one step moves between processes, by path, from the model's shapes (bench.measure.traffic)."""
+    exchange: str = Field(description="collective, hybrid, ps, or none (one process)")
+    bytes_per_step: int
+    ranks: int | None = None
+    dense_bytes: int | None = None
+    sparse_bytes_per_rank: int = 0
+    rows_per_rank: int | None = None
+    allreduce_bytes: int | None = None
+    allgather_bytes: int | None = None
+    alltoall_bytes_per_rank: int | None = None
+    alltoall_bytes: int | None = None
+    pull_bytes_per_worker: int | None = None
+    push_bytes_per_worker: int | None = None
+
+
+class MeasuredTraffic(_Open):
+    """Bytes per timed step the hosts' interfaces sent (/proc/net/dev), all hosts together."""
+    bytes_per_step: float
+    hosts: int
+    steps: int
+    sent_by_interface: dict[str, int]
+    comparable: bool = Field(True, description="false where NCCL's paths bypass the interfaces (a GPU run)")
+    not_comparable: str | None = None
+
+
 class Traffic(_Open):
-    computed: dict[str, Any] = Field(
-        description="bytes per step by path, from the model's shapes (bench.measure.traffic)")
-    measured: dict[str, Any] | None = Field(description="bytes per timed step the hosts' interfaces sent; null "
-                                            "where the counters could not be read")
+    computed: ComputedTraffic
+    measured: MeasuredTraffic | None = Field(description="null where the counters could not be read")
     definition: str | None = None
 
 

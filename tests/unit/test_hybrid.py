@@ -26,10 +26,10 @@ def test_computed_bytes_follow_the_formula(np_):
     spec = MODELS["transformer-small"]
     rows, d = 2 * 8 * 32, 64
     dense = 4 * (spec.parameters(1000, untied=True) - 1000 * d)
-    assert record["exchange"] == "hybrid" and record["dense_bytes"] == dense
-    assert record["alltoall_bytes_per_rank"] == rows * (8 + 8 * d) and record["sparse_bytes_per_rank"] == 0
-    assert record["alltoall_bytes"] == (np_ - 1) * rows * (8 + 8 * d)
-    assert record["bytes_per_step"] == record["alltoall_bytes"] + 2 * (np_ - 1) * dense
+    assert record.exchange == "hybrid" and record.dense_bytes == dense
+    assert record.alltoall_bytes_per_rank == rows * (8 + 8 * d) and record.sparse_bytes_per_rank == 0
+    assert record.alltoall_bytes == (np_ - 1) * rows * (8 + 8 * d)
+    assert record.bytes_per_step == record.alltoall_bytes + 2 * (np_ - 1) * dense
 
 
 def test_predict_prices_the_all_to_all():

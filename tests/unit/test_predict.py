@@ -104,8 +104,8 @@ def test_inputs_from_bench_results():
         from_result(result.model_copy(update={"world_size": 2}))
     ar = samples.allreduce([(4096, 2e-4, 0.02), (10**8, 0.1, 1.0), (10**9, 0.8, 1.25)])
     net = from_allreduce(ar, 4 * 10**8)
-    assert net["busbw_GBps"] == 1.25 and net["busbw_at_bytes"] == 10**9  # nearest on a log scale
-    assert net["latency_s"] == pytest.approx(1e-4)  # 2e-4 / (2 (2 - 1))
+    assert net.busbw_GBps == 1.25 and net.busbw_at_bytes == 10**9  # nearest on a log scale
+    assert net.latency_s == pytest.approx(1e-4)  # 2e-4 / (2 (2 - 1))
 
 
 def test_each_mode_takes_its_own_backends_measurement():

@@ -36,22 +36,22 @@ def test_computed_bytes_follow_the_formulas():
     embedding, rows = 64 * 37000, 2 * 8 * 32
     # tied, ring allreduce of every parameter: 2 (n - 1) x 4P
     tied = traffic.computed(_resolved("torch-ddp"))
-    assert tied["bytes_per_step"] == 2 * 4 * p_tied and tied["allgather_bytes"] == 0
+    assert tied.bytes_per_step == 2 * 4 * p_tied and tied.allgather_bytes == 0
     # sparse: the embedding leaves the allreduce and its rows (+ int64 indices) are allgathered: n (n - 1) S
     sparse = traffic.computed(_resolved("torch-horovod", sparse_embeddings=True))
     s = rows * (4 * 64 + 8)
-    assert sparse["dense_bytes"] == 4 * (p_untied - embedding) and sparse["sparse_bytes_per_rank"] == s
-    assert sparse["bytes_per_step"] == 2 * sparse["dense_bytes"] + 2 * s
-    assert traffic.computed(_resolved("tf-horovod", sparse_embeddings=True))["sparse_bytes_per_rank"] == rows * 260
-    assert traffic.computed(_resolved("torch-ddp", sparse_embeddings=True, sparse_as_dense=True))[
-        "bytes_per_step"] == 2 * 4 * p_untied
-    assert traffic.computed(_resolved("torch-ddp", np=4))["bytes_per_step"] == 2 * 3 * 4 * p_tied
+    assert sparse.dense_bytes == 4 * (p_untied - embedding) and sparse.sparse_bytes_per_rank == s
+    assert sparse.bytes_per_step == 2 * sparse.dense_bytes + 2 * s
+    assert traffic.computed(_resolved("tf-horovod", sparse_embeddings=True)).sparse_bytes_per_rank == rows * 260
+    assert traffic.computed(_resolved("torch-ddp", sparse_embeddings=True, sparse_as_dense=True)).bytes_per_step \
+        == 2 * 4 * p_untied
+    assert traffic.computed(_resolved("torch-ddp", np=4)).bytes_per_step == 2 * 3 * 4 * p_tied
     # parameter server: each worker pulls the dense variables and its rows, pushes its gradient
     ps = traffic.computed(_resolved("tf-native", strategy="ps", sparse_embeddings=True))
-    assert ps["pull_bytes_per_worker"] == 4 * (p_untied - embedding + rows * 64)
-    assert ps["push_bytes_per_worker"] == 4 * (p_untied - embedding) + rows * 260
-    assert ps["bytes_per_step"] == 2 * (ps["pull_bytes_per_worker"] + ps["push_bytes_per_worker"])
-    assert traffic.computed(_resolved("torch-single", np=1))["bytes_per_step"] == 0
+    assert ps.pull_bytes_per_worker == 4 * (p_untied - embedding + rows * 64)
+    assert ps.push_bytes_per_worker == 4 * (p_untied - embedding) + rows * 260
+    assert ps.bytes_per_step == 2 * (ps.pull_bytes_per_worker + ps.push_bytes_per_worker)
+    assert traffic.computed(_resolved("torch-single", np=1)).bytes_per_step == 0
 
 
 @pytest.mark.parametrize("mode, strategy, gradients", [("torch-ddp", None, 2), ("tf-native", "ps", 4),
@@ -64,9 +64,9 @@ def test_computed_bytes_of_an_image_model(mode, strategy, gradients):
                               strategy=strategy)
     record = traffic.computed(cfg)
     gradient = 4 * MODELS["vgg16"].parameters(10)
-    assert record["dense_bytes"] == gradient and record["sparse_bytes_per_rank"] == 0
+    assert record.dense_bytes == gradient and record.sparse_bytes_per_rank == 0
     # 2 ranks: ring allreduce 2 (n - 1) D = 2 D; parameter server n (pull D + push D) = 4 D; one process: 0
-    assert record["bytes_per_step"] == gradients * gradient
+    assert record.bytes_per_step == gradients * gradient
 
 
 def test_interface_counters_are_read_and_differenced(tmp_path):
@@ -82,7 +82,7 @@ def test_interface_counters_are_read_and_differenced(tmp_path):
     assert sent == {"lo": 4000, "eth0": 0}
     assert traffic.tx_bytes(tmp_path / "missing") is None
     ranks = [samples.rank(0, net_sent=sent), samples.rank(1), samples.rank(2, net_sent={"lo": 1000})]  # 2 hosts
-    assert traffic.measured(ranks, 10, "cpu", {}) == {
+    assert traffic.measured(ranks, 10, "cpu", {}).model_dump() == {
         "bytes_per_step": 500.0, "hosts": 2, "steps": 10, "sent_by_interface": {"lo": 5000, "eth0": 0},
         "comparable": True, "not_comparable": None}
 
@@ -95,12 +95,13 @@ def test_a_gpu_runs_interface_counters_are_not_compared_with_the_computed_bytes(
     from bench.measure import traffic
 
     gpu = traffic.measured([samples.rank(0, net_sent={"lo": 1000})], 10, "cuda", {})
-    assert gpu["comparable"] is False and "NCCL" in gpu["not_comparable"]
+    assert gpu.comparable is False and "NCCL" in gpu.not_comparable
     sockets = traffic.measured([samples.rank(0, net_sent={"lo": 1000})], 10, "cuda", dict(traffic.NCCL_ALL_SOCKETS))
-    assert sockets["comparable"] is True
+    assert sockets.comparable is True
     result = samples.result(mode="torch-ddp", world_size=2, config={"model": "vgg16", "precision": "fp32",
                                                                     "batch_size": 2, "image_size": 32},
-                            traffic={"computed": {"bytes_per_step": 1e6, "exchange": "allreduce"}, "measured": gpu})
+                            traffic={"computed": {"bytes_per_step": 10**6, "exchange": "allreduce"},
+                                     "measured": gpu.model_dump()})
     (row,) = traffic_rows([result])
     assert row.ratio is None and row.not_comparable and row.measured == 100.0
 
@@ -136,7 +137,9 @@ def test_predict_takes_the_allgather_measurement_for_the_sparse_bytes(tmp_path):
     assert pick_allreduce("torch-ddp", [ag, ar]) is ar and pick_allreduce("torch-ddp", [ag, ar], "allgather") is ag
     result = samples.result(world_size=1, config={"batch_size": 8, "model": "transformer-small", "num_classes": 37000},
                             summary={"samples_per_sec_per_gpu": 80.0},
-                            traffic={"computed": {"dense_bytes": 1000, "sparse_bytes_per_rank": 200}, "measured": None})
+                            traffic={"computed": {"exchange": "collective", "bytes_per_step": 2400,
+                                                 "dense_bytes": 1000, "sparse_bytes_per_rank": 200},
+                                    "measured": None})
     assert from_result(result) == {"step_time_s": 0.1, "batch_size": 8, "gradient_bytes": 1000, "sparse_bytes": 200}
 
 
