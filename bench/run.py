@@ -13,6 +13,7 @@ from bench.errors import STOP_SIGNALS, BenchError, NotValid
 from bench.hooks import Hooks
 from bench.launching import detect, k8s_pod, supervise
 from bench.measure import checkpoint, env_faults, host_load, telemetry
+from bench.measure import nvml as nvml_module
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
 from bench.records import env
@@ -79,7 +80,7 @@ def start_telemetry(cfg: RunConfig, info: detect.LaunchInfo, trainer):
         return None, f"no GPU in use (device {cfg.device.value})"
     import socket
 
-    nvml, reason = telemetry.load_nvml()
+    nvml, reason = nvml_module.load_nvml()
     if nvml is None:
         return None, reason
     gpus = trainer.own_gpus()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from bench.config import comma_list, option
 from bench.launching.slurm import expand_nodelist
 from bench.measure import env_faults
-from bench.measure.telemetry import load_nvml
+from bench.measure.nvml import load_nvml
 from bench.records import env as environment
 
 MARK = {"error": "[red]error[/]", "warning": "[yellow]warning[/]", "ok": "[green]ok[/]", "n/a": "n/a"}

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.measure.telemetry import load_nvml
+from bench.measure.nvml import load_nvml
 
 PYTHON_ENV = {"torch": "HVDBENCH_PYTHON_TORCH", "tensorflow": "HVDBENCH_PYTHON_TF"}
 FLAVOR_ENV = "HVDBENCH_IMAGE_FLAVOR"

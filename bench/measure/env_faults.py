@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.launching import envs
-from bench.measure.telemetry import load_nvml
+from bench.measure.nvml import load_nvml
 
 SYSFS = Path(os.environ.get("HVDBENCH_SYSFS", "/sys"))
 # The oldest Linux driver each CUDA major version runs on: a framework built for CUDA 12.x or 13.x needs these.

@@ -30,6 +30,7 @@ from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo
 from bench.measure import attribution, checkpoint, goal, host_load, trace, traffic
 from bench.measure.raw import Gathered, RankRecord
+from bench.measure.telemetry import Sampled
 from bench.measure.watchdog import Watchdog
 from bench.models import model
 from bench.modes import mode
@@ -243,7 +244,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     telemetry = None
     if sampler is not None:
         sampler.stop()
-        telemetry = {"summary": sampler.summary(), "samples": sampler.samples}
+        telemetry = Sampled(summary=sampler.summary(), samples=sampler.samples)
 
     record = RankRecord(
         rank=trainer.rank,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from bench.data.feed import FeedRecord
     from bench.measure.attribution import StepsApart
     from bench.measure.host_load import CpuRecord
+    from bench.measure.telemetry import Sampled
     from bench.measure.trace import Traced
 
 
@@ -37,7 +38,7 @@ class RankRecord:
     replicas: int = 1  # the model replicas this process drives (tf-native mirrored: its GPUs)
     graphs_compiled_in_windows: int | None = None  # --compile, --xla: graphs compiled during the timed windows
     sync_report: dict[str, Any] | None = None  # a mode's own agreement check (tf-native ps, hybrid)
-    telemetry: dict[str, Any] | None = None  # the NVML sampler's summary and samples (bench.measure.telemetry)
+    telemetry: Sampled | None = None  # the NVML sampler's summary and samples (bench.measure.telemetry)
     net_sent: dict[str, int] | None = None  # bytes each interface sent in the timed windows (bench.measure.traffic)
     cpu: CpuRecord | None = None  # the rank's and its host's CPU time (bench.measure.host_load)
     attribution: StepsApart | None = None  # compute-only and exchange-only steps (bench.measure.attribution)

@@ -30,7 +30,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
+
+from bench.records.schema import GpuTelemetry, Telemetry, TelemetryNode
 
 DEFAULT_INTERVAL_S = 0.5
 THROTTLE_REASONS = {  # nvml clock-event reason bits worth naming
@@ -43,19 +46,6 @@ SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 FIELDS = ["util_gpu_pct", "util_mem_pct", "mem_used_mib", "power_w", "sm_clock_mhz", "mem_clock_mhz",
           "temperature_c", "throttle_reasons", "pcie_tx_kbs", "pcie_rx_kbs", "nvlink_tx_kbs", "nvlink_rx_kbs",
           "energy_mj"]
-
-
-def load_nvml():
-    """The pynvml module (nvidia-ml-py), initialised; or (None, reason)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) is not installed"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return None, f"NVML did not initialise: {exc}"
-    return pynvml, None
 
 
 def _reason(exc: Exception) -> str:
@@ -196,9 +186,17 @@ class Sampler:
         self._thread.join(timeout=10)
         self.sample_once()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TelemetryNode:
         return summarize_node(self.samples, self.marks, self.unavailable, self.power_source, self.host,
                               self.interval_s)
+
+
+@dataclass
+class Sampled:
+    """One process's sampler at the end of the run (its RankRecord's ``telemetry``): the summary over the timed
+    windows, and every raw sample (the time series beside the result)."""
+    summary: TelemetryNode
+    samples: list[dict[str, Any]]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -206,7 +204,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def summarize_node(samples: list[dict], marks: dict, unavailable: dict, power_source: str | None, host: str,
-                   interval_s: float) -> dict[str, Any]:
+                   interval_s: float) -> TelemetryNode:
     """Per-GPU summary over the timed interval [marks['start'].t, marks['end'].t] (see the module doc)."""
     t0, t1 = marks["start"]["t"], marks["end"]["t"]
     gpus = sorted({s["gpu"] for s in samples})
@@ -227,26 +225,26 @@ def summarize_node(samples: list[dict], marks: dict, unavailable: dict, power_so
             reasons |= s["throttle_reasons"] or 0
         util = [s["util_gpu_pct"] for s in window if s["util_gpu_pct"] is not None]
         mem = [s["mem_used_mib"] for s in window if s["mem_used_mib"] is not None]
-        per_gpu.append({
-            "host": host, "gpu": g, "samples_in_windows": len(window),
-            "util_gpu_pct_mean": _mean(util), "util_gpu_pct_max": max(util) if util else None,
-            "mem_used_mib_peak": max((s["mem_used_mib"] for s in samples if s["gpu"] == g and
-                                      s["mem_used_mib"] is not None), default=None) if mem or samples else None,
-            "power_w_mean": _mean([p for _, p in power]), "energy_j": energy, "energy_source": source,
-            "throttle_reasons": [name for bit, name in THROTTLE_REASONS.items() if reasons & bit],
-            "throttled": bool(reasons & SLOWDOWN_MASK),
-        })
-    return {"host": host, "interval_s": interval_s, "timed_start": t0, "timed_end": t1,
-            "power_source": power_source, "unavailable": unavailable, "gpus": per_gpu}
+        per_gpu.append(GpuTelemetry(
+            host=host, gpu=g, samples_in_windows=len(window),
+            util_gpu_pct_mean=_mean(util), util_gpu_pct_max=max(util) if util else None,
+            mem_used_mib_peak=max((s["mem_used_mib"] for s in samples if s["gpu"] == g and
+                                   s["mem_used_mib"] is not None), default=None) if mem or samples else None,
+            power_w_mean=_mean([p for _, p in power]), energy_j=energy, energy_source=source,
+            throttle_reasons=[name for bit, name in THROTTLE_REASONS.items() if reasons & bit],
+            throttled=bool(reasons & SLOWDOWN_MASK),
+        ))
+    return TelemetryNode(host=host, interval_s=interval_s, timed_start=t0, timed_end=t1, power_source=power_source,
+                         unavailable=unavailable, gpus=per_gpu)
 
 
-def combine(nodes: list[dict], samples: int, samples_per_sec_total: float, devices: int | None = None
-            ) -> dict[str, Any]:
+def combine(nodes: list[TelemetryNode], samples: int, samples_per_sec_total: float, devices: int | None = None
+            ) -> Telemetry:
     """Run-level figures from every sampler's summary (one per process that drives GPUs); ``devices`` is the
     run's device count (its world size in replicas): the per-sample figures need every one of them sampled."""
-    gpus = [g for n in nodes for g in n["gpus"]]
-    energies = [g["energy_j"] for g in gpus]
-    powers = [g["power_w_mean"] for g in gpus]
+    gpus = [g for n in nodes for g in n.gpus]
+    energies = [g.energy_j for g in gpus]
+    powers = [g.power_w_mean for g in gpus]
     partial = None
     if devices is not None and len(gpus) != devices:
         partial = (f"{len(gpus)} GPU(s) sampled for a run on {devices}: no energy per sample or samples/s per "
@@ -254,22 +252,22 @@ def combine(nodes: list[dict], samples: int, samples_per_sec_total: float, devic
     energy = sum(energies) if gpus and all(e is not None for e in energies) else None
     power = sum(powers) if gpus and all(p is not None for p in powers) else None
     whole = partial is None
-    return {
-        "available": True,
-        "partial": partial,
-        "gpus_sampled": len(gpus),
-        "nodes": nodes,
-        "energy_j": energy,
-        "energy_per_sample_j": energy / samples if whole and energy is not None and samples else None,
-        "power_w_mean_total": power,
-        "samples_per_sec_per_watt": samples_per_sec_total / power if whole and power else None,
-        "throttled": any(g["throttled"] for g in gpus),
-        "definitions": {
+    return Telemetry(
+        available=True,
+        partial=partial,
+        gpus_sampled=len(gpus),
+        nodes=nodes,
+        energy_j=energy,
+        energy_per_sample_j=energy / samples if whole and energy is not None and samples else None,
+        power_w_mean_total=power,
+        samples_per_sec_per_watt=samples_per_sec_total / power if whole and power else None,
+        throttled=any(g.throttled for g in gpus),
+        definitions={
             "energy_per_sample_j": "sum of GPU energy over the timed windows / samples in the timed windows",
             "samples_per_sec_per_watt": "total samples/s / sum of the GPUs' mean power in the timed windows",
         },
-    }
+    )
 
 
-def unavailable(reason: str) -> dict[str, Any]:
-    return {"available": False, "reason": reason}
+def unavailable(reason: str) -> Telemetry:
+    return Telemetry(available=False, reason=reason)

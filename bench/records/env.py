@@ -20,7 +20,7 @@ from typing import Any
 from bench import __version__
 from bench.launching import envs
 from bench.launching.supervise import usable_cores
-from bench.measure.telemetry import load_nvml
+from bench.measure.nvml import load_nvml
 from bench.tfutil import import_tf, quiet_startup
 from bench.vocabulary import FRAMEWORKS
 

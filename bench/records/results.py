@@ -134,13 +134,13 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: st
         tokens_per_sec_per_gpu=per_gpu * tokens if tokens else None,
         model_tflops_per_gpu=per_gpu * flops / 1e12 if flops else None,
     )
-    nodes = [r.telemetry["summary"] for r in ranks if r.telemetry]
+    nodes = [r.telemetry.summary for r in ranks if r.telemetry]
     timed_samples = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
     if nodes:
-        tele = schema.Telemetry(**telemetry.combine(nodes, timed_samples, rate, world),
-                                samples_csv=f"{run_id}-telemetry.csv")
+        tele = telemetry.combine(nodes, timed_samples, rate, world)
+        tele.samples_csv = f"{run_id}-telemetry.csv"
     else:
-        tele = schema.Telemetry(**telemetry.unavailable(gathered.telemetry_note or "no telemetry sampler ran"))
+        tele = telemetry.unavailable(gathered.telemetry_note or "no telemetry sampler ran")
     return schema.Result(
         **header(run_id),
         status="ok",
@@ -251,7 +251,7 @@ def upgraded(data: dict[str, Any], where: str) -> schema.Result:
 
 
 def telemetry_samples(gathered: Gathered) -> list[dict[str, Any]]:
-    return [s for r in gathered.ranks if r.telemetry for s in r.telemetry["samples"]]
+    return [s for r in gathered.ranks if r.telemetry for s in r.telemetry.samples]
 
 
 class CsvNotUpdated(ResultNotWhole):

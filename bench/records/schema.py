@@ -148,6 +148,32 @@ class Summary(_Open):
     warmup_step_s: Spread | None = None
 
 
+class GpuTelemetry(_Open):
+    """One GPU over the timed windows (bench.measure.telemetry.summarize_node)."""
+    host: str | None = None
+    gpu: int | None = Field(None, description="its NVML index")
+    samples_in_windows: int = 0
+    util_gpu_pct_mean: float | None = None
+    util_gpu_pct_max: float | None = None
+    mem_used_mib_peak: float | None = None
+    power_w_mean: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = Field(None, description="counter, integrated power samples, or why there is none")
+    throttle_reasons: list[str] = []
+    throttled: bool = Field(False, description="a power or thermal slowdown reason was set in the windows")
+
+
+class TelemetryNode(_Open):
+    """One sampler's GPUs (a process that drives GPUs) over the timed windows."""
+    host: str | None = None
+    interval_s: float | None = None
+    timed_start: float | None = None
+    timed_end: float | None = None
+    power_source: str | None = None
+    unavailable: dict[str, str] = Field({}, description="each field NVML could not read, and why")
+    gpus: list[GpuTelemetry] = []
+
+
 class Telemetry(_Open):
     """NVML over the timed windows (bench.measure.telemetry); ``available`` false says why not."""
     available: bool
@@ -157,8 +183,12 @@ class Telemetry(_Open):
     energy_j: float | None = Field(None, description="every GPU's energy over the timed windows")
     power_w_mean_total: float | None = None
     throttled: bool | None = None
-    nodes: list[dict[str, Any]] = Field([], description="each host's GPUs over the timed windows")
+    nodes: list[TelemetryNode] = Field([], description="each sampler's GPUs over the timed windows")
+    partial: str | None = Field(None, description="why the per-sample figures are missing although GPUs were "
+                                "sampled: not every device of the run was")
+    gpus_sampled: int | None = None
     samples_csv: str | None = Field(None, description="the time series beside the result")
+    definitions: dict[str, str] | None = None
 
 
 class ComputedTraffic(_Open):

@@ -3,6 +3,7 @@ import pytest
 
 from bench.config import RunConfig
 from bench.launching.detect import LaunchInfo
+from bench.measure import telemetry
 from bench.measure.raw import Gathered
 from bench.records.results import build_result
 from tests import samples
@@ -15,7 +16,7 @@ def test_result_carries_telemetry_or_its_absence():
     nvml = FakeNVML([FakeGPU(power_w=250.0)])
     s = run_sampler(nvml, [0], seconds=0.3)
     rank = samples.rank(0, device="cuda:0", setup_s=1.0, first_step_s=0.5, init_s=2.0, warmup_step_s=[0.2],
-                        telemetry={"summary": s.summary(), "samples": s.samples})
+                        telemetry=telemetry.Sampled(summary=s.summary(), samples=s.samples))
     r = build_result(cfg, LaunchInfo("self"), Gathered(ranks=[rank], environment={}, t_start=0.0), "run1")
     assert r.telemetry.available and r.telemetry.energy_per_sample_j == pytest.approx(r.telemetry.energy_j / 40)
     rank.telemetry = None

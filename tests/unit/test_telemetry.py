@@ -4,7 +4,10 @@ import pytest
 
 from bench.config import RunConfig
 from bench.launching.detect import LaunchInfo
+from bench.measure import nvml as nvml_module
 from bench.measure import telemetry
+from bench.measure.nvml import load_nvml
+from bench.records.schema import GpuTelemetry, TelemetryNode
 from tests.conftest import bench, has_cuda, only_result
 from tests.fake_nvml import FakeGPU, FakeNVML
 
@@ -25,25 +28,25 @@ def test_energy_from_counter_matches_power_times_time():
     nvml = FakeNVML([FakeGPU(power_w=300.0), FakeGPU(power_w=100.0)])
     s = run_sampler(nvml, [0, 1])
     summary = s.summary()
-    elapsed = summary["timed_end"] - summary["timed_start"]
-    g0, g1 = summary["gpus"]
-    assert g0["energy_source"] == "counter"
-    assert g0["energy_j"] == pytest.approx(300 * elapsed, rel=0.02)
-    assert g1["energy_j"] == pytest.approx(100 * elapsed, rel=0.02)
-    assert g0["power_w_mean"] == 300 and summary["power_source"] == "instant"
-    assert g0["util_gpu_pct_mean"] == 97 and g0["mem_used_mib_peak"] == 10 * 1024
-    assert not g0["throttled"] and summary["unavailable"]["nvlink_tx_kbs"] == "NotSupported"
+    elapsed = summary.timed_end - summary.timed_start
+    g0, g1 = summary.gpus
+    assert g0.energy_source == "counter"
+    assert g0.energy_j == pytest.approx(300 * elapsed, rel=0.02)
+    assert g1.energy_j == pytest.approx(100 * elapsed, rel=0.02)
+    assert g0.power_w_mean == 300 and summary.power_source == "instant"
+    assert g0.util_gpu_pct_mean == 97 and g0.mem_used_mib_peak == 10 * 1024
+    assert not g0.throttled and summary.unavailable["nvlink_tx_kbs"] == "NotSupported"
 
 
 def test_no_energy_counter_integrates_power_and_labels_it():
     nvml = FakeNVML([FakeGPU(power_w=200.0, energy=False, instant_power=False)])
     s = run_sampler(nvml, [0], seconds=1.0, interval=0.05)
-    g = s.summary()["gpus"][0]
-    assert g["energy_source"] == "integrated power samples"
+    g = s.summary().gpus[0]
+    assert g.energy_source == "integrated power samples"
     samples = [x for x in s.samples if s.marks["start"]["t"] <= x["t"] <= s.marks["end"]["t"]]
     span = samples[-1]["t"] - samples[0]["t"]
-    assert g["energy_j"] == pytest.approx(200 * span, rel=1e-6)
-    assert s.summary()["power_source"] == "average"
+    assert g.energy_j == pytest.approx(200 * span, rel=1e-6)
+    assert s.summary().power_source == "average"
     assert s.unavailable["energy_mj"] == "NotSupported"
     assert all(x["energy_mj"] is None for x in s.samples)  # absent, never 0
 
@@ -51,37 +54,37 @@ def test_no_energy_counter_integrates_power_and_labels_it():
 def test_unsupported_power_is_null_with_reason_not_zero():
     nvml = FakeNVML([FakeGPU(power_w=None, energy=False)])
     s = run_sampler(nvml, [0], seconds=0.2)
-    g = s.summary()["gpus"][0]
-    assert g["power_w_mean"] is None and g["energy_j"] is None
-    assert g["energy_source"].startswith("unavailable")
+    g = s.summary().gpus[0]
+    assert g.power_w_mean is None and g.energy_j is None
+    assert g.energy_source.startswith("unavailable")
     assert s.unavailable["power_w"] == "NotSupported"
     assert all(x["power_w"] is None for x in s.samples)
 
 
 def test_throttle_reasons_named_and_flagged():
     nvml = FakeNVML([FakeGPU(throttle=0x4 | 0x1)])
-    g = run_sampler(nvml, [0], seconds=0.2).summary()["gpus"][0]
-    assert g["throttle_reasons"] == ["gpu_idle", "sw_power_cap"] and g["throttled"]
+    g = run_sampler(nvml, [0], seconds=0.2).summary().gpus[0]
+    assert g.throttle_reasons == ["gpu_idle", "sw_power_cap"] and g.throttled
 
 
 def test_window_alignment_excludes_samples_outside_timed_windows():
     marks = {"start": {"t": 10.0, "energy_mj": {0: None}}, "end": {"t": 20.0, "energy_mj": {0: None}}}
     samples = [{"t": t, "gpu": 0, "power_w": p, "util_gpu_pct": 50, "mem_used_mib": 1.0, "throttle_reasons": 0}
                for t, p in ((5.0, 1000.0), (10.0, 100.0), (15.0, 100.0), (20.0, 300.0), (25.0, 1000.0))]
-    g = telemetry.summarize_node(samples, marks, {}, "average", "h", 5.0)["gpus"][0]
-    assert g["samples_in_windows"] == 3
-    assert g["energy_j"] == pytest.approx(5 * 100 + 5 * 200)  # trapezoids over 10..20 only
-    assert g["power_w_mean"] == pytest.approx(500 / 3)
+    g = telemetry.summarize_node(samples, marks, {}, "average", "h", 5.0).gpus[0]
+    assert g.samples_in_windows == 3
+    assert g.energy_j == pytest.approx(5 * 100 + 5 * 200)  # trapezoids over 10..20 only
+    assert g.power_w_mean == pytest.approx(500 / 3)
 
 
 def test_combine_energy_per_image_and_per_watt():
-    nodes = [{"gpus": [{"energy_j": 600.0, "power_w_mean": 300.0, "throttled": False}]},
-             {"gpus": [{"energy_j": 400.0, "power_w_mean": 200.0, "throttled": True}]}]
+    nodes = [TelemetryNode(gpus=[GpuTelemetry(energy_j=600.0, power_w_mean=300.0, throttled=False)]),
+             TelemetryNode(gpus=[GpuTelemetry(energy_j=400.0, power_w_mean=200.0, throttled=True)])]
     c = telemetry.combine(nodes, samples=2000, samples_per_sec_total=1000.0)
-    assert c["energy_j"] == 1000.0 and c["energy_per_sample_j"] == 0.5
-    assert c["samples_per_sec_per_watt"] == pytest.approx(2.0) and c["throttled"]
-    nodes[1]["gpus"][0]["energy_j"] = None
-    assert telemetry.combine(nodes, 2000, 1000.0)["energy_per_sample_j"] is None
+    assert c.energy_j == 1000.0 and c.energy_per_sample_j == 0.5
+    assert c.samples_per_sec_per_watt == pytest.approx(2.0) and c.throttled
+    nodes[1].gpus[0].energy_j = None
+    assert telemetry.combine(nodes, 2000, 1000.0).energy_per_sample_j is None
 
 
 def test_sampler_rejects_bad_interval():
@@ -91,7 +94,7 @@ def test_sampler_rejects_bad_interval():
 
 @pytest.mark.skipif(has_cuda(), reason="a driver is present: NVML initialises")
 def test_real_nvml_without_a_driver_is_reported_not_raised():
-    nvml, reason = telemetry.load_nvml()
+    nvml, reason = load_nvml()
     assert nvml is None and reason.startswith(("NVML did not initialise", "nvidia-ml-py"))
 
 
@@ -138,7 +141,7 @@ def test_every_rank_samples_its_own_gpu_and_a_partial_count_gives_no_per_sample_
     assert own_gpu_indices(LaunchInfo("srun", 1, 2, 1, 2), 2) == [1]
     assert own_gpu_indices(LaunchInfo("srun", 1, 2, 1, 2), 1) == [0]  # --gpus-per-task=1: its own, as device 0
     nvml = FakeNVML([FakeGPU(power_w=250.0), FakeGPU(power_w=200.0)])
-    monkeypatch.setattr(telemetry, "load_nvml", lambda: (nvml, None))
+    monkeypatch.setattr(nvml_module, "load_nvml", lambda: (nvml, None))
 
     class Trainer:
         def own_gpus(self):
@@ -147,8 +150,8 @@ def test_every_rank_samples_its_own_gpu_and_a_partial_count_gives_no_per_sample_
     cfg = RunConfig(mode="torch-ddp").resolve("cuda", 2)
     sampler, reason = run.start_telemetry(cfg, LaunchInfo("self", 1, 2, 1, 2), Trainer())
     assert sampler is not None and reason is None and sampler.labels == [1]  # local rank 1 samples its GPU
-    one = {"gpus": [{"energy_j": 600.0, "power_w_mean": 300.0, "throttled": False}]}
+    one = TelemetryNode(gpus=[GpuTelemetry(energy_j=600.0, power_w_mean=300.0, throttled=False)])
     partial = telemetry.combine([one], samples=2000, samples_per_sec_total=1000.0, devices=2)
-    assert partial["partial"] and partial["energy_per_sample_j"] is None and partial["samples_per_sec_per_watt"] is None
+    assert partial.partial and partial.energy_per_sample_j is None and partial.samples_per_sec_per_watt is None
     whole = telemetry.combine([one, one], samples=2000, samples_per_sec_total=1000.0, devices=2)
-    assert whole["partial"] is None and whole["energy_per_sample_j"] == 0.6
+    assert whole.partial is None and whole.energy_per_sample_j == 0.6

@@ -364,12 +364,12 @@ def _device_input(result: Result) -> dict[str, Any]:
 
 def _device_telemetry(result: Result) -> dict[str, Any]:
     """A device's clock-event (throttle) reasons in its timed windows, where telemetry saw a GPU."""
-    gpus = [g for n in result.telemetry.nodes for g in n.get("gpus", [])]
+    gpus = [g for n in result.telemetry.nodes for g in n.gpus]
     if not gpus:
         return {}
-    power = [g["power_w_mean"] for g in gpus if g["power_w_mean"] is not None]
-    return {"throttled": any(g["throttled"] for g in gpus),
-            "throttle_reasons": sorted({r for g in gpus for r in g["throttle_reasons"]}),
+    power = [g.power_w_mean for g in gpus if g.power_w_mean is not None]
+    return {"throttled": any(g.throttled for g in gpus),
+            "throttle_reasons": sorted({r for g in gpus for r in g.throttle_reasons}),
             "power_w_mean": statistics.fmean(power) if power else None}
 
 
