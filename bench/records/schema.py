@@ -118,9 +118,9 @@ class Spread(_Open):
     """A sample's statistics (bench.measure.stats.summarize)."""
     n: int
     mean: float
-    sd: float | None
-    ci95_half_width: float | None
-    ci95: list[float] | None
+    sd: float | None = None
+    ci95_half_width: float | None = None
+    ci95: list[float] | None = None
     median: float
     min: float
     max: float
@@ -193,8 +193,8 @@ class Telemetry(_Open):
 
 class ComputedTraffic(_Open):
     """Bytes one step moves between processes, by path, from the model's shapes (bench.measure.traffic)."""
-    exchange: str = Field(description="collective, hybrid, ps, or none (one process)")
-    bytes_per_step: int
+    exchange: str = Field("?", description="collective, hybrid, ps, or none (one process)")
+    bytes_per_step: int = 0
     ranks: int | None = None
     dense_bytes: int | None = None
     sparse_bytes_per_rank: int = 0
@@ -209,10 +209,10 @@ class ComputedTraffic(_Open):
 
 class MeasuredTraffic(_Open):
     """Bytes per timed step the hosts' interfaces sent (/proc/net/dev), all hosts together."""
-    bytes_per_step: float
-    hosts: int
-    steps: int
-    sent_by_interface: dict[str, int]
+    bytes_per_step: float | None = None
+    hosts: int | None = None
+    steps: int | None = None
+    sent_by_interface: dict[str, int] = {}
     comparable: bool = Field(True, description="false where NCCL's paths bypass the interfaces (a GPU run)")
     not_comparable: str | None = None
 
@@ -327,17 +327,17 @@ class InputRank(_Open):
     rank: int | None
     host: str | None
     worker: int | None = None
-    wait_s: float
-    h2d_s: float | None
-    wait_share: float | None
-    wait_step_ms_median: float | None
-    loader_rate: float | None
-    workers: int
+    wait_s: float | None = None
+    h2d_s: float | None = None
+    wait_share: float | None = None
+    wait_step_ms_median: float | None = None
+    loader_rate: float | None = None
+    workers: int | None = None
     queue_at_start: int | None = None
     queue_depth: int | None = None
     settle_steps: int = 0
     epochs: float | None = Field(None, description="the epochs of the split the run's steps covered")
-    wait_step_s: list[float]
+    wait_step_s: list[float] = []
     h2d_step_s: list[float] | None = None
 
 
