@@ -177,7 +177,7 @@ def main() -> None:
                       f"{_f(mfu_measured and 100 * mfu_measured)}% | "
                       f"{_f(mfu_spec and 100 * mfu_spec)}% | {_f(t.power_w_mean_total)} | "
                       f"{_f(t.energy_per_sample_j, '.3g')} | {'-' if t.throttled is None else t.throttled} | "
-                      f"{getattr(t, 'gpus_sampled', None) or '-'} of {r.world_size} | {_traffic(r)} |")
+                      f"{'-' if t.gpus_sampled is None else t.gpus_sampled} of {r.world_size} | {_traffic(r)} |")
     md += anchors_section(runs)
     md += input_section(runs)
     md += trace_section(runs)
