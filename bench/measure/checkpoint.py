@@ -35,17 +35,41 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from bench.errors import BenchError
+from bench.measure.goal import Progress
+from bench.records.schema import parse
 
 STATE = "state.json"
 FORMAT = 2  # 2: torch.pt holds each rank's random state
 # Fields a resumed run may change: how it is watched, where it writes, how its input is read (not what).
 FREE = frozenset({"output", "resume_from", "checkpoint_every", "checkpoint_dir", "telemetry", "telemetry_interval",
                   "stall_timeout", "rendezvous_timeout", "loader_workers", "attribution_steps", "extra"})
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where in the run a checkpoint is taken."""
+    epoch: int  # the epochs it holds
+    schedule_taken: int  # the learning-rate schedule's steps taken (bench.measure.goal.Schedule)
+    goal: Progress  # the evaluations and checkpoints so far
+
+
+class State(BaseModel):
+    """A checkpoint's state.json (module docstring)."""
+    format: Literal[2]
+    config: dict[str, Any]  # :func:`configuration` of the run that wrote it
+    epoch: int
+    schedule_taken: int
+    goal: Progress
+    wall_s: float  # the training wall time up to it
+    save_s: float  # rank 0's time to write it
+    written_utc: str
 
 
 def configuration(cfg) -> dict[str, Any]:
@@ -75,7 +99,7 @@ def resolve(path: str | Path) -> Path:
     return path
 
 
-def read_state(path: str | Path) -> dict[str, Any]:
+def read_state(path: str | Path) -> State:
     """A checkpoint's state.json, or one line saying why ``path`` is not a checkpoint."""
     state_file = resolve(path) / STATE
     try:
@@ -87,20 +111,20 @@ def read_state(path: str | Path) -> dict[str, Any]:
         raise BenchError(f"--resume-from {path}: cannot read {STATE} ({exc})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise BenchError(f"--resume-from {path}: {STATE} is not a checkpoint of this hvdbench (format {FORMAT})")
-    return state
+    return parse(state, State, f"--resume-from {path}: {STATE}")
 
 
-def check(cfg) -> dict[str, Any]:
+def check(cfg) -> State:
     """Before any rank starts: the checkpoint ``cfg.resume_from`` names belongs to this run's configuration and has
     epochs left to train; returns its state."""
     state = read_state(cfg.resume_from)
-    theirs, ours = state.get("config", {}), configuration(cfg)
+    theirs, ours = state.config, configuration(cfg)
     for name in sorted(set(theirs) | set(ours)):
         if theirs.get(name) != ours.get(name):
             flag = "--" + name.replace("_", "-")
             raise BenchError(f"--resume-from {cfg.resume_from}: the checkpoint is of another configuration ({flag} "
                              f"{theirs.get(name)} there, {ours.get(name)} here)")
-    if state["epoch"] >= cfg.epochs:
+    if state.epoch >= cfg.epochs:
         raise BenchError(f"--resume-from {cfg.resume_from}: the checkpoint already holds all {cfg.epochs} epoch(s)")
     return state
 
@@ -110,8 +134,8 @@ def due(cfg, epoch: int, stopping: bool) -> bool:
     return bool(cfg.checkpoint_every) and epoch % cfg.checkpoint_every == 0 and epoch < cfg.epochs and not stopping
 
 
-def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
-    """Write the checkpoint of ``trainer`` with ``state`` (every rank calls this); returns the seconds it took on
+def save(cfg, trainer, mark: Mark, wall_s) -> float:
+    """Write the checkpoint of ``trainer`` at ``mark`` (every rank calls this); returns the seconds it took on
     this rank. ``wall_s()``: the training wall time, read when the model is written (the resumed run goes on
     from there). A fresh folder beside the old one, renamed over it once whole: an interruption while writing
     leaves the previous checkpoint as it was (between the two renames, moved aside, where :func:`resolve` finds
@@ -140,10 +164,11 @@ def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
     try:
         trainer.save_state(where)
         if trainer.rank == 0:
-            state = {"format": FORMAT, "config": configuration(cfg), **state, "wall_s": wall_s(),
-                     "save_s": time.perf_counter() - t0, "written_utc":
-                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            (fresh / STATE).write_text(json.dumps(state, indent=1))
+            state = State(format=FORMAT, config=configuration(cfg), epoch=mark.epoch,
+                          schedule_taken=mark.schedule_taken, goal=mark.goal, wall_s=wall_s(),
+                          save_s=time.perf_counter() - t0,
+                          written_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            (fresh / STATE).write_text(state.model_dump_json(indent=1, by_alias=True, exclude_unset=True))
             # on the disk before the renames make it the checkpoint, and the renames after them: a rename is atomic,
             # not durable, and a node that loses power after "checkpoint written" must not leave empty files
             for path in [*sorted(fresh.rglob("*")), fresh]:
@@ -162,7 +187,7 @@ def save(cfg, trainer, state: dict[str, Any], wall_s) -> float:
     return time.perf_counter() - t0
 
 
-def load(cfg, trainer) -> dict[str, Any]:
+def load(cfg, trainer) -> State:
     """Every rank: the checkpoint's state, and the trainer's model and optimizer restored from it."""
     state = read_state(cfg.resume_from)
     trainer.load_state(resolve(cfg.resume_from))

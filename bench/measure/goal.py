@@ -45,10 +45,13 @@ got.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel
 
 from bench.errors import BenchError
-from bench.records.schema import Training
+from bench.records.schema import Checkpoint, EvalPoint, Resumed, Training
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
@@ -122,100 +125,125 @@ class Schedule:
         return self.peak
 
 
-def new_counts() -> dict[str, Any]:
-    """One rank's evaluation counts before its first held-out batch (each mode's ``evaluate_shard`` adds to them;
-    :func:`reduce_counts` sums every rank's)."""
-    return {"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}
+@dataclass
+class Counts:
+    """One rank's evaluation counts (each mode's ``evaluate_shard`` adds a held-out batch's to them; the
+    allgather pickles them; :func:`reduce_counts` sums every rank's)."""
+    samples: int = 0
+    correct1: int = 0  # the label is the highest logit
+    correct5: int = 0  # the label is among the five highest
+    loss_sum: float = 0.0  # cross-entropy summed over the samples
+    train_loss: float | None = None  # the mean of the rank's training losses since the last evaluation
 
 
-def reduce_counts(parts: list[dict[str, float]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Scores:
+    """An evaluation: every rank's counts summed (module docstring)."""
+    samples: int
+    top1: float
+    top5: float
+    loss: float
+    train_loss: float | None
+
+
+def reduce_counts(parts: list[Counts]) -> Scores:
     """Every rank's evaluation counts summed: the held-out split's accuracy (module docstring); the training loss
     since the last evaluation, averaged over the ranks (each rank's: the mean of its steps' losses)."""
-    n = sum(p["samples"] for p in parts)
+    n = sum(p.samples for p in parts)
     if n == 0:
         raise BenchError("the held-out split gave no sample to evaluate")
-    losses = [p["train_loss"] for p in parts if p.get("train_loss") is not None]
-    return {"samples": int(n), "top1": sum(p["correct1"] for p in parts) / n,
-            "top5": sum(p["correct5"] for p in parts) / n, "loss": sum(p["loss_sum"] for p in parts) / n,
-            "train_loss": sum(losses) / len(losses) if losses else None}
+    losses = [p.train_loss for p in parts if p.train_loss is not None]
+    return Scores(samples=int(n), top1=sum(p.correct1 for p in parts) / n, top5=sum(p.correct5 for p in parts) / n,
+                  loss=sum(p.loss_sum for p in parts) / n, train_loss=sum(losses) / len(losses) if losses else None)
+
+
+class Progress(BaseModel):
+    """One rank's record of training to the goal: the evaluations, the checkpoints, why it stopped. Rank 0's is the
+    result's ``training`` section's source (:func:`section`), and each checkpoint holds the one of its epoch
+    (bench.measure.checkpoint)."""
+    steps_per_epoch: int
+    curve: list[EvalPoint] = []
+    reached_at: int | None = None  # index in the curve
+    checkpoints: list[Checkpoint] = []  # bench.measure.checkpoint: each one written
+    resumed: list[Resumed] | None = None  # --resume-from: the checkpoints this run continued from
+    stopped: Literal["target", "duration", "epochs"] | None = None  # why the run ended
 
 
 class Goal:
     """One rank's record of training to the goal: when to evaluate, the curve, whether to stop."""
 
     def __init__(self, cfg, global_batch: int, steps_per_epoch: int) -> None:
-        self.cfg, self.global_batch, self.steps_per_epoch = cfg, global_batch, steps_per_epoch
-        self.curve: list[dict[str, Any]] = []
-        self.reached_at: int | None = None  # index in the curve
-        self.checkpoints: list[dict[str, Any]] = []  # bench.measure.checkpoint: each one written
-        self.resumed: list[dict[str, Any]] | None = None  # --resume-from: the checkpoints this run continued from
-        self.stopped: str | None = None  # why the run ended: target, duration or epochs
+        self.cfg, self.global_batch = cfg, global_batch
+        self.progress = Progress(steps_per_epoch=steps_per_epoch)
 
     def due(self, epoch: int) -> bool:
         """Whether to evaluate after ``epoch``: every --eval-every epochs, and after the last."""
         return epoch % self.cfg.eval_every == 0 or epoch == self.cfg.epochs
 
-    def add(self, epoch: int, wall_s: float, eval_s: float, scores: dict[str, Any], rate: float) -> bool:
+    def add(self, epoch: int, wall_s: float, eval_s: float, scores: Scores, rate: float) -> bool:
         """Keep an evaluation; True when it is the first at the target (the run stops there unless
         --all-epochs)."""
-        self.curve.append({"epoch": epoch, "samples": self.global_batch * (epoch * self.steps_per_epoch + 1),
-                           "wall_s": wall_s, "eval_s": eval_s, "learning_rate": rate,
-                           **{f"eval_{k}" if k in ("loss", "samples") else k: v for k, v in scores.items()}})
+        progress = self.progress
+        progress.curve.append(EvalPoint(
+            epoch=epoch, samples=self.global_batch * (epoch * progress.steps_per_epoch + 1), wall_s=wall_s,
+            eval_s=eval_s, learning_rate=rate, top1=scores.top1, top5=scores.top5, eval_loss=scores.loss,
+            eval_samples=scores.samples, train_loss=scores.train_loss))
         target = self.cfg.target_accuracy
-        if target is not None and self.reached_at is None and scores["top1"] >= target:
-            self.reached_at = len(self.curve) - 1
+        if target is not None and progress.reached_at is None and scores.top1 >= target:
+            progress.reached_at = len(progress.curve) - 1
             return True
         return False
 
     def checkpointed(self, epoch: int, save_s: float, path: str) -> None:
-        self.checkpoints.append({"epoch": epoch, "save_s": save_s, "path": path})
+        self.progress.checkpoints.append(Checkpoint(epoch=epoch, save_s=save_s, path=path))
 
-    def restore(self, record: dict[str, Any], resumed: dict[str, Any]) -> None:
-        """Go on from a checkpoint's record (bench.measure.checkpoint): its evaluations and checkpoints."""
-        self.curve = list(record["curve"])
-        self.reached_at = record["reached_at"]
-        self.checkpoints = [*record.get("checkpoints", []), {"epoch": resumed["epoch"], "save_s": resumed["save_s"],
-                                                              "path": resumed["from"]}]
-        self.resumed = [*(record.get("resumed") or []), resumed]
+    def restore(self, saved: Progress, resumed: Resumed) -> None:
+        """Go on from a checkpoint's record (bench.measure.checkpoint): its evaluations and checkpoints, and the
+        checkpoint itself."""
+        self.progress = saved.model_copy(update={
+            "checkpoints": [*saved.checkpoints, Checkpoint(epoch=resumed.epoch, save_s=resumed.save_s or 0.0,
+                                                           path=resumed.checkpoint or "")],
+            "resumed": [*(saved.resumed or []), resumed]})
 
-    def record(self) -> dict[str, Any]:
-        return {"curve": list(self.curve), "reached_at": self.reached_at, "steps_per_epoch": self.steps_per_epoch,
-                "checkpoints": list(self.checkpoints), "resumed": self.resumed, "stopped": self.stopped}
+    def record(self) -> Progress:
+        """What the rank hands rank 0, or a checkpoint holds: a copy, later evaluations not in it."""
+        return self.progress.model_copy(deep=True)
 
 
 def section(cfg, ranks: list[RankRecord], init_s: float) -> Training | None:
     """The result's ``training`` section from rank 0's goal record (every rank's curve is the same: the
     accuracies are reduced across ranks), or None for a run that did not train to a goal."""
     goal = ranks[0].goal
-    if not goal:
+    if goal is None:
         return None
-    curve, at = goal["curve"], goal["reached_at"]
+    curve, at = goal.curve, goal.reached_at
     target = cfg.target_accuracy
     reached = at is not None
-    best = max((c["top1"] for c in curve), default=None)
+    best = max((c.top1 for c in curve), default=None)
     why = None
     if target is not None and not reached:
-        why = (f"top-1 {best:.4f} at best after {curve[-1]['epoch']} epoch(s), below the target {target}"
+        why = (f"top-1 {best:.4f} at best after {curve[-1].epoch} epoch(s), below the target {target}"
                if curve else "no evaluation ran")
-    last = curve[-1] if curve else {}
+    last = curve[-1] if curve else None
+    hit = curve[at] if at is not None else None
     return Training(
         target_accuracy=target,
         reached=reached if target is not None else None,
-        time_to_target_s=curve[at]["wall_s"] if reached else None,
-        time_to_target_with_init_s=init_s + curve[at]["wall_s"] if reached else None,
-        epochs_to_target=curve[at]["epoch"] if reached else None,
-        samples_to_target=curve[at]["samples"] if reached else None,
+        time_to_target_s=hit.wall_s if hit else None,
+        time_to_target_with_init_s=init_s + hit.wall_s if hit else None,
+        epochs_to_target=hit.epoch if hit else None,
+        samples_to_target=hit.samples if hit else None,
         not_reached=why,
-        epochs_run=last.get("epoch"),
-        stopped=goal.get("stopped"),
+        epochs_run=last.epoch if last else None,
+        stopped=goal.stopped,
         duration_s=cfg.duration,
-        final_top1=last.get("top1"),
-        final_top5=last.get("top5"),
-        eval_s_total=sum(c["eval_s"] for c in curve),
-        checkpoints=goal.get("checkpoints", []),
-        checkpoint_s_total=sum(c["save_s"] for c in goal.get("checkpoints", [])),
-        resumed=goal.get("resumed"),
-        steps_per_epoch=goal["steps_per_epoch"],
+        final_top1=last.top1 if last else None,
+        final_top5=last.top5 if last else None,
+        eval_s_total=sum(c.eval_s for c in curve),
+        checkpoints=goal.checkpoints,
+        checkpoint_s_total=sum(c.save_s for c in goal.checkpoints),
+        resumed=goal.resumed,
+        steps_per_epoch=goal.steps_per_epoch,
         schedule={"base_lr": cfg.base_lr if cfg.base_lr is not None else BASE_LR, "lr_scaling": cfg.lr_scaling,
                   "peak_lr": cfg.learning_rate, "warmup_epochs": cfg.warmup_epochs, "decay": cfg.lr_decay,
                   "weight_decay": cfg.weight_decay, "label_smoothing": cfg.label_smoothing,

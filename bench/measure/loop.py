@@ -35,6 +35,7 @@ from bench.measure.watchdog import Watchdog
 from bench.models import model
 from bench.modes import mode
 from bench.records.header import new_run_id
+from bench.records.schema import Checkpoint, EvalPoint, Resumed
 
 
 class Trainer(Protocol):
@@ -115,8 +116,8 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     first_step_s = time.perf_counter() - t0
     # --resume-from: after the first step (it traces and warms up), whose update the checkpoint then replaces
     resumed = resume(cfg, trainer, schedule, tracker) if cfg.resume_from else None
-    epochs_before = resumed["epoch"] if resumed else 0
-    wall_before = resumed["wall_s"] if resumed else 0.0
+    epochs_before = resumed.epoch if resumed else 0
+    wall_before = resumed.wall_s if resumed else 0.0
     t_init_end = time.time()
 
     def wall_s() -> float:
@@ -197,19 +198,19 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
             reached = tracker.add(epoch, wall_s(), time.perf_counter() - t0, scores, schedule.current)
             dog.progress()
             if log is not None:
-                log.evaluation(tracker.curve[-1])
+                log.evaluation(tracker.progress.curve[-1])
             stopping = (reached and cfg.stop_at_target) or out_of_time
-            tracker.stopped = "target" if reached and cfg.stop_at_target else "duration" if out_of_time else \
+            tracker.progress.stopped = "target" if reached and cfg.stop_at_target else "duration" if out_of_time else \
                 "epochs" if epoch >= cfg.windows else None
             if checkpoint.due(cfg, epoch, stopping):
                 dog.at("checkpoint", epoch)
-                saved_s = checkpoint.save(cfg, trainer, {"epoch": epoch, "schedule_taken": schedule.taken,
-                                                         "goal": tracker.record()}, wall_s)
+                saved_s = checkpoint.save(cfg, trainer, checkpoint.Mark(epoch, schedule.taken, tracker.record()),
+                                          wall_s)
                 tracker.checkpointed(epoch, saved_s, str(checkpoint.folder(cfg)))
                 hooks.checkpointed(trainer, epoch)
                 dog.progress()
                 if log is not None:
-                    log.checkpoint(tracker.checkpoints[-1])
+                    log.checkpoint(tracker.progress.checkpoints[-1])
             if stopping:
                 break
         if cfg.duration is None or tracker is not None:
@@ -279,13 +280,13 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
                     t_start=t_start, run_id=run_id)
 
 
-def resume(cfg: RunConfig, trainer: Trainer, schedule: goal.Schedule, tracker: goal.Goal) -> dict[str, Any]:
+def resume(cfg: RunConfig, trainer: Trainer, schedule: goal.Schedule, tracker: goal.Goal) -> checkpoint.State:
     """Continue from the checkpoint in ``cfg.resume_from`` (bench.measure.checkpoint): the model and the optimizer, the
     schedule's place, the evaluations so far, and the feed past the batches already trained on."""
     state = checkpoint.load(cfg, trainer)
-    schedule.taken = state["schedule_taken"]
-    tracker.restore(state["goal"], {"from": str(cfg.resume_from), "epoch": state["epoch"], "wall_s": state["wall_s"],
-                                    "save_s": state["save_s"], "written_utc": state["written_utc"]})
+    schedule.taken = state.schedule_taken
+    tracker.restore(state.goal, Resumed(checkpoint=str(cfg.resume_from), epoch=state.epoch, wall_s=state.wall_s,
+                                        save_s=state.save_s, written_utc=state.written_utc))
     trainer.feed.seek(schedule.taken)
     trainer.sync()
     return state
@@ -315,14 +316,14 @@ class WindowLog:
         print(f"{cfg.mode}: ranks started, {trainer.replicas_per_process * processes} replica(s); {cfg.model}, "
               f"batch {cfg.batch_size}/device, first step done", file=self.file, flush=True)
 
-    def evaluation(self, point: dict[str, Any]) -> None:
-        print(f"epoch {point['epoch']}: held-out top-1 {point['top1']:.4f}, top-5 {point['top5']:.4f}, loss "
-              f"{point['eval_loss']:.4f} ({point['eval_s']:.1f} s), {point['wall_s']:.1f} s after init",
+    def evaluation(self, point: EvalPoint) -> None:
+        print(f"epoch {point.epoch}: held-out top-1 {point.top1:.4f}, top-5 {point.top5:.4f}, loss "
+              f"{point.eval_loss:.4f} ({point.eval_s:.1f} s), {point.wall_s:.1f} s after init",
               file=self.file, flush=True)
 
-    def checkpoint(self, saved: dict[str, Any]) -> None:
-        print(f"epoch {saved['epoch']}: checkpoint written to {saved['path']} ({saved['save_s']:.1f} s); "
-              f"--resume-from {saved['path']} continues from here", file=self.file, flush=True)
+    def checkpoint(self, saved: Checkpoint) -> None:
+        print(f"epoch {saved.epoch}: checkpoint written to {saved.path} ({saved.save_s:.1f} s); "
+              f"--resume-from {saved.path} continues from here", file=self.file, flush=True)
 
     def window(self, window_s: list[float]) -> None:
         n = len(window_s)

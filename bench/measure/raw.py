@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench.data.feed import FeedRecord
     from bench.measure.attribution import StepsApart
+    from bench.measure.goal import Progress
     from bench.measure.host_load import CpuRecord
     from bench.measure.telemetry import Sampled
     from bench.measure.trace import Traced
@@ -43,7 +44,7 @@ class RankRecord:
     cpu: CpuRecord | None = None  # the rank's and its host's CPU time (bench.measure.host_load)
     attribution: StepsApart | None = None  # compute-only and exchange-only steps (bench.measure.attribution)
     data: FeedRecord | None = None  # --data: the input pipeline's waits (bench.data.feed)
-    goal: dict[str, Any] | None = None  # --epochs: the evaluations and checkpoints (bench.measure.goal)
+    goal: Progress | None = None  # --epochs: the evaluations and checkpoints (bench.measure.goal)
     trace: Traced | None = None  # --trace: the traced steps (bench.measure.trace)
 
 

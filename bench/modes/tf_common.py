@@ -226,7 +226,7 @@ class TFTrainer:
             self._checkpoint().read(str(folder / CHECKPOINT_DIR / "state")).assert_existing_objects_matched()
         self._losses = []
 
-    def evaluate_shard(self) -> dict[str, float]:
+    def evaluate_shard(self) -> goal.Counts:
         """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss
         of its steps since the last evaluation."""
         from bench.models.tf_loss import per_example_loss
@@ -246,15 +246,15 @@ class TFTrainer:
                         tf.reduce_sum(per_example_loss(out, y)), tf.shape(y)[0])
 
             self._eval_step = eval_step
-        counts = goal.new_counts()
+        counts = goal.Counts()
         for x, y in self.feed.held_out():
             c1, c5, loss, n = self._eval_step(x, y)
-            counts["samples"] += int(n)
-            counts["correct1"] += int(c1)
-            counts["correct5"] += int(c5)
-            counts["loss_sum"] += float(loss)
+            counts.samples += int(n)
+            counts.correct1 += int(c1)
+            counts.correct5 += int(c5)
+            counts.loss_sum += float(loss)
         losses, self._losses = self._losses, []
-        counts["train_loss"] = float(tf.reduce_mean(tf.cast(tf.stack(losses), tf.float32))) if losses else None
+        counts.train_loss = float(tf.reduce_mean(tf.cast(tf.stack(losses), tf.float32))) if losses else None
         return counts
 
     # -- Trainer protocol ------------------------------------------------------------------

@@ -77,17 +77,17 @@ def compile_arguments(mode: str) -> dict[str, Any]:
     return {"mode": mode}
 
 
-def score(counts: dict[str, Any], out: torch.Tensor, target: torch.Tensor) -> None:
+def score(counts: goal.Counts, out: torch.Tensor, target: torch.Tensor) -> None:
     """Add a held-out batch's hits to ``counts``: per image, or per target token (a text model's (B, L, vocab)
     logits: next-token accuracy over every target token)."""
     out = out.float()
     if out.dim() == 3:
         out, target = out.flatten(0, 1), target.flatten()
     top = out.topk(min(5, out.shape[1]), dim=1).indices
-    counts["samples"] += int(target.numel())
-    counts["correct1"] += int((top[:, 0] == target).sum())
-    counts["correct5"] += int((top == target[:, None]).any(dim=1).sum())
-    counts["loss_sum"] += float(torch.nn.functional.cross_entropy(out, target, reduction="sum"))
+    counts.samples += int(target.numel())
+    counts.correct1 += int((top[:, 0] == target).sum())
+    counts.correct5 += int((top == target[:, None]).any(dim=1).sum())
+    counts.loss_sum += float(torch.nn.functional.cross_entropy(out, target, reduction="sum"))
 
 
 class TorchTrainer:
@@ -293,11 +293,11 @@ class TorchTrainer:
             torch.cuda.set_rng_state(mine["cuda"], self.device)
         self._losses = []
 
-    def evaluate_shard(self) -> dict[str, float]:
+    def evaluate_shard(self) -> goal.Counts:
         """This rank's counts on its part of the held-out split (bench.measure.goal), and the mean training loss
         of its steps since the last evaluation."""
         module = getattr(self.model, "module", self.model)  # DDP's forward would start collectives
-        counts = goal.new_counts()
+        counts = goal.Counts()
         module.eval()
         with torch.inference_mode(), self.autocast():
             for data, target in self.feed.held_out():
@@ -306,10 +306,10 @@ class TorchTrainer:
         module.train()
         return self.with_train_loss(counts)
 
-    def with_train_loss(self, counts: dict[str, Any]) -> dict[str, Any]:
+    def with_train_loss(self, counts: goal.Counts) -> goal.Counts:
         """``counts`` and the mean training loss of this rank's steps since the last evaluation."""
         losses, self._losses = self._losses, []
-        counts["train_loss"] = float(torch.stack(losses).mean()) if losses else None
+        counts.train_loss = float(torch.stack(losses).mean()) if losses else None
         return counts
 
     def autocast(self):

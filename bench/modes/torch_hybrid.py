@@ -197,13 +197,13 @@ class HybridTrainer(TorchTrainer):
             group["lr"] = rate
         fused.zero_grad()
 
-    def evaluate_shard(self) -> dict[str, Any]:
+    def evaluate_shard(self) -> goal.Counts:
         """This rank's counts on its part of the held-out split, in step with the other ranks: every forward pass
         looks rows up by all-to-all, so each rank runs as many batches as the rank with the most (rank 0's,
         ceil(ceil(n / W) / b)); a rank whose part is done runs its last batch again, uncounted."""
-        n = len(self.feed.dataset.splits["val"])
+        n = len(self.feed.dataset.val)
         steps = math.ceil(math.ceil(n / self.world_size) / self.cfg.batch_size)
-        counts = goal.new_counts()
+        counts = goal.Counts()
         batches, last = iter(self.feed.held_out()), None
         self.model.eval()
         with torch.no_grad():

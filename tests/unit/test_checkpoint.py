@@ -13,7 +13,7 @@ from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.measure import checkpoint, goal
-from bench.records.schema import Training
+from bench.records.schema import Resumed, Training
 from tests import samples
 
 EPOCHS = 3
@@ -30,7 +30,8 @@ def written(tmp_path, cfg, epoch=2) -> str:
     folder.mkdir()
     state = {"format": checkpoint.FORMAT, "config": checkpoint.configuration(cfg), "epoch": epoch,
              "schedule_taken": 1 + epoch * cfg.steps_per_window, "wall_s": 12.5, "save_s": 0.1,
-             "written_utc": "2026-11-25T08:00:00Z", "goal": {"curve": [], "reached_at": None}}
+             "written_utc": "2026-11-25T08:00:00Z",
+             "goal": {"curve": [], "reached_at": None, "steps_per_epoch": cfg.steps_per_window}}
     (folder / checkpoint.STATE).write_text(json.dumps(state))
     return str(folder)
 
@@ -39,7 +40,7 @@ def test_a_checkpoint_resumes_only_the_configuration_it_belongs_to(digits, tmp_p
     path = written(tmp_path, resolved(digits, batch_size=16))
     state = checkpoint.check(resolved(digits, batch_size=16, resume_from=path, output="elsewhere",
                                       loader_workers=3))
-    assert state["epoch"] == 2  # where it writes and how many workers read: free to change
+    assert state.epoch == 2  # where it writes and how many workers read: free to change
     with pytest.raises(BenchError, match=r"the checkpoint is of another configuration \(--batch-size 16 there, "
                                          r"32 here\)"):
         checkpoint.check(resolved(digits, resume_from=path, batch_size=32))
@@ -56,6 +57,12 @@ def test_what_is_not_a_checkpoint_or_has_nothing_left_says_so(digits, tmp_path):
     (tmp_path / "done").mkdir()
     full = written(tmp_path / "done", resolved(digits), epoch=EPOCHS)
     with pytest.raises(BenchError, match=f"the checkpoint already holds all {EPOCHS} epoch"):
+        checkpoint.check(resolved(digits, resume_from=full))
+    part = json.loads((Path(full) / checkpoint.STATE).read_text())
+    del part["goal"]["steps_per_epoch"]  # a field lost: one line naming it, never a KeyError later
+    (Path(full) / checkpoint.STATE).write_text(json.dumps(part))
+    with pytest.raises(BenchError, match=r"state.json does not match its schema \(State\): goal.steps_per_epoch: "
+                                         "Field required"):
         checkpoint.check(resolved(digits, resume_from=full))
 
 
@@ -76,11 +83,15 @@ class Writer:
         return [value]
 
 
+def mark(epoch: int) -> checkpoint.Mark:
+    return checkpoint.Mark(epoch, schedule_taken=10 * epoch, goal=goal.Progress(steps_per_epoch=10))
+
+
 def test_an_interruption_between_the_renames_leaves_the_previous_checkpoint_to_resume(digits, tmp_path,
                                                                                        monkeypatch):
     cfg = resolved(digits, checkpoint_dir=str(tmp_path / "ckpt"))
     trainer = Writer()
-    checkpoint.save(cfg, trainer, {"epoch": 1}, lambda: 5.0)
+    checkpoint.save(cfg, trainer, mark(1), lambda: 5.0)
     renames = []
 
     def interrupted(src, dst):  # the old checkpoint moved aside, then the run is stopped
@@ -92,11 +103,11 @@ def test_an_interruption_between_the_renames_leaves_the_previous_checkpoint_to_r
     real = checkpoint.os.replace
     monkeypatch.setattr(checkpoint.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save(cfg, trainer, {"epoch": 2}, lambda: 9.0)
+        checkpoint.save(cfg, trainer, mark(2), lambda: 9.0)
     assert not (tmp_path / "ckpt").exists()
     resumed = resolved(digits, resume_from=str(tmp_path / "ckpt"))
-    assert checkpoint.check(resumed)["epoch"] == 1
-    assert checkpoint.load(resumed, trainer)["wall_s"] == 5.0
+    assert checkpoint.check(resumed).epoch == 1
+    assert checkpoint.load(resumed, trainer).wall_s == 5.0
     assert trainer.loaded_from == tmp_path / ".ckpt.old"
 
 
@@ -116,11 +127,11 @@ def test_every_file_is_on_the_disk_before_the_renames_and_the_renames_after(digi
 
     monkeypatch.setattr(checkpoint.os, "fsync", fsync)
     monkeypatch.setattr(checkpoint.os, "replace", replace)
-    checkpoint.save(cfg, Writer(), {"epoch": 1}, lambda: 5.0)
+    checkpoint.save(cfg, Writer(), mark(1), lambda: 5.0)
     assert events == [("fsync", "model.txt"), ("fsync", checkpoint.STATE), ("fsync", ".ckpt.writing"),
                       ("rename", ".ckpt.writing"), ("fsync", tmp_path.name)]
     events.clear()
-    checkpoint.save(cfg, Writer(), {"epoch": 2}, lambda: 9.0)  # the old one moved aside, then the fresh one in
+    checkpoint.save(cfg, Writer(), mark(2), lambda: 9.0)  # the old one moved aside, then the fresh one in
     assert [e for e in events if e[0] == "rename"] == [("rename", "ckpt"), ("rename", ".ckpt.writing")]
     assert events[-1] == ("fsync", tmp_path.name) and (tmp_path / "ckpt" / "model.txt").read_text() == "saved"
 
@@ -152,17 +163,20 @@ def test_the_folder_defaults_to_one_per_configuration_under_the_output(digits):
 def test_a_resumed_record_keeps_the_curve_and_says_from_where(digits):
     cfg = resolved(digits)
     first = goal.Goal(cfg, 64, cfg.steps_per_window)
-    first.add(1, 5.0, 0.5, {"samples": 359, "top1": 0.5, "top5": 0.9, "loss": 1.0, "train_loss": 1.2}, 0.2)
+    first.add(1, 5.0, 0.5, goal.Scores(samples=359, top1=0.5, top5=0.9, loss=1.0, train_loss=1.2), 0.2)
     state = first.record()  # what the checkpoint of epoch 1 holds: written before it says how long it took
     first.checkpointed(1, 0.25, "ckpt")
+    assert state.checkpoints == []  # a copy: what the run does after it is not in it
     later = goal.Goal(cfg, 64, cfg.steps_per_window)
-    later.restore(state, {"from": "ckpt", "epoch": 1, "wall_s": 5.3, "save_s": 0.25,
-                                   "written_utc": "2026-11-25T08:00:00Z"})
-    later.add(2, 9.0, 0.5, {"samples": 359, "top1": 0.8, "top5": 1.0, "loss": 0.5, "train_loss": 0.6}, 0.1)
+    later.restore(checkpoint.State.model_validate_json(checkpoint.State(
+        format=checkpoint.FORMAT, config={}, epoch=1, schedule_taken=1 + cfg.steps_per_window, goal=state,
+        wall_s=5.3, save_s=0.25, written_utc="2026-11-25T08:00:00Z").model_dump_json()).goal,
+        Resumed(checkpoint="ckpt", epoch=1, wall_s=5.3, save_s=0.25, written_utc="2026-11-25T08:00:00Z"))
+    later.add(2, 9.0, 0.5, goal.Scores(samples=359, top1=0.8, top5=1.0, loss=0.5, train_loss=0.6), 0.1)
     section = goal.section(cfg, [samples.rank(0, goal=later.record())], init_s=3.0)
-    assert [c.epoch for c in section.curve] == [1, 2]
+    assert [c.epoch for c in section.curve] == [1, 2] and section.curve[0].eval_loss == 1.0
     assert section.resumed[0].epoch == 1
-    assert [c.model_dump(exclude_unset=True) for c in section.checkpoints] == first.checkpoints
+    assert section.checkpoints == first.progress.checkpoints
     assert section.checkpoint_s_total == 0.25
     training = Training.model_validate(section.model_dump(mode="json", by_alias=True, exclude_unset=True))
     rows = {label: (value, detail) for label, value, detail in goal.table_rows(training)}

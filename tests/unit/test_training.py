@@ -119,13 +119,15 @@ def test_the_schedule_warms_up_linearly_then_decays_as_declared():
 
 
 def test_evaluation_counts_are_summed_over_ranks_and_the_training_loss_averaged():
-    parts = [{"samples": 100, "correct1": 90, "correct5": 99, "loss_sum": 30.0, "train_loss": 0.5},
-             {"samples": 80, "correct1": 72, "correct5": 80, "loss_sum": 20.0, "train_loss": 0.7}]
+    parts = [goal.Counts(samples=100, correct1=90, correct5=99, loss_sum=30.0, train_loss=0.5),
+             goal.Counts(samples=80, correct1=72, correct5=80, loss_sum=20.0, train_loss=0.7),
+             goal.Counts(samples=20, correct1=20, correct5=20, loss_sum=0.0)]  # a rank with no step since
     scores = goal.reduce_counts(parts)
-    assert scores["top1"] == pytest.approx(162 / 180) and scores["top5"] == pytest.approx(179 / 180)
-    assert scores["loss"] == pytest.approx(50 / 180) and scores["train_loss"] == pytest.approx(0.6)
+    assert scores.samples == 200
+    assert scores.top1 == pytest.approx(182 / 200) and scores.top5 == pytest.approx(199 / 200)
+    assert scores.loss == pytest.approx(50 / 200) and scores.train_loss == pytest.approx(0.6)
     with pytest.raises(BenchError, match="no sample to evaluate"):
-        goal.reduce_counts([{"samples": 0, "correct1": 0, "correct5": 0, "loss_sum": 0.0}])
+        goal.reduce_counts([goal.Counts()])
 
 
 def goal_run(target, accuracies, digits):
@@ -134,7 +136,7 @@ def goal_run(target, accuracies, digits):
     tracker = goal.Goal(cfg, global_batch=64, steps_per_epoch=cfg.steps_per_window)
     stopped = None
     for epoch, acc in enumerate(accuracies, start=1):
-        scores = {"samples": 360, "top1": acc, "top5": 1.0, "loss": 0.1, "train_loss": 0.2}
+        scores = goal.Scores(samples=360, top1=acc, top5=1.0, loss=0.1, train_loss=0.2)
         if tracker.add(epoch, 10.0 * epoch, 0.5, scores, 0.1):
             stopped = epoch
             break
