@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from bench.records.schema import GpuTelemetry, Telemetry, TelemetryNode
@@ -43,9 +43,44 @@ THROTTLE_REASONS = {  # nvml clock-event reason bits worth naming
 }
 # Reasons that mean the GPU ran slower than it could (idle and sync boost are not throttling).
 SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-FIELDS = ["util_gpu_pct", "util_mem_pct", "mem_used_mib", "power_w", "sm_clock_mhz", "mem_clock_mhz",
-          "temperature_c", "throttle_reasons", "pcie_tx_kbs", "pcie_rx_kbs", "nvlink_tx_kbs", "nvlink_rx_kbs",
-          "energy_mj"]
+NVLINK = ("nvlink_tx_kbs", "nvlink_rx_kbs")
+
+
+@dataclass
+class GpuSample:
+    """One GPU read once (a row of the telemetry time series, ``<run_id>-telemetry.csv``): None where NVML cannot
+    give the value (the reason is in the sampler's ``unavailable``)."""
+    t: float  # time.time() when read
+    host: str
+    gpu: int  # the label the run gives the GPU (its CUDA index in the process)
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    mem_used_mib: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    temperature_c: float | None
+    throttle_reasons: int | None  # the clock-event reason bits (THROTTLE_REASONS)
+    pcie_tx_kbs: float | None
+    pcie_rx_kbs: float | None
+    nvlink_tx_kbs: float | None
+    nvlink_rx_kbs: float | None
+    energy_mj: float | None  # the GPU's total-energy counter
+
+
+COLUMNS = [f.name for f in fields(GpuSample)]  # the time series' header
+
+
+def rows(samples: list[GpuSample]) -> list[dict[str, Any]]:
+    """The samples as the time series' rows."""
+    return [asdict(s) for s in samples]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The energy counters read at an instant (the timed windows' start or end)."""
+    t: float
+    energy_mj: dict[int, float | None]  # per GPU label
 
 
 def _reason(exc: Exception) -> str:
@@ -82,9 +117,9 @@ class Sampler:
         self.labels = gpu_labels
         self.interval_s = interval_s
         self.host = host
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[GpuSample] = []
         self.unavailable: dict[str, str] = {}
-        self.marks: dict[str, dict[str, Any]] = {}
+        self.marks: dict[str, Mark] = {}
         self.power_source: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hvdbench-telemetry", daemon=True)
@@ -118,59 +153,56 @@ class Sampler:
         nvml = self.nvml
         tx_id = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None)
         rx_id = getattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None)
-        if tx_id is None or "nvlink_tx_kbs" in self.unavailable:
-            self.unavailable.setdefault("nvlink_tx_kbs", "not offered by this nvidia-ml-py")
-            self.unavailable.setdefault("nvlink_rx_kbs", self.unavailable["nvlink_tx_kbs"])
-            return None, None
-        try:
-            tx, rx = nvml.nvmlDeviceGetFieldValues(h, [tx_id, rx_id])
-        except nvml.NVMLError as exc:
-            self.unavailable.setdefault("nvlink_tx_kbs", _reason(exc))
-            self.unavailable.setdefault("nvlink_rx_kbs", _reason(exc))
-            return None, None
-        if getattr(tx, "nvmlReturn", 0) != 0:
-            self.unavailable.setdefault("nvlink_tx_kbs", "NotSupported")
-            self.unavailable.setdefault("nvlink_rx_kbs", "NotSupported")
-            return None, None
-        return float(tx.value.ullVal), float(rx.value.ullVal)
+        reason = None
+        if tx_id is None or NVLINK[0] in self.unavailable:
+            reason = self.unavailable.get(NVLINK[0], "not offered by this nvidia-ml-py")
+        else:
+            try:
+                tx, rx = nvml.nvmlDeviceGetFieldValues(h, [tx_id, rx_id])
+                if getattr(tx, "nvmlReturn", 0) == 0:
+                    return float(tx.value.ullVal), float(rx.value.ullVal)
+                reason = "NotSupported"
+            except nvml.NVMLError as exc:
+                reason = _reason(exc)
+        for name in NVLINK:
+            self.unavailable.setdefault(name, reason)
+        return None, None
 
-    def read(self, h) -> dict[str, Any]:
+    def read(self, h, t: float, gpu: int) -> GpuSample:
         nvml = self.nvml
         util = self._get("util_gpu_pct", nvml.nvmlDeviceGetUtilizationRates, h)
         if util is None:
-            self.unavailable.setdefault("util_mem_pct", self.unavailable["util_gpu_pct"])
+            self.unavailable.setdefault("util_mem_pct", self.unavailable.get("util_gpu_pct", ""))
         mem = self._get("mem_used_mib", nvml.nvmlDeviceGetMemoryInfo, h)
         reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         nvlink_tx, nvlink_rx = self._nvlink(h)
-        return {
-            "util_gpu_pct": None if util is None else util.gpu,
-            "util_mem_pct": None if util is None else util.memory,
-            "mem_used_mib": None if mem is None else mem.used / 2**20,
-            "power_w": self._power_w(h),
-            "sm_clock_mhz": self._get("sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
-            "mem_clock_mhz": self._get("mem_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM),
-            "temperature_c": self._get("temperature_c", nvml.nvmlDeviceGetTemperature, h,
-                                       nvml.NVML_TEMPERATURE_GPU),
-            "throttle_reasons": self._get("throttle_reasons", reasons_fn, h),
-            "pcie_tx_kbs": self._get("pcie_tx_kbs", nvml.nvmlDeviceGetPcieThroughput, h,
-                                     nvml.NVML_PCIE_UTIL_TX_BYTES),
-            "pcie_rx_kbs": self._get("pcie_rx_kbs", nvml.nvmlDeviceGetPcieThroughput, h,
-                                     nvml.NVML_PCIE_UTIL_RX_BYTES),
-            "nvlink_tx_kbs": nvlink_tx,
-            "nvlink_rx_kbs": nvlink_rx,
-            "energy_mj": self._get("energy_mj", nvml.nvmlDeviceGetTotalEnergyConsumption, h),
-        }
+        return GpuSample(
+            t=t, host=self.host, gpu=gpu,
+            util_gpu_pct=None if util is None else util.gpu,
+            util_mem_pct=None if util is None else util.memory,
+            mem_used_mib=None if mem is None else mem.used / 2**20,
+            power_w=self._power_w(h),
+            sm_clock_mhz=self._get("sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
+            mem_clock_mhz=self._get("mem_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM),
+            temperature_c=self._get("temperature_c", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU),
+            throttle_reasons=self._get("throttle_reasons", reasons_fn, h),
+            pcie_tx_kbs=self._get("pcie_tx_kbs", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_TX_BYTES),
+            pcie_rx_kbs=self._get("pcie_rx_kbs", nvml.nvmlDeviceGetPcieThroughput, h, nvml.NVML_PCIE_UTIL_RX_BYTES),
+            nvlink_tx_kbs=nvlink_tx,
+            nvlink_rx_kbs=nvlink_rx,
+            energy_mj=self._get("energy_mj", nvml.nvmlDeviceGetTotalEnergyConsumption, h),
+        )
 
     def sample_once(self) -> None:
         now = time.time()
         for label, h in zip(self.labels, self.handles, strict=True):
-            self.samples.append({"t": now, "host": self.host, "gpu": label, **self.read(h)})
+            self.samples.append(self.read(h, now, label))
 
     def mark(self, name: str) -> None:
         """Read the energy counters now (the timed windows start or end)."""
         energy = [self._get("energy_mj", self.nvml.nvmlDeviceGetTotalEnergyConsumption, h) for h in self.handles]
-        self.marks[name] = {"t": time.time(), "energy_mj": dict(zip(self.labels, energy, strict=True))}
+        self.marks[name] = Mark(t=time.time(), energy_mj=dict(zip(self.labels, energy, strict=True)))
 
     # -- thread ----------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -196,23 +228,27 @@ class Sampled:
     """One process's sampler at the end of the run (its RankRecord's ``telemetry``): the summary over the timed
     windows, and every raw sample (the time series beside the result)."""
     summary: TelemetryNode
-    samples: list[dict[str, Any]]
+    samples: list[GpuSample]
 
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summarize_node(samples: list[dict], marks: dict, unavailable: dict, power_source: str | None, host: str,
-                   interval_s: float) -> TelemetryNode:
+def summarize_node(samples: list[GpuSample], marks: dict[str, Mark], unavailable: dict[str, str],
+                   power_source: str | None, host: str, interval_s: float) -> TelemetryNode:
     """Per-GPU summary over the timed interval [marks['start'].t, marks['end'].t] (see the module doc)."""
-    t0, t1 = marks["start"]["t"], marks["end"]["t"]
-    gpus = sorted({s["gpu"] for s in samples})
+    start, end = marks.get("start"), marks.get("end")
+    if start is None or end is None:
+        raise ValueError("the telemetry summary needs the timed windows' start and end marks")
+    t0, t1 = start.t, end.t
+    gpus = sorted({s.gpu for s in samples})
     per_gpu = []
     for g in gpus:
-        window = [s for s in samples if s["gpu"] == g and t0 <= s["t"] <= t1]
-        power = [(s["t"], s["power_w"]) for s in window if s["power_w"] is not None]
-        e0, e1 = marks["start"]["energy_mj"].get(g), marks["end"]["energy_mj"].get(g)
+        every = [s for s in samples if s.gpu == g]
+        window = [s for s in every if t0 <= s.t <= t1]
+        power = [(s.t, s.power_w) for s in window if s.power_w is not None]
+        e0, e1 = start.energy_mj.get(g), end.energy_mj.get(g)
         if e0 is not None and e1 is not None:
             energy, source = (e1 - e0) / 1000.0, "counter"
         elif len(power) >= 2:
@@ -222,14 +258,12 @@ def summarize_node(samples: list[dict], marks: dict, unavailable: dict, power_so
             energy, source = None, "unavailable: too few power samples in the timed windows"
         reasons = 0
         for s in window:
-            reasons |= s["throttle_reasons"] or 0
-        util = [s["util_gpu_pct"] for s in window if s["util_gpu_pct"] is not None]
-        mem = [s["mem_used_mib"] for s in window if s["mem_used_mib"] is not None]
+            reasons |= s.throttle_reasons or 0
+        util = [s.util_gpu_pct for s in window if s.util_gpu_pct is not None]
         per_gpu.append(GpuTelemetry(
             host=host, gpu=g, samples_in_windows=len(window),
             util_gpu_pct_mean=_mean(util), util_gpu_pct_max=max(util) if util else None,
-            mem_used_mib_peak=max((s["mem_used_mib"] for s in samples if s["gpu"] == g and
-                                   s["mem_used_mib"] is not None), default=None) if mem or samples else None,
+            mem_used_mib_peak=max((s.mem_used_mib for s in every if s.mem_used_mib is not None), default=None),
             power_w_mean=_mean([p for _, p in power]), energy_j=energy, energy_source=source,
             throttle_reasons=[name for bit, name in THROTTLE_REASONS.items() if reasons & bit],
             throttled=bool(reasons & SLOWDOWN_MASK),

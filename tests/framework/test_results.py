@@ -7,6 +7,7 @@ from bench import SCHEMA_VERSION
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launching.detect import LaunchInfo
+from bench.measure import telemetry
 from bench.measure.raw import Gathered
 from bench.records.header import new_run_id
 from bench.records.results import (
@@ -184,7 +185,8 @@ def test_a_disk_that_refuses_the_telemetry_series_keeps_the_result(tmp_path, mon
         return real(path, text)
 
     monkeypatch.setattr(files, "write_new", quota)
-    path = write_result(out, result, samples=[{"t_s": 0.0}])
+    sample = telemetry.GpuSample(0.0, "h", 0, *[None] * (len(telemetry.COLUMNS) - 3))
+    path = write_result(out, result, samples=[sample])
     assert json.loads(path.read_text())["run_id"] == result.run_id
     assert "telemetry time series" in capsys.readouterr().err
     assert (out / CSV_NAME).exists()

@@ -43,12 +43,12 @@ def test_no_energy_counter_integrates_power_and_labels_it():
     s = run_sampler(nvml, [0], seconds=1.0, interval=0.05)
     g = s.summary().gpus[0]
     assert g.energy_source == "integrated power samples"
-    samples = [x for x in s.samples if s.marks["start"]["t"] <= x["t"] <= s.marks["end"]["t"]]
-    span = samples[-1]["t"] - samples[0]["t"]
+    samples = [x for x in s.samples if s.marks["start"].t <= x.t <= s.marks["end"].t]
+    span = samples[-1].t - samples[0].t
     assert g.energy_j == pytest.approx(200 * span, rel=1e-6)
     assert s.summary().power_source == "average"
     assert s.unavailable["energy_mj"] == "NotSupported"
-    assert all(x["energy_mj"] is None for x in s.samples)  # absent, never 0
+    assert all(x.energy_mj is None for x in s.samples)  # absent, never 0
 
 
 def test_unsupported_power_is_null_with_reason_not_zero():
@@ -58,7 +58,7 @@ def test_unsupported_power_is_null_with_reason_not_zero():
     assert g.power_w_mean is None and g.energy_j is None
     assert g.energy_source.startswith("unavailable")
     assert s.unavailable["power_w"] == "NotSupported"
-    assert all(x["power_w"] is None for x in s.samples)
+    assert all(x.power_w is None for x in s.samples)
 
 
 def test_throttle_reasons_named_and_flagged():
@@ -68,11 +68,16 @@ def test_throttle_reasons_named_and_flagged():
 
 
 def test_window_alignment_excludes_samples_outside_timed_windows():
-    marks = {"start": {"t": 10.0, "energy_mj": {0: None}}, "end": {"t": 20.0, "energy_mj": {0: None}}}
-    samples = [{"t": t, "gpu": 0, "power_w": p, "util_gpu_pct": 50, "mem_used_mib": 1.0, "throttle_reasons": 0}
-               for t, p in ((5.0, 1000.0), (10.0, 100.0), (15.0, 100.0), (20.0, 300.0), (25.0, 1000.0))]
+    marks = {"start": telemetry.Mark(t=10.0, energy_mj={0: None}), "end": telemetry.Mark(t=20.0, energy_mj={0: None})}
+    samples = [telemetry.GpuSample(t=t, host="h", gpu=0, power_w=p, util_gpu_pct=50, util_mem_pct=None,
+                                   mem_used_mib=mib, sm_clock_mhz=None, mem_clock_mhz=None, temperature_c=None,
+                                   throttle_reasons=0, pcie_tx_kbs=None, pcie_rx_kbs=None, nvlink_tx_kbs=None,
+                                   nvlink_rx_kbs=None, energy_mj=None)
+               for t, p, mib in ((5.0, 1000.0, 9.0), (10.0, 100.0, 1.0), (15.0, 100.0, 1.0), (20.0, 300.0, 2.0),
+                                 (25.0, 1000.0, 1.0))]
     g = telemetry.summarize_node(samples, marks, {}, "average", "h", 5.0).gpus[0]
     assert g.samples_in_windows == 3
+    assert g.mem_used_mib_peak == 9.0  # the peak of the whole run: memory held before the windows counts
     assert g.energy_j == pytest.approx(5 * 100 + 5 * 200)  # trapezoids over 10..20 only
     assert g.power_w_mean == pytest.approx(500 / 3)
 
