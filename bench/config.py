@@ -550,7 +550,7 @@ def epoch_batches(path: str, seq_len: int | None, world: int, batch: int) -> int
     """The batches each of ``world`` ranks trains on per epoch of a --data dataset's training split (--epochs:
     one window each; bench.data.datasets.rank_samples); a tokens dataset's samples are of ``seq_len``."""
     try:
-        per_rank = rank_samples(load_dataset(path, seq_len).splits["train"], world, batch)
+        per_rank = rank_samples(load_dataset(path, seq_len).train, world, batch)
     except BenchError as exc:
         raise BenchError(f"--data {path}: {exc}") from None
     if per_rank is None:

@@ -63,15 +63,16 @@ def input_section(runs: list[Result]) -> list[str]:
     for r, section in fed:
         c = r.config
         twin = next((x for x in runs if (x.input is None or x.input.source != "dataset") and x.mode == r.mode
-                     and x.world_size == r.world_size and not x.config.get("channels_last")
-                     and all(x.config[k] == c[k] for k in ("model", "precision", "batch_size", "image_size"))),
+                     and x.world_size == r.world_size and not x.config.channels_last
+                     and (x.config.model, x.config.precision, x.config.batch_size, x.config.image_size)
+                     == (c.model, c.precision, c.batch_size, c.image_size)),
                     None)
         data, synthetic = r.summary.samples_per_sec_total, twin and twin.summary.samples_per_sec_total
         cost = input_cost("synthetic", "dataset", synthetic, data) if synthetic else None
         copies = [p.h2d_s for p in section.per_rank if p.h2d_s is not None]
         rates = [p.loader_rate for p in section.per_rank if p.loader_rate]
         paced = section.paced_by_rank
-        md.append(f"| {r.mode} | {c['model']} | {c['precision']} | {r.world_size} | {section.loader}, "
+        md.append(f"| {r.mode} | {c.model} | {c.precision} | {r.world_size} | {section.loader}, "
                   f"{'/'.join(map(str, section.workers))} | {data:.1f} | {_f(synthetic)} | "
                   f"{_f(cost and 100 * cost)}% | {_f(100 * (section.wait_share_max or 0))}% | "
                   f"{_f(max(copies) if copies else None, '.3f')} | {_f(min(rates) if rates else None)} | "
@@ -85,17 +86,17 @@ def anchors_section(runs: list[Result]) -> list[str]:
     md = []
     for r in runs:
         c = r.config
-        if c["model"] != "resnet50" or c.get("data") or c.get("device") != "cuda":
+        if c.model != "resnet50" or c.data or c.device != "cuda":
             continue
         gpu = next((g for g in ("H100", "H200") if g in " ".join(x.device for x in r.environment.ranks)), None)
-        anchor = gpu and references.published(gpu, "amp-fp16" if c["precision"].startswith("amp") else "fp32")
+        anchor = gpu and references.published(gpu, "amp-fp16" if c.precision.startswith("amp") else "fp32")
         if not anchor:
             continue
         rate = r.summary.samples_per_sec_per_gpu
-        settings = ", ".join([f"batch {c['batch_size']}", c.get("profile") or "-"] +
-                             ["channels-last"] * bool(c.get("channels_last")) + [t for t in [tuning_of(c)] if t])
+        settings = ", ".join([f"batch {c.batch_size}", c.profile or "-"] +
+                             ["channels-last"] * bool(c.channels_last) + [t for t in [tuning_of(c)] if t])
         how = "Lambda, PyTorch " + ("AMP" if anchor.precision == "amp-fp16" else "TF32")
-        md.append(f"| {r.mode} | {c['precision']} | {settings} | {rate:.1f} | {how} {anchor.per_device:.0f} at "
+        md.append(f"| {r.mode} | {c.precision} | {settings} | {rate:.1f} | {how} {anchor.per_device:.0f} at "
                   f"batch {anchor.batch_size} | {rate / anchor.per_device:.3f} | "
                   f"{rate / references.MLPERF_RESNET50[gpu]:.3f} |")
     if not md:
@@ -115,7 +116,7 @@ def training_section(runs: list[Result]) -> list[str]:
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, t in trained:
         resumed = ", ".join(str(x.epoch) for x in t.resumed or []) or "-"
-        md.append(f"| {r.mode} | {r.config['model']} | {r.world_size} | {t.epochs_run} | "
+        md.append(f"| {r.mode} | {r.config.model} | {r.world_size} | {t.epochs_run} | "
                   f"{t.target_accuracy} | {_f(t.time_to_target_s)} | {t.epochs_to_target or '-'} | "
                   f"{_f(t.final_top1, '.4f')} | {t.eval_s_total:.1f} | {r.summary.samples_per_sec_total:.1f} | "
                   f"{resumed} |")
@@ -130,7 +131,7 @@ def trace_section(runs: list[Result]) -> list[str]:
     md = ["", "## Traces (--trace)", "", "| mode | model | np | steps | traced ms/step | windows ms/step | cost | "
           "files |", "|---|---|---|---|---|---|---|---|"]
     for r, t in traced:
-        md.append(f"| {r.mode} | {r.config['model']} | {r.world_size} | {t.steps} | "
+        md.append(f"| {r.mode} | {r.config.model} | {r.world_size} | {t.steps} | "
                   f"{1e3 * t.traced_step_s:.2f} | {1e3 * t.untraced_step_s:.2f} | {100 * t.cost:+.1f}% | "
                   f"{t.folder}/ |")
     return md
@@ -166,13 +167,13 @@ def main() -> None:
         md += ["", "## Runs", "", "| mode | model | precision | profile, batch, settings | np | samples/s total | "
                "per GPU | vs reference | MFU measured | MFU spec | W total | J/sample | throttled | GPUs sampled | "
                "traffic check |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(runs, key=lambda r: (r.config["model"], r.mode, r.config["precision"], r.world_size)):
+        for r in sorted(runs, key=lambda r: (r.config.model, r.mode, r.config.precision, r.world_size)):
             c, s, t, u = r.config, r.summary, r.telemetry, r.utilisation
-            layout = ["channels-last"] * bool(c.get("channels_last")) + ["data"] * bool(c.get("data"))
+            layout = ["channels-last"] * bool(c.channels_last) + ["data"] * bool(c.data)
             layout += [x for x in [tuning_of(c)] if x]
             mfu_measured, mfu_spec = (u.mfu_measured, u.mfu_spec) if u else (None, None)
-            md.append(f"| {r.mode} | {c['model']} | {c['precision']} | {c.get('profile', '-')}, batch "
-                      f"{c['batch_size']}{', ' if layout else ''}{', '.join(layout)} | {r.world_size} | "
+            md.append(f"| {r.mode} | {c.model} | {c.precision} | {c.profile or '-'}, batch "
+                      f"{c.batch_size}{', ' if layout else ''}{', '.join(layout)} | {r.world_size} | "
                       f"{s.samples_per_sec_total:.1f} | {s.samples_per_sec_per_gpu:.1f} | {_against(r)} | "
                       f"{_f(mfu_measured and 100 * mfu_measured)}% | "
                       f"{_f(mfu_spec and 100 * mfu_spec)}% | {_f(t.power_w_mean_total)} | "

@@ -138,7 +138,7 @@ def analyse(results: list[Result], tolerance: float = TOLERANCE) -> Converge:
     return Converge(**header(new_run_id("converge"), store.Kind.CONVERGE), target_accuracy=targets[0],
                     tolerance=tolerance, median_final_top1=overall, rows=rows,
                     verdict="FAIL" if reasons else "PASS", reasons=reasons,
-                    curves=[ConvergeCurve(mode=label, np=n, seed=r.config["seed"], init_s=r.timing.init_s,
+                    curves=[ConvergeCurve(mode=label, np=n, seed=r.config.seed, init_s=r.timing.init_s,
                                           points=[(c.wall_s, c.top1) for c in t.curve])
                             for (label, n), rs in sorted(runs.items()) for r, t in rs])
 
@@ -209,19 +209,21 @@ def matrix_results(sweep: SweepMatrix, folder: Path) -> tuple[list[Path], list[s
     one reason for each cell that failed or has no result: failed, timed out, never run, or run with other
     options. A run found not valid (its ranks' parameters differ) failed with its result written: both count.
     Other files in the folder (an earlier matrix's, another target's) are not read."""
-    cells = Manifest(folder, None).data["cells"]
+    cells = Manifest(folder, None).record.cells
     key = sweep.options_key()
     paths, failures = [], []
     for cell in sweep.cells():
-        entry = cells.get(cell.id) or {}
-        result = folder / str(entry.get("result"))
-        if entry.get("options") == key and entry.get("result") and result.is_file():
+        entry = cells.get(cell.id)
+        if entry is None:
+            failures.append(f"{cell.id}: no result (never run)")
+            continue
+        result = folder / str(entry.result)
+        if entry.options == key and entry.result and result.is_file():
             paths.append(result)
-            if entry.get("status") != "ok":
-                failures.append(f"{cell.id}: {entry.get('status')} ({entry.get('error')})")
+            if entry.status != "ok":
+                failures.append(f"{cell.id}: {entry.status} ({entry.error})")
         else:
-            why = entry.get("error") or (entry.get("status", "never run") if entry.get("options") in (None, key)
-                                         else "run with other options")
+            why = entry.error or (entry.status if entry.options in (None, key) else "run with other options")
             failures.append(f"{cell.id}: no result ({why})")
     return paths, failures
 

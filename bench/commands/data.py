@@ -213,7 +213,7 @@ def run(cfg: DataBenchConfig) -> DataBench:
     gpu_rates = {"given": cfg.gpu_rate} if cfg.gpu_rate else PUBLISHED_GPU_RATES
     return DataBench(
         **header(new_run_id("data-bench"), store.Kind.DATA_BENCH),
-        config=asdict(cfg), format=dataset.format, train_samples=len(dataset.splits["train"]),
+        config=asdict(cfg), format=dataset.format, train_samples=len(dataset.train),
         rows=rows, batches={str(w): list(lengths(cfg, w)) for w in cfg.workers}, decode_rate_per_core=per_core,
         cores_to_feed={n: cores_needed(rate, cfg.gpus, gpu_rates) for n, rate in per_core.items()},
         gpu_rates=gpu_rates,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from bench.config import option
 from bench.errors import BenchError
@@ -24,16 +24,38 @@ class ModelsConfig:
     as_json: bool = option(False, "Print JSON (one object per model).", flag="--json")
 
 
+@dataclass(frozen=True)
+class ModelRow:
+    """One model as ``bench models`` lists it (``--json``: these fields)."""
+    model: str
+    kind: str  # its workload's: image, sequence
+    unit: str
+    parameters: int  # at its default classes or vocabulary
+    default_classes: int
+    default_image_size: int | None
+    min_image_size: int | None
+    default_seq_len: int | None
+    batch_norm: bool
+    sparse_embeddings: bool
+    description: str
+
+    @property
+    def inputs(self) -> str:
+        if self.default_seq_len:
+            return f"seq {self.default_seq_len}, vocab {self.default_classes:,}"
+        return f"{self.default_image_size}x{self.default_image_size}"
+
+
 def models(cfg: ModelsConfig) -> int:
     """bench models: every model's workload kind, parameters (at its default classes or vocabulary), input sizes."""
-    rows = [{"model": spec.name, "kind": spec.workload.kind, "unit": spec.workload.unit,
-             "parameters": spec.parameters(spec.default_classes), "default_classes": spec.default_classes,
-             "default_image_size": spec.default_image_size, "min_image_size": spec.min_image_size,
-             "default_seq_len": spec.default_seq_len, "batch_norm": spec.batch_norm,
-             "sparse_embeddings": spec.sparse_embeddings, "description": spec.description}
+    rows = [ModelRow(model=spec.name, kind=spec.workload.kind, unit=spec.workload.unit,
+                     parameters=spec.parameters(spec.default_classes), default_classes=spec.default_classes,
+                     default_image_size=spec.default_image_size, min_image_size=spec.min_image_size,
+                     default_seq_len=spec.default_seq_len, batch_norm=spec.batch_norm,
+                     sparse_embeddings=spec.sparse_embeddings, description=spec.description)
             for spec in MODELS.values()]
     if cfg.as_json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -44,10 +66,7 @@ def models(cfg: ModelsConfig) -> int:
         table.add_column(column, no_wrap=True)
     table.add_column("description", overflow="fold")
     for r in rows:
-        inputs = (f"seq {r['default_seq_len']}, vocab {r['default_classes']:,}" if r["default_seq_len"]
-                  else f"{r['default_image_size']}x{r['default_image_size']}")
-        table.add_row(r["model"], r["kind"], f"{r['parameters']:,}", inputs, str(r["min_image_size"] or "–"),
-                      r["description"])
+        table.add_row(r.model, r.kind, f"{r.parameters:,}", r.inputs, str(r.min_image_size or "–"), r.description)
     Console().print(never_cut(table, "model"))
     return 0
 

@@ -243,8 +243,8 @@ def from_result(result: Result) -> dict[str, Any]:
         if computed.alltoall_bytes_per_rank:  # torch-hybrid's sharded table
             sizes["alltoall_bytes"] = computed.alltoall_bytes_per_rank
     else:  # results from before bench.measure.traffic: every gradient dense
-        sizes = {"gradient_bytes": gradient_bytes(cfg["model"], cfg["num_classes"], cfg.get("fp16_allreduce", False))}
-    return {"step_time_s": cfg["batch_size"] / per_gpu, "batch_size": cfg["batch_size"], **sizes}
+        sizes = {"gradient_bytes": gradient_bytes(cfg.model, cfg.num_classes, bool(cfg.fp16_allreduce))}
+    return {"step_time_s": cfg.batch_size / per_gpu, "batch_size": cfg.batch_size, **sizes}
 
 
 @dataclass(frozen=True)

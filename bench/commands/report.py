@@ -187,7 +187,7 @@ def scaling_rows(chosen: dict[Key, dict[int, Result]], repeats: dict | None = No
             between = between_runs([r, *repeats.get((key, n), [])])
             row = ScalingRow(label=key.label, model=key.model, precision=key.precision, batch_size=key.batch_size,
                              inputs=key.inputs, extras=", ".join(key.extras()), device_name=key.device,
-                             profile=r.config.get("profile"), compile_s=r.timing.compile_s,
+                             profile=r.config.profile, compile_s=r.timing.compile_s,
                              n=n, unit=sample_symbol(r), device=device_word(r),
                              **{name: METRICS[name].value(r) for name in REPORTED}, ci95=r.summary.ci95,
                              between_runs=between.runs if between else 1,

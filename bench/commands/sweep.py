@@ -28,7 +28,9 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from bench import SCHEMA_VERSION
 from bench.config import PLUGIN_OPTIONS, RunConfig, check_declared, cli_options, comma_list, int_list, option, takes
@@ -40,6 +42,7 @@ from bench.launching.supervise import SWEEP_PID_ENV, stop_processes
 from bench.modes import mode_label, variant
 from bench.records import files
 from bench.records.results import CONFIGS_DIR, MANIFEST, check_output_dir, load_result
+from bench.records.schema import parse
 from bench.tables import never_cut
 
 # How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
@@ -196,25 +199,54 @@ def command(cell: Cell, config_path: Path, num_ps: int | None = None) -> list[st
     return srun_command(variant(cell.label), cell.np, bench, num_ps) if inside_allocation() else bench
 
 
+class CellEntry(BaseModel):
+    """A cell's line in the manifest: what became of its run."""
+    model_config = ConfigDict(extra="allow")
+    cell: dict[str, Any] | None = None  # the Cell, its fields
+    status: Literal["pending", "running", "ok", "failed", "timed_out", "interrupted"] = "pending"
+    options: str | None = None  # SweepMatrix.options_key of the sweep that ran it
+    result: str | None = None  # its result's file name in the folder
+    log: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    started: float | None = None
+    finished: float | None = None
+    seconds: float | None = None
+
+    def set(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+class SweepManifest(BaseModel):
+    """``manifest.json`` in a sweep's folder: the matrix it runs, and every cell's entry (rewritten after each)."""
+    model_config = ConfigDict(extra="allow")
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["hvdbench-sweep"] = "hvdbench-sweep"
+    sweep: dict[str, Any] | None = None  # the SweepMatrix, its fields (--resume reads it back)
+    cells: dict[str, CellEntry] = {}
+
+
 class Manifest:
     def __init__(self, folder: Path, sweep: SweepMatrix | None) -> None:
         self.path = folder / MANIFEST
-        self.data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": "hvdbench-sweep", "cells": {}}
+        self.record = SweepManifest()
         if self.path.exists():
             try:
-                self.data = json.loads(self.path.read_text())
+                data = json.loads(self.path.read_text())
             except json.JSONDecodeError as exc:
                 raise BenchError(f"{self.path} is not valid JSON ({exc.msg}); move it away to start afresh") from None
-            if self.data.get("kind") != "hvdbench-sweep":
+            if not isinstance(data, dict) or data.get("kind") != "hvdbench-sweep":
                 raise BenchError(f"{self.path} is not an hvdbench sweep manifest")
+            self.record = parse(data, SweepManifest, str(self.path))
         if sweep is not None:
-            self.data["sweep"] = asdict(sweep)
+            self.record.sweep = asdict(sweep)
 
-    def cell(self, cell: Cell) -> dict[str, Any]:
-        return self.data["cells"].setdefault(cell.id, {"cell": asdict(cell), "status": "pending"})
+    def cell(self, cell: Cell) -> CellEntry:
+        return self.record.cells.setdefault(cell.id, CellEntry(cell=asdict(cell)))
 
     def save(self) -> None:
-        files.replace(self.path, json.dumps(self.data, indent=2))
+        files.replace(self.path, self.record.model_dump_json(indent=2, exclude_none=True))
 
 
 def last_error(log: Path) -> str:
@@ -228,8 +260,8 @@ def load_sweep(folder: Path) -> SweepMatrix:
     path = folder / MANIFEST
     if not path.is_file():
         raise BenchError(f"nothing to resume: {path} does not exist")
-    data = Manifest(folder, None).data.get("sweep")
-    if not isinstance(data, dict):
+    data = Manifest(folder, None).record.sweep
+    if data is None:
         raise BenchError(f"{path} records no sweep to resume")
     try:
         return SweepMatrix(**data)
@@ -273,9 +305,9 @@ def run_sweep(sweep: SweepMatrix, folder: Path, redo: bool = False, progress: bo
     manifest = Manifest(folder, sweep)
     cells = sweep.cells()
     key = sweep.options_key()
-    todo = [c for c in cells if redo or not (manifest.cell(c)["status"] == "ok"
-                                             and manifest.cell(c).get("options") == key
-                                             and (folder / str(manifest.cell(c).get("result"))).is_file())]
+    todo = [c for c in cells if redo or not (manifest.cell(c).status == "ok"
+                                             and manifest.cell(c).options == key
+                                             and (folder / str(manifest.cell(c).result)).is_file())]
     manifest.save()
     console = Console(stderr=True)
     console.print(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run "
@@ -292,7 +324,7 @@ def run_sweep(sweep: SweepMatrix, folder: Path, redo: bool = False, progress: bo
     finally:
         restore_handlers(old)
         console.print(summary_table(manifest, cells, folder))
-    statuses = [manifest.cell(c)["status"] for c in cells]
+    statuses = [manifest.cell(c).status for c in cells]
     summary = {s: statuses.count(s) for s in sorted(set(statuses))}
     console.print(f"sweep: done: {', '.join(f'{n} {s}' for s, n in summary.items())}; manifest {manifest.path}")
     return summary
@@ -307,28 +339,28 @@ def _run_one(cell: Cell, sweep: SweepMatrix, folder: Path, manifest: Manifest, c
     log = folder / "logs" / f"{cell.id}.log"
     before = set(folder.glob("*.json"))
     start = time.time()
-    entry.update(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None,
+    entry.set(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None,
                  result=None, options=sweep.options_key())
     manifest.save()
     try:
         config = write_cell_config(cell, sweep.common_for(cell), folder)
         code = run_cell(command(cell, config, sweep.common.get("num_ps")), log, cell_timeout)
     except Stopped as exc:
-        entry.update(status="interrupted", seconds=round(time.time() - start, 2), error=str(exc))
+        entry.set(status="interrupted", seconds=round(time.time() - start, 2), error=str(exc))
         manifest.save()
         raise Stopped(exc.signum, f"cell {cell.id} interrupted and its processes stopped; "
                                   f"'bench sweep --resume --output {folder}' reruns it") from None
     new = sorted(set(folder.glob("*.json")) - before - {folder / MANIFEST})
-    entry.update(seconds=round(time.time() - start, 2), finished=time.time())
+    entry.set(seconds=round(time.time() - start, 2), finished=time.time())
     if code is None:
-        entry.update(status="timed_out", error=f"ran past --cell-timeout {cell_timeout:g} s; stopped")
+        entry.set(status="timed_out", error=f"ran past --cell-timeout {cell_timeout:g} s; stopped")
     elif code == 0 and len(new) == 1:
-        entry.update(status="ok", result=new[0].name)
+        entry.set(status="ok", result=new[0].name)
     else:  # a run found not valid (NotValid) wrote its result, which says why: kept beside the failure
-        entry.update(status="failed", exit_code=code, error=last_error(log),
+        entry.set(status="failed", exit_code=code, error=last_error(log),
                      result=new[0].name if code == NotValid.exit_code and len(new) == 1 else None)
-    if entry["status"] != "ok":
-        console.print(f"sweep: {cell.id} {entry['status']}: {entry['error']}", highlight=False)
+    if entry.status != "ok":
+        console.print(f"sweep: {cell.id} {entry.status}: {entry.error}", highlight=False)
     manifest.save()
 
 
@@ -340,13 +372,13 @@ def summary_table(manifest: Manifest, cells: list[Cell], folder: Path):
     for cell in cells:
         entry = manifest.cell(cell)
         rate = ""
-        if entry["status"] == "ok":
+        if entry.status == "ok":
             try:
-                rate = f"{load_result(folder / entry['result']).summary.samples_per_sec_total:.2f}"
+                rate = f"{load_result(folder / str(entry.result)).summary.samples_per_sec_total:.2f}"
             except BenchError as exc:
                 rate = f"unreadable: {exc}"
-        seconds = entry.get("seconds")
-        table.add_row(cell.id, entry["status"], rate, "" if seconds is None else f"{seconds:.0f}",
-                      (entry.get("error") or "")[:80])
+        seconds = entry.seconds
+        table.add_row(cell.id, entry.status, rate, "" if seconds is None else f"{seconds:.0f}",
+                      (entry.error or "")[:80])
     never_cut(table, "cell")
     return table

@@ -110,13 +110,13 @@ def search(cfg: TuneConfig, folder: Path) -> list[TunePoint]:
         cell = Cell(variant(cfg.mode).mode.name, variant(cfg.mode).strategy if ":" in cfg.mode else None, cfg.np,
                     cfg.model, cfg.precision, batch)
         entry = Manifest(folder, None).cell(cell)
-        point = TunePoint(batch=batch, rate=None, gain=None, status=entry["status"], error=entry.get("error"),
-                          result=entry.get("result"))
+        point = TunePoint(batch=batch, rate=None, gain=None, status=entry.status, error=entry.error,
+                          result=entry.result)
         if point.status == "ok":
-            point.rate = load_result(folder / entry["result"]).summary.samples_per_sec_total
+            point.rate = load_result(folder / str(entry.result)).summary.samples_per_sec_total
             before = [p for p in points if p.status == "ok"]
             point.gain = point.rate / before[-1].rate - 1 if before else None
-        elif ran_out_of_memory(folder / str(entry.get("log"))):
+        elif ran_out_of_memory(folder / str(entry.log)):
             point.status = "out of memory"
         points.append(point)
         if point.status != "ok" or (point.gain is not None and point.gain < cfg.min_gain):

@@ -18,6 +18,8 @@ from bench.data import formats, meta
 from bench.data.split import Split
 from bench.errors import BenchError
 
+TRAIN, VAL = "train", "val"  # the splits' names, as the formats' ``read`` returns them
+
 
 @dataclass
 class Dataset:
@@ -30,6 +32,16 @@ class Dataset:
     @property
     def spec(self) -> formats.DataFormat:
         return formats.data_format(self.format)
+
+    @property
+    def train(self) -> Split:
+        """The training split (every format has one)."""
+        return self.splits[TRAIN]
+
+    @property
+    def val(self) -> Split:
+        """The held-out split (every format has one; empty where the dataset holds no held-out samples)."""
+        return self.splits[VAL]
 
     @property
     def tokens(self) -> bool:
@@ -63,7 +75,7 @@ def load(path: str | Path, seq_len: int | None = None) -> Dataset:
     classes = _class_count(root, spec, info)
     if spec.tokens:
         return Dataset(root, spec.name, classes, splits)
-    train = splits["train"]
+    train = splits[TRAIN]
     if len(train) == 0 and not train.shards:
         raise BenchError(f"--data {root}: the training split has no samples")
     bad = [int(x) for x in np.unique(train.labels) if not 0 <= x < classes] if len(train.labels) else []

@@ -75,10 +75,10 @@ def check(cfg) -> dict[str, Any]:
     ds = datasets.load(cfg.data, cfg.seq_len)
     if ds.classes > cfg.num_classes:
         raise BenchError(f"--data {cfg.data} has {ds.classes} classes; --num-classes {cfg.num_classes} is fewer")
-    train = ds.splits["train"]
+    train = ds.train
     if len(train) or train.shards:
         datasets.rank_samples(train, cfg.np, cfg.batch_size)
-    val = ds.splits["val"]
+    val = ds.val
     if getattr(cfg, "epochs", None) is not None and not len(val) and not val.shards:
         raise BenchError(f"--epochs evaluates on the held-out split; {cfg.data} has none (val/<class>/, CIFAR's "
                          "test_batch, or validation-* TFRecord shards)")
@@ -141,7 +141,7 @@ class Feed:
         self.queue_at_start: int | None = None
         self.settle_steps = 0
         self.readings: list[int] = []  # the queue's ready batches at each settling check
-        per_rank = datasets.rank_samples(self.dataset.splits["train"], world, cfg.batch_size)
+        per_rank = datasets.rank_samples(self.dataset.train, world, cfg.batch_size)
         self.per_epoch = None if per_rank is None else per_rank // cfg.batch_size  # None: TFRecord without counts
         self.loader_rate = self._probe()
         self._batches = self._open(0, None) if draws else None  # draws=False: the batches are read elsewhere
@@ -250,7 +250,7 @@ class Feed:
 
     def record(self, timed_from: int) -> FeedRecord:
         """This rank's raw figures from step ``timed_from`` on (the timed windows), for the gather."""
-        train = self.dataset.splits["train"]
+        train = self.dataset.train
         return FeedRecord(
             wait_step_s=self.wait_s[timed_from:],
             h2d_step_s=[x() if callable(x) else x for x in self.h2d_s[timed_from:]] if self.copies else None,

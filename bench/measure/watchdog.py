@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.launching import slurm
@@ -34,6 +35,48 @@ STALL_DIR_ENV = "HVDBENCH_STALL_DIR"
 FLOOR_S = 120.0
 FIRST_STEP_FLOOR_S = 600.0
 REPORT_GRACE_S = 5.0  # a stalled rank's wait, after its report, for the others' (the spawner stops it sooner)
+
+
+PHASES = ("first step", "warmup", "window", "gather")  # in the order a run goes through them; others rank first
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a rank is: its phase (a step's: warmup, window; or first step, evaluate, checkpoint, gather), and the
+    window (or epoch) and step in it."""
+    phase: str = "first step"
+    window: int = 0
+    step: int = 0
+
+    def __str__(self) -> str:
+        if self.phase in ("window", "warmup"):
+            return f"in {self.phase} {self.window}, step {self.step}"
+        return f"in the {self.phase}"
+
+    def order(self) -> tuple[int, int, int]:
+        """An order over positions: later phases and steps are further on."""
+        return PHASES.index(self.phase) if self.phase in PHASES else 0, self.window, self.step
+
+
+@dataclass(frozen=True)
+class StallReport:
+    """What a stalled rank's watchdog writes to ``$HVDBENCH_STALL_DIR/rank-<N>.json`` (its fields, flat)."""
+    rank: int
+    where: Where
+    bound_s: float
+    waited_s: float = 0.0
+    site: str = ""  # where its main thread waited (:func:`main_thread_site`)
+
+    def to_json(self) -> str:
+        fields = asdict(self)
+        return json.dumps({**fields.pop("where"), **fields})
+
+    @classmethod
+    def from_json(cls, text: str) -> StallReport:
+        """A report as written by :meth:`to_json`; ValueError, KeyError or TypeError where the text is not one."""
+        data = json.loads(text)
+        place = {k: data.pop(k) for k in ("phase", "window", "step") if k in data}
+        return cls(where=Where(**place), **data)
 
 
 def auto_bound(first_step_s: float, steps_per_window: int) -> float:
@@ -47,7 +90,7 @@ class Watchdog:
         self.rank = rank
         self.explicit = stall_timeout
         self.bound = max(stall_timeout or 0.0, FIRST_STEP_FLOOR_S, 2 * rendezvous_timeout)
-        self.where = {"phase": "first step", "window": 0, "step": 0}
+        self.where = Where()
         self._last = time.monotonic()
         self._poll_s = poll_s
         self._done = threading.Event()
@@ -63,7 +106,7 @@ class Watchdog:
 
     def at(self, phase: str, window: int = 0, step: int = 0) -> None:
         """Where this rank is now (cheap: called around every step)."""
-        self.where = {"phase": phase, "window": window, "step": step}
+        self.where = Where(phase, window, step)
 
     def progress(self) -> None:
         self._last = time.monotonic()
@@ -79,19 +122,18 @@ class Watchdog:
 
     def _fire(self, waited: float) -> None:
         w = self.where
-        report = {"rank": self.rank, "waited_s": round(waited, 1), "bound_s": round(self.bound, 1), **w}
         # under srun, the hosts of the step that no longer answer (a lost node, a cut link) are named
         quiet = slurm.unanswered(os.environ, self.rank) if "SLURM_STEP_ID" in os.environ else ""
         at = main_thread_site()
-        if at:
-            report["site"] = at
+        report = StallReport(rank=self.rank, where=w, bound_s=round(self.bound, 1), waited_s=round(waited, 1),
+                             site=at)
         print(f"rank {self.rank}: error: stalled: no progress for {waited:.0f} s (bound {self.bound:.0f} s, "
-              f"--stall-timeout); this rank is {describe(w)}{', waiting' + at if at else ''}{quiet}",
+              f"--stall-timeout); this rank is {w}{', waiting' + at if at else ''}{quiet}",
               file=sys.stderr, flush=True)
         folder = os.environ.get(STALL_DIR_ENV)
         if folder:
             try:
-                (Path(folder) / f"rank-{self.rank}.json").write_text(json.dumps(report))
+                (Path(folder) / f"rank-{self.rank}.json").write_text(report.to_json())
             except OSError:
                 pass
         # Exit only after the others had the time to fire too: this rank's exit closes its connections, and a
@@ -137,50 +179,39 @@ def main_thread_site() -> str:
     return at
 
 
-def describe(where: dict) -> str:
-    if where["phase"] in ("window", "warmup"):
-        return f"in {where['phase']} {where['window']}, step {where['step']}"
-    return f"in the {where['phase']}"
-
-
-def position(where: dict) -> tuple[int, int, int]:
-    """An order over positions: later phases and steps are further on."""
-    phases = {"first step": 0, "warmup": 1, "window": 2, "gather": 3}
-    return phases.get(where["phase"], 0), where.get("window", 0), where.get("step", 0)
-
-
-def read_reports(folder: Path) -> dict[int, dict]:
+def read_reports(folder: Path) -> dict[int, StallReport]:
+    """Every rank's report in ``folder``, by rank (a file being written, or not a report, is passed over)."""
     reports = {}
     for path in folder.glob("rank-*.json"):
         try:
-            data = json.loads(path.read_text())
-            reports[int(data["rank"])] = data
-        except (OSError, ValueError, KeyError):
+            report = StallReport.from_json(path.read_text())
+        except (OSError, ValueError, KeyError, TypeError):
             continue
+        reports[report.rank] = report
     return reports
 
 
-def diagnose(reports: dict[int, dict], ranks: int) -> str:
+def diagnose(reports: dict[int, StallReport], ranks: int) -> str:
     """One line: which ranks did not arrive where the others waited."""
     silent = [r for r in range(ranks) if r not in reports]
     if not reports:
         return "no rank reported"
-    furthest = max(position(w) for w in reports.values())
-    behind = sorted(r for r, w in reports.items() if position(w) < furthest)
+    furthest = max(w.where.order() for w in reports.values())
+    behind = sorted(r for r, w in reports.items() if w.where.order() < furthest)
     lagging = sorted(silent + behind)
     waiting = sorted(r for r in reports if r not in behind)
     first = reports[waiting[0]]
-    where = describe(first)
-    bound = first["bound_s"]
+    where = str(first.where)
+    bound = first.bound_s
     if not lagging:
-        sites = {r: reports[r].get("site", "") for r in waiting}
+        sites = {r: reports[r].site for r in waiting}
         if len(set(sites.values())) > 1:  # not all in the same call: one waits on something else (its loader)
             return (f"stalled: every rank waited {bound:.0f} s {where}, at different places: " +
                     "; ".join(f"rank {r}{s or ' (unknown)'}" for r, s in sites.items()))
         return (f"stalled: every rank waited {bound:.0f} s {where}{sites[waiting[0]]}: the collective itself hung "
                 "(network, or a peer outside this job)")
     why = [f"{r}: frozen (stopped, or stuck without releasing the interpreter)" for r in silent]
-    why += [f"{r}: {describe(reports[r])}" for r in behind]
+    why += [f"{r}: {reports[r].where}" for r in behind]
     return (f"stalled: rank(s) {', '.join(map(str, lagging))} did not arrive ({'; '.join(why)}); "
             f"rank(s) {', '.join(map(str, waiting))} waited {bound:.0f} s {where}")
 

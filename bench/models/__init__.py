@@ -31,11 +31,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError
 from bench.launching import envs
 from bench.models.workloads import IMAGES, SEQUENCES, Workload
 from bench.records import files
+
+if TYPE_CHECKING:
+    from bench.records.schema import RunSettings
 
 
 @dataclass(frozen=True)
@@ -197,13 +201,13 @@ def count_in_torch_environment(name: str, image_size: int | None, seq_len: int |
     return float(value) if value is not None else None
 
 
-def describe_inputs(config: dict) -> str:
+def describe_inputs(config: RunSettings) -> str:
     """A run's input shape, from its config record, in its workload's words: '64x64', 'seq 32' (a model this
     installation does not know: its image size)."""
-    spec = MODELS.get(config["model"])
+    spec = MODELS.get(config.model)
     if spec is None:
-        return f"{config.get('image_size')}x{config.get('image_size')}"
-    return spec.workload.describe(SimpleNamespace(**{"seq_len": None, **config}))
+        return f"{config.image_size}x{config.image_size}"
+    return spec.workload.describe(config)
 
 
 MODELS: dict[str, ModelSpec] = {}

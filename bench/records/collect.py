@@ -59,13 +59,13 @@ class Key:
 
 
 def label_of(result: Result) -> str:
-    return mode_label(result.mode, result.config.get("strategy"))
+    return mode_label(result.mode, result.config.strategy)
 
 
 def key_of(result: Result) -> Key:
     c = result.config
-    return Key(label_of(result), result.mode, c["model"], c["precision"], c["batch_size"], describe_inputs(c),
-               c.get("num_classes"), device_of(result), bool(c.get("fp16_allreduce")), bool(c.get("channels_last")),
+    return Key(label_of(result), result.mode, c.model, c.precision, c.batch_size, describe_inputs(c),
+               c.num_classes, device_of(result), bool(c.fp16_allreduce), bool(c.channels_last),
                source_of(result), tuning_of(c))
 
 

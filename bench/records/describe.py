@@ -3,16 +3,16 @@ kind and GPU model, the model-side tuning, and the data source. Pure functions o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bench.records.schema import Result
+    from bench.records.schema import Result, RunSettings
 
 
 def device_of(result: Result) -> str:
     """The kind of device a run measured: "cpu", or "cuda" and the GPU model(s) its ranks used (NVML's names
     where a TensorFlow rank's device label carries none)."""
-    device = result.config.get("device") or "cpu"
+    device = result.config.device
     if device != "cuda":
         return device
     env = result.environment
@@ -22,12 +22,12 @@ def device_of(result: Result) -> str:
     return " ".join(["cuda", "+".join(sorted(names))]) if names else "cuda"
 
 
-def tuning_of(config: dict[str, Any]) -> str:
+def tuning_of(config: RunSettings) -> str:
     """What a run's model ran with beyond the paper's eager loop (--compile, --fused-optimizer, --xla), in words; ''
     for none (and for records older than these options)."""
-    parts = [f"compiled ({config['compile']})"] if config.get("compile") not in (None, "none") else []
-    parts += ["fused optimizer"] * bool(config.get("fused_optimizer"))
-    parts += ["XLA"] * bool(config.get("xla"))
+    parts = [f"compiled ({config.compile})"] if config.compile not in (None, "none") else []
+    parts += ["fused optimizer"] * bool(config.fused_optimizer)
+    parts += ["XLA"] * bool(config.xla)
     return ", ".join(parts)
 
 
@@ -42,8 +42,8 @@ def source_of(result: Result) -> str:
         return "synthetic"
     workers = "/".join(str(w) for w in section.workers)
     config = result.config
-    goal = f", {config['epochs']} epoch(s)" if config.get("epochs") else ""
-    goal += f" to top-1 {config['target_accuracy']}" if goal and config.get("target_accuracy") is not None else ""
+    goal = f", {config.epochs} epoch(s)" if config.epochs else ""
+    goal += f" to top-1 {config.target_accuracy}" if goal and config.target_accuracy is not None else ""
     parts = [f"{section.format} via {section.loader}"]
     if section.classes is not None and section.train_samples is not None:
         parts.append(f"{section.classes} classes x {section.train_samples:,} samples")

@@ -42,7 +42,7 @@ class Metric:
 
 def device_word(result: Result) -> str:
     """What one unit of the world size is: a GPU for a run on CUDA devices, else a rank (a process on the CPU)."""
-    return "GPU" if str(result.config.get("device", "cpu")).startswith("cuda") else "rank"
+    return "GPU" if result.config.cuda else "rank"
 
 
 def devices_word(results: list[Result]) -> str:

@@ -132,15 +132,15 @@ def match(result: Result, extra: list[Reference] | None = None) -> Reference | N
     docstring), or None."""
     name = _gpu_name(result)
     config = result.config
-    if name is None or source_of(result) != "synthetic" or config.get("image_size") is None:
+    if name is None or source_of(result) != "synthetic" or config.image_size is None:
         return None
     framework = mode_spec(result.mode).framework
     for ref in [*(extra if extra is not None else user_references()), *SHIPPED]:
         if (re.search(rf"(?<!\w){re.escape(ref.gpu)}(?!\w)", name, re.I)
                 and (ref.mode == result.mode if ref.mode else ref.framework == framework)
                 and (ref.model, ref.precision, ref.batch_size, ref.image_size, ref.channels_last, ref.tuning)
-                == (config["model"], config["precision"], config["batch_size"], config["image_size"],
-                    bool(config.get("channels_last")), tuning_of(config))):
+                == (config.model, config.precision, config.batch_size, config.image_size,
+                    bool(config.channels_last), tuning_of(config))):
             return ref
     return None
 

@@ -41,7 +41,6 @@ CSV_FIELDS = [
     "image_size", "seq_len", "world_size", "device", "launcher", "sample_unit", *METRICS, "ci95_low", "ci95_high",
     "median", "ranks_in_sync", "hosts",
 ]
-TELEMETRY_FIELDS = ["t", "host", "gpu", *telemetry.FIELDS]
 
 
 def check_output_dir(path: str | os.PathLike) -> Path:
@@ -250,7 +249,7 @@ def upgraded(data: dict[str, Any], where: str) -> schema.Result:
     return result
 
 
-def telemetry_samples(gathered: Gathered) -> list[dict[str, Any]]:
+def telemetry_samples(gathered: Gathered) -> list[telemetry.GpuSample]:
     return [s for r in gathered.ranks if r.telemetry for s in r.telemetry.samples]
 
 
@@ -258,7 +257,7 @@ class CsvNotUpdated(ResultNotWhole):
     """The run's record was written but its results.csv row was not: the CSV is exactly as it was."""
 
 
-def write_result(out_dir: Path, result: schema.Result, samples: list[dict[str, Any]] | None = None) -> Path:
+def write_result(out_dir: Path, result: schema.Result, samples: list[telemetry.GpuSample] | None = None) -> Path:
     """Write the run as a unit: ``<run_id>.json`` (whole, never overwriting; the record), the telemetry time
     series beside it (``<run_id>-telemetry.csv``) when there is one, and the results.csv row. The JSON lands
     first (with its fallback folder when the output refuses it); a time series the disk refuses is a warning; if
@@ -267,7 +266,7 @@ def write_result(out_dir: Path, result: schema.Result, samples: list[dict[str, A
     series = result.telemetry.samples_csv
     if samples and series:  # after the record: a disk that refuses the time series costs a warning, never the result
         try:
-            _write_atomic_csv(out_dir / series, TELEMETRY_FIELDS, samples)
+            _write_atomic_csv(out_dir / series, telemetry.COLUMNS, telemetry.rows(samples))
         except (OSError, BenchError) as exc:
             reason = files.disk_reason(exc) if isinstance(exc, OSError) else str(exc)
             print(f"warning: the telemetry time series {series} was not written "
@@ -298,9 +297,9 @@ def csv_row(result: schema.Result) -> dict[str, Any]:
     return {
         "schema_version": result.schema_version, "run_id": result.run_id,
         "created_utc": result.created_utc, "status": result.status, "mode": result.mode,
-        "model": cfg["model"], "precision": cfg["precision"], "batch_size": cfg["batch_size"],
-        "image_size": cfg["image_size"], "seq_len": cfg.get("seq_len"), "world_size": result.world_size,
-        "device": cfg["device"],
+        "model": cfg.model, "precision": cfg.precision, "batch_size": cfg.batch_size,
+        "image_size": cfg.image_size, "seq_len": cfg.seq_len, "world_size": result.world_size,
+        "device": cfg.device,
         "launcher": result.launcher, "sample_unit": result.workload.unit,
         **{key: metric.value(result) for key, metric in METRICS.items()},
         "ci95_low": ci[0], "ci95_high": ci[1], "median": s.median,
@@ -345,8 +344,8 @@ def render_table(result: schema.Result):
     cfg, s, tele, util = result.config, result.summary, result.telemetry, result.utilisation
     shape = describe_inputs(cfg)
     symbol = sample_symbol(result)
-    title = (f"{result.mode}  {cfg['model']} {shape}  "
-             f"batch {cfg['batch_size']}/device  {cfg['precision']}  {result.world_size} x {cfg['device']}")
+    title = (f"{result.mode}  {cfg.model} {shape}  "
+             f"batch {cfg.batch_size}/device  {cfg.precision}  {result.world_size} x {cfg.device}")
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -378,8 +377,8 @@ def render_table(result: schema.Result):
         if against is not None:
             share, reference = against
             table.add_row("vs reference", f"{100 * share:.0f}", f"% of {reference.label()}")
-    table.add_row("windows x steps", f"{len(result.samples.window_s[0])} x {cfg['steps_per_window']}",
-                  f"+ {cfg['warmup_steps']} warmup steps")
+    table.add_row("windows x steps", f"{len(result.samples.window_s[0])} x {cfg.steps_per_window}",
+                  f"+ {cfg.warmup_steps} warmup steps")
     table.add_row("ranks in sync", "yes" if result.sync.ranks_in_sync else "NO", "parameter checksums equal")
     for rows in (attribution.table_rows(result.attribution), feed.table_rows(result.input),
                  goal.table_rows(result.training), host_load.table_rows(result.host_load),

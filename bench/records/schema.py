@@ -375,6 +375,10 @@ class EvalPoint(_Open):
     eval_s: float
     top1: float
     top5: float
+    learning_rate: float | None = Field(None, description="the rate of the epoch's last step")
+    eval_loss: float | None = Field(None, description="mean cross-entropy over the held-out samples")
+    eval_samples: int | None = Field(None, description="the held-out samples scored")
+    train_loss: float | None = Field(None, description="the ranks' mean training loss since the last evaluation")
 
 
 class Checkpoint(_Open):
@@ -390,6 +394,7 @@ class Resumed(_Open):
     epoch: int = Field(description="the epochs the checkpoint holds")
     checkpoint: str | None = Field(None, alias="from", description="the checkpoint's folder")
     wall_s: float = Field(description="training wall time up to the checkpoint, counted once")
+    save_s: float | None = Field(None, description="the checkpoint's own time to write")
     written_utc: str
 
 
@@ -445,6 +450,35 @@ class Trace(BaseModel):
     definitions: dict[str, str]
 
 
+class RunSettings(_Open):
+    """The resolved run configuration a result ran with (bench.config.RunConfig, every field of it; those the
+    readers match runs by are declared here, each with the default a record older than it means)."""
+    model: str
+    precision: str
+    batch_size: int
+    device: str = "cpu"
+    steps_per_window: int | None = None
+    warmup_steps: int | None = None
+    image_size: int | None = None
+    seq_len: int | None = None
+    num_classes: int | None = None
+    strategy: str | None = Field(None, description="tf-native's: mirrored, multiworker, ps")
+    fp16_allreduce: bool | None = None
+    channels_last: bool | None = None
+    compile: str | None = None
+    fused_optimizer: bool | None = None
+    xla: bool | None = None
+    profile: str | None = None
+    data: str | None = None
+    epochs: int | None = None
+    target_accuracy: float | None = None
+    seed: int | None = None
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+
 class Result(BaseModel):
     """One benchmark run: configuration, environment, raw samples and the figures derived from them."""
     model_config = ConfigDict(extra="forbid", title="hvdbench result")
@@ -454,7 +488,7 @@ class Result(BaseModel):
     created_utc: str
     hvdbench_version: str
     mode: str
-    config: dict[str, Any] = Field(description="the resolved run configuration (bench.config.RunConfig)")
+    config: RunSettings = Field(description="the resolved run configuration (bench.config.RunConfig)")
     launcher: str
     world_size: int
     processes: int

@@ -15,7 +15,7 @@ def test_the_digits_are_real_labelled_images(tmp_path):
     record = make(MakeConfig(path=str(tmp_path / "d"), source="digits", format="imagefolder", image_size=16))
     assert record["classes"] == 10 and sum(record["counts"].values()) == 1797
     data = load(tmp_path / "d")
-    assert sorted(set(data.splits["train"].labels.tolist())) == list(range(10))
+    assert sorted(set(data.train.labels.tolist())) == list(range(10))
 
 
 def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
@@ -68,7 +68,7 @@ def test_dali_reads_each_epochs_global_shuffle_in_the_order_the_torch_loader_rea
 
     small(tmp_path / "d", images=60, classes=10, image_size=32)  # 48 training images: 6 batches of 4 per rank
     data = load(tmp_path / "d")
-    labels = data.splits["train"].labels
+    labels = data.train.labels
     for rank in (0, 1):
         expected = [labels[shard(len(labels), rank, 2, 4, 5, e)].tolist() for e in (0, 1)]
         assert expected[0] != expected[1]
@@ -160,7 +160,7 @@ def test_tfrecord_ranks_read_whole_files_in_a_new_order_every_epoch_and_the_same
                 example.features.feature["image/class/label"].int64_list.value[:] = [file_number + 1]
                 writer.write(example.SerializeToString())
     data = load(tmp_path / "r")
-    train = data.splits["train"]
+    train = data.train
     assert len(train) == 48 and len(train.shards) == 4  # 12 records a file
     assert rank_samples(train, 3, 4) == 12  # floor(4 / 3) files x 12 records, whole batches of 4
     epochs = 3
@@ -189,7 +189,7 @@ def test_the_tf_loader_reads_each_token_window_from_its_file_and_checks_its_ids(
 
     make(MakeConfig(path=str(tmp_path / "t"), format="tokens", source="text", seq_len=16))
     data = load(tmp_path / "t", seq_len=8)
-    train = data.splits["train"]
+    train = data.train
     for rank in range(2):
         batches = list(LOADERS["tf"].batches(data, "train", 0, 4, 1, seed=3, rank=rank, world=2, epoch=1))
         order = shard(len(train), rank, 2, 4, 3, 1)

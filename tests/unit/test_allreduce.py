@@ -3,7 +3,7 @@
 
 import pytest
 
-from bench.commands.allreduce import AllreduceConfig, bandwidths, bus_factor, gradient_bytes
+from bench.commands.allreduce import AllreduceConfig, Timed, bandwidths, bus_factor, gradient_bytes
 from bench.config import byte_size as parse_bytes
 from bench.errors import BenchError
 
@@ -115,8 +115,8 @@ def test_the_time_is_the_ranks_mean_as_nccl_tests_reports_it():
             pass
 
         def allgather(self, value):
-            if isinstance(value, dict):
-                return [{"samples": [1.0] * 3, "correct": True}, {"samples": [3.0] * 3, "correct": True}]
+            if isinstance(value, Timed):
+                return [Timed([1.0] * 3, True), Timed([3.0] * 3, True)]
             return [value, value]
 
     cfg = replace(AllreduceConfig(samples=3, warmup=1), sizes=(4096,))

@@ -59,8 +59,8 @@ def test_cifar_and_tokens_follow_their_formats(tmp_path):
         batch = pickle.load(f, encoding="bytes")
     assert batch[b"data"].dtype == np.uint8 and batch[b"data"].shape[1] == 3072
     data = load(tmp_path / "c")
-    assert data.format == "cifar" and len(data.splits["train"]) == 32 and len(data.splits["val"]) == 8
-    assert data.splits["train"].arrays.shape[1:] == (32, 32, 3)
+    assert data.format == "cifar" and len(data.train) == 32 and len(data.val) == 8
+    assert data.train.arrays.shape[1:] == (32, 32, 3)
     make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=10, seq_len=16, classes=1000))
     ids = np.fromfile(tmp_path / "t" / "train.bin", dtype=np.uint16)
     assert len(ids) == 8 * 16 and ids.max() < 1000 and formats.detect(tmp_path / "t").name == "tokens"
@@ -72,7 +72,7 @@ def test_a_tokens_dataset_is_read_as_sequences_and_their_continuations(tmp_path)
     make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=10, seq_len=16, classes=1000))
     ids = np.fromfile(tmp_path / "t" / "train.bin", dtype=np.uint16)
     data = load(tmp_path / "t", seq_len=4)
-    train = data.splits["train"]
+    train = data.train
     assert data.classes == 1000 and len(train) == (len(ids) - 1) // 8
     pair, target = train.sample(3)
     assert pair.tolist() == [ids[24:28].tolist(), ids[28:32].tolist()] and target.tolist() == ids[29:33].tolist()
@@ -80,7 +80,7 @@ def test_a_tokens_dataset_is_read_as_sequences_and_their_continuations(tmp_path)
         load(tmp_path / "t")
     # an id outside the vocabulary: refused when its sample is read, never by a scan of the whole file at load
     (tmp_path / "t" / "val.bin").write_bytes(np.array([5] * 9 + [1000] + [5] * 8, np.uint16).tobytes())
-    val = load(tmp_path / "t", seq_len=4).splits["val"]
+    val = load(tmp_path / "t", seq_len=4).val
     assert val.sample(0)[1].tolist() == [5] * 4
     with pytest.raises(BenchError, match=r"val.bin holds token id 1000 \(sample 1\), outside the vocabulary 0..999"):
         val.sample(1)
@@ -93,7 +93,7 @@ def test_a_token_split_travels_to_a_loader_worker_by_its_path(tmp_path):
     """A loader's workers start from a fork server (bench.data.loaders.worker_start) and receive the split
     pickled: a memory-mapped token file goes as its path and is mapped again there, never copied."""
     make(MakeConfig(path=str(tmp_path / "t"), format="tokens", images=200, seq_len=64, classes=1000))
-    train = load(tmp_path / "t", seq_len=16).splits["train"]
+    train = load(tmp_path / "t", seq_len=16).train
     sent = pickle.dumps(train)
     again = pickle.loads(sent)
     assert len(sent) < 1000 < train.tokens.nbytes and isinstance(again.tokens, np.memmap)
@@ -169,9 +169,9 @@ def test_every_split_is_labelled_by_trains_class_folders(tmp_path):
     _images(tmp_path, ["train/n01/a.JPEG", "train/n02/b.JPEG", "train/n03/c.JPEG", "train/.ipynb_checkpoints/x.JPEG",
                        "val/n01/d.JPEG", "val/n03/e.JPEG", "val/.hidden/f.JPEG"])
     data = load(tmp_path)
-    assert data.classes == 3 and data.splits["train"].labels.tolist() == [0, 1, 2]
-    assert [p.split("/")[-1] for p in data.splits["val"].paths] == ["d.JPEG", "e.JPEG"]
-    assert data.splits["val"].labels.tolist() == [0, 2]  # n03 is class 2 in both splits
+    assert data.classes == 3 and data.train.labels.tolist() == [0, 1, 2]
+    assert [p.split("/")[-1] for p in data.val.paths] == ["d.JPEG", "e.JPEG"]
+    assert data.val.labels.tolist() == [0, 2]  # n03 is class 2 in both splits
     _images(tmp_path, ["val/n09/g.JPEG"])
     with pytest.raises(BenchError, match=r"val/ holds classes that train/ has not \(n09\)"):
         load(tmp_path)
@@ -186,9 +186,9 @@ def test_a_flat_val_folder_is_read_with_its_label_file_as_imagenet_ships_it(tmp_
         load(tmp_path)
     (tmp_path / "LOC_val_solution.csv").write_text(
         "ImageId,PredictionString\nILSVRC2012_val_00000002,n01 1 2 3 4\nILSVRC2012_val_00000001,n02 5 6 7 8\n")
-    assert load(tmp_path).splits["val"].labels.tolist() == [1, 0]
+    assert load(tmp_path).val.labels.tolist() == [1, 0]
     (tmp_path / "val_labels.txt").write_text("ILSVRC2012_val_00000001.JPEG n01\nILSVRC2012_val_00000002.JPEG n02\n")
-    assert load(tmp_path).splits["val"].labels.tolist() == [0, 1]  # val_labels.txt first
+    assert load(tmp_path).val.labels.tolist() == [0, 1]  # val_labels.txt first
     (tmp_path / "val_labels.txt").write_text("ILSVRC2012_val_00000001.JPEG n01\n")
     with pytest.raises(BenchError, match=r"gives no class for 1 image\(s\) of val/ \(ILSVRC2012_val_00000002.JPEG\)"):
         load(tmp_path)
@@ -249,4 +249,4 @@ def test_a_small_made_folder_reads_back_with_every_val_class_in_train(tmp_path):
     # seed 3: the first six samples held out would leave one of their classes out of train/
     record = make(MakeConfig(path=str(tmp_path / "d"), images=30, classes=12, image_size=8, seed=3))
     data = load(tmp_path / "d")
-    assert record["counts"]["val"] == 6 and set(data.splits["val"].labels) <= set(data.splits["train"].labels)
+    assert record["counts"]["val"] == 6 and set(data.val.labels) <= set(data.train.labels)

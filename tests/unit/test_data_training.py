@@ -108,7 +108,7 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
     fed = feed.Feed.__new__(feed.Feed)
     fed.cfg, fed.copies, fed.copy_time, fed.place = SimpleNamespace(data="d"), True, copy_time, lambda host: host
     fed.wait_s, fed.h2d_s, fed._batches = [], [], iter([("batch", 1)] * 3)
-    fed.dataset = SimpleNamespace(splits={"train": []}, format="imagefolder", classes=2)
+    fed.dataset = SimpleNamespace(train=[], format="imagefolder", classes=2)
     fed.loader_rate, fed.workers, fed.per_epoch = 100.0, 1, None
     fed.queue_at_start, fed.settle_steps = None, 0
     for _ in range(3):

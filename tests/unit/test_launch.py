@@ -362,23 +362,31 @@ def test_the_spawners_line_names_the_rank_then_the_advice(monkeypatch, code, kil
     assert str(got.value) == line
 
 
-def test_watchdog_diagnosis():
-    from bench.measure.watchdog import auto_bound, diagnose
+def test_watchdog_diagnosis(tmp_path):
+    from bench.measure.watchdog import StallReport, Where, auto_bound, diagnose, read_reports
 
-    waiting = {"phase": "window", "window": 3, "step": 1, "bound_s": 60.0}
-    assert diagnose({0: {"rank": 0, **waiting}, 2: {"rank": 2, **waiting}}, 3) == (
+    def report(rank, where=Where("window", 3, 1), site=""):
+        return StallReport(rank=rank, where=where, bound_s=60.0, waited_s=61.0, site=site)
+
+    assert diagnose({0: report(0), 2: report(2)}, 3) == (
         "stalled: rank(s) 1 did not arrive (1: frozen (stopped, or stuck without releasing the interpreter)); "
         "rank(s) 0, 2 waited 60 s in window 3, step 1")
-    behind = {"phase": "window", "window": 2, "step": 3, "bound_s": 60.0}
-    assert "rank(s) 1 did not arrive (1: in window 2, step 3)" in diagnose({0: waiting, 1: behind}, 2)
-    assert "the collective itself hung" in diagnose({0: waiting, 1: waiting}, 2)
+    assert "rank(s) 1 did not arrive (1: in window 2, step 3)" in diagnose({0: report(0),
+                                                                             1: report(1, Where("window", 2, 3))}, 2)
+    assert "rank(s) 0 did not arrive (0: in the first step)" in diagnose({0: report(0, Where()), 1: report(1)}, 2)
+    assert "the collective itself hung" in diagnose({0: report(0), 1: report(1)}, 2)
     # where each rank's main thread waited (bench.measure.watchdog.site): the same call, or different places
     gloo = " in torch (.../distributed/distributed_c10d.py:10)"
-    assert diagnose({0: {**waiting, "site": gloo}, 1: {**waiting, "site": gloo}}, 2) == (
+    assert diagnose({0: report(0, site=gloo), 1: report(1, site=gloo)}, 2) == (
         f"stalled: every rank waited 60 s in window 3, step 1{gloo}: the collective itself hung (network, or a "
         "peer outside this job)")
-    assert diagnose({0: {**waiting, "site": " in torch (.../utils/data/dataloader.py:9)"},
-                     1: {**waiting, "site": gloo}}, 2) == (
+    assert diagnose({0: report(0, site=" in torch (.../utils/data/dataloader.py:9)"),
+                     1: report(1, site=gloo)}, 2) == (
         "stalled: every rank waited 60 s in window 3, step 1, at different places: rank 0 in torch "
         f"(.../utils/data/dataloader.py:9); rank 1{gloo}")
+    # the files the ranks write, read back as they were written; a half-written one passed over
+    (tmp_path / "rank-0.json").write_text(report(0, site=gloo).to_json())
+    (tmp_path / "rank-1.json").write_text('{"rank": 1, "phase": "win')
+    assert '"phase": "window"' in (tmp_path / "rank-0.json").read_text()  # flat, as the reports always were
+    assert read_reports(tmp_path) == {0: report(0, site=gloo)}
     assert auto_bound(0.5, 4) == 120 and auto_bound(10.0, 4) == 800

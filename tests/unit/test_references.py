@@ -55,7 +55,7 @@ def test_nothing_is_said_where_no_reference_matches(tmp_path, change):
 
 def test_a_cpu_run_or_a_run_on_files_has_no_reference(tmp_path):
     run = gpu_run(tmp_path)
-    run.config["device"] = "cpu"
+    run.config.device = "cpu"
     assert references.match(run, []) is None
     run = gpu_run(tmp_path)
     run.input = Input(source="dataset", format="imagefolder", loader="torch", definition="d")

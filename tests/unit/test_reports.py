@@ -176,7 +176,7 @@ def test_tables_say_per_gpu_for_gpu_runs_and_per_rank_for_cpu_runs(tmp_path):
 
     cpu = load_results([A])[0]
     gpu = cpu.model_copy(deep=True)
-    gpu.config["device"] = "cuda"
+    gpu.config.device = "cuda"
 
     def text(result):
         console = Console(width=200, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115

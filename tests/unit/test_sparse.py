@@ -145,9 +145,15 @@ def test_predict_takes_the_allgather_measurement_for_the_sparse_bytes(tmp_path):
 
 def test_inputs_name_the_vocabulary_and_the_embedding():
     from bench.models import describe_inputs
+    from bench.records.schema import RunSettings
 
-    config = {"model": "transformer-small", "seq_len": 32, "num_classes": 37000}
-    assert describe_inputs(config) == "seq 32, vocab 37000"
-    assert describe_inputs({**config, "sparse_embeddings": True}) == "seq 32, vocab 37000, sparse"
-    assert describe_inputs({**config, "sparse_embeddings": True, "sparse_as_dense": True}) == \
+    def config(**extra):
+        return RunSettings(model="transformer-small", precision="fp32", batch_size=8, seq_len=32, num_classes=37000,
+                           **extra)
+
+    assert describe_inputs(config()) == "seq 32, vocab 37000"
+    assert describe_inputs(config(sparse_embeddings=True)) == "seq 32, vocab 37000, sparse"
+    assert describe_inputs(config(sparse_embeddings=True, sparse_as_dense=True)) == \
         "seq 32, vocab 37000, sparse-as-dense"
+    unknown = RunSettings(model="a-model-not-installed", precision="fp32", batch_size=8, image_size=96)
+    assert describe_inputs(unknown) == "96x96"

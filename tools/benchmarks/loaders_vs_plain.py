@@ -84,7 +84,7 @@ def plain_torch(a) -> float:
 
     from bench.data import datasets
 
-    train = datasets.load(a.data).splits["train"]
+    train = datasets.load(a.data).train
     images = PlainImages(list(train.paths), train.labels, a.image_size)
     sampler = torch.utils.data.RandomSampler(images, replacement=False, num_samples=10 ** 9)
     loader = torch.utils.data.DataLoader(images, batch_size=a.batch_size, sampler=sampler, num_workers=1,
@@ -100,7 +100,7 @@ def plain_tf(a) -> float:
     from bench.tfutil import import_tf
 
     tf, _ = import_tf()
-    train = datasets.load(a.data).splits["train"]
+    train = datasets.load(a.data).train
     mean, std = tf.constant(MEAN * 255), tf.constant(STD * 255)
     size = a.image_size
 

@@ -170,8 +170,16 @@ class AllreduceConfig:
     @classmethod
     def from_json(cls, text: str) -> AllreduceConfig:
         data = json.loads(text)
-        data["models"], data["sizes"] = tuple(data["models"]), tuple(data["sizes"])
-        return cls(**data)
+        models, sizes = data.pop("models"), data.pop("sizes")
+        return cls(**data, models=tuple(models), sizes=tuple(sizes))
+
+
+@dataclass(frozen=True)
+class Timed:
+    """What each rank hands the others for one size (pickled by the backend's allgather): its timed samples, in
+    seconds per operation, and whether its result was right."""
+    samples: list[float]
+    correct: bool
 
 
 def load_backend(name: str) -> ModuleType:
@@ -237,10 +245,10 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
                 op()
             comm.sync()
             samples.append((comm.clock() - t0) / iters)
-        gathered = comm.allgather({"samples": samples, "correct": correct})
+        gathered: list[Timed] = comm.allgather(Timed(samples, correct))
         comm.release()
-        per_sample = [statistics.fmean(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
-        slowest = [max(rank["samples"][i] for rank in gathered) for i in range(cfg.samples)]
+        per_sample = [statistics.fmean(rank.samples[i] for rank in gathered) for i in range(cfg.samples)]
+        slowest = [max(rank.samples[i] for rank in gathered) for i in range(cfg.samples)]
         t = statistics.median(per_sample)
         algbw, busbw = cfg.collective.bandwidths(nbytes, t, comm.world_size)
         rows.append(AllreduceRow(
@@ -248,9 +256,9 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
             time_s=t, time_mean_s=statistics.fmean(per_sample), time_min_s=min(per_sample),
             time_slowest_rank_s=statistics.median(slowest),
             algbw_GBps=algbw, busbw_GBps=busbw,
-            correct=all(rank["correct"] for rank in gathered),
+            correct=all(rank.correct for rank in gathered),
             model=next((m for m in cfg.models if gradient_bytes(m) == nbytes), None),
-            samples_s_per_rank=[rank["samples"] for rank in gathered],
+            samples_s_per_rank=[rank.samples for rank in gathered],
         ))
     return rows
 
