@@ -233,19 +233,19 @@ def base() -> dict[str, Any]:
 def torch_info() -> dict[str, Any]:
     import torch
 
-    info: dict[str, Any] = {"version": torch.__version__, "cuda": torch.version.cuda,
-                            "cudnn": None, "nccl": None, "gpus": []}
+    cudnn = nccl = None
+    gpus = []
     if torch.cuda.is_available():
-        info["cudnn"] = torch.backends.cudnn.version()
+        cudnn = torch.backends.cudnn.version()
         try:
-            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
         except (AttributeError, RuntimeError):
             pass
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            info["gpus"].append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / 2**30, 2),
-                                 "capability": f"{p.major}.{p.minor}"})
-    return info
+            gpus.append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / 2**30, 2),
+                         "capability": f"{p.major}.{p.minor}"})
+    return {"version": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "nccl": nccl, "gpus": gpus}
 
 
 def tf_info() -> dict[str, Any]:
@@ -277,17 +277,22 @@ INFO = {"torch": torch_info, "tensorflow": tf_info}
 def framework_record(framework: str) -> dict[str, Any]:
     """One framework as this process sees it after importing it and Horovod's module for it: its
     interpreter and environment, versions, Horovod's build, and the libraries the two loaded."""
+    part: dict[str, Any] = {"python": sys.executable, "prefix": os.path.realpath(sys.prefix),
+                            framework: INFO[framework](), **horovod_part(framework)}
+    return {**part, "loaded_libraries": loaded_libraries()}  # after the imports above
+
+
+def horovod_part(framework: str) -> dict[str, Any]:
+    """``{"horovod": its build}`` where Horovod is installed (its error where its module for ``framework`` does
+    not load), else nothing."""
     import importlib.util
 
-    part: dict[str, Any] = {"python": sys.executable, "prefix": os.path.realpath(sys.prefix),
-                            framework: INFO[framework]()}
-    if importlib.util.find_spec("horovod"):
-        try:
-            part["horovod"] = horovod_info(framework)
-        except ImportError as exc:
-            part["horovod"] = {"error": str(exc)}
-    part["loaded_libraries"] = loaded_libraries()
-    return part
+    if not importlib.util.find_spec("horovod"):
+        return {}
+    try:
+        return {"horovod": horovod_info(framework)}
+    except ImportError as exc:
+        return {"horovod": {"error": str(exc)}}
 
 
 PROBE = ("import json, sys; from bench.records.env import framework_record; "
@@ -314,27 +319,15 @@ def full() -> dict[str, Any]:
 
     record = base()
     if envs.split():
-        record["environments"] = {}
+        parts = {}
         for framework in FRAMEWORKS:
             python = envs.interpreter(framework)
-            part = framework_elsewhere(framework, python) if python else framework_record(framework)
-            record["environments"][framework] = part
-            if framework in part:
-                record[framework] = part[framework]
-        record["topology"] = topology()
-        return record
-    if importlib.util.find_spec("torch"):
-        record["torch"] = torch_info()
-    if importlib.util.find_spec("tensorflow"):
-        record["tensorflow"] = tf_info()
-    if importlib.util.find_spec("horovod"):
-        try:
-            record["horovod"] = horovod_info("torch")
-        except ImportError as exc:
-            record["horovod"] = {"error": str(exc)}
-    record["topology"] = topology()
-    record["loaded_libraries"] = loaded_libraries()  # after the imports above
-    return record
+            parts[framework] = framework_elsewhere(framework, python) if python else framework_record(framework)
+        found = {framework: part[framework] for framework, part in parts.items() if framework in part}
+        return {**record, "environments": parts, **found, "topology": topology()}
+    found = {framework: INFO[framework]() for framework in FRAMEWORKS if importlib.util.find_spec(framework)}
+    record = {**record, **found, **horovod_part("torch"), "topology": topology()}
+    return {**record, "loaded_libraries": loaded_libraries()}  # after the imports above
 
 
 def library_lines(record: dict[str, Any]) -> list[str]:
