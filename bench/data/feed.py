@@ -265,10 +265,11 @@ class WorkerFeeds(Feed):
     it (bench.data.loaders.TFLoader.dataset, graph_only), inside the closures the coordinator schedules; this, on
     the coordinator, is their feeds' account. Each closure times its own wait for its batch (``add``: the worker's
     index and the seconds from asking its iterator to holding the batch, read with tf.timestamp inside the
-    closure), the loader's rate is probed here on worker 0's shard, and the held-out split is scored here whole
-    (the coordinator is the one process that measures and evaluates). An epoch is ``per_epoch`` steps of one closure
-    per worker (``per_epoch`` = a worker's whole batches); the coordinator hands closures to whichever worker is
-    free, so a worker that runs more of them reads on into its own next epoch (asynchronous training)."""
+    closure), and the loader's rate is probed here on worker 0's shard; the workers score the held-out split too,
+    one part each in closures of their own (bench.modes.tf_native.ParameterServerTrainer.evaluate_shard). An epoch
+    is ``per_epoch`` steps of one closure per worker (``per_epoch`` = a worker's whole batches); the coordinator
+    hands closures to whichever worker is free, so a worker that runs more of them reads on into its own next
+    epoch (asynchronous training)."""
 
     def __init__(self, cfg, workers: int, reopen: Callable[[], None]) -> None:
         super().__init__(cfg, 0, workers, workers, lambda b: b, copies=False, framework="tensorflow", draws=False)
@@ -287,12 +288,6 @@ class WorkerFeeds(Feed):
 
     def mark(self) -> int:
         return len(self.worker_waits)
-
-    def held_out(self):
-        cfg = self.cfg
-        batches = self.loader.batches(self.dataset, "val", cfg.image_size, cfg.batch_size, self.workers, cfg.seed,
-                                      0, 1, 0, cfg.device.value, 1, self.framework)
-        yield from batches
 
     def record(self, timed_from: int) -> FeedRecord:
         waits = self.worker_waits[timed_from:]

@@ -7,8 +7,9 @@ What a checkpoint holds (a folder, written whole: a new one replaces the old onl
                    and the training wall time up to it (bench.measure.goal)
     torch.pt       PyTorch: the model's and the optimizer's state dicts and every rank's random state, CPU and
                    GPU (rank 0 writes; every rank reads, and takes its own random state back)
-    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer (not the random state: a resumed
-                   run's dropout masks start again from each rank's seed)
+    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer (every rank writes), and every
+                   rank's dropout generators' states (random.npz; tf-native ps: none, its legacy random ops keep
+                   their state in their kernels, bench.modes.tf_common.TFTrainer)
 
 When: after the evaluation that follows every N-th epoch (N a multiple of --eval-every: a checkpoint never holds
 half a training loss), not after the last epoch (the run ends there) nor at the target when the run stops there.
@@ -37,7 +38,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -46,7 +47,7 @@ from bench.measure.goal import Progress
 from bench.records.schema import parse
 
 STATE = "state.json"
-FORMAT = 2  # 2: torch.pt holds each rank's random state
+FORMAT = 3  # 2: torch.pt holds each rank's random state; 3: tf/random.npz each rank's dropout generators' states
 # Fields a resumed run may change: how it is watched, where it writes, how its input is read (not what).
 FREE = frozenset({"output", "resume_from", "checkpoint_every", "checkpoint_dir", "telemetry", "telemetry_interval",
                   "stall_timeout", "rendezvous_timeout", "loader_workers", "attribution_steps", "extra"})
@@ -62,7 +63,7 @@ class Mark:
 
 class State(BaseModel):
     """A checkpoint's state.json (module docstring)."""
-    format: Literal[2]
+    format: int
     config: dict[str, Any]  # :func:`configuration` of the run that wrote it
     epoch: int
     schedule_taken: int
@@ -168,7 +169,8 @@ def save(cfg, trainer, mark: Mark, wall_s) -> float:
                           schedule_taken=mark.schedule_taken, goal=mark.goal, wall_s=wall_s(),
                           save_s=time.perf_counter() - t0,
                           written_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            (fresh / STATE).write_text(state.model_dump_json(indent=1, by_alias=True, exclude_unset=True))
+            (fresh / STATE).write_text(state.model_dump_json(indent=1, by_alias=True))  # every field: the curve
+            # is appended to in place, which pydantic does not count as set
             # on the disk before the renames make it the checkpoint, and the renames after them: a rename is atomic,
             # not durable, and a node that loses power after "checkpoint written" must not leave empty files
             for path in [*sorted(fresh.rglob("*")), fresh]:

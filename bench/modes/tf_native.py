@@ -23,6 +23,7 @@ from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo, parse_tf_config
 from bench.launching.supervise import free_port
 from bench.launching.supervise import spawn as spawn_processes
+from bench.measure import goal
 from bench.modes.tf_common import TFTrainer, pick_device, resolve, tf
 
 if TYPE_CHECKING:  # the run configuration imports the mode registry to check a run
@@ -234,6 +235,8 @@ class MirroredTrainer(_SyncStrategyTrainer):
 
 
 class ParameterServerTrainer(TFTrainer):
+    random_generators_kept = False  # TFTrainer says why
+
     def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> None:
         super().__init__(cfg, launch, hooks, gpus="none")
 
@@ -274,6 +277,8 @@ class ParameterServerTrainer(TFTrainer):
         self._worker_fn = worker_fn
         self._pending: list = []  # --data: each closure's (loss, wait, worker), fetched at the next sync
         self.scheduled = 0
+        self._score_part = None  # --epochs: the closure that scores one part of the held-out split
+        self.scored_by = [0] * workers  # the parts each worker scored
 
     def _open_workers(self) -> None:
         """Each worker's iterator: the synthetic batch made once and cached there, or (--data) its shard of the
@@ -307,6 +312,45 @@ class ParameterServerTrainer(TFTrainer):
                 if self.cfg.epochs is not None:
                     self._losses.append(float(loss))
 
+    def evaluate_shard(self) -> goal.Counts:
+        """The held-out split scored by the workers, never here: the coordinator has no GPU, and with the variables
+        on the parameter servers its own forward passes would fetch every weight for each batch. The split is cut
+        into one part per worker (sample i in part i mod W, bench.data.loaders.TFLoader.dataset) and each part is a
+        closure that builds its part's pipeline where it runs and sums its hits; whichever worker runs which part,
+        every sample is scored once. The coordinator adds the parts' counts."""
+        workers = self.replicas_per_process
+        if self._score_part is None:
+            cfg, feed, strategy = self.cfg, self.feed, self.strategy
+
+            @tf.function
+            def score_part(part):
+                def replica_fn(part):
+                    held_out = feed.loader.dataset(feed.dataset, "val", cfg.image_size, cfg.batch_size, feed.workers,
+                                                   cfg.seed, part, workers, 0, None, graph_only=True)
+                    sums = tf.zeros([4], tf.float64)
+                    for x, y in held_out:
+                        sums += tf.stack([tf.cast(v, tf.float64) for v in self.batch_scores(x, y)])
+                    return sums
+
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                return strategy.run(replica_fn, args=(part,)), worker
+
+            self._score_part = score_part
+        parts = [self.coordinator.schedule(self._score_part, args=(tf.constant(k, tf.int64),))
+                 for k in range(workers)]
+        self.coordinator.join()
+        counts = goal.Counts()
+        for remote in parts:
+            sums, worker = remote.fetch()
+            correct1, correct5, loss_sum, samples = (float(v) for v in sums)
+            counts.correct1 += round(correct1)
+            counts.correct5 += round(correct5)
+            counts.loss_sum += loss_sum
+            counts.samples += round(samples)
+            self.scored_by[int(worker)] += 1
+        counts.train_loss = self.train_loss()
+        return counts
+
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]  # the coordinator is the one measuring process
 
@@ -326,6 +370,7 @@ class ParameterServerTrainer(TFTrainer):
             "updates_per_worker": counts,
             "closures_run": self.scheduled,
             "optimizer_iterations": int(self.optimizer.iterations.numpy()),
+            "held_out_parts_per_worker": self.scored_by,  # --epochs: the parts of the held-out split each scored
             "in_sync": on_ps and all(c > 0 for c in counts) and sum(counts) == self.scheduled,
             "definition": "variables on the parameter servers, and every worker's updates applied there",
         }

@@ -1,6 +1,8 @@
 """Checkpoints and resuming (--checkpoint-every, --resume-from; bench.measure.checkpoint), and the fixed-time run
-(--duration with --epochs), in real runs on the digits: a run that loses a rank after a checkpoint, resumed, ends
-with exactly the parameters of one never interrupted (PyTorch and TensorFlow). The checks: tests/unit/."""
+(--duration with --epochs), in real runs: a run that loses a rank after a checkpoint, resumed, ends with exactly
+the parameters of one never interrupted (PyTorch and TensorFlow), for a model with dropout (the Transformer on
+real text), whose every rank draws its own masks: each rank's random state must come back too. The checks:
+tests/unit/."""
 
 import json
 
@@ -8,26 +10,29 @@ import pytest
 
 from bench.measure import checkpoint
 from tests.conftest import bench, only_result
+from tests.multiproc.test_data_training import text  # noqa: F401 (the fixture: real text as token ids)
 from tests.unit.test_checkpoint import EPOCHS
 
 TRAINING = ["--model", "resnet20", "--image-size", "12", "--batch-size", "32", "--epochs", str(EPOCHS),
             "--base-lr", "0.8", "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
+DROPOUT = ["--model", "transformer-small", "--seq-len", "16", "--batch-size", "32", "--epochs", str(EPOCHS),
+           "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
 
 
 # -- real runs ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def runs(digits, tmp_path_factory):
+def runs(text, tmp_path_factory):
     """Per framework: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
-    checkpoint stays), the run resumed from it, and one never interrupted; then a fixed-time run."""
+    checkpoint stays), the run resumed from it, and one never interrupted."""
     done = {}
     for mode in ("torch-ddp", "tf-horovod"):
         base = tmp_path_factory.mktemp(mode)
-        lost = bench(mode, *TRAINING, "--data", str(digits), "--checkpoint-every", "1", "--output", str(base / "lost"),
+        lost = bench(mode, *DROPOUT, "--data", str(text), "--checkpoint-every", "1", "--output", str(base / "lost"),
                      HVDBENCH_HOOKS=json.dumps({"lost_after_checkpoint": 2}))
         (folder,) = (base / "lost" / "checkpoints").glob(f"{mode}-np2-*")  # one per configuration (its key)
-        resumed = bench(mode, *TRAINING, "--data", str(digits), "--resume-from", str(folder), "--output",
+        resumed = bench(mode, *DROPOUT, "--data", str(text), "--resume-from", str(folder), "--output",
                         str(base / "resumed"))
-        whole = bench(mode, *TRAINING, "--data", str(digits), "--checkpoint-every", "1", "--output",
+        whole = bench(mode, *DROPOUT, "--data", str(text), "--checkpoint-every", "1", "--output",
                       str(base / "whole"))
         done[mode] = (base, folder, lost, resumed, whole)
     return done
@@ -41,6 +46,8 @@ def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never
     assert "epoch 2: checkpoint written to" in lost.stderr
     assert not list((base / "lost").glob("*.json"))
     assert json.loads((folder / checkpoint.STATE).read_text())["epoch"] == 2
+    if mode == "tf-horovod":  # every rank's dropout generators beside the model (bench.modes.tf_common)
+        assert (folder / "tf" / "random.npz").is_file()
     for proc in (resumed, whole):
         assert proc.returncode == 0, proc.stderr[-3000:]
     again, never = only_result(base / "resumed"), only_result(base / "whole")
@@ -59,10 +66,10 @@ def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never
     assert "│ resumed" in resumed.stdout and "epoch 2" in resumed.stdout  # the table's row
 
 
-def test_resuming_another_configuration_is_refused_before_any_rank_starts(runs, digits, tmp_path):
+def test_resuming_another_configuration_is_refused_before_any_rank_starts(runs, text, tmp_path):
     _, folder, *_ = runs["torch-ddp"]
-    args = [a if a != "32" else "16" for a in TRAINING]
-    r = bench("torch-ddp", *args, "--data", str(digits), "--resume-from", str(folder), "--output", str(tmp_path))
+    args = [a if a != "32" else "16" for a in DROPOUT]
+    r = bench("torch-ddp", *args, "--data", str(text), "--resume-from", str(folder), "--output", str(tmp_path))
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         f"error: --resume-from {folder}: the checkpoint is of another configuration (--batch-size 32 there, 16 here)"]
     assert not list(tmp_path.iterdir())

@@ -80,10 +80,10 @@ def test_a_run_whose_gradients_were_not_averaged_is_caught(digits, tmp_path):
 
 
 def test_parameter_servers_train_to_a_goal_from_each_workers_shard_and_resume(digits, tmp_path):
-    """tf-native ps: the workers read their shards in their closures, the coordinator scores the whole held-out
-    split, the rate is scaled by one worker's batch and the momentum lowered (asynchronous updates), and a run
-    resumes from a checkpoint (the workers' pipelines reopened past the batches trained on). Its convergence:
-    docs/measured."""
+    """tf-native ps: the workers read their shards in their closures and score the held-out split in closures too
+    (one part of it each, never on the coordinator), the rate is scaled by one worker's batch and the momentum
+    lowered (asynchronous updates), and a run resumes from a checkpoint (the workers' pipelines reopened past the
+    batches trained on). Its convergence: docs/measured."""
     ps = ["--strategy", "ps", "--np", "2", "--model", "resnet20", "--data", str(digits), *TRAINING[:4],
           "--epochs", "2", "--base-lr", "0.8", "--loader-workers", "1"]
     first = bench("tf-native", *ps, "--checkpoint-every", "1", "--checkpoint-dir", str(tmp_path / "chk"),
@@ -93,6 +93,8 @@ def test_parameter_servers_train_to_a_goal_from_each_workers_shard_and_resume(di
     training = result["training"]
     assert [c["epoch"] for c in training["curve"]] == [1, 2]
     assert all(c["eval_samples"] == 359 for c in training["curve"])  # every held-out image, scored once
+    (report,) = result["sync"]["reports"]  # two evaluations of two parts, each part a closure a worker ran
+    assert len(report["held_out_parts_per_worker"]) == 2 and sum(report["held_out_parts_per_worker"]) == 4
     assert training["schedule"]["peak_lr"] == pytest.approx(0.8 * 32 / 256)
     assert training["schedule"]["momentum"] == pytest.approx(0.4)  # 0.9 less the asynchrony's 1 - 1/2
     assert [p["worker"] for p in result["input"]["per_rank"]] == [0, 1]

@@ -160,18 +160,19 @@ def test_the_folder_defaults_to_one_per_configuration_under_the_output(digits):
     assert str(checkpoint.folder(resolved(digits, checkpoint_dir="/mnt/ckpt"))) == "/mnt/ckpt"
 
 
-def test_a_resumed_record_keeps_the_curve_and_says_from_where(digits):
-    cfg = resolved(digits)
+def test_a_resumed_record_keeps_the_curve_and_says_from_where(digits, tmp_path):
+    cfg = resolved(digits, checkpoint_dir=str(tmp_path / "ckpt"))
     first = goal.Goal(cfg, 64, cfg.steps_per_window)
     first.add(1, 5.0, 0.5, goal.Scores(samples=359, top1=0.5, top5=0.9, loss=1.0, train_loss=1.2), 0.2)
     state = first.record()  # what the checkpoint of epoch 1 holds: written before it says how long it took
+    checkpoint.save(cfg, Writer(), checkpoint.Mark(1, 1 + cfg.steps_per_window, state), lambda: 5.3)
     first.checkpointed(1, 0.25, "ckpt")
     assert state.checkpoints == []  # a copy: what the run does after it is not in it
+    saved = checkpoint.load(resolved(digits, resume_from=str(tmp_path / "ckpt")), Writer())  # as state.json holds it
+    assert [c.epoch for c in saved.goal.curve] == [1] and saved.goal.steps_per_epoch == cfg.steps_per_window
     later = goal.Goal(cfg, 64, cfg.steps_per_window)
-    later.restore(checkpoint.State.model_validate_json(checkpoint.State(
-        format=checkpoint.FORMAT, config={}, epoch=1, schedule_taken=1 + cfg.steps_per_window, goal=state,
-        wall_s=5.3, save_s=0.25, written_utc="2026-11-25T08:00:00Z").model_dump_json()).goal,
-        Resumed(checkpoint="ckpt", epoch=1, wall_s=5.3, save_s=0.25, written_utc="2026-11-25T08:00:00Z"))
+    later.restore(saved.goal, Resumed(checkpoint="ckpt", epoch=1, wall_s=saved.wall_s, save_s=0.25,
+                                      written_utc=saved.written_utc))
     later.add(2, 9.0, 0.5, goal.Scores(samples=359, top1=0.8, top5=1.0, loss=0.5, train_loss=0.6), 0.1)
     section = goal.section(cfg, [samples.rank(0, goal=later.record())], init_s=3.0)
     assert [c.epoch for c in section.curve] == [1, 2] and section.curve[0].eval_loss == 1.0
