@@ -10,7 +10,6 @@ import pytest
 
 from bench.measure import checkpoint
 from tests.conftest import bench, only_result
-from tests.multiproc.test_data_training import text  # noqa: F401 (the fixture: real text as token ids)
 from tests.unit.test_checkpoint import EPOCHS
 
 TRAINING = ["--model", "resnet20", "--image-size", "12", "--batch-size", "32", "--epochs", str(EPOCHS),

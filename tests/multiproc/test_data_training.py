@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 
-from bench.data.make import MakeConfig, make
 from tests.conftest import bench, bench_env, only_result
 
 
@@ -111,15 +110,6 @@ def test_dali_feeds_a_pytorch_rank_from_its_cpu_pipeline(jpegs, out):
     section = only_result(out)["input"]
     assert section["loader"] == "dali" and section["per_rank"][0]["loader_rate"] > 0
     assert len(section["per_rank"][0]["wait_step_s"]) == 6
-
-
-@pytest.fixture(scope="module")
-def text(tmp_path_factory):
-    """Real text as token ids (bench data make --format tokens --from text): Python's help texts, one token per
-    byte, 102,400 to train on and 25,600 held out."""
-    root = tmp_path_factory.mktemp("tokens") / "t"
-    make(MakeConfig(path=str(root), format="tokens", source="text"))
-    return root
 
 
 @pytest.mark.parametrize("mode, loader", [("torch-hybrid", "torch"), ("tf-horovod", "tf")])
