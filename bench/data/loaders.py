@@ -237,11 +237,16 @@ class TorchLoader(Loader):
         sampler = ShardSampler(n, rank, world, batch_size, seed, epoch, epochs) if train else \
             [(int(i), 0) for i in held_out(n, rank, world)]
         data = TorchTokens(dataset, split) if dataset.tokens else TorchImages(dataset, split, size, train, seed)
+        # Its own generator: a DataLoader draws its workers' base seed when its iterator starts, from PyTorch's
+        # global generator without one, which would move the rank's dropout stream (a resumed run starts its
+        # pipeline after the checkpoint gave that stream back, bench.measure.checkpoint). The samples' crops and
+        # flips are keyed by (seed, epoch, sample), whatever the workers' seeds.
         loader = torch.utils.data.DataLoader(
             data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=train,
             pin_memory=device == "cuda", prefetch_factor=2 if workers else None,
             multiprocessing_context=worker_start() if workers else None,
-            worker_init_fn=functools.partial(watch_rank, os.getpid()) if workers else None)
+            worker_init_fn=functools.partial(watch_rank, os.getpid()) if workers else None,
+            generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch * 1009 + rank))
         return Queued(loader)
 
 

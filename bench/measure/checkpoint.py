@@ -7,9 +7,9 @@ What a checkpoint holds (a folder, written whole: a new one replaces the old onl
                    and the training wall time up to it (bench.measure.goal)
     torch.pt       PyTorch: the model's and the optimizer's state dicts and every rank's random state, CPU and
                    GPU (rank 0 writes; every rank reads, and takes its own random state back)
-    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer (every rank writes), and every
-                   rank's dropout generators' states (random.npz; tf-native ps: none, its legacy random ops keep
-                   their state in their kernels, bench.modes.tf_common.TFTrainer)
+    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer (not the random state: Keras's
+                   random ops keep it in their kernels, so a resumed run's dropout masks start again from each
+                   rank's seed; bench.modes.tf_common.TFTrainer.build_model)
 
 When: after the evaluation that follows every N-th epoch (N a multiple of --eval-every: a checkpoint never holds
 half a training loss), not after the last epoch (the run ends there) nor at the target when the run stops there.
@@ -47,7 +47,7 @@ from bench.measure.goal import Progress
 from bench.records.schema import parse
 
 STATE = "state.json"
-FORMAT = 3  # 2: torch.pt holds each rank's random state; 3: tf/random.npz each rank's dropout generators' states
+FORMAT = 2  # 2: torch.pt holds each rank's random state
 # Fields a resumed run may change: how it is watched, where it writes, how its input is read (not what).
 FREE = frozenset({"output", "resume_from", "checkpoint_every", "checkpoint_dir", "telemetry", "telemetry_interval",
                   "stall_timeout", "rendezvous_timeout", "loader_workers", "attribution_steps", "extra"})

@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # the run configuration imports the mode registry to check a 
 
 tf, keras = import_tf()
 CHECKPOINT_DIR = "tf"
-RANDOM_FILE = "random.npz"  # in CHECKPOINT_DIR: every rank's dropout generators' states
 
 
 def pick_device(cfg: RunConfig) -> tuple[str, int]:
@@ -96,30 +95,22 @@ class TFTrainer:
         self.feed = None
         self._losses: list = []
 
-    # Dropout draws its masks from a tf.random.Generator per layer, whose state is a variable: a checkpoint holds it
-    # and each rank takes its own back (save_state), so that a resumed run draws the masks it would have drawn.
-    # Keras's legacy random ops keep their state inside their kernels, which start afresh in a resumed process.
-    # tf-native ps keeps the legacy ops: a generator's state there lives on a parameter server, a round trip per
-    # draw on every worker, and an asynchronous run does not resume bit for bit anyway.
-    random_generators_kept = True
-
     # -- building blocks (call inside a strategy scope where there is one) -----------------
     def build_model(self):
-        experimental = keras.backend.experimental
-        (experimental.enable_tf_random_generator if self.random_generators_kept else
-         experimental.disable_tf_random_generator)()
         keras.utils.set_random_seed(self.cfg.seed)  # identical initial weights on every rank
         self.model = model_spec(self.cfg.model).build_tf(self.cfg.num_classes, self.cfg.image_size, self.cfg.embedding)
         if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
             for layer in self.model.submodules:  # nested layers too (the Transformer's)
                 if isinstance(layer, keras.layers.Dropout):
                     layer.rate = 0.0
-        # Training's random draws (dropout's masks) from each rank's own stream, as in the PyTorch modes: each
-        # layer's generator (built with the model, from the seed every rank shares) seeded again from (seed, rank,
-        # layer); the legacy ops (ps) from seed + 1 + rank, set before the step is traced, whose ops take it.
+        # Training's random draws (dropout's masks) from each rank's own stream, seed + 1 + rank as in the PyTorch
+        # modes: set before the step is traced, whose random ops take their seeds from it. Keras's random ops keep
+        # their state inside their kernels, which start afresh in a resumed process: no checkpoint holds it, so a
+        # resumed model with dropout draws its masks again from the start of each rank's stream
+        # (docs/training.md). Keras's tf.random.Generator mode would keep it as a variable, but it changes every
+        # initial weight and mixes each replica's id into a tf.distribute strategy's masks, so tf-horovod and
+        # tf-native would no longer draw the same ones.
         tf.random.set_seed(self.cfg.seed + 1 + self.rank)
-        for i, generator in enumerate(self.random_generators()):
-            generator.reset_from_seed(int(np.random.SeedSequence([self.cfg.seed, self.rank, i]).generate_state(1)[0]))
         opt = optimizer(keras, self.cfg)
         self.optimizer = keras.mixed_precision.LossScaleOptimizer(opt) if self.fp16 else opt
         # Its slots now, not inside the first step: a tf.function that creates variables is traced twice (measured:
@@ -222,27 +213,12 @@ class TFTrainer:
     def _checkpoint(self):
         return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
 
-    def random_generators(self) -> list:
-        """The tf.random.Generator of every layer that draws random numbers (dropout), in the model's order: where
-        tf_keras keeps it (BaseRandomLayer._random_generator._generator); none under the legacy random ops."""
-        found = []
-        for layer in self.model.submodules:
-            generator = getattr(getattr(layer, "_random_generator", None), "_generator", None)
-            if isinstance(generator, tf.random.Generator):
-                found.append(generator)
-        return found
-
     def save_state(self, folder) -> None:
         """Every rank writes (tf.distribute's workers must all take part; a rank other than 0 writes to the scratch
-        folder it is given): the model's and the optimizer's variables; rank 0 also every rank's dropout
-        generators' states, gathered (the checkpoint itself holds rank 0's)."""
+        folder it is given): the model's and the optimizer's variables."""
         scope = getattr(self, "strategy", None)
         with scope.scope() if scope is not None else contextlib.nullcontext():
             self._checkpoint().write(str(folder / CHECKPOINT_DIR / "state"))
-        states = self.allgather([g.state.numpy() for g in self.random_generators()])
-        if self.rank == 0 and any(states):
-            np.savez(folder / CHECKPOINT_DIR / RANDOM_FILE, **{f"rank{r}_layer{i}": state for r, mine in
-                                                               enumerate(states) for i, state in enumerate(mine)})
 
     def load_state(self, folder) -> None:
         """Every rank reads the checkpoint rank 0 wrote into its model and optimizer (their variables exist: the
@@ -253,15 +229,6 @@ class TFTrainer:
         scope = getattr(self, "strategy", None)
         with scope.scope() if scope is not None else contextlib.nullcontext():
             self._checkpoint().read(str(folder / CHECKPOINT_DIR / "state")).assert_existing_objects_matched()
-        generators = self.random_generators()
-        if generators:  # this rank's own, over rank 0's that the checkpoint gave every rank
-            try:
-                with np.load(folder / CHECKPOINT_DIR / RANDOM_FILE) as saved:
-                    for i, generator in enumerate(generators):
-                        generator.reset(saved[f"rank{self.rank}_layer{i}"])
-            except (OSError, KeyError) as exc:
-                raise BenchError(f"--resume-from {folder}: no random state for rank {self.rank} in "
-                                 f"{CHECKPOINT_DIR}/{RANDOM_FILE} ({exc})") from None
         self._losses = []
 
     def batch_scores(self, x, y):

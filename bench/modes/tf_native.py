@@ -235,8 +235,6 @@ class MirroredTrainer(_SyncStrategyTrainer):
 
 
 class ParameterServerTrainer(TFTrainer):
-    random_generators_kept = False  # TFTrainer says why
-
     def __init__(self, cfg: RunConfig, launch: LaunchInfo, hooks: Hooks) -> None:
         super().__init__(cfg, launch, hooks, gpus="none")
 

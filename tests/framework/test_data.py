@@ -216,3 +216,21 @@ def test_the_tf_loader_reads_each_token_window_from_its_file_and_checks_its_ids(
         list(LOADERS["tf"].dataset(bad, "val", 0, 4, 1, 3, 0, 1, 0, 1, graph_only=True))
     assert readable(str(failed.value)) == \
         f"{tmp_path / 't' / 'val.bin'} holds a token id outside the vocabulary 0..{data.classes - 1}"
+
+
+def test_the_torch_pipeline_leaves_the_ranks_random_stream_alone(tmp_path):
+    """Starting a DataLoader's iterator draws its workers' base seed: from the pipeline's own generator, never from
+    PyTorch's global one, whose stream is the rank's dropout masks (a resumed run starts its pipeline after its
+    checkpoint gave that stream back)."""
+    import torch
+
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "d")
+    data = load(tmp_path / "d")
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    for workers in (0, 1):
+        for split in ("train", "val"):
+            next(iter(LOADERS["torch"].batches(data, split, 32, 2, workers, seed=0)))
+    assert torch.equal(torch.get_rng_state(), before)
