@@ -109,11 +109,16 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     if sampler is not None:
         sampler.start()
 
+    # --compile, --xla: graphs compiled so far (a counter of the compiler's), read again after the first step, before
+    # the windows and after them: the first step compiles, and a graph compiled later was timed or moved compile_s
+    graphs = getattr(trainer, "compiled_graphs", None) or (lambda: None)
+    graphs_at_start = graphs()
     trainer.sync()
     t0 = time.perf_counter()
     step()
     trainer.sync()
     first_step_s = time.perf_counter() - t0
+    graphs_after_first = graphs()
     # --resume-from: after the first step (it traces and warms up), whose update the checkpoint then replaces
     resumed = resume(cfg, trainer, schedule, tracker) if cfg.resume_from else None
     epochs_before = resumed.epoch if resumed else 0
@@ -124,9 +129,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         """Training wall time so far: before the checkpoint this run resumed from, and since this run's init."""
         return wall_before + time.time() - t_init_end
     dog.first_step_done(first_step_s, cfg.steps_per_window)
-    # --compile: graphs compiled so far, read again after the windows (one compiled between them was timed)
-    graphs = getattr(trainer, "compiled_graphs", None) or (lambda: None)
-    compiling = graphs() is not None
+    compiling = graphs_at_start is not None
     log = WindowLog(cfg, trainer) if progress is None and trainer.rank == 0 else None
     if log is not None:
         log.before = epochs_before
@@ -258,6 +261,8 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         train_s=t_end - t_init_end,
         warmup_step_s=warmup_s,
         window_s=window_s,
+        graphs_compiled_in_first_step=None if graphs_at_start is None else graphs_after_first - graphs_at_start,
+        graphs_compiled_in_warmup=None if graphs_before is None else graphs_before - graphs_after_first,
         graphs_compiled_in_windows=None if graphs_before is None else graphs_after - graphs_before,
         checksum=checksum,
         param_sum_initial=initial,

@@ -37,6 +37,8 @@ class RankRecord:
     param_sum_initial: float | None
     param_sum_final: float | None
     replicas: int = 1  # the model replicas this process drives (tf-native mirrored: its GPUs)
+    graphs_compiled_in_first_step: int | None = None  # --compile, --xla: graphs compiled in the first step
+    graphs_compiled_in_warmup: int | None = None  # --compile, --xla: ... in the warmup (and settling) steps after it
     graphs_compiled_in_windows: int | None = None  # --compile, --xla: graphs compiled during the timed windows
     sync_report: dict[str, Any] | None = None  # a mode's own agreement check (tf-native ps, hybrid)
     telemetry: Sampled | None = None  # the NVML sampler's summary and samples (bench.measure.telemetry)

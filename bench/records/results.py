@@ -85,10 +85,13 @@ def compile_seconds(cfg: RunConfig, ranks: list[RankRecord]) -> float | None:
     return max(max(0.0, r.first_step_s - steady(r)) for r in ranks)
 
 
-def compiled_in_windows(ranks: list[RankRecord]) -> int | None:
-    """The most graphs any rank's compiler compiled during its timed windows; None where nothing compiles."""
-    counts = [r.graphs_compiled_in_windows for r in ranks]
-    return None if all(c is None for c in counts) else max(c or 0 for c in counts)
+def graphs_compiled(ranks: list[RankRecord], when: str, fewest: bool = False) -> int | None:
+    """The most graphs any rank's compiler compiled ``when`` (first_step, warmup, windows), or the fewest; None
+    where nothing compiles."""
+    counts = [getattr(r, f"graphs_compiled_in_{when}") for r in ranks]
+    if all(c is None for c in counts):
+        return None
+    return (min if fewest else max)(c or 0 for c in counts)
 
 
 def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: str) -> schema.Result:
@@ -159,7 +162,9 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: st
             train_s=train_s,
             timed_windows_s=max(sum(r.window_s) for r in ranks),
             compile_s=compile_seconds(cfg, ranks),
-            graphs_compiled_in_windows=compiled_in_windows(ranks),
+            graphs_compiled_in_first_step=graphs_compiled(ranks, "first_step", fewest=True),
+            graphs_compiled_in_warmup=graphs_compiled(ranks, "warmup"),
+            graphs_compiled_in_windows=graphs_compiled(ranks, "windows"),
             per_rank=[{"rank": r.rank, "setup_s": r.setup_s, "first_step_s": r.first_step_s, "init_s": r.init_s,
                        "train_s": r.train_s} for r in ranks],
             definitions=TIMING_DEFINITIONS,
@@ -204,6 +209,10 @@ TIMING_DEFINITIONS = {
     "train_s": "end of init to end of the last timed window, warmup included; slowest rank",
     "compile_s": "--compile or --xla: the first step's time beyond a compiled step's (first_step_s - the median "
                  "warmup step, else the fastest window's step); inside init_s; slowest rank",
+    "graphs_compiled_in_first_step": "--compile or --xla: graphs TorchDynamo or XLA compiled in the first step "
+                                     "(1 or more expected: it compiles); fewest on any rank",
+    "graphs_compiled_in_warmup": "--compile or --xla: graphs compiled in the untimed steps after the first (0 "
+                                 "expected: a compilation there moves compile_s's compiled step); most on any rank",
     "graphs_compiled_in_windows": "--compile or --xla: graphs TorchDynamo or XLA compiled during the timed windows "
                                   "(0 expected: a compilation there was timed); most on any rank",
 }

@@ -99,6 +99,10 @@ class Timing(_Open):
     train_s: float
     timed_windows_s: float
     compile_s: float | None = Field(None, description="--compile or --xla: first step beyond a compiled step's")
+    graphs_compiled_in_first_step: int | None = Field(
+        None, description="--compile or --xla: graphs compiled in the first step (fewest on any rank)")
+    graphs_compiled_in_warmup: int | None = Field(
+        None, description="--compile or --xla: graphs compiled in the untimed steps after the first (0 expected)")
     graphs_compiled_in_windows: int | None = Field(
         None, description="--compile or --xla: graphs compiled during the timed windows (0 expected)")
     per_rank: list[dict[str, Any]]

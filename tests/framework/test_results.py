@@ -236,11 +236,14 @@ def test_compile_time_is_reported_apart_and_a_compiled_run_is_its_own_cell():
     g = gathered()
     for r, first, graphs in zip(g.ranks, (9.0, 12.0), (0, 2), strict=True):
         r.first_step_s, r.warmup_step_s, r.graphs_compiled_in_windows = first, [0.2, 0.4, 0.3], graphs
+        r.graphs_compiled_in_first_step, r.graphs_compiled_in_warmup = 3 + graphs, graphs // 2
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3, compile="default")
     result = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
     assert result.timing.compile_s == pytest.approx(12.0 - 0.3)
     assert result.timing.graphs_compiled_in_windows == 2
+    assert (result.timing.graphs_compiled_in_first_step, result.timing.graphs_compiled_in_warmup) == (3, 1)
     eager = make()
     assert eager.timing.compile_s is None and eager.timing.graphs_compiled_in_windows is None
+    assert eager.timing.graphs_compiled_in_first_step is None and eager.timing.graphs_compiled_in_warmup is None
     assert key_of(result).setting != key_of(eager).setting
     assert "compiled (default)" in key_of(result).setting_text()

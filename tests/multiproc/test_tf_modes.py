@@ -47,7 +47,8 @@ def test_xla_compiles_each_ranks_pass_and_both_exchanges_average_the_same_gradie
         assert_valid_run(result, mode, 2, "self")
         timing = result["timing"]
         assert result["config"]["xla"] is True
-        assert timing["graphs_compiled_in_windows"] == 0
+        assert timing["graphs_compiled_in_first_step"] >= 1
+        assert timing["graphs_compiled_in_warmup"] == timing["graphs_compiled_in_windows"] == 0
         assert 0.5 < timing["compile_s"] < timing["first_step_s"] <= timing["init_s"]
     hvd = results["tf-horovod"]
     steady = sorted(hvd["samples"]["warmup_step_s"][0])

@@ -94,10 +94,12 @@ def test_the_tuned_profile_compiles_and_says_so(mode, out):
     c, timing = result["config"], result["timing"]
     assert (c["profile"], c["compile"], c["channels_last"], c["fused_optimizer"]) == ("cpu-tuned", "default", True,
                                                                                       True)
-    assert timing["graphs_compiled_in_windows"] == 0
+    # every rank's first step compiled, the untimed steps after it and the timed windows did not: the compiler's
+    # own counts, not times (a busy machine slows a warmup step as much as it likes)
+    assert timing["graphs_compiled_in_first_step"] >= 1
+    assert timing["graphs_compiled_in_warmup"] == timing["graphs_compiled_in_windows"] == 0
     assert 1.0 < timing["compile_s"] < timing["first_step_s"] <= timing["init_s"]
     steady = sorted(result["samples"]["warmup_step_s"][0])
-    assert timing["first_step_s"] > 10 * steady[-1]  # the first step compiled; the warmup steps did not
     assert result["attribution"]["per_rank"][0]["compute_s"] < 2 * steady[-1]
 
 
