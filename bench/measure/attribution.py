@@ -73,6 +73,8 @@ DEFINITIONS = {
     "data_wait_s": "the rank's wait for its batch per step in the window step_s is read from (--data; else 0)",
     "exposed_s": "max(0, step_s - compute_s - data_wait_s): the step's time in, or waiting for, the exchange",
     "hidden_share": "1 - exposed_s / exchange_s, clipped to [0, 1]: the share of the exchange hidden by compute",
+    "graphs_compiled": "--compile or --xla: graphs the rank compiled during its timed compute-only and exchange-only "
+                       "steps (0 expected: the compute-only step is compiled before it is timed)",
     "straggler": f"the rank whose compute_s exceeds the other ranks' median by more than "
                  f"{STRAGGLER_THRESHOLD:.0%}; slowdown = its compute_s / that median, wait_share = (its compute_s"
                  f" - that median) / step_s",
@@ -109,6 +111,7 @@ class StepsApart:
     exchange_step_s: list[float] = field(default_factory=list)
     cost_s: float = 0.0  # the wall time of both windows together
     unsupported: str | None = None
+    graphs_compiled: int | None = None  # --compile, --xla: graphs compiled during the timed steps (0 expected)
 
 
 def measure(trainer, steps: int, compute_step, dog) -> StepsApart:
@@ -120,6 +123,8 @@ def measure(trainer, steps: int, compute_step, dog) -> StepsApart:
         compute_step()  # untimed: a compiled step is traced for the compute-only variant first
         trainer.sync()
         dog.progress()
+    graphs = getattr(trainer, "compiled_graphs", None) or (lambda: None)
+    graphs_before = graphs()
     times: dict[str, list[float]] = {"compute": [], "exchange": []}
     for name, step in (("compute", compute_step), ("exchange", trainer.exchange)):
         for i in range(steps):
@@ -131,8 +136,9 @@ def measure(trainer, steps: int, compute_step, dog) -> StepsApart:
             times[name].append(time.perf_counter() - t0)
             dog.progress()
     trainer.allgather(None)
+    compiled = None if graphs_before is None else graphs() - graphs_before
     return StepsApart(steps=steps, compute_step_s=times["compute"], exchange_step_s=times["exchange"],
-                      cost_s=time.perf_counter() - t_begin)
+                      cost_s=time.perf_counter() - t_begin, graphs_compiled=compiled)
 
 
 def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
@@ -167,7 +173,8 @@ def build(ranks: list[RankRecord], steps_per_window: int) -> Attribution | None:
         per_rank.append(RankAttribution(rank=r.rank, host=r.host, device=r.device, compute_s=compute,
                                         exchange_s=exchange, step_s=step, data_wait_s=waited, exposed_s=exposed,
                                         hidden_share=hidden, exposed_clipped=step < compute + waited,
-                                        compute_step_s=a.compute_step_s, exchange_step_s=a.exchange_step_s))
+                                        compute_step_s=a.compute_step_s, exchange_step_s=a.exchange_step_s,
+                                        graphs_compiled=a.graphs_compiled))
     return Attribution(measured=True, unit="s", steps=measured[0].steps, per_rank=per_rank,
                        straggler=straggler(per_rank), straggler_threshold=STRAGGLER_THRESHOLD,
                        hidden_share_median=_median([p.hidden_share for p in per_rank]),

@@ -300,6 +300,8 @@ class RankAttribution(_RankOf):
     hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
     compute_step_s: list[float] = Field(description="raw: each compute-only step's wall time")
     exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")
+    graphs_compiled: int | None = Field(None, description="--compile or --xla: graphs compiled during the timed "
+                                                          "compute-only and exchange-only steps (0 expected)")
 
 
 class Straggler(_RankOf):

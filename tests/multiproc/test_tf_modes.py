@@ -51,8 +51,8 @@ def test_xla_compiles_each_ranks_pass_and_both_exchanges_average_the_same_gradie
         assert timing["graphs_compiled_in_warmup"] == timing["graphs_compiled_in_windows"] == 0
         assert 0.5 < timing["compile_s"] < timing["first_step_s"] <= timing["init_s"]
     hvd = results["tf-horovod"]
-    steady = sorted(hvd["samples"]["warmup_step_s"][0])
-    assert hvd["attribution"]["per_rank"][0]["compute_s"] < 2 * steady[-1]  # compiled before it was timed
+    # its compute-only step compiled before it was timed (the compiler's count, not a time)
+    assert [p["graphs_compiled"] for p in hvd["attribution"]["per_rank"]] == [0, 0]
     assert results["tf-native"]["sync"]["param_sum_final"][0] == pytest.approx(hvd["sync"]["param_sum_final"][0],
                                                                                 rel=1e-4)
 

@@ -94,13 +94,12 @@ def test_the_tuned_profile_compiles_and_says_so(mode, out):
     c, timing = result["config"], result["timing"]
     assert (c["profile"], c["compile"], c["channels_last"], c["fused_optimizer"]) == ("cpu-tuned", "default", True,
                                                                                       True)
-    # every rank's first step compiled, the untimed steps after it and the timed windows did not: the compiler's
-    # own counts, not times (a busy machine slows a warmup step as much as it likes)
+    # every rank's first step compiled, the untimed steps after it, the timed windows and the timed attribution
+    # steps did not: the compiler's own counts, not times (a busy machine slows a warmup step as much as it likes)
     assert timing["graphs_compiled_in_first_step"] >= 1
     assert timing["graphs_compiled_in_warmup"] == timing["graphs_compiled_in_windows"] == 0
     assert 1.0 < timing["compile_s"] < timing["first_step_s"] <= timing["init_s"]
-    steady = sorted(result["samples"]["warmup_step_s"][0])
-    assert result["attribution"]["per_rank"][0]["compute_s"] < 2 * steady[-1]
+    assert [p["graphs_compiled"] for p in result["attribution"]["per_rank"]] == [0, 0]
 
 
 @pytest.mark.gpu

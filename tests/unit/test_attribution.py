@@ -118,3 +118,53 @@ def test_the_slow_rank_hook_sleeps_in_proportion(monkeypatch):
     for bad in ({"slow_rank": -1}, {"slow_factor": 0.5}, {"slow_rank": "one"}):
         with pytest.raises(BenchError):
             Hooks(**bad)
+
+
+class _Compiling:
+    """A trainer whose compute-only step is a graph of its own, compiled on its first call (as TorchDynamo's or
+    tf.function's): its counter says how many graphs it has compiled."""
+
+    def __init__(self, traces_first: bool):
+        self.traces_compute_step, self.graphs, self.calls = traces_first, 3, 0
+
+    def compiled_graphs(self):
+        return self.graphs
+
+    def compute_step(self):
+        self.calls += 1
+        if self.calls == 1:
+            self.graphs += 1
+
+    def exchange(self):
+        pass
+
+    def sync(self):
+        pass
+
+    def allgather(self, value):
+        return [value]
+
+
+class _Dog:
+    def at(self, *where):
+        pass
+
+    def progress(self):
+        pass
+
+
+@pytest.mark.parametrize("traces_first, compiled", [(True, 0), (False, 1)])
+def test_a_graph_compiled_inside_the_timed_steps_is_counted(traces_first, compiled):
+    """The compute-only step is compiled before the timed steps where the trainer says it traces one; the graphs
+    compiled inside them are counted, so a run where that did not happen says so (the fastest step would hide it)."""
+    trainer = _Compiling(traces_first)
+    apart = attribution.measure(trainer, 2, trainer.compute_step, _Dog())
+    assert apart.graphs_compiled == compiled and len(apart.compute_step_s) == 2
+    per_rank = attribution.build([samples.rank(0, window_s=[0.2, 0.2], attribution=apart)], 2).per_rank
+    assert per_rank[0].graphs_compiled == compiled
+
+
+def test_a_run_that_compiles_nothing_counts_no_graphs():
+    trainer = _Compiling(False)
+    trainer.compiled_graphs = lambda: None  # an eager run: the trainer's counter says nothing compiles
+    assert attribution.measure(trainer, 2, trainer.compute_step, _Dog()).graphs_compiled is None
