@@ -82,6 +82,14 @@ class HorovodTFTrainer(TFTrainer):
     def compute_step(self) -> None:
         self._last = self._compute_step(*self._batch)
 
+    def compiled_graphs(self) -> int | None:
+        """--xla: XLA's graphs for the forward and backward pass, and the traces of this mode's step functions
+        (the training step and the attribution's compute-only step, each traced on its first call)."""
+        compiled = super().compiled_graphs()
+        if compiled is None:
+            return None
+        return compiled + sum(int(f.experimental_get_tracing_count()) for f in (self._train_step, self._compute_step))
+
     def exchange(self) -> None:
         """The tape's exchange alone: an averaging allreduce of a tensor shaped like each gradient, grouped
         (Horovod fuses them as in a step), with the run's compression."""
