@@ -340,7 +340,7 @@ def _run_one(cell: Cell, sweep: SweepMatrix, folder: Path, manifest: Manifest, c
     before = set(folder.glob("*.json"))
     start = time.time()
     entry.set(status="running", started=start, log=str(log.relative_to(folder)), error=None, exit_code=None,
-                 result=None, options=sweep.options_key())
+              result=None, options=sweep.options_key())
     manifest.save()
     try:
         config = write_cell_config(cell, sweep.common_for(cell), folder)
@@ -358,7 +358,7 @@ def _run_one(cell: Cell, sweep: SweepMatrix, folder: Path, manifest: Manifest, c
         entry.set(status="ok", result=new[0].name)
     else:  # a run found not valid (NotValid) wrote its result, which says why: kept beside the failure
         entry.set(status="failed", exit_code=code, error=last_error(log),
-                     result=new[0].name if code == NotValid.exit_code and len(new) == 1 else None)
+                  result=new[0].name if code == NotValid.exit_code and len(new) == 1 else None)
     if entry.status != "ok":
         console.print(f"sweep: {cell.id} {entry.status}: {entry.error}", highlight=False)
     manifest.save()
