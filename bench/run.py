@@ -21,6 +21,7 @@ from bench.records.header import new_run_id
 from bench.records.results import (
     build_result,
     check_output_dir,
+    compile_warning,
     render_table,
     telemetry_samples,
     write_result,
@@ -211,9 +212,9 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     console = Console(file=sys.stdout)
     console.print(render_table(result))
     console.print(f"result: {path}")
-    busy = host_load.warning(result.host_load)
-    if busy:
-        print(busy, file=sys.stderr)
+    for warning in (host_load.warning(result.host_load), compile_warning(result)):
+        if warning:
+            print(warning, file=sys.stderr)
     if not result.sync.ranks_in_sync:
         raise NotValid(f"ranks finished with different parameters (see {path}); the run is not valid")
     return path

@@ -94,6 +94,22 @@ def graphs_compiled(ranks: list[RankRecord], when: str, fewest: bool = False) ->
     return (min if fewest else max)(c or 0 for c in counts)
 
 
+def compile_warning(result: schema.Result) -> str | None:
+    """One line when a compiled run compiled graphs where it should not have: inside the timed windows (their time
+    holds the compilation), in the untimed steps after the first (compile_s was taken against a step that
+    compiled) or inside the attribution's timed steps; else None."""
+    apart = result.attribution.per_rank if result.attribution is not None else None
+    where = [(result.timing.graphs_compiled_in_windows, "the timed windows (the throughput includes it)"),
+             (result.timing.graphs_compiled_in_warmup, "the warmup steps (compile_s is short by it)"),
+             (max((p.graphs_compiled or 0 for p in apart), default=0) if apart else None,
+              "the attribution's timed steps (compute_s or exchange_s includes it)")]
+    found = [f"{n} in {place}" for n, place in where if n]
+    if not found:
+        return None
+    return (f"warning: graphs were compiled after the first step: {'; '.join(found)}. A shape or guard changed "
+            "between steps (PyTorch: TORCH_LOGS=recompiles names it; docs/profiles.md)")
+
+
 def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: str) -> schema.Result:
     """The run's result from every rank's raw samples (see bench.measure.stats for the formulas). Where it does
     not match its model, the raw samples are kept as the store keeps a record it cannot write, and the error

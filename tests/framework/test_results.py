@@ -1,4 +1,5 @@
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -7,7 +8,7 @@ from bench import SCHEMA_VERSION
 from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launching.detect import LaunchInfo
-from bench.measure import telemetry
+from bench.measure import attribution, telemetry
 from bench.measure.raw import Gathered
 from bench.records.header import new_run_id
 from bench.records.results import (
@@ -16,6 +17,7 @@ from bench.records.results import (
     CSV_NAME,
     build_result,
     check_output_dir,
+    compile_warning,
     load_result,
     write_result,
 )
@@ -247,3 +249,17 @@ def test_compile_time_is_reported_apart_and_a_compiled_run_is_its_own_cell():
     assert eager.timing.graphs_compiled_in_first_step is None and eager.timing.graphs_compiled_in_warmup is None
     assert key_of(result).setting != key_of(eager).setting
     assert "compiled (default)" in key_of(result).setting_text()
+    # the run's warning says where graphs were compiled after the first step; none for a clean or an eager run
+    assert compile_warning(result) == (
+        "warning: graphs were compiled after the first step: 2 in the timed windows (the throughput includes it); "
+        "1 in the warmup steps (compile_s is short by it). A shape or guard changed between steps (PyTorch: "
+        "TORCH_LOGS=recompiles names it; docs/profiles.md)")
+    for r in g.ranks:
+        r.graphs_compiled_in_windows = r.graphs_compiled_in_warmup = 0
+    clean = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
+    assert compile_warning(clean) is None and compile_warning(eager) is None
+    g.ranks[1].attribution = attribution.StepsApart(steps=2, compute_step_s=[0.2, 0.2], exchange_step_s=[0.1, 0.1],
+                                                    graphs_compiled=1)
+    g.ranks[0].attribution = dataclasses.replace(g.ranks[1].attribution, graphs_compiled=0)
+    apart = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
+    assert "1 in the attribution's timed steps" in compile_warning(apart)
