@@ -7,9 +7,9 @@ What a checkpoint holds (a folder, written whole: a new one replaces the old onl
                    and the training wall time up to it (bench.measure.goal)
     torch.pt       PyTorch: the model's and the optimizer's state dicts and every rank's random state, CPU and
                    GPU (rank 0 writes; every rank reads, and takes its own random state back)
-    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer (not the random state: Keras's
-                   random ops keep it in their kernels, so a resumed run's dropout masks start again from each
-                   rank's seed; bench.modes.tf_common.TFTrainer.build_model)
+    tf/            TensorFlow: tf.train.Checkpoint of the model and the optimizer (no random state: each dropout
+                   mask is keyed by the rank and the optimizer's step count, which the checkpoint holds;
+                   bench.modes.tf_common.DropoutMasks)
 
 When: after the evaluation that follows every N-th epoch (N a multiple of --eval-every: a checkpoint never holds
 half a training loss), not after the last epoch (the run ends there) nor at the target when the run stops there.

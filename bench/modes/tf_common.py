@@ -69,6 +69,56 @@ def optimizer(keras, cfg):
     return keras.optimizers.SGD(learning_rate=cfg.learning_rate, momentum=cfg.momentum)
 
 
+class DropoutMasks:
+    """The masks every Dropout layer of the model draws, keyed rather than drawn from a hidden stream: each is a
+    stateless draw seeded by (the rank's stream, the optimizer's step count, the call's place in the step). The
+    stream is seed + 1 + rank as in the PyTorch modes (each GPU of a real job draws its own masks); the step count
+    is a variable of the optimizer, which a checkpoint holds, so a run resumed from a checkpoint draws the masks the
+    run it continues would have drawn, and tf-horovod and tf-native draw the same ones. (Keras's own dropout keeps
+    its state inside its kernels, which start afresh in a resumed process; its tf.random.Generator mode changes every
+    initial weight and mixes tf.distribute's replica ids into the masks.)
+
+    :meth:`begin` takes the step's key while the step is traced; the model's Dropout calls then fold their order
+    into it."""
+
+    def __init__(self, model) -> None:
+        self.layers = [layer for layer in model.submodules if isinstance(layer, keras.layers.Dropout)]
+        for layer in self.layers:  # a plain object, not a Trackable: the checkpoint's objects stay as they were
+            layer._random_generator = _KeyedGenerator(self)
+        self._key = None
+        self._calls = 0
+
+    @contextlib.contextmanager
+    def step(self, key):
+        """The Dropout calls inside: masks of ``key`` (int64 [stream, step]), the i-th call's folded with i."""
+        self._key, self._calls = key, 0
+        try:
+            yield
+        finally:
+            self._key = None
+
+    def draw(self, inputs, rate, noise_shape=None):
+        if self._key is None:
+            raise RuntimeError("a Dropout layer drew a mask outside a training step (DropoutMasks.step)")
+        seed = tf.random.experimental.stateless_fold_in(self._key, self._calls)
+        self._calls += 1
+        return tf.nn.experimental.stateless_dropout(inputs, rate, seed, noise_shape=noise_shape)
+
+
+class _KeyedGenerator:
+    """A Dropout layer's generator (Keras's RandomGenerator interface as tf_keras's Dropout calls it)."""
+    _rng_type = "legacy_stateful"  # what tf_keras's get_config reads: the layer's config as Keras's own
+
+    def __init__(self, masks: DropoutMasks) -> None:
+        self._masks = masks
+
+    def _maybe_init(self) -> None:  # tf_keras calls it when a layer is built
+        pass
+
+    def dropout(self, inputs, rate, noise_shape=None):
+        return self._masks.draw(inputs, rate, noise_shape)
+
+
 class TFTrainer:
     """Base for the TensorFlow modes. Subclasses create the strategy (if any) and the compiled step."""
     replicas_per_process = 1
@@ -103,13 +153,9 @@ class TFTrainer:
             for layer in self.model.submodules:  # nested layers too (the Transformer's)
                 if isinstance(layer, keras.layers.Dropout):
                     layer.rate = 0.0
-        # Training's random draws (dropout's masks) from each rank's own stream, seed + 1 + rank as in the PyTorch
-        # modes: set before the step is traced, whose random ops take their seeds from it. Keras's random ops keep
-        # their state inside their kernels, which start afresh in a resumed process: no checkpoint holds it, so a
-        # resumed model with dropout draws its masks again from the start of each rank's stream
-        # (docs/training.md). Keras's tf.random.Generator mode would keep it as a variable, but it changes every
-        # initial weight and mixes each replica's id into a tf.distribute strategy's masks, so tf-horovod and
-        # tf-native would no longer draw the same ones.
+        # Dropout's masks keyed by the rank's stream and the step (DropoutMasks); any other random op of the step
+        # from the rank's own stream, set before the step is traced.
+        self.masks = DropoutMasks(self.model)
         tf.random.set_seed(self.cfg.seed + 1 + self.rank)
         opt = optimizer(keras, self.cfg)
         self.optimizer = keras.mixed_precision.LossScaleOptimizer(opt) if self.fp16 else opt
@@ -154,28 +200,39 @@ class TFTrainer:
         Horovod's exchange is ``exchange`` (grads -> grads) instead of ``wrap_tape``, which would put its
         allreduce inside the compiled pass, where XLA cannot take it."""
         variables = self.model.trainable_variables
+        key = self.mask_key() if self.masks.layers else None
         if self.cfg.xla:
             if getattr(self, "_compiled_gradients", None) is None:
                 self._compiled_gradients = tf.function(self.gradients, jit_compile=True)
-            loss, grads = self._compiled_gradients(x, y, loss_divisor)
+            loss, grads = self._compiled_gradients(x, y, loss_divisor, key=key)
             if exchange is not None:
                 grads = exchange(grads)
         else:
-            loss, grads = self.gradients(x, y, loss_divisor, wrap_tape)
+            loss, grads = self.gradients(x, y, loss_divisor, wrap_tape, key)
         if self.hooks.fault == "skip-allreduce":
             self.optimizer.apply_gradients(zip(grads, variables, strict=True), skip_gradients_aggregation=True)
         else:
             self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
-    def gradients(self, x, y, loss_divisor, wrap_tape=None):
-        """The replica's loss and unscaled gradients (see :meth:`replica_step`). Under XLA an embedding's sparse
-        gradient is made dense here (the config check asks for --sparse-as-dense)."""
+    def mask_stream(self):
+        """The replica's dropout stream (DropoutMasks), read inside its step: the rank (one replica a process)."""
+        return self.rank
+
+    def mask_key(self):
+        """The step's dropout key (DropoutMasks): [seed + 1 + the replica's stream, the optimizer's step count]."""
+        stream = tf.cast(self.mask_stream(), tf.int64) + (self.cfg.seed + 1)
+        return tf.stack([stream, tf.cast(self.optimizer.iterations, tf.int64)])
+
+    def gradients(self, x, y, loss_divisor, wrap_tape=None, key=None):
+        """The replica's loss and unscaled gradients (see :meth:`replica_step`); ``key``: the step's dropout key
+        (:meth:`mask_key`; None for a model without dropout). Under XLA an embedding's sparse gradient is made
+        dense here (the config check asks for --sparse-as-dense)."""
         from bench.models.tf_loss import per_example_loss
 
         variables = self.model.trainable_variables
         cfg = self.cfg
-        with tf.GradientTape() as tape:
+        with tf.GradientTape() as tape, self.masks.step(key):
             loss = tf.reduce_sum(per_example_loss(self.model(x, training=True), y, cfg.label_smoothing)) / loss_divisor
             total = loss
             if cfg.weight_decay:  # L2 in the loss, as PyTorch's SGD adds wd x w to the gradient: the replicas' shares
@@ -194,7 +251,8 @@ class TFTrainer:
 
     def compiled_graphs(self) -> int | None:
         """--xla: the graphs XLA has compiled for the forward and backward pass so far (one per trace of the
-        compiled function); None when nothing compiles. The loop reads it before and after the timed windows."""
+        compiled function); None when nothing compiles. The loop reads it around the first step, the warmup steps
+        and the timed windows, and the attribution around its timed steps (bench.measure.loop, attribution)."""
         if not self.cfg.xla:
             return None
         compiled = getattr(self, "_compiled_gradients", None)

@@ -227,6 +227,10 @@ class MirroredTrainer(_SyncStrategyTrainer):
         self.replicas_per_process = self.strategy.num_replicas_in_sync
         self.build_step(lambda ctx: ctx.replica_id_in_sync_group)
 
+    def mask_stream(self):
+        """Each local replica draws its own dropout masks: its id among the replicas."""
+        return tf.distribute.get_replica_context().replica_id_in_sync_group
+
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
 
@@ -277,6 +281,10 @@ class ParameterServerTrainer(TFTrainer):
         self.scheduled = 0
         self._score_part = None  # --epochs: the closure that scores one part of the held-out split
         self.scored_by = [0] * workers  # the parts each worker scored
+
+    def mask_stream(self):
+        """Each worker draws its own dropout masks: the worker's index, read where the step runs."""
+        return tf.distribute.coordinator.experimental_get_current_worker_index()
 
     def _open_workers(self) -> None:
         """Each worker's iterator: the synthetic batch made once and cached there, or (--data) its shard of the

@@ -160,7 +160,8 @@ class TorchTrainer:
 
     def compiled_graphs(self) -> int | None:
         """Graphs TorchDynamo has compiled in this process so far (its own counter); None when nothing compiles.
-        The loop reads it before and after the timed windows: a graph compiled between them was timed."""
+        The loop reads it around the first step, the warmup steps and the timed windows, and the attribution around
+        its timed steps: a graph compiled inside a timed span was timed (bench.measure.loop, attribution)."""
         if not compiles(self.cfg):
             return None
         from torch._dynamo.utils import counters

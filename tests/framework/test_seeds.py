@@ -1,5 +1,6 @@
 """Every rank starts from the same weights and draws its own dropout masks (as each GPU of a real job does), the
-same ones on every run; a PyTorch checkpoint gives each rank its own random state back."""
+same ones on every run; a PyTorch checkpoint gives each rank its own random state back, and a TensorFlow rank's
+masks are keyed by its step count, which its checkpoint holds."""
 
 import numpy as np
 import pytest
@@ -61,27 +62,48 @@ def test_a_pytorch_checkpoint_gives_each_rank_its_own_random_state(tmp_path):
     assert torch.equal(resumed, expected) and not torch.equal(resumed, draw())  # rank 0 drew its own
 
 
-def tf_rank(rank: int):
-    """(the model's weights, the mask its first Dropout layer draws in training) as rank ``rank`` of two builds them
-    and traces a step that calls it."""
+def tf_rank(rank: int, steps=(0,)):
+    """(the model's weights, per step in ``steps`` the masks its first Dropout layer draws when called twice in one
+    training step) as rank ``rank`` of two builds them and traces a step that calls it."""
     from bench.modes.tf_common import TFTrainer, tf
 
     trainer = TFTrainer(config("tf-horovod"), launch(rank))
     model = trainer.build_model()
-    dropout = next(layer for layer in model.submodules
-                   if layer.__class__.__name__ == "Dropout" and getattr(layer, "rate", 0) > 0)
-    draw = tf.function(lambda x: dropout(x, training=True))  # as the training step, traced after the build
+    dropout = next(layer for layer in trainer.masks.layers if layer.rate > 0)
+
+    @tf.function  # as the training step: traced after the build, keyed by the optimizer's step count
+    def draw(x):
+        with trainer.masks.step(trainer.mask_key()):
+            return dropout(x, training=True), dropout(x, training=True)
+
     weights = np.concatenate([w.numpy().ravel() for w in model.weights])
-    return weights, draw(tf.ones([4096])).numpy() != 0
+    masks = {}
+    for step in steps:
+        trainer.optimizer.iterations.assign(step)  # where a checkpoint of that step leaves it
+        masks[step] = [m.numpy() != 0 for m in draw(tf.ones([4096]))]
+    return weights, masks
 
 
 def test_tensorflow_ranks_share_weights_and_draw_their_own_masks():
-    w0, m0 = tf_rank(0)
+    w0, m0 = tf_rank(0, steps=(0, 7))
     w1, m1 = tf_rank(1)
-    w0_again, m0_again = tf_rank(0)
-    assert np.array_equal(w0, w1)
-    assert 0.3 < m0.mean() < 0.99 and not np.array_equal(m0, m1)
-    assert np.array_equal(m0, m0_again) and np.array_equal(w0, w0_again)
+    w0_again, m0_again = tf_rank(0, steps=(7, 0))  # a resumed run: step 7 first, in a new model
+    assert np.array_equal(w0, w1) and np.array_equal(w0, w0_again)
+    first = m0[0][0]
+    assert 0.3 < first.mean() < 0.99 and not np.array_equal(first, m1[0][0])
+    # a new mask for each call and each step; the same ones for the same rank and step, whatever came before
+    assert not np.array_equal(first, m0[0][1]) and not np.array_equal(first, m0[7][0])
+    for step in (0, 7):
+        assert all(np.array_equal(a, b) for a, b in zip(m0[step], m0_again[step], strict=True))
+
+
+def test_a_tensorflow_dropout_mask_outside_a_training_step_is_refused():
+    from bench.modes.tf_common import TFTrainer, tf
+
+    trainer = TFTrainer(config("tf-horovod"), launch(0))
+    trainer.build_model()
+    with pytest.raises(RuntimeError, match="outside a training step"):
+        trainer.masks.layers[0](tf.ones([8]), training=True)
 
 
 @pytest.fixture(autouse=True)

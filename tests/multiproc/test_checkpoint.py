@@ -1,10 +1,9 @@
 """Checkpoints and resuming (--checkpoint-every, --resume-from; bench.measure.checkpoint), and the fixed-time run
 (--duration with --epochs), in real runs: a run that loses a rank after a checkpoint, resumed, ends with exactly
-the parameters of one never interrupted. PyTorch trains a model with dropout (the Transformer on real text), whose
-every rank draws its own masks: each rank's random state must come back, and nothing between the checkpoint and
-the step may draw from it (a DataLoader did, for its workers' seeds). TensorFlow trains ResNet-20 on the digits:
-Keras's random ops keep their state in their kernels, which no checkpoint holds (docs/training.md). The checks:
-tests/unit/."""
+the parameters of one never interrupted. Both frameworks train a model with dropout (the Transformer on real text),
+whose every rank draws its own masks: PyTorch's random state must come back, and nothing between the checkpoint and
+the step may draw from it (a DataLoader did, for its workers' seeds); TensorFlow's masks are keyed by the step count
+its checkpoint holds (bench.modes.tf_common.DropoutMasks). The checks: tests/unit/."""
 
 import json
 
@@ -18,7 +17,7 @@ TRAINING = ["--model", "resnet20", "--image-size", "12", "--batch-size", "32", "
             "--base-lr", "0.8", "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
 DROPOUT = ["--model", "transformer-small", "--seq-len", "16", "--batch-size", "32", "--epochs", str(EPOCHS),
            "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
-IDENTITY = {"torch-ddp": ("text", DROPOUT), "tf-horovod": ("digits", TRAINING)}  # what each mode trains, on what
+IDENTITY = {"torch-ddp": ("text", DROPOUT), "tf-horovod": ("text", DROPOUT)}  # what each mode trains, on what
 
 
 # -- real runs ----------------------------------------------------------------------------------------------
