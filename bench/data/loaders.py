@@ -19,8 +19,9 @@ the flip. Held-out split: the centre crop of 87.5% resized, no flip; each rank r
   then cropped), batch, prefetch;
   tf.data's own thread pool held to ``workers`` threads so that the count means what it means for DataLoader.
   TFRecord shards: a rank reads whole files; every epoch the files in an order of (seed, epoch), the same on every
-  rank, rank r taking positions r, r + W, ... of it, their records interleaved and shuffled in a buffer of four
-  batches, and cut to the count every rank shares (bench.data.datasets.rank_samples).
+  rank, rank r taking positions r, r + W, ... of it, read at once with their records taken in turn (a fixed
+  order, so a resumed run reads what an uninterrupted one does), shuffled in a buffer of four batches seeded by
+  (seed, epoch), and cut to the count every rank shares (bench.data.datasets.rank_samples).
 """
 
 from __future__ import annotations
@@ -349,9 +350,10 @@ class TFLoader(Loader):
             spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                     "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
 
-            def read(files):
+            def read(files):  # the files read at once, their records taken in turn (deterministic): a resumed
+                # run's epochs and every rerun read the same records in the same order, whichever file reads faster
                 return files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=parallel,
-                                        deterministic=False)
+                                        deterministic=True)
 
             if train:  # every epoch the files in an order of (seed, epoch), the same on every rank; the rank
                 # takes positions r, r + W, ... of it, its records shuffled, cut to the quota every rank shares

@@ -179,6 +179,45 @@ def test_tfrecord_ranks_read_whole_files_in_a_new_order_every_epoch_and_the_same
         rank_samples(train, 5, 4)
 
 
+def test_tfrecord_records_come_in_one_order_however_fast_each_file_reads(tmp_path, monkeypatch):
+    """A resumed run's epochs read the records an uninterrupted one reads (docs/training.md): the files are read in
+    parallel, their records interleaved in a fixed order. A pipeline started at epoch 1 reads the batches of an
+    uninterrupted one's epoch 1; with each record of one file made 50 ms late, the batches
+    are still those of the files read at full speed (taken in whichever order they became ready, the other files'
+    records would come first)."""
+    import time
+
+    from bench.data.loaders import LOADERS
+    from bench.tfutil import import_tf
+
+    tf, _ = import_tf()
+    small(tmp_path / "r", format="tfrecord", images=40, image_size=32, shards=4, val_fraction=0.2)
+    data = load(tmp_path / "r")
+
+    def pixels(epoch=0, epochs=1):  # the epochs' batches, four files read at once (4 workers)
+        batches = LOADERS["tf"].batches(data, "train", 32, 4, 4, seed=7, epoch=epoch, epochs=epochs)
+        return np.concatenate([np.asarray(x) for x, _ in batches])
+
+    at_full_speed = pixels()
+    assert np.array_equal(pixels(epoch=1), pixels(epochs=2)[32:])  # a pipeline resumed at epoch 1 reads epoch 1
+    slow = str(sorted((tmp_path / "r").glob("train-*-of-*"))[0])
+    reader = tf.data.TFRecordDataset
+
+    def late(name):
+        if name.numpy().decode() == slow:
+            time.sleep(0.05)
+        return 0
+
+    def slow_reader(name):  # the loader's reader, each record of one file held back
+        def hold(record):
+            with tf.control_dependencies([tf.py_function(late, [name], tf.int32)]):
+                return tf.identity(record)
+        return reader(name).map(hold)
+
+    monkeypatch.setattr(tf.data, "TFRecordDataset", slow_reader)
+    assert len(at_full_speed) == 32 and np.array_equal(pixels(), at_full_speed)
+
+
 def test_the_tf_loader_reads_each_token_window_from_its_file_and_checks_its_ids(tmp_path):
     """Issue 66 item 8. tf.data reads sample i of a token file where it lies (no constant of the corpus): the same
     windows as Split.sample in the torch loader's order, at both ranks of two and in the ps graph, and an id
