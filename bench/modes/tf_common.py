@@ -78,8 +78,8 @@ class DropoutMasks:
     its state inside its kernels, which start afresh in a resumed process; its tf.random.Generator mode changes every
     initial weight and mixes tf.distribute's replica ids into the masks.)
 
-    :meth:`begin` takes the step's key while the step is traced; the model's Dropout calls then fold their order
-    into it."""
+    :meth:`step` takes the step's key while the step is traced; the model's Dropout calls inside it fold their
+    order into it."""
 
     def __init__(self, model) -> None:
         self.layers = [layer for layer in model.submodules if isinstance(layer, keras.layers.Dropout)]
@@ -149,13 +149,12 @@ class TFTrainer:
     def build_model(self):
         keras.utils.set_random_seed(self.cfg.seed)  # identical initial weights on every rank
         self.model = model_spec(self.cfg.model).build_tf(self.cfg.num_classes, self.cfg.image_size, self.cfg.embedding)
-        if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
-            for layer in self.model.submodules:  # nested layers too (the Transformer's)
-                if isinstance(layer, keras.layers.Dropout):
-                    layer.rate = 0.0
         # Dropout's masks keyed by the rank's stream and the step (DropoutMasks); any other random op of the step
         # from the rank's own stream, set before the step is traced.
         self.masks = DropoutMasks(self.model)
+        if self.hooks.deterministic:  # bench verify: no random masks that differ between runs
+            for layer in self.masks.layers:  # nested layers too (the Transformer's)
+                layer.rate = 0.0
         tf.random.set_seed(self.cfg.seed + 1 + self.rank)
         opt = optimizer(keras, self.cfg)
         self.optimizer = keras.mixed_precision.LossScaleOptimizer(opt) if self.fp16 else opt
