@@ -351,9 +351,11 @@ class TFLoader(Loader):
                     "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
 
             def read(files):  # the files read at once, their records taken in turn (deterministic): a resumed
-                # run's epochs and every rerun read the same records in the same order, whichever file reads faster
-                return files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=parallel,
-                                        deterministic=True)
+                # run's epochs and every rerun read the same records in the same order, whichever file reads faster.
+                # One reader a file at most: tf.data refuses more parallel calls than files in the cycle (a held-out
+                # split of one file with 2 workers failed at the first evaluation).
+                return files.interleave(tf.data.TFRecordDataset, cycle_length=cycle,
+                                        num_parallel_calls=cycle if workers else tf.data.AUTOTUNE, deterministic=True)
 
             if train:  # every epoch the files in an order of (seed, epoch), the same on every rank; the rank
                 # takes positions r, r + W, ... of it, its records shuffled, cut to the quota every rank shares

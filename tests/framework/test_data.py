@@ -218,6 +218,17 @@ def test_tfrecord_records_come_in_one_order_however_fast_each_file_reads(tmp_pat
     assert len(at_full_speed) == 32 and np.array_equal(pixels(), at_full_speed)
 
 
+def test_a_tfrecord_split_of_fewer_files_than_workers_is_read(tmp_path):
+    """The held-out split is one file: read with 2 workers (tf.data refuses more parallel reads than files)."""
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "r", format="tfrecord", images=40, image_size=32, shards=4, val_fraction=0.2)
+    data = load(tmp_path / "r")
+    assert len(data.splits["val"].shards) == 1
+    batches = list(LOADERS["tf"].batches(data, "val", 32, 4, 2, seed=7))
+    assert sum(len(y) for _, y in batches) == 8
+
+
 def test_the_tf_loader_reads_each_token_window_from_its_file_and_checks_its_ids(tmp_path):
     """Issue 66 item 8. tf.data reads sample i of a token file where it lies (no constant of the corpus): the same
     windows as Split.sample in the torch loader's order, at both ranks of two and in the ps graph, and an id

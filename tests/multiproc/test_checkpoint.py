@@ -17,7 +17,21 @@ TRAINING = ["--model", "resnet20", "--image-size", "12", "--batch-size", "32", "
             "--base-lr", "0.8", "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
 DROPOUT = ["--model", "transformer-small", "--seq-len", "16", "--batch-size", "32", "--epochs", str(EPOCHS),
            "--warmup-epochs", "1", "--loader-workers", "1", "--no-telemetry", "--np", "2"]
-IDENTITY = {"torch-ddp": ("text", DROPOUT), "tf-horovod": ("text", DROPOUT)}  # what each mode trains, on what
+# what each case's mode trains, on what: both frameworks' dropout, and TensorFlow reading TFRecord shards with two
+# workers (each shard's records in a fixed order; the one-file held-out split read by both)
+IDENTITY = {"torch-ddp": ("torch-ddp", "text", DROPOUT), "tf-horovod": ("tf-horovod", "text", DROPOUT),
+            "tf-horovod-tfrecord": ("tf-horovod", "digit_records",
+                                    " ".join(TRAINING).replace("--loader-workers 1", "--loader-workers 2").split())}
+
+
+@pytest.fixture(scope="module")
+def digit_records(tmp_path_factory):
+    """The handwritten digits as TFRecord shards (4 to train, 1 held out), as ImageNet's are written."""
+    from bench.data.make import MakeConfig, make
+
+    root = tmp_path_factory.mktemp("data") / "digit-records"
+    make(MakeConfig(path=str(root), format="tfrecord", source="digits"))
+    return root
 
 
 # -- real runs ----------------------------------------------------------------------------------------------
@@ -26,22 +40,22 @@ def runs(request, tmp_path_factory):
     """Per framework: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
     checkpoint stays), the run resumed from it, and one never interrupted."""
     done = {}
-    for mode, (data, args) in IDENTITY.items():
-        base = tmp_path_factory.mktemp(mode)
+    for case, (mode, data, args) in IDENTITY.items():
+        base = tmp_path_factory.mktemp(case)
         on = ["--data", str(request.getfixturevalue(data))]
         lost = bench(mode, *args, *on, "--checkpoint-every", "1", "--output", str(base / "lost"),
                      HVDBENCH_HOOKS=json.dumps({"lost_after_checkpoint": 2}))
         (folder,) = (base / "lost" / "checkpoints").glob(f"{mode}-np2-*")  # one per configuration (its key)
         resumed = bench(mode, *args, *on, "--resume-from", str(folder), "--output", str(base / "resumed"))
         whole = bench(mode, *args, *on, "--checkpoint-every", "1", "--output", str(base / "whole"))
-        done[mode] = (base, folder, lost, resumed, whole)
+        done[case] = (base, folder, lost, resumed, whole)
     return done
 
 
 @pytest.mark.horovod
-@pytest.mark.parametrize("mode", ["torch-ddp", "tf-horovod"])
-def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(runs, mode):
-    base, folder, lost, resumed, whole = runs[mode]
+@pytest.mark.parametrize("case", IDENTITY)
+def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(runs, case):
+    base, folder, lost, resumed, whole = runs[case]
     assert lost.returncode != 0 and "no result written" in lost.stderr, lost.stderr[-2000:]
     assert "epoch 2: checkpoint written to" in lost.stderr
     assert not list((base / "lost").glob("*.json"))
