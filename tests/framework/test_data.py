@@ -182,9 +182,9 @@ def test_tfrecord_ranks_read_whole_files_in_a_new_order_every_epoch_and_the_same
 def test_tfrecord_records_come_in_one_order_however_fast_each_file_reads(tmp_path, monkeypatch):
     """A resumed run's epochs read the records an uninterrupted one reads (docs/training.md): the files are read in
     parallel, their records interleaved in a fixed order. A pipeline started at epoch 1 reads the batches of an
-    uninterrupted one's epoch 1; with each record of one file made 50 ms late, the batches
-    are still those of the files read at full speed (taken in whichever order they became ready, the other files'
-    records would come first)."""
+    uninterrupted one's epoch 1; with each record of one file made 50 ms late, the batches are still those of the
+    files read at full speed (taken in whichever order they became ready, the other files' records would come
+    first)."""
     import time
 
     from bench.data.loaders import LOADERS

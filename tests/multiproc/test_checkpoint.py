@@ -37,7 +37,7 @@ def digit_records(tmp_path_factory):
 # -- real runs ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
-    """Per framework: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
+    """Per case of IDENTITY: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
     checkpoint stays), the run resumed from it, and one never interrupted."""
     done = {}
     for case, (mode, data, args) in IDENTITY.items():
