@@ -14,7 +14,7 @@ import typer
 from typer.exceptions import TyperException
 
 import bench.run
-from bench import __version__, plugins
+from bench import __version__, plugins, scratch
 from bench.commands import (
     allreduce,
     compare,
@@ -219,6 +219,7 @@ def _rank_prefix() -> str:
 
 
 def main() -> None:
+    scratch.take()  # first: its exit handler must run after every library's (bench.scratch)
     supervise.die_with_parent()
     supervise.report_faults()
     try:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from bench import scratch
 from bench.errors import BenchError
 
 VERBOSE_ENV = "HVDBENCH_VERBOSE"
@@ -70,6 +71,7 @@ def import_tf():
     if "tensorflow" in sys.modules:
         import tensorflow as tf
     else:
+        scratch.use_for_python()  # autograph's files, removed only by an exit handler (bench.scratch)
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:

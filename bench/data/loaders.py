@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import scratch
 from bench.data.datasets import Dataset, held_out, rank_samples, shard
 from bench.data.split import Split
 from bench.errors import BenchError
@@ -72,10 +73,12 @@ def worker_start():
     server is gone leaves within the DataLoader's 5 s status check, and one whose rank is gone at once
     (:func:`watch_rank`). The queues' semaphores are then named ones, which multiprocessing's resource tracker
     (a process of its own) removes after a rank that died (a stall, a kill) could not; its warning that it did
-    is not printed (the rank's own line says why)."""
+    is not printed (the rank's own line says why). The fork server's socket goes into the rank's own temporary
+    folder (bench.scratch), which a rank killed outright does not leave behind."""
     import multiprocessing
     import sys
 
+    scratch.use_for_multiprocessing()
     quiet = "ignore::UserWarning:multiprocessing.resource_tracker"  # passed to the helpers it starts (-W)
     if quiet not in sys.warnoptions:
         sys.warnoptions.append(quiet)

@@ -10,7 +10,6 @@ import fcntl
 import os
 import random
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import scratch
 from bench.errors import (
     STOP_SIGNALS,
     BenchError,
@@ -182,8 +182,8 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
         base["OMP_NUM_THREADS"] = base[THREAD_SHARE_ENV] = str(cpu_thread_share(len(rank_envs)))
     procs: list[subprocess.Popen] = []
     old = stop_on_signals()
-    remove_orphaned_stall_dirs(Path(tempfile.gettempdir()))
-    with tempfile.TemporaryDirectory(prefix=STALL_DIR_PREFIX) as stall_dir:
+    scratch.remove_orphaned(scratch.system_tempdir(), STALL_DIR_PREFIX)  # those of spawners killed outright
+    with tempfile.TemporaryDirectory(prefix=STALL_DIR_PREFIX, dir=scratch.system_tempdir()) as stall_dir:
         held = os.open(stall_dir, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(held, fcntl.LOCK_EX)  # released by the kernel when this process ends, however it ends
         base[watchdog.STALL_DIR_ENV] = stall_dir
@@ -200,30 +200,6 @@ def spawn(argv: list[str], rank_envs: list[dict[str, str]], config_json: str, gr
         finally:
             os.close(held)
             restore_handlers(old)
-
-
-def remove_orphaned_stall_dirs(root: Path, min_age_s: float = 60.0) -> list[Path]:
-    """Remove the stall folders (``STALL_DIR_PREFIX*`` under ``root``) whose spawner no longer runs: one killed
-    outright (SIGKILL, the out-of-memory killer) cannot remove its own. A spawner holds an exclusive flock on its
-    folder while it runs, which the kernel drops when it dies however it dies, in any PID namespace; a folder
-    younger than ``min_age_s`` is left alone (its spawner may not hold the lock yet). Returns those removed."""
-    removed = []
-    for path in root.glob(f"{STALL_DIR_PREFIX}*"):
-        try:
-            if time.time() - path.stat().st_mtime < min_age_s:
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # held: its spawner runs
-        finally:
-            os.close(fd)
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
 
 
 def die_with_parent(env: dict[str, str] | None = None) -> None:

@@ -22,13 +22,13 @@ import json
 import os
 import secrets
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from bench import scratch
 from bench.errors import BenchError, ResultNotWhole
 from bench.records import files
 from bench.records.schema import M, mismatch, parse, record_model
@@ -116,9 +116,9 @@ def load(path: str | os.PathLike, model: type[M]) -> M:
 
 def fallback_dir() -> list[Path]:
     """Where a record goes when its folder cannot take it: $HVDBENCH_FALLBACK_DIR, then
-    ~/.cache/hvdbench/unsaved, then the system's temporary folder."""
+    ~/.cache/hvdbench/unsaved, then the system's temporary folder (not the process's own, which goes with it)."""
     dirs = [Path(d) for d in (os.environ.get("HVDBENCH_FALLBACK_DIR"),) if d]
-    return [*dirs, Path.home() / ".cache" / "hvdbench" / "unsaved", Path(tempfile.gettempdir()) / "hvdbench-unsaved"]
+    return [*dirs, Path.home() / ".cache" / "hvdbench" / "unsaved", scratch.system_tempdir() / "hvdbench-unsaved"]
 
 
 def save_fallback(name: str, text: str) -> Path | None:

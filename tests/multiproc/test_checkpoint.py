@@ -6,9 +6,12 @@ the step may draw from it (a DataLoader did, for its workers' seeds); TensorFlow
 its checkpoint holds (bench.modes.tf_common.DropoutMasks). The checks: tests/unit/."""
 
 import json
+import shutil
+import tempfile
 
 import pytest
 
+from bench import scratch
 from bench.measure import checkpoint
 from tests.conftest import bench, only_result
 from tests.unit.test_checkpoint import EPOCHS
@@ -38,18 +41,22 @@ def digit_records(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
     """Per case of IDENTITY: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
-    checkpoint stays), the run resumed from it, and one never interrupted."""
+    checkpoint stays), the run resumed from it, and one never interrupted. The lost run's $TMPDIR is a folder of
+    its own, of a short path as /tmp's (pytest's are too deep for the loader's sockets inside a rank's own)."""
     done = {}
     for case, (mode, data, args) in IDENTITY.items():
         base = tmp_path_factory.mktemp(case)
+        (base / "tmp").symlink_to(tempfile.mkdtemp(prefix="lost-", dir="/tmp"))
         on = ["--data", str(request.getfixturevalue(data))]
         lost = bench(mode, *args, *on, "--checkpoint-every", "1", "--output", str(base / "lost"),
-                     HVDBENCH_HOOKS=json.dumps({"lost_after_checkpoint": 2}))
+                     HVDBENCH_HOOKS=json.dumps({"lost_after_checkpoint": 2}), TMPDIR=str((base / "tmp").resolve()))
         (folder,) = (base / "lost" / "checkpoints").glob(f"{mode}-np2-*")  # one per configuration (its key)
         resumed = bench(mode, *args, *on, "--resume-from", str(folder), "--output", str(base / "resumed"))
         whole = bench(mode, *args, *on, "--checkpoint-every", "1", "--output", str(base / "whole"))
         done[case] = (base, folder, lost, resumed, whole)
-    return done
+    yield done
+    for base, *_ in done.values():
+        shutil.rmtree((base / "tmp").resolve(), ignore_errors=True)
 
 
 @pytest.mark.horovod
@@ -60,6 +67,11 @@ def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never
     assert "epoch 2: checkpoint written to" in lost.stderr
     assert not list((base / "lost").glob("*.json"))
     assert json.loads((folder / checkpoint.STATE).read_text())["epoch"] == 2
+    # what the lost rank and the one stopped beside it left in the temporary folder: their own folders alone
+    # (TensorFlow's autograph files, the loader's fork server socket: bench.scratch), gone at a later start
+    assert scratch.remove_orphaned(base / "tmp", scratch.PREFIX, min_age_s=0)
+    assert [p.name for p in (base / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []  # PyTorch's
+    # compile cache stays, as it does between runs
     for proc in (resumed, whole):
         assert proc.returncode == 0, proc.stderr[-3000:]
     again, never = only_result(base / "resumed"), only_result(base / "whole")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import scratch
 from bench.launching import supervise
 from tests.conftest import SMALL, bench_env
 from tools.benchmarks import endings
@@ -59,7 +60,8 @@ def rank_pids(parent: int, n: int, timeout: float = 120) -> list[int]:
 
 
 def test_ranks_die_with_a_spawner_killed_outright(tmp_path):
-    """The kernel ends the ranks; the stall folder the spawner could not remove goes at the next spawner's start."""
+    """The kernel ends the ranks; the folders they and the spawner could not remove (their own temporary folders,
+    the spawner's stall folder) hold all they left, and go at the next bench process's start."""
     log, tmp = tmp_path / "stderr.log", tmp_path / "tmp"
     tmp.mkdir()
     with open(log, "w") as f:
@@ -71,9 +73,15 @@ def test_ranks_die_with_a_spawner_killed_outright(tmp_path):
     proc.kill()  # SIGKILL: no handler runs, the kernel ends the ranks (parent-death signal)
     proc.wait()
     assert endings.wait_gone(lambda: endings.processes_with("HVDBENCH_PARENT_PID", str(proc.pid)), proc, 10) == []
-    left = list(tmp.glob(f"{supervise.STALL_DIR_PREFIX}*"))
-    assert len(left) == 1, left
-    assert supervise.remove_orphaned_stall_dirs(tmp, min_age_s=0) == left and not left[0].exists()
+    left = sorted(p for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))  # PyTorch's cache: kept
+    assert len([p for p in left if p.name.startswith(supervise.STALL_DIR_PREFIX)]) == 1, left
+    assert len([p for p in left if p.name.startswith(scratch.PREFIX)]) == 3, left  # the spawner's, each rank's
+    removed, deadline = [], time.monotonic() + 10  # a rank's memory goes before its files: their locks, just after
+    while len(removed) < len(left) and time.monotonic() < deadline:
+        removed += scratch.remove_orphaned(tmp, supervise.STALL_DIR_PREFIX, scratch.PREFIX, min_age_s=0)
+        time.sleep(0.1)
+    assert sorted(removed) == left
+    assert [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 def start_data_run(digits, tmp_path, *extra: str) -> tuple[subprocess.Popen, Path]:

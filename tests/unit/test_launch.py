@@ -193,30 +193,6 @@ def test_spawner_marks_the_share_it_chose(monkeypatch):
 
 
 
-def test_only_the_stall_folders_of_dead_spawners_are_removed(tmp_path):
-    """A spawner holds a flock on its stall folder while it runs (bench.launching.supervise.spawn); a later spawner
-    removes the folders no one holds (their spawner was killed outright) and leaves held and new ones."""
-    import fcntl
-    import os
-
-    from bench.launching import supervise
-
-    held, orphan, young = (tmp_path / f"{supervise.STALL_DIR_PREFIX}{name}" for name in ("held", "orphan", "young"))
-    for folder in (held, orphan, young):
-        folder.mkdir()
-        (folder / "stall-1.txt").write_text("frozen")
-    for folder in (held, orphan):
-        os.utime(folder, (0, 0))
-    (tmp_path / "unrelated").mkdir()
-    fd = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        assert supervise.remove_orphaned_stall_dirs(tmp_path) == [orphan]
-    finally:
-        os.close(fd)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([held.name, young.name, "unrelated"])
-    assert supervise.remove_orphaned_stall_dirs(tmp_path) == [held]  # its spawner gone: the lock with it
-
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_PORT": "29500"}
 
 
