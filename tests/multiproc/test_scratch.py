@@ -73,9 +73,8 @@ def test_what_a_process_killed_outright_leaves_is_its_folder_which_the_next_one_
 def test_the_folder_of_a_running_process_is_kept(root):
     proc = start(root, "waits")
     try:
-        own = proc.stdout.readline().strip()
-        while len(list(root.iterdir())) < 1 or proc.stdout.readline().strip() != own:  # its file made
-            pass
+        own, *_, after = (proc.stdout.readline().strip() for _ in range(5))  # the last: its file made, it waits
+        assert after == own, after
         os.utime(own, (0, 0))
         assert scratch.remove_orphaned(root, scratch.PREFIX) == []  # held
     finally:
