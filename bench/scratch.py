@@ -87,8 +87,13 @@ def take() -> Path | None:
         return None
     try:
         held = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        return None
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # a filesystem that takes no flock: an unheld folder would be another process's orphan
+        os.close(held)
         shutil.rmtree(path, ignore_errors=True)
         return None
 

@@ -30,3 +30,23 @@ def test_only_the_folders_nobody_holds_are_removed(tmp_path):
         os.close(fd)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([held.name, young.name, "unrelated"])
     assert scratch.remove_orphaned(tmp_path, scratch.PREFIX) == [held]  # its process gone: the lock with it
+
+
+def test_a_folder_that_takes_no_lock_is_given_up_and_its_descriptor_closed(tmp_path, monkeypatch):
+    """On a temporary folder whose filesystem takes no flock, no folder is taken (an unheld one would be removed as
+    an orphan by the next process while this one writes in it), and nothing of the attempt is left: neither the
+    folder nor an open descriptor."""
+    import tempfile
+
+    def no_lock(fd, operation):
+        raise OSError(37, "No locks available")
+
+    for name, value in (("_own", None), ("_system", None), ("_late", True)):
+        monkeypatch.setattr(scratch, name, value)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(scratch.fcntl, "flock", no_lock)
+    before = sorted(os.listdir("/proc/self/fd"))
+    assert scratch.take() is None
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert list(tmp_path.iterdir()) == []
+    assert scratch.system_tempdir() == tmp_path
