@@ -123,3 +123,23 @@ def test_the_time_is_the_ranks_mean_as_nccl_tests_reports_it():
     (row,) = measure(Gathered(), cfg)
     assert row.time_s == 2.0 and row.time_slowest_rank_s == 3.0
     assert row.algbw_GBps == pytest.approx(4096 / 2.0 / 1e9)
+
+
+def test_the_allreduce_table_puts_each_records_busbw_in_a_column_by_size(tmp_path, monkeypatch, capsys):
+    """tools/benchmarks/allreduce_table.py reads the records as their model (it indexed them as dicts and died
+    on the first one) and lines up the sizes the backends share."""
+    import sys
+
+    from bench.records import store
+    from tests import samples
+    from tools.benchmarks import allreduce_table
+
+    store.write(tmp_path / "a-allreduce.json", samples.allreduce([(4096, 1e-3, 0.25), (1 << 20, 2e-3, 1.5)],
+                                                                backend="gloo"))
+    store.write(tmp_path / "b-allreduce.json", samples.allreduce([(1 << 20, 1e-3, 3.25)], world_size=4,
+                                                                backend="mpi"))
+    monkeypatch.setattr(sys, "argv", ["allreduce_table", str(tmp_path), "--markdown"])
+    allreduce_table.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| size | model gradient | gloo (?, n=2) busbw GB/s | mpi (?, n=4) busbw GB/s |"
+    assert lines[2:] == ["| 4 KiB |  | 0.250 | – |", "| 1 MiB |  | 1.500 | 3.250 |"]

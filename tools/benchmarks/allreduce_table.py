@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.commands.allreduce import human_bytes, load
+from bench.records.kinds import AllreduceRow
 
 
 def main() -> None:
@@ -24,18 +25,17 @@ def main() -> None:
     if not files:
         sys.exit(f"error: no bench allreduce results in {', '.join(map(str, a.paths))}")
     results = [load(f) for f in files]
-    columns = [f"{r['config']['backend']} ({r['environment'].get('transport', '?')}, n={r['world_size']})"
-               for r in results]
-    by_size = {}
+    columns = [f"{r.config['backend']} ({r.environment.get('transport', '?')}, n={r.world_size})" for r in results]
+    by_size: dict[int, dict[int, AllreduceRow]] = {}
     for i, r in enumerate(results):
-        for row in r["rows"]:
-            by_size.setdefault(row["bytes"], {})[i] = row
+        for row in r.rows:
+            by_size.setdefault(row.bytes, {})[i] = row
     header = ["size", "model gradient", *[f"{c} busbw GB/s" for c in columns]]
     lines = []
     for size in sorted(by_size):
         cells = by_size[size]
-        model = next((row["model"] for row in cells.values() if row.get("model")), "") or ""
-        lines.append([human_bytes(size), model, *[f"{cells[i]['busbw_GBps']:.3f}" if i in cells else "–"
+        model = next((row.model for row in cells.values() if row.model), "")
+        lines.append([human_bytes(size), model, *[f"{cells[i].busbw_GBps:.3f}" if i in cells else "–"
                                                   for i in range(len(results))]])
     if a.markdown:
         print("| " + " | ".join(header) + " |")

@@ -15,7 +15,6 @@ sbatch: from submission to the result file's modification time (when the result 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -26,6 +25,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from tools.benchmarks import new_result, results_in
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["torch-single", "--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--num-classes", "10",
@@ -45,11 +46,10 @@ def timed(cmd: list[str]) -> float:
 
 
 def throughput(prefix: list[str], args: list[str], out: Path) -> float:
-    before = set(out.glob("*.json"))
+    before = results_in(out)
     subprocess.run([*prefix, *args, "--output", str(out)], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env=env())
-    (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())["summary"]["samples_per_sec_total"]
+    return new_result(out, before).summary.samples_per_sec_total
 
 
 def main() -> None:

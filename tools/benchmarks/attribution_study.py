@@ -30,16 +30,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.records.schema import Result
+from tools.benchmarks import new_result, results_in
 
-def run(mode: str, extra: list[str], out: Path, slow: tuple[int, float] | None) -> dict:
+
+def run(mode: str, extra: list[str], out: Path, slow: tuple[int, float] | None) -> Result:
     env = dict(os.environ)
     if slow is not None:
         env["HVDBENCH_HOOKS"] = json.dumps({"slow_rank": slow[0], "slow_factor": slow[1]})
-    before = set(out.glob("*.json"))
+    before = results_in(out)
     subprocess.run([sys.executable, "-m", "bench", mode, "--np", "2", "--output", str(out), *extra], check=True,
                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())
+    return new_result(out, before)
 
 
 def cost(modes: list[str], extra: list[str], repeats: int) -> Table:
@@ -57,7 +59,8 @@ def cost(modes: list[str], extra: list[str], repeats: int) -> Table:
                     r = run(mode, args, Path(tmp) / f"{mode}-{repeat}-{on}", None)
                     walls[on].append(time.perf_counter() - t0)
                     if on:
-                        costs.append(r["attribution"]["cost_s"])
+                        assert r.attribution is not None and r.attribution.cost_s is not None, mode
+                        costs.append(r.attribution.cost_s)
             with_, without = statistics.median(walls[True]), statistics.median(walls[False])
             table.add_row(mode, ", ".join(f"{w:.1f}" for w in walls[True]),
                           ", ".join(f"{w:.1f}" for w in walls[False]), f"{with_:.1f}", f"{without:.1f}",
@@ -87,20 +90,22 @@ def main() -> None:
             for mode in a.modes.split(","):
                 for slow in (None, (1, a.factor)):
                     r = run(mode, extra, Path(tmp) / f"{mode}-{repeat}-{bool(slow)}", slow)
-                    section = r["attribution"]
+                    section = r.attribution
                     fault = "none" if slow is None else f"rank 1 x{a.factor:g}"
-                    if not section["measured"]:
-                        table.add_row(mode, fault, "-", "-", "-", "-", "-", "-", section["reason"], "-", "-")
+                    if section is None or not section.measured:
+                        why = "not run" if section is None else str(section.reason)
+                        table.add_row(mode, fault, "-", "-", "-", "-", "-", "-", why, "-", "-")
                         continue
-                    s = section["straggler"]
-                    named = "none" if s is None else f"rank {s['rank']} x{s['slowdown']:.2f}"
-                    wall = {t["rank"]: t["init_s"] + t["train_s"] for t in r["timing"]["per_rank"]}
-                    for q in section["per_rank"]:
-                        hidden = "n/a" if q["hidden_share"] is None else f"{q['hidden_share']:.0%}"
-                        share = section["cost_s"] / (wall[q["rank"]] + section["cost_s"])
-                        table.add_row(mode, fault, str(q["rank"]), f"{1000 * q['compute_s']:.0f}",
-                                      f"{1000 * q['exchange_s']:.0f}", f"{1000 * q['step_s']:.0f}",
-                                      f"{1000 * q['exposed_s']:.0f}", hidden, named, f"{section['cost_s']:.2f}",
+                    assert section.per_rank is not None and section.cost_s is not None, mode
+                    s = section.straggler
+                    named = "none" if s is None else f"rank {s.rank} x{s.slowdown:.2f}"
+                    wall = {t["rank"]: t["init_s"] + t["train_s"] for t in r.timing.per_rank}
+                    for q in section.per_rank:
+                        hidden = "n/a" if q.hidden_share is None else f"{q.hidden_share:.0%}"
+                        share = section.cost_s / (wall[q.rank] + section.cost_s)
+                        table.add_row(mode, fault, str(q.rank), f"{1000 * q.compute_s:.0f}",
+                                      f"{1000 * q.exchange_s:.0f}", f"{1000 * q.step_s:.0f}",
+                                      f"{1000 * q.exposed_s:.0f}", hidden, named, f"{section.cost_s:.2f}",
                                       f"{share:.1%}")
     Console(width=200).print(table)
 

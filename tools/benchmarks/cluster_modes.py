@@ -20,12 +20,12 @@ run's mean over its windows) and two nodes / one node. Raw results stay in resul
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 from bench.modes import variant
-from bench.records.schema import hosts_in
+from bench.records.results import load_result
+from bench.records.schema import Result
 from tools import cluster
 
 MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native", "tf-native:ps")
@@ -35,7 +35,7 @@ PLACEMENTS = {  # (one node, two nodes) srun options at two ranks; ps adds its c
 }
 
 
-def run(label: str, placement: str, args: str, out: str) -> dict:
+def run(label: str, placement: str, args: str, out: str) -> Result:
     mode, _, strategy = label.partition(":")
     mpi = "--mpi=pmix" if variant(label).mode.needs_mpi else ""
     flags = f"--strategy {strategy}" if strategy else ""
@@ -45,7 +45,7 @@ def run(label: str, placement: str, args: str, out: str) -> dict:
     if done.returncode != 0 or len(files) != 1:
         lines = [x for x in (done.stdout + done.stderr).splitlines() if "error" in x.lower()] or ["no output"]
         raise SystemExit(f"cluster_modes: error: {label} ({placement}) exited {done.returncode}: {lines[-1]}")
-    return json.loads(files[0].read_text())
+    return load_result(files[0])
 
 
 def main() -> None:
@@ -69,9 +69,9 @@ def main() -> None:
         for repeat in range(a.repeats):
             for i, (placement, where) in enumerate(zip(placements, ("one-node", "two-nodes"), strict=True)):
                 result = run(label, placement, args, f"{folder}/{label.replace(':', '-')}-{where}-{repeat}")
-                rates[i].append(result["summary"]["samples_per_sec_total"])
+                rates[i].append(result.summary.samples_per_sec_total)
                 if repeat == 0:
-                    hosts.append(",".join(hosts_in(result["environment"])))
+                    hosts.append(",".join(result.hosts))
             print(f"{label} run {repeat + 1}: one node {rates[0][-1]:.2f} img/s ({hosts[0]}), two nodes "
                   f"{rates[1][-1]:.2f} img/s ({hosts[1]})", flush=True)
         x1, x2 = statistics.median(rates[0]), statistics.median(rates[1])

@@ -18,7 +18,6 @@ mode at np 1 and 2, repeated), then what the evaluations and the checkpoints cos
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from bench.records.schema import Result, Training
+from tools.benchmarks import new_result, results_in
 
 EPOCHS = 10
 TRAINING = ["--model", "resnet20", "--image-size", "12", "--batch-size", "32", "--epochs", str(EPOCHS),
@@ -36,15 +38,20 @@ def bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True)
 
 
-def cost_run(mode: str, extra: list[str], data: str, out: Path) -> dict:
+def cost_run(mode: str, extra: list[str], data: str, out: Path) -> Result:
     """One run of the cost comparisons: np 2, every epoch (--all-epochs), ``extra`` options; its result."""
-    before = set(out.glob("*.json"))
+    before = results_in(out)
     proc = bench(mode, *TRAINING, "--all-epochs", *extra, "--np", "2", "--data", data, "--no-telemetry",
                  "--output", str(out))
     if proc.returncode != 0:
         sys.exit(f"{mode} {' '.join(extra)} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())
+    return new_result(out, before)
+
+
+def trained(result: Result) -> Training:
+    """A run's training section: every run here trains to a goal, so has one."""
+    assert result.training is not None, result.run_id
+    return result.training
 
 
 def cost_table(console: Console, what: str, variants: dict[str, list[str]], field: str, modes: list[str],
@@ -57,14 +64,14 @@ def cost_table(console: Console, what: str, variants: dict[str, list[str]], fiel
     for mode in modes:
         folder = out / f"{what.replace(' ', '-')}-cost" / mode
         folder.mkdir(parents=True, exist_ok=True)
-        runs: dict[str, list[dict]] = {name: [] for name in variants}
+        runs: dict[str, list[Result]] = {name: [] for name in variants}
         for _ in range(repeats):
             for name, extra in variants.items():
                 runs[name].append(cost_run(mode, extra, data, folder))
-        medians = {name: statistics.median(r["timing"]["train_s"] for r in rs) for name, rs in runs.items()}
+        medians = {name: statistics.median(r.timing.train_s for r in rs) for name, rs in runs.items()}
         for name, rs in runs.items():
             table.add_row(mode, name, f"{medians[name]:.2f}",
-                          f"{statistics.median(r['training'][field] for r in rs):.2f}", str(len(rs)))
+                          f"{statistics.median(getattr(trained(r), field) for r in rs):.2f}", str(len(rs)))
         with_, without = medians[next(iter(variants))], medians[list(variants)[-1]]
         console.print(f"{mode}: {what} add {with_ - without:.2f} s ({(with_ - without) / without:.1%}) to "
                       f"{without:.1f} s")

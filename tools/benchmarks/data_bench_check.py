@@ -11,7 +11,6 @@ start-up and the clock's edges weigh 1/LONG of it. The table gives the medians a
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -21,6 +20,10 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from bench.records import store
+from bench.records.kinds import DataBench
+from tools.benchmarks import new_file, results_in
 
 LONG = 64  # timed batches of the independent read (one pass: no epoch's restart inside it)
 
@@ -64,11 +67,10 @@ def run_bench(tool: str, *args: str) -> None:
 
 
 def data_bench(path: str, name: str, workers: int, a, out: Path) -> float:
-    before = set(out.glob("*.json"))
+    before = results_in(out)
     run_bench("data_bench_check", "data", "bench", path, "--loaders", name, "--workers", str(workers), "--image-size",
               str(a.image_size), "--batch-size", str(a.batch_size), "--repeats", "1", "--output", str(out))
-    (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())["rows"][0]["images_per_sec"]
+    return store.load(new_file(out, before), DataBench).rows[0].images_per_sec
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ input.per_rank[].wait_share).
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -22,21 +21,23 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.records.schema import Result
+from tools.benchmarks import new_result, results_in
+
 # Steps per run: small enough for VGG-16 at 224 px on two CPU cores, the same for both inputs.
 RUN = {"vgg16": ["--batch-size", "4", "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"],
        "resnet50": ["--batch-size", "8", "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "3"]}
 
 
-def run(a, model: str, mode: str, data: str | None, out: Path) -> dict:
-    before = set(out.glob("*.json"))
+def run(a, model: str, mode: str, data: str | None, out: Path) -> Result:
+    before = results_in(out)
     cmd = [sys.executable, "-m", "bench", mode, "--model", model, "--np", str(a.np), "--image-size",
            str(a.image_size), "--num-classes", str(a.classes), "--attribution-steps", "0", "--output", str(out),
            *RUN.get(model, RUN["resnet50"])]
     if data:
         cmd += ["--data", data]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())
+    return new_result(out, before)
 
 
 def main() -> None:
@@ -65,11 +66,12 @@ def main() -> None:
             for mode in a.modes.split(","):
                 synth, real, shares, rates = [], [], [], []
                 for _ in range(a.repeats):
-                    synth.append(run(a, model, mode, None, out)["summary"]["samples_per_sec_total"])
+                    synth.append(run(a, model, mode, None, out).summary.samples_per_sec_total)
                     result = run(a, model, mode, data, out)
-                    real.append(result["summary"]["samples_per_sec_total"])
-                    shares.append([r["wait_share"] for r in result["input"]["per_rank"]])
-                    rates.append([r["loader_rate"] for r in result["input"]["per_rank"]])
+                    real.append(result.summary.samples_per_sec_total)
+                    assert result.input is not None, result.run_id
+                    shares.append([r.wait_share for r in result.input.per_rank])
+                    rates.append([r.loader_rate for r in result.input.per_rank])
                 s, d = statistics.median(synth), statistics.median(real)
                 share = " / ".join(f"{100 * statistics.median(x):.1f}%" for x in zip(*shares, strict=True))
                 rate = " / ".join(f"{statistics.median(x):.0f}" for x in zip(*rates, strict=True))

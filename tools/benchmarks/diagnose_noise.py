@@ -13,11 +13,12 @@ cluster is healthy). Also each run's wall time per phase. The records stay in re
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 from bench.commands.diagnose import rules as R
+from bench.records import store
+from bench.records.schema import Diagnose
 from tools import cluster
 
 
@@ -53,21 +54,21 @@ def main() -> None:
         found = list((cluster.shared_dir() / folder / f"run{i}").glob("diagnose-*/diagnose.json"))
         if not found:
             raise SystemExit(f"diagnose_noise: run {i} wrote no record: {(done.stdout + done.stderr)[-800:]}")
-        records.append(json.loads(found[0].read_text()))
-        print(f"run {i}: exit {done.returncode}, " + ", ".join(f"{k} {v['seconds']:.0f} s"
-                                                              for k, v in records[-1]["phases"].items()), flush=True)
-    first = records[0]["figures"]
+        records.append(store.load(found[0], Diagnose))
+        print(f"run {i}: exit {done.returncode}, " + ", ".join(f"{k} {v.seconds:.0f} s"
+                                                              for k, v in records[-1].phases.items()), flush=True)
+    first = records[0].figures
     print(f"\n| rule | limit | worst healthy ratio (min - max over {a.runs} runs of {nodes} nodes) | margin |")
     print("|---|---|---|---|")
     for rule in R.load(a.rules):
-        seen = [x for i, r in enumerate(records) for x in ratios(rule, r["figures"], first if i else None)]
+        seen = [x for i, r in enumerate(records) for x in ratios(rule, r.figures, first if i else None)]
         if not seen:
             continue
         limit = 1 - rule.tolerance if rule.direction == "below" else 1 + rule.tolerance
         worst = min(seen) if rule.direction == "below" else max(seen)
         margin = worst - limit if rule.direction == "below" else limit - worst
         print(f"| {rule.name} | {limit:g} | {min(seen):.2f} - {max(seen):.2f} | {margin:+.2f} |")
-    alarms = [(i, f["where"], f["rule"]) for i, r in enumerate(records) for f in r["findings"]]
+    alarms = [(i, f.where, f.rule) for i, r in enumerate(records) for f in r.findings]
     print(f"\nfindings on the healthy cluster (false alarms): {len(alarms)}")
     for i, where, rule in alarms:
         print(f"  run {i}: {where}: {rule}")

@@ -26,7 +26,6 @@ results/hybrid-study-<stamp>/.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -34,6 +33,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.records.results import load_result
+from bench.records.schema import Result
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURES = {  # name -> (label, extra options)
@@ -64,7 +66,7 @@ def placement(label: str, np_: int) -> str:
     return f"-N{np_} -n{np_} --ntasks-per-node=1"
 
 
-def run_once(label: str, extra: list[str], vocab: int, np_: int, out: Path, on_cluster: bool) -> dict:
+def run_once(label: str, extra: list[str], vocab: int, np_: int, out: Path, on_cluster: bool) -> Result:
     if on_cluster:  # the srun step and its one result, as tools/benchmarks/cluster_modes.py runs them
         from tools.benchmarks import cluster_modes
 
@@ -76,7 +78,7 @@ def run_once(label: str, extra: list[str], vocab: int, np_: int, out: Path, on_c
     if done.returncode != 0 or len(files) != 1:
         lines = [x for x in (done.stdout + done.stderr).splitlines() if "error" in x.lower()] or ["no output"]
         raise SystemExit(f"hybrid_study: error: {' '.join(cmd)[:120]} exited {done.returncode}: {lines[-1]}")
-    return json.loads(files[0].read_text())
+    return load_result(files[0])
 
 
 def main() -> None:
@@ -92,7 +94,7 @@ def main() -> None:
     base = Path(f"hybrid-study-{stamp}") if a.cluster else ROOT / "results" / f"hybrid-study-{stamp}"
     cells = [(arch, int(v), int(n)) for arch in a.architectures.split(",") for v in a.vocabs.split(",")
              for n in a.nps.split(",")]
-    got: dict[tuple, list[dict]] = {c: [] for c in cells}
+    got: dict[tuple, list[Result]] = {c: [] for c in cells}
     for r in range(a.repeats):
         for arch, vocab, np_ in cells:
             label, extra = ARCHITECTURES[arch]
@@ -100,29 +102,23 @@ def main() -> None:
             result = run_once(label, extra, vocab, np_, out, a.cluster)
             got[(arch, vocab, np_)].append(result)
             print(f"hybrid_study: {arch} vocab {vocab} np {np_} repeat {r + 1}: "
-                  f"{result['summary']['tokens_per_sec_total']:.0f} tokens/s", file=sys.stderr, flush=True)
+                  f"{result.summary.tokens_per_sec_total:.0f} tokens/s", file=sys.stderr, flush=True)
     where = "the cluster of containers, one rank per node" if a.cluster else "one host, one core per rank"
     print(f"\n{where}; tokens/s over all ranks, median (min-max) of {a.repeats}; MB per step measured / computed\n")
     print("| architecture | vocab | np | tokens/s | bytes per step: measured / computed (MB) | ratio | hosts |")
     print("|---|---|---|---|---|---|---|")
     for arch, vocab, np_ in cells:
         results = got[(arch, vocab, np_)]
-        rates = [x["summary"]["tokens_per_sec_total"] for x in results]
-        traffic = [x.get("traffic") or {} for x in results]
-        computed = traffic[0].get("computed", {}).get("bytes_per_step", 0)
-        measured = [t["measured"]["bytes_per_step"] for t in traffic if t.get("measured")]
-        hosts = sorted({h for x in results for h in _hosts(x)})
+        rates = [x.summary.tokens_per_sec_total or 0.0 for x in results]
+        computed = results[0].traffic.computed.bytes_per_step if results[0].traffic else 0
+        measured = [x.traffic.measured.bytes_per_step for x in results
+                    if x.traffic and x.traffic.measured and x.traffic.measured.bytes_per_step is not None]
+        hosts = sorted({h for x in results for h in x.hosts})
         m = statistics.median(measured) if measured else None
         ratio = f"{m / computed:.3f}" if m and computed else "–"
         print(f"| {arch} | {vocab} | {np_} | {statistics.median(rates):.0f} ({min(rates):.0f}-{max(rates):.0f}) | "
               f"{(m or 0) / 1e6:.2f} / {computed / 1e6:.2f} | {ratio} | {' '.join(hosts)} |")
     print(f"\nresults: {base}", file=sys.stderr)
-
-
-def _hosts(result: dict) -> list[str]:
-    from bench.records.schema import hosts_in
-
-    return hosts_in(result["environment"])
 
 
 if __name__ == "__main__":

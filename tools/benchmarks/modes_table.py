@@ -9,7 +9,6 @@ mirrored runs one process for the local devices (on CPU: 1 replica); ps counts -
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -19,10 +18,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.records.metrics import METRICS
+from bench.records.schema import Result
+from tools.benchmarks import new_result, results_in
+
 ALL = "tf-horovod,tf-native:multiworker,tf-native:mirrored,tf-native:ps,torch-ddp,torch-horovod"
 
 
-def run(mode_spec: str, a, out: Path) -> dict:
+def run(mode_spec: str, a, out: Path) -> Result:
     mode, _, strategy = mode_spec.partition(":")
     args = [sys.executable, "-m", "bench", mode, "--model", a.model, "--image-size", str(a.image_size),
             "--batch-size", str(a.batch_size), "--warmup-steps", str(a.warmup_steps),
@@ -31,10 +34,9 @@ def run(mode_spec: str, a, out: Path) -> dict:
         args += ["--strategy", strategy]
     if strategy != "mirrored":
         args += ["--np", str(a.np)]
-    before = set(out.glob("*.json"))
+    before = results_in(out)
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())
+    return new_result(out, before)
 
 
 def main() -> None:
@@ -57,12 +59,12 @@ def main() -> None:
                   title=f"{a.model} {a.image_size}x{a.image_size}, batch {a.batch_size}/rank, "
                         f"{a.warmup_steps} warmup + {a.windows}x{a.steps_per_window} timed steps"
                         + (f", median of {a.repeats}" if a.repeats > 1 else ""))
-    columns = [("summary", "samples_per_sec_total", "{:.2f}"), ("summary", "samples_per_sec_per_gpu", "{:.2f}"),
-               ("timing", "init_s", "{:.1f}"), ("timing", "first_step_s", "{:.2f}"), ("timing", "train_s", "{:.1f}")]
+    columns = [("samples_per_sec_total", "{:.2f}"), ("samples_per_sec_per_gpu", "{:.2f}"), ("init_s", "{:.1f}"),
+               ("first_step_s", "{:.2f}"), ("train_s", "{:.1f}")]
     for spec in a.modes.split(","):
         results = [run(spec, a, out) for _ in range(a.repeats)]
-        cells = [fmt.format(statistics.median(r[part][key] for r in results)) for part, key, fmt in columns]
-        table.add_row(spec, str(results[0]["world_size"]), *cells)
+        cells = [fmt.format(statistics.median(METRICS[key].value(r) for r in results)) for key, fmt in columns]
+        table.add_row(spec, str(results[0].world_size), *cells)
     Console().print(table)
     print(f"results: {out}")
 

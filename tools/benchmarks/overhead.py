@@ -24,18 +24,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tools.benchmarks import new_result, results_in
+
 HERE = Path(__file__).resolve().parent
 
 
 def run_bench(a, out: Path) -> float:
-    before = set(out.glob("*.json"))
+    before = results_in(out)
     subprocess.run([sys.executable, "-m", "bench", a.mode, "--np", str(a.np), "--model", a.model,
                     "--image-size", str(a.image_size), "--batch-size", str(a.batch_size),
                     "--warmup-steps", str(a.warmup_steps), "--steps-per-window", str(a.steps_per_window),
                     "--windows", str(a.windows), "--output", str(out)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (new,) = set(out.glob("*.json")) - before
-    return json.loads(new.read_text())["summary"]["samples_per_sec_total"]
+    return new_result(out, before).summary.samples_per_sec_total
 
 
 def run_bare_tf_native(a, loop: list[str]) -> float:

@@ -15,7 +15,6 @@ started and the settling steps.
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from bench.records.results import load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ["torch-single", "--model", "resnet20", "--image-size", "32", "--batch-size", "16", "--compile", "default",
@@ -37,10 +38,11 @@ def run_once(checkout: Path, data: str, warmup: int, workers: int, out: Path) ->
     if done.returncode != 0:
         raise SystemExit(f"queue_settle: the run failed: {done.stderr.strip().splitlines()[-1:]}")
     (path,) = out.glob("*.json")
-    result = json.loads(path.read_text())
-    rank = result["input"]["per_rank"][0]
-    return {"rate": result["summary"]["samples_per_sec_total"], "wait": rank["wait_share"],
-            "queue": rank.get("queue_at_start"), "settle": rank.get("settle_steps", 0)}
+    result = load_result(path)  # a result of an older checkout is read as the current schema
+    assert result.input is not None, path
+    rank = result.input.per_rank[0]
+    return {"rate": result.summary.samples_per_sec_total, "wait": rank.wait_share, "queue": rank.queue_at_start,
+            "settle": rank.settle_steps}
 
 
 def main() -> None:

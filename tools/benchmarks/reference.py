@@ -40,6 +40,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tools.benchmarks import new_result, results_in
+
 HERE = Path(__file__).resolve().parent
 REFERENCE = {"tf": HERE / "reference" / "tensorflow2_synthetic_benchmark.py",
              "torch": HERE / "reference" / "pytorch_synthetic_benchmark.py"}
@@ -66,7 +68,7 @@ def run_reference(fw: str, model: str, batch: int, np: int, a) -> float:
 
 
 def run_bench(fw: str, model: str, batch: int, np: int, a, out: Path) -> tuple[float, float]:
-    before = set(out.glob("*.json"))
+    before = results_in(out)
     cmd = [sys.executable, "-m", "bench", MODE[fw], "--np", str(np), "--model", model, "--image-size", "224",
            "--batch-size", str(batch), "--warmup-steps", str(a.warmup), "--steps-per-window",
            str(a.batches_per_iter), "--windows", str(a.iters), "--output", str(out), "--device",
@@ -74,11 +76,9 @@ def run_bench(fw: str, model: str, batch: int, np: int, a, out: Path) -> tuple[f
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"bench {MODE[fw]} {model} b{batch} np{np} failed:\n{r.stdout[-2000:]}{r.stderr[-3000:]}")
-    (new,) = set(out.glob("*.json")) - before
-    result = json.loads(new.read_text())
-    rank0 = result["samples"]["window_s"][0]
-    return (statistics.fmean(batch * a.batches_per_iter / t for t in rank0),
-            result["summary"]["samples_per_sec_per_gpu"])
+    result = new_result(out, before)
+    rank0 = result.samples.window_s[0]
+    return (statistics.fmean(batch * a.batches_per_iter / t for t in rank0), result.summary.samples_per_sec_per_gpu)
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ known bandwidth.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -30,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.records import store
+from bench.records.kinds import Allreduce
+from bench.records.schema import hosts_in
 from tools import cluster
 
 UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
@@ -85,8 +87,8 @@ def main() -> None:
             if len(found) != 1:
                 raise SystemExit(f"shaped_links: error: no allreduce result under {cluster.shared_dir() / out}: the "
                                  "cluster's /shared is another checkout's (run make cluster-up from this one)")
-            result = json.loads(found[0].read_text())
-            rows.append((rate, result["rows"][-1], result))
+            result = store.load(found[0], Allreduce)
+            rows.append((rate, result.rows[-1], result))
             if a.predict and bits_per_s(rate):
                 predict(folder, rate)
     finally:
@@ -95,10 +97,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for rate, row, result in rows:
         cap = bits_per_s(rate)
-        hosts = " ".join(sorted({r["host"] for r in result["environment"]["ranks"]}))
-        ratio = f"{row['busbw_GBps'] / (cap / 8e9):.2f}" if cap else ""
+        hosts = " ".join(hosts_in(result.environment))
+        ratio = f"{row.busbw_GBps / (cap / 8e9):.2f}" if cap else ""
         cap_text = f"{cap / 8e9:.3f}" if cap else "none"
-        print(f"| {rate} | {row['bytes'] >> 20} MiB | {row['busbw_GBps']:.3f} | {cap_text} | {ratio} | {hosts} |")
+        print(f"| {rate} | {row.bytes >> 20} MiB | {row.busbw_GBps:.3f} | {cap_text} | {ratio} | {hosts} |")
     print(f"raw results: {cluster.shared_dir() / folder}")
 
 

@@ -13,7 +13,6 @@ CPU profile's (VGG-16, 64x64, batch 8, 5 windows of 4 steps).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -24,14 +23,23 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.records.results import load_result
+from bench.records.schema import Result, Trace
 
-def run(mode: str, extra: list[str], out: Path) -> tuple[float, dict]:
+
+def run(mode: str, extra: list[str], out: Path) -> tuple[float, Result]:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "bench", mode, "--np", "2", "--output", str(out), *extra], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     (result,) = out.glob("*.json")
-    return wall, json.loads(result.read_text())
+    return wall, load_result(result)
+
+
+def traced(result: Result) -> Trace:
+    """A traced run's trace section."""
+    assert result.trace is not None, result.run_id
+    return result.trace
 
 
 def main() -> None:
@@ -54,9 +62,9 @@ def main() -> None:
                     wall, result = run(mode, [*a.extra, *(["--trace", str(a.steps)] if on else [])], out)
                     walls[on].append(wall)
                     if on:
-                        costs.append(result["trace"]["cost"])
-                        sizes.append(sum(f.stat().st_size for f in (out / result["trace"]["folder"]).rglob("*")
-                                         if f.is_file()))
+                        trace = traced(result)
+                        costs.append(trace.cost)
+                        sizes.append(sum(f.stat().st_size for f in (out / trace.folder).rglob("*") if f.is_file()))
             with_, without = statistics.median(walls[True]), statistics.median(walls[False])
             table.add_row(mode, f"{statistics.median(costs):+.1%}", ", ".join(f"{c:+.0%}" for c in costs),
                           f"{with_:.1f}", f"{without:.1f}", f"{with_ / without - 1:+.1%}",

@@ -18,7 +18,6 @@ profile's for every setting (--tuned's batch 256 is a GPU's).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from bench.records.results import load_result
+from bench.records.schema import Result
 
 PROFILE = {"paper": ("torch-ddp", []),
            "tuned": ("torch-ddp", ["--tuned"]),
@@ -47,17 +49,17 @@ STUDIES = {"profile": (PROFILE, "torch-ddp np 2: paper and tuned"),
            "xla": (XLA, "TensorFlow np 2: without and with XLA")}
 
 
-def run(mode: str, args: list[str], out: Path) -> dict:
+def run(mode: str, args: list[str], out: Path) -> Result:
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "bench", mode, "--np", "2", "--output", str(out), *args], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     (path,) = out.glob("*.json")
-    return json.loads(path.read_text())
+    return load_result(path)
 
 
 def study(settings: dict[str, tuple[str, list[str]]], extra: list[str], repeats: int, title: str) -> Table:
     names = list(settings)
-    results: dict[str, list[dict]] = {n: [] for n in names}
+    results: dict[str, list[Result]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(repeats):
             for name in names[repeat % len(names):] + names[:repeat % len(names)]:
@@ -65,16 +67,16 @@ def study(settings: dict[str, tuple[str, list[str]]], extra: list[str], repeats:
                 results[name].append(run(mode, [*args, *extra], Path(tmp) / f"{repeat}-{names.index(name)}"))
     table = Table("setting", "img/s (median)", "min-max", "vs first row", "init s", "compile s (median)",
                   "compile s (first run)", "graphs in windows", title=title)
-    base = statistics.median(r["summary"]["samples_per_sec_total"] for r in results[names[0]])
+    base = statistics.median(r.summary.samples_per_sec_total for r in results[names[0]])
     for name in names:
-        rates = [r["summary"]["samples_per_sec_total"] for r in results[name]]
-        compiles = [r["timing"].get("compile_s") for r in results[name]]
-        graphs = {r["timing"].get("graphs_compiled_in_windows") for r in results[name]}
+        rates = [r.summary.samples_per_sec_total for r in results[name]]
+        compiles = [r.timing.compile_s for r in results[name] if r.timing.compile_s is not None]  # compiled runs
+        graphs = {r.timing.graphs_compiled_in_windows for r in results[name]}
         median = statistics.median(rates)
         table.add_row(name, f"{median:.1f}", f"{min(rates):.1f}-{max(rates):.1f}", f"{median / base - 1:+.1%}",
-                      f"{statistics.median(r['timing']['init_s'] for r in results[name]):.1f}",
-                      "-" if compiles[0] is None else f"{statistics.median(compiles):.1f}",
-                      "-" if compiles[0] is None else f"{compiles[0]:.1f}",
+                      f"{statistics.median(r.timing.init_s for r in results[name]):.1f}",
+                      f"{statistics.median(compiles):.1f}" if compiles else "-",
+                      f"{compiles[0]:.1f}" if compiles else "-",
                       ", ".join(str(g) for g in sorted(graphs, key=str)))
     return table
 
