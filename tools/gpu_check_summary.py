@@ -10,10 +10,15 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+from typing import TypeVar
 
+from pydantic import BaseModel
+
+from bench.errors import BenchError
 from bench.records import references, store
 from bench.records.collect import load_results
 from bench.records.describe import tuning_of
+from bench.records.kinds import DataBench, Peak, Verify
 from bench.records.schema import Result
 
 
@@ -38,14 +43,33 @@ def _traffic(result: Result) -> str:
     return f"{measured.bytes_per_step / computed:.3f}"
 
 
-def records(folder: Path, kind: store.Kind) -> list[dict]:
+M = TypeVar("M", bound=BaseModel)
+
+
+def records(folder: Path, model: type[M]) -> list[M]:
+    """Every record of ``model``'s kind under ``folder``, as the model."""
     found = []
     for path in sorted(folder.rglob("*.json")):
         try:
-            found.append(store.read(path, kind))
+            found.append(store.load(path, model))
         except Exception:  # another kind, or not a record
             continue
     return found
+
+
+def data_bench_section(benches: list[DataBench]) -> list[str]:
+    """bench data bench: each loader alone per worker count, and where it decoded; whether DALI's GPU path ran."""
+    if not benches:
+        return []
+    md = ["", "## Input pipeline alone (bench data bench)", "",
+          "| loader | decodes on | workers | img/s (median) | rounds | decode rate per core |",
+          "|---|---|---|---|---|---|"]
+    for b in benches:
+        md += [f"| {r.loader} | {r.device} | {r.workers} | {r.images_per_sec:.1f} | "
+               f"{' '.join(f'{x:.0f}' for x in r.raw)} | {_f(b.decode_rate_per_core.get(r.loader))} |" for r in b.rows]
+    if not any(r.loader == "dali" and r.device == "cuda" for b in benches for r in b.rows):
+        md += ["", "DALI decoding on the GPU: not measured (no DALI on this machine, or no GPU visible to PyTorch)."]
+    return md
 
 
 def input_section(runs: list[Result]) -> list[str]:
@@ -146,7 +170,10 @@ def main() -> None:
     if not results.is_dir():
         raise SystemExit(f"gpu-check-summary: {results} is not a folder")
     md = ["# GPU check", ""]
-    runs = load_results([results], []) if list(results.glob("*.json")) else []
+    try:
+        runs = load_results([results], [])
+    except BenchError:  # no run's result (yet): the steps, and the records the other commands wrote
+        runs = []
     if runs:
         env = runs[0].environment
         torch = env.part("torch")
@@ -159,10 +186,10 @@ def main() -> None:
     for line in status.read_text().splitlines() if status.exists() else []:
         name, rc, seconds, *error = line.split("\t")
         md.append(f"| {name} | {'ok' if rc == '0' else rc} | {seconds} | {(error or [''])[0]} |")
-    peaks = records(results, store.Kind.PEAK)
+    peaks = records(results, Peak)
     if peaks:
         md += ["", "## Measured peak (bench peak)", "", "| device | precision | TFLOP/s |", "|---|---|---|"]
-        md += [f"| {p['device']} | {p['precision']} | {p['peak_tflops']:.4g} |" for p in peaks]
+        md += [f"| {p.device} | {p.precision} | {p.peak_tflops:.4g} |" for p in peaks]
     if runs:
         md += ["", "## Runs", "", "| mode | model | precision | profile, batch, settings | np | samples/s total | "
                "per GPU | vs reference | MFU measured | MFU spec | W total | J/sample | throttled | GPUs sampled | "
@@ -181,6 +208,7 @@ def main() -> None:
                       f"{'-' if t.gpus_sampled is None else t.gpus_sampled} of {r.world_size} | {_traffic(r)} |")
     md += anchors_section(runs)
     md += input_section(runs)
+    md += data_bench_section(records(results, DataBench))
     md += trace_section(runs)
     md += training_section(runs)
     reference = results / "reference.json"
@@ -193,9 +221,9 @@ def main() -> None:
             md.append(f"| {row['model']} | {row['batch']} | {row['np']} | {statistics.median(row['bench_rank0']):.1f} "
                       f"| {statistics.median(row['reference']):.1f} | {statistics.median(ratios):.3f} "
                       f"| {min(ratios):.3f}-{max(ratios):.3f} |")
-    for v in records(results, store.Kind.VERIFY):
-        md += ["", f"## bench verify: {'PASS' if v['passed'] else 'FAIL'}", ""]
-        md += [f"- {m.get('label', m.get('mode'))}: {m['status']}" for m in v["modes"]]
+    for v in records(results, Verify):
+        md += ["", f"## bench verify: {'PASS' if v.passed else 'FAIL'}", ""]
+        md += [f"- {m.mode}: {m.status}{f' ({m.reason})' if m.reason else ''}" for m in v.modes]
     print("\n".join(md))
 
 

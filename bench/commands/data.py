@@ -14,6 +14,11 @@ gives the median rate.
     cores to feed G GPUs = ceil(G x R / decode rate per core), R the img/s one GPU trains at (--gpu-rate, or
                            the published H100 figures: ResNet-50 at 1895 img/s in TF32 and 2791 with AMP)
 
+A loader that can decode on a GPU (DALI: nvJPEG, its "mixed" decoder) does so where ``--device`` says (auto: where
+PyTorch sees one), on GPU 0, and hands each batch over as a CUDA tensor, as a PyTorch run on that GPU gets it; the
+clock's two edges then wait for the GPU (torch.cuda.synchronize), so the timed span holds the timed batches' GPU
+work too, and nothing per batch. Its rows say ``device`` cuda, and it has no decode rate per core (the GPU decodes).
+
 A loader's figure holds for the machine's own cores: on a shared or throttled node, `bench diagnose` compares
 the nodes' pipelines.
 """
@@ -39,6 +44,7 @@ from bench.records import store
 from bench.records.header import header, new_run_id
 from bench.records.kinds import DataBench, DataBenchRow
 from bench.records.results import check_output_dir
+from bench.vocabulary import Device
 
 # ResNet-50 training throughput per H100 GPU as published by Lambda (img/s): the rates the data must keep up with.
 PUBLISHED_GPU_RATES = {"H100 TF32": 1895.0, "H100 AMP": 2791.0}
@@ -73,6 +79,9 @@ class DataBenchConfig:
     gpu_rate: float | None = option(None, "Images/s one GPU trains at (default: the published H100 ResNet-50 "
                                     "rates, TF32 and AMP).")
     seed: int = option(0, "Seed of the shuffle and the crops.")
+    device: Device = option(Device.auto, "Where a loader that can decode on a GPU (dali) decodes: cuda (GPU 0, "
+                            "the batches handed over as CUDA tensors), cpu, or auto (cuda where PyTorch sees a GPU). "
+                            "The torch and tf loaders decode on the CPU whatever it says.")
     output: str = option("results", "Directory for the record.")
 
     def __post_init__(self) -> None:
@@ -95,6 +104,39 @@ class DataBenchConfig:
             raise BenchError(f"--warmup must be >= 0 (got {self.warmup})")
         if self.gpu_rate is not None and self.gpu_rate <= 0:
             raise BenchError(f"--gpu-rate must be > 0 img/s (got {self.gpu_rate})")
+        try:
+            object.__setattr__(self, "device", Device(self.device))  # a run file's or the child's text
+        except ValueError:
+            raise BenchError(f"--device must be one of {', '.join(d.value for d in Device)} (got "
+                             f"'{self.device}')") from None
+
+
+def gpu_visible() -> bool:
+    """Whether PyTorch sees a GPU here (no PyTorch: none)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def wait_for_gpu() -> None:
+    """Until the GPU has done every piece of work queued on it so far."""
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def loader_device(cfg: DataBenchConfig, name: str) -> str:
+    """Where loader ``name`` decodes in this measurement: cuda for one that can decode on a GPU where --device
+    says cuda, or auto and PyTorch sees a GPU; else cpu. --device cuda without a GPU is refused in one line."""
+    if not LOADERS[name].decodes_on_gpu or cfg.device is Device.cpu:
+        return "cpu"
+    visible = gpu_visible()
+    if cfg.device is Device.cuda and not visible:
+        raise BenchError(f"--device cuda: no GPU visible to PyTorch here for the {name} loader (--device cpu, or "
+                         "auto: the GPU where there is one)")
+    return "cuda" if visible else "cpu"
 
 
 # A loader works ahead of its consumer by up to PREFETCH batches per worker (PyTorch's DataLoader's
@@ -117,23 +159,33 @@ def lengths(cfg: DataBenchConfig, workers: int) -> tuple[int, int]:
     return warmup, timed
 
 
-def measure_once(cfg: DataBenchConfig, dataset: datasets.Dataset, name: str, workers: int, round_: int) -> float:
-    """Images/s of one loader at one worker count: the untimed batches, then the timed ones (lengths)."""
+def measure_once(cfg: DataBenchConfig, dataset: datasets.Dataset, name: str, workers: int, round_: int,
+                 device: str = "cpu") -> float:
+    """Images/s of one loader at one worker count: the untimed batches, then the timed ones (lengths). On
+    ``device`` cuda the loader decodes on GPU 0 and hands CUDA tensors over, and each edge of the clock waits for
+    the GPU's work queued so far."""
+    on_gpu = {"device": "cuda", "device_id": 0, "framework": "torch"} if device == "cuda" else {}
     batches = loader(name).batches(dataset, "train", cfg.image_size, cfg.batch_size, workers, cfg.seed, 0, cfg.np,
-                                   epoch=round_)
+                                   epoch=round_, **on_gpu)
+
+    def now() -> float:
+        if on_gpu:
+            wait_for_gpu()
+        return time.perf_counter()
+
     warmup, timed = lengths(cfg, workers)
     need = warmup + timed
-    t0 = time.perf_counter() if warmup == 0 else None
+    t0 = now() if warmup == 0 else None
     t1 = None
     seen = 0
     for i, (images, _) in enumerate(batches):
         if i < warmup:
             if i == warmup - 1:
-                t0 = time.perf_counter()
+                t0 = now()
             continue
         seen += int(images.shape[0])
         if i + 1 == need:
-            t1 = time.perf_counter()
+            t1 = now()
             break
     if t0 is None or t1 is None or seen < timed * cfg.batch_size:
         raise BenchError(f"{name}: the training split gave fewer than {need} batches of {cfg.batch_size} to rank 0 "
@@ -147,16 +199,17 @@ def cores_needed(per_core: float, gpus: int, gpu_rates: dict[str, float]) -> dic
     return {label: math.ceil(gpus * rate / per_core) for label, rate in gpu_rates.items()}
 
 
-def loader_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
-    """One loader's rates per worker count over the rounds, in this process."""
+def loader_rates(cfg: DataBenchConfig, name: str) -> tuple[dict[int, list[float]], str]:
+    """One loader's rates per worker count over the rounds, in this process, and where it decoded."""
     dataset = datasets.load(cfg.path, cfg.seq_len)
+    device = loader_device(cfg, name)
     rates: dict[int, list[float]] = {w: [] for w in cfg.workers}
     for r in range(cfg.repeats):
         for w in cfg.workers:
-            rates[w].append(measure_once(cfg, dataset, name, w, r))
-            print(f"data: round {r + 1}/{cfg.repeats} {name} {w} worker(s): {rates[w][-1]:.1f} samples/s",
-                  file=sys.stderr, flush=True)
-    return rates
+            rates[w].append(measure_once(cfg, dataset, name, w, r, device))
+            print(f"data: round {r + 1}/{cfg.repeats} {name} ({device}) {w} worker(s): {rates[w][-1]:.1f} "
+                  "samples/s", file=sys.stderr, flush=True)
+    return rates, device
 
 
 # A loader measured in a child process of its framework's environment: a TensorFlow process never loads PyTorch.
@@ -170,7 +223,8 @@ def child_main(config: str) -> None:
     try:
         plugins.load()  # a plugin's loader or format, as the parent saw them (HVDBENCH_PLUGINS is inherited)
         cfg = DataBenchConfig(**json.loads(config))
-        print(json.dumps({"rates": loader_rates(cfg, cfg.loaders[0])}), flush=True)
+        rates, device = loader_rates(cfg, cfg.loaders[0])
+        print(json.dumps({"rates": rates, "device": device}), flush=True)
     except Exception as exc:
         if os.environ.get("HVDBENCH_DEBUG"):
             raise
@@ -179,7 +233,7 @@ def child_main(config: str) -> None:
         sys.exit(code)
 
 
-def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
+def child_rates(cfg: DataBenchConfig, name: str) -> tuple[dict[int, list[float]], str]:
     config = {**asdict(cfg), "loaders": [name]}
     python = envs.interpreter(LOADERS[name].framework)
     done = subprocess.run([*envs.python_command(python), "-c", _CHILD, json.dumps(config)], stdout=subprocess.PIPE,
@@ -193,7 +247,7 @@ def child_rates(cfg: DataBenchConfig, name: str) -> dict[int, list[float]]:
         raise Reported(said["error"], said.get("exit_code", 1))
     if done.returncode != 0 or "rates" not in said:
         raise BenchError(f"the {name} loader failed (exit {done.returncode}; its error is above)")
-    return {int(w): v for w, v in said["rates"].items()}
+    return {int(w): v for w, v in said["rates"].items()}, said["device"]
 
 
 def run(cfg: DataBenchConfig) -> DataBench:
@@ -204,12 +258,18 @@ def run(cfg: DataBenchConfig) -> DataBench:
     if side and cfg.image_size != side:
         print(f"data: {dataset.format} images are {side} x {side}; --image-size resizes them after the crop",
               file=sys.stderr)
-    rates = {name: child_rates(cfg, name) for name in cfg.loaders}
-    rows = [DataBenchRow(loader=n, workers=w, images_per_sec=statistics.median(v), raw=v,
+    for name in cfg.loaders:  # --device cuda without a GPU: refused before any loader is measured
+        if cfg.device is Device.cuda:
+            loader_device(cfg, name)
+    measured = {name: child_rates(cfg, name) for name in cfg.loaders}
+    rates = {name: found[0] for name, found in measured.items()}
+    device = {name: found[1] for name, found in measured.items()}
+    rows = [DataBenchRow(loader=n, workers=w, device=device[n], images_per_sec=statistics.median(v), raw=v,
                          tokens_per_sec=statistics.median(v) * cfg.seq_len if tokens else None)
             for n in cfg.loaders for w, v in rates[n].items()]
-    # the cores to feed GPUs at their published image rates: for images only
-    per_core = {} if tokens else {n: statistics.median(rates[n][1]) for n in cfg.loaders if 1 in rates[n]}
+    # the cores to feed GPUs at their published image rates: for images decoded on the CPU only
+    per_core = {} if tokens else {n: statistics.median(rates[n][1]) for n in cfg.loaders
+                                  if 1 in rates[n] and device[n] == "cpu"}
     gpu_rates = {"given": cfg.gpu_rate} if cfg.gpu_rate else PUBLISHED_GPU_RATES
     return DataBench(
         **header(new_run_id("data-bench"), store.Kind.DATA_BENCH),
@@ -225,7 +285,8 @@ def run(cfg: DataBenchConfig) -> DataBench:
                        f"--warmup and {PREFETCH} x workers untimed (what the workers prefetched), at least --batches "
                        f"and {ROUNDS} x workers timed, each in whole rounds of the workers; the clock runs from the "
                        "last untimed batch's arrival to the last timed one's",
-            "decode_rate_per_core": "images_per_sec with 1 worker",
+            "device": "where the loader decoded: cpu, or cuda (GPU 0; the clock's edges wait for the GPU)",
+            "decode_rate_per_core": "images_per_sec with 1 worker, for a loader that decoded on the CPU",
             "cores_to_feed": "ceil(gpus x gpu rate / decode_rate_per_core)",
         },
     )
@@ -240,11 +301,11 @@ def main(cfg: DataBenchConfig) -> None:
     path = store.write(out / f"{record.run_id}.json", record)
     tokens = formats.data_format(record.format).tokens
     shape = f"sequences of {cfg.seq_len}" if tokens else f"{cfg.image_size} x {cfg.image_size}"
-    table = Table("loader", "workers", "seq/s (median)" if tokens else "img/s (median)",
+    table = Table("loader", "decodes on", "workers", "seq/s (median)" if tokens else "img/s (median)",
                   *(["tokens/s"] if tokens else []), "rounds",
                   title=f"{cfg.path}: {record.format}, {shape}, batch {cfg.batch_size}")
     for row in record.rows:
-        table.add_row(row.loader, str(row.workers), f"{row.images_per_sec:.1f}",
+        table.add_row(row.loader, row.device, str(row.workers), f"{row.images_per_sec:.1f}",
                       *([f"{row.tokens_per_sec:.0f}"] if tokens else []), " ".join(f"{x:.1f}" for x in row.raw))
     console = Console()
     console.print(table)

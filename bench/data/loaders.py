@@ -212,6 +212,7 @@ class Loader:
     requires: str | None = None  # a module it needs beyond its framework (installed() looks for it)
     exact_held_out = True  # its held-out batches hold every sample once (else the framework's loader scores)
     graph_only = False  # can build its pipeline with no Python in it (tf-native ps builds it on each worker)
+    decodes_on_gpu = False  # decodes on the run's GPU where it has one (device "cuda" and a device_id)
 
     def check_reads(self, dataset: Dataset) -> None:
         """One line when this loader cannot read ``dataset``'s format, naming those that can."""
@@ -502,6 +503,7 @@ class DaliLoader(Loader):
     reads = ("files",)
     requires = "nvidia.dali"
     exact_held_out = False  # its reader pads the last batch
+    decodes_on_gpu = True  # nvJPEG, DALI's "mixed" decoder
 
     def batches(self, dataset: Dataset, split: str, size: int, batch_size: int, workers: int, seed: int,
                 rank: int = 0, world: int = 1, epoch: int = 0, device: str = "cpu", epochs: int | None = 1,

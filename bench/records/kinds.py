@@ -154,6 +154,7 @@ class Baseline(_Typed):
 class DataBenchRow(_Typed):
     loader: str
     workers: int
+    device: str = Field("cpu", description="where it decoded: cpu, or cuda (a loader that decodes on a GPU, GPU 0)")
     images_per_sec: float = Field(description="median over the rounds (sequences per second for a tokens file)")
     raw: list[float] = Field(description="raw: every round's rate")
     tokens_per_sec: float | None

@@ -31,6 +31,13 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
     assert record["decode_rate_per_core"] == {row["loader"]: row["images_per_sec"] for row in record["rows"]
                                               if row["workers"] == 1}
     assert set(record["cores_to_feed"]["torch"]) == {"H100 TF32", "H100 AMP"} and "to feed 8 GPUs" in r.stdout
+    # no GPU here: DALI, which could decode on one (--device auto), decoded on the CPU, as every loader did
+    assert {row["device"] for row in record["rows"]} == {"cpu"} and "decodes on" in r.stdout
+    r = bench("data", "bench", str(tmp_path / "d"), "--device", "cuda", "--output", str(tmp_path / "cuda"))
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        "error: --device cuda: no GPU visible to PyTorch here for the dali loader (--device cpu, or auto: the GPU "
+        "where there is one)"), r.stderr
+    assert "data: round" not in r.stderr and not list(tmp_path.glob("cuda/*.json"))  # refused before any loader ran
     # a domain error in the loader's child: the one line the parent would print, no traceback, no class name
     more = ("data", "bench", str(tmp_path / "d"), "--loaders", "torch", "--batch-size", "4", "--batches", "20",
             "--warmup", "1", "--repeats", "1", "--workers", "0", "--output", str(tmp_path / "more"))

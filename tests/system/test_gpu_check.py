@@ -44,7 +44,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     names = [s[0] for s in steps]
     assert len(names) == len(set(names)) and names[:4] == ["install", "env", "preflight", "peak-fp32"]  # in order
     assert {"torch-ddp-vgg16-fp32", "tuned-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data",
-            "transformer", "verify", "torch-ddp-converge", "torch-ddp-resume"} <= set(names)
+            "data-bench", "transformer", "verify", "torch-ddp-converge", "torch-ddp-resume"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
     files = sorted(p.name for p in out.iterdir())
     assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
@@ -59,6 +59,9 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert "| peak-fp32 | ok |" in summary and "| preflight | ok |" in summary
     assert "## Input pipeline (--data against synthetic)" in summary
     assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
+    # each loader alone on the same files; DALI (in this venv) on the CPU here, so its GPU path is named unmeasured
+    assert "## Input pipeline alone (bench data bench)" in summary and "| torch | cpu | 1 |" in summary
+    assert "| dali | cpu | 1 |" in summary and "DALI decoding on the GPU: not measured" in summary
     # the run to a target, and the same resumed from its checkpoint after epoch 1 (the column "resumed after epoch")
     training = summary.split("## Training to a target", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in training.splitlines() if line.startswith("| torch-ddp | resnet20 | 2 | 2 | 0.95 |")]

@@ -234,6 +234,80 @@ def test_data_bench_counts_only_the_batches_made_inside_its_clock(monkeypatch, t
     assert warmup % max(workers, 1) == 0 and timed % max(workers, 1) == 0
 
 
+class _RecordingLoader(_BurstyLoader):
+    """The bursty loader, keeping how it was asked for its batches."""
+    decodes_on_gpu = True
+
+    def batches(self, *args, **kwargs):
+        self.asked = kwargs
+        return super().batches(*args, **kwargs)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_data_bench_decodes_on_the_gpu_it_resolved_and_waits_for_the_gpu_only_at_the_clocks_edges(monkeypatch,
+                                                                                                   tmp_path, device):
+    """A loader that decodes on a GPU (DALI) is asked for CUDA tensors on GPU 0, as a PyTorch run gets them, and the
+    clock's two edges wait for the GPU, so its queued decoding of the timed batches is inside the clock and nothing
+    is synchronised per batch (a fake GPU: this machine has none; the GPU check runs the real one)."""
+    from bench.commands import data
+
+    clock, synced = [0.0], []
+    fake = _RecordingLoader(clock, 1, 0.5, 4)
+    monkeypatch.setattr(data.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(data, "loader", lambda name: fake)
+    monkeypatch.setattr(data.formats, "detect", lambda path: formats.data_format("imagefolder"))
+    monkeypatch.setattr(data, "wait_for_gpu", lambda: synced.append(clock[0]))
+    cfg = data.DataBenchConfig(path=str(tmp_path), loaders=("torch",), batch_size=4)
+    assert data.measure_once(cfg, None, "dali", 1, 0, device) == pytest.approx(8.0)
+    if device == "cuda":
+        assert fake.asked == {"epoch": 0, "device": "cuda", "device_id": 0, "framework": "torch"}
+        assert len(synced) == 2
+    else:
+        assert fake.asked == {"epoch": 0} and synced == []
+
+
+def test_data_bench_decodes_on_the_gpu_only_for_a_loader_that_can_and_only_where_there_is_one(monkeypatch, tmp_path):
+    """--device auto: DALI on the GPU where PyTorch sees one, else on the CPU; --device cuda without a GPU: one
+    line; the torch and tf loaders on the CPU whatever --device says; an unknown device refused."""
+    from bench.commands import data
+
+    monkeypatch.setattr(data.formats, "detect", lambda path: formats.data_format("imagefolder"))
+
+    def cfg(device):
+        return data.DataBenchConfig(path=str(tmp_path), loaders=("torch",), device=device)
+
+    assert data.LOADERS["dali"].decodes_on_gpu and not data.LOADERS["torch"].decodes_on_gpu
+    monkeypatch.setattr(data, "gpu_visible", lambda: False)
+    assert [data.loader_device(cfg(d), "dali") for d in ("auto", "cpu")] == ["cpu", "cpu"]
+    with pytest.raises(BenchError, match="--device cuda: no GPU visible to PyTorch here for the dali loader"):
+        data.loader_device(cfg("cuda"), "dali")
+    monkeypatch.setattr(data, "gpu_visible", lambda: True)
+    assert [data.loader_device(cfg(d), "dali") for d in ("auto", "cpu", "cuda")] == ["cuda", "cpu", "cuda"]
+    assert {data.loader_device(cfg(d), n) for d in ("auto", "cuda") for n in ("torch", "tf")} == {"cpu"}
+    with pytest.raises(BenchError, match="--device must be one of auto, cpu, cuda \\(got 'gpu'\\)"):
+        cfg("gpu")
+
+
+def test_a_loader_that_decoded_on_the_gpu_has_no_decode_rate_per_core(monkeypatch, tmp_path):
+    """The record says where each loader decoded; the cores to feed the GPUs come from the CPU decoders only (a
+    GPU's nvJPEG rate is not a core's)."""
+    from bench.commands import data
+
+    make(MakeConfig(path=str(tmp_path / "d"), images=30, classes=3, image_size=8))
+    found = {"torch": ({1: [50.0, 60.0, 70.0]}, "cpu"), "dali": ({1: [900.0, 1000.0, 1100.0]}, "cuda")}
+    monkeypatch.setattr(data, "child_rates", lambda cfg, name: found[name])
+    record = data.run(data.DataBenchConfig(path=str(tmp_path / "d"), loaders=("torch", "dali"), workers=(1,),
+                                           gpu_rate=120.0, gpus=4))
+    assert [(r.loader, r.device, r.images_per_sec) for r in record.rows] == [("torch", "cpu", 60.0),
+                                                                             ("dali", "cuda", 1000.0)]
+    assert record.decode_rate_per_core == {"torch": 60.0} and record.cores_to_feed == {"torch": {"given": 8}}
+    # --device cuda where there is no GPU: refused before any loader is measured (the torch loader first here)
+    monkeypatch.setattr(data, "gpu_visible", lambda: False)
+    monkeypatch.setattr(data, "child_rates", lambda cfg, name: pytest.fail(f"{name} measured"))
+    with pytest.raises(BenchError, match="--device cuda: no GPU visible"):
+        data.run(data.DataBenchConfig(path=str(tmp_path / "d"), loaders=("torch", "dali"), device="cuda"))
+
+
 def test_make_leaves_every_class_of_val_in_train_too():
     """bench data make at small sizes: the last sample of a class stays in train/, so every val/ class is one the
     classifier trains on and the folder reads back (before, val/ could hold a class train/ lacked)."""

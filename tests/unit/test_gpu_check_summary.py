@@ -51,3 +51,33 @@ def test_traced_runs_get_their_files_and_cost():
     assert rows[-1] == "| torch-ddp | resnet50 | 1 | 5 | 12.10 | 11.00 | +10.0% | 20261128T000000Z-torch-ddp-0.trace/ |"
     assert len(rows) == 6  # one row: the untraced run has none
     assert trace_section([run("cuda:0 NVIDIA H200", "fp32", 1000.0)]) == []
+
+
+def test_a_check_that_stopped_before_any_run_still_gets_its_summary(tmp_path, monkeypatch, capsys):
+    """A call that stopped (its time budget) after bench peak and bench data bench, before any training run,
+    still writes the summary: the steps, the peak and each loader alone (it failed on "no training results");
+    and a data bench that decoded with DALI on the GPU is not called unmeasured."""
+    import sys
+
+    from bench.records import store
+    from bench.records.kinds import DataBench
+    from bench.records.store import Kind
+    from tools import gpu_check_summary
+
+    store.write(tmp_path / "peak.json", samples.record(Kind.PEAK))
+    rows = [{"loader": "torch", "workers": 1, "device": "cpu", "images_per_sec": 137.0, "raw": [130.0, 144.0],
+             "tokens_per_sec": None},
+            {"loader": "dali", "workers": 1, "device": "cuda", "images_per_sec": 2500.0, "raw": [2500.0],
+             "tokens_per_sec": None}]
+    store.write(tmp_path / "data-bench.json", DataBench(**{**samples.record(Kind.DATA_BENCH), "rows": rows[:1],
+                                                           "decode_rate_per_core": {"torch": 137.0}}))
+    (tmp_path / "status.tsv").write_text("install\t0\t1\t\npeak-fp32\t0\t30\t\ndata-bench\t0\t20\t\n")
+    monkeypatch.setattr(sys, "argv", ["gpu_check_summary", str(tmp_path), str(tmp_path / "status.tsv")])
+    gpu_check_summary.main()
+    summary = capsys.readouterr().out
+    assert "| data-bench | ok | 20 |  |" in summary and "## Runs" not in summary
+    assert "| cpu (2 threads) | fp32 |" in summary
+    assert "| torch | cpu | 1 | 137.0 | 130 144 | 137.0 |" in summary
+    assert "DALI decoding on the GPU: not measured" in summary
+    section = gpu_check_summary.data_bench_section([DataBench(**{**samples.record(Kind.DATA_BENCH), "rows": rows})])
+    assert "| dali | cuda | 1 | 2500.0 | 2500 | - |" in section and not any("not measured" in x for x in section)
