@@ -82,6 +82,10 @@ class DataBenchConfig:
     device: Device = option(Device.auto, "Where a loader that can decode on a GPU (dali) decodes: cuda (GPU 0, "
                             "the batches handed over as CUDA tensors), cpu, or auto (cuda where PyTorch sees a GPU). "
                             "The torch and tf loaders decode on the CPU whatever it says.")
+    cold: bool = option(False, "Empty the page cache of the dataset's files before each measurement, so that the "
+                        "loaders read them from the disk or the network filesystem, as a first epoch over a dataset "
+                        "larger than the node's memory does (default: warm, the rounds read cached files).",
+                        flag="--cold/--warm")
     output: str = option("results", "Directory for the record.")
 
     def __post_init__(self) -> None:
@@ -163,7 +167,19 @@ def measure_once(cfg: DataBenchConfig, dataset: datasets.Dataset, name: str, wor
                  device: str = "cpu") -> float:
     """Images/s of one loader at one worker count: the untimed batches, then the timed ones (lengths). On
     ``device`` cuda the loader decodes on GPU 0 and hands CUDA tensors over, and each edge of the clock waits for
-    the GPU's work queued so far."""
+    the GPU's work queued so far. With --cold every file under the dataset's folder leaves the page cache first
+    (posix_fadvise DONTNEED: the kernel drops the file's clean cached pages; a file this user cannot open stays)."""
+    if cfg.cold:
+        for folder, _, names in os.walk(cfg.path):
+            for file in names:
+                try:
+                    fd = os.open(os.path.join(folder, file), os.O_RDONLY)
+                except OSError:
+                    continue
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
     on_gpu = {"device": "cuda", "device_id": 0, "framework": "torch"} if device == "cuda" else {}
     batches = loader(name).batches(dataset, "train", cfg.image_size, cfg.batch_size, workers, cfg.seed, 0, cfg.np,
                                    epoch=round_, **on_gpu)
@@ -313,4 +329,7 @@ def main(cfg: DataBenchConfig) -> None:
         console.print(f"{name}: {record.decode_rate_per_core[name]:.1f} img/s per core; to feed {cfg.gpus} GPUs: "
                       + ", ".join(f"{n} cores at {record.gpu_rates[k]:g} img/s per GPU ({k})"
                                   for k, n in needs.items()))
+    console.print("page cache: emptied of the dataset's files before each measurement (--cold: read from the disk)"
+                  if cfg.cold else "page cache: the dataset's files as earlier reads left them (--warm; --cold reads "
+                  "them from the disk)")
     console.print(f"record: {path}")

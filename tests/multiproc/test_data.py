@@ -1,7 +1,9 @@
 """Datasets on disk (bench.data): bench data make in every format, the datasets read back and sharded, both
 loaders' batches, bad input in one line, and bench data bench end to end."""
 
+import ctypes
 import json
+import os
 import time
 
 from tests.conftest import bench
@@ -51,6 +53,49 @@ def test_data_make_and_data_bench_from_the_command_line(tmp_path):
     r = bench("data", "bench", str(tmp_path / "missing"))
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].endswith("no such file or folder"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def cached_pages(path) -> int:
+    """How many of a file's pages are in the page cache (mincore over a read-only mapping of it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    size, page = os.path.getsize(path), os.sysconf("SC_PAGE_SIZE")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mapped = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        assert mapped not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        pages = (ctypes.c_ubyte * ((size + page - 1) // page))()
+        assert libc.mincore(mapped, size, pages) == 0, ctypes.get_errno()
+        libc.munmap(mapped, size)
+        return sum(p & 1 for p in pages)
+    finally:
+        os.close(fd)
+
+
+def test_data_bench_cold_reads_the_dataset_out_of_the_page_cache(tmp_path):
+    """--cold as a user runs it: the dataset's files leave the page cache before each measurement (a file the
+    loaders never read, cached beforehand, is out of it afterwards; warm, it stays), and the record and the table
+    say which."""
+    r = bench("data", "make", str(tmp_path / "d"), "--images", "40", "--image-size", "64")
+    assert r.returncode == 0, r.stderr
+    unread = tmp_path / "d" / "notes.txt"
+    args = ("--loaders", "torch", "--image-size", "32", "--batch-size", "4", "--batches", "2", "--warmup", "1",
+            "--repeats", "1", "--workers", "1")
+    for cold in (False, True):
+        unread.write_bytes(os.urandom(1 << 16))
+        unread.read_bytes()
+        assert cached_pages(unread) > 0
+        out = tmp_path / f"out-{cold}"
+        r = bench("data", "bench", str(tmp_path / "d"), *args, "--cold" if cold else "--warm", "--output", str(out),
+                  COLUMNS="300")
+        assert r.returncode == 0, r.stderr[-3000:]
+        record = json.loads(next(out.glob("*.json")).read_text())
+        assert record["config"]["cold"] is cold and record["rows"][0]["images_per_sec"] > 0
+        assert ("page cache: emptied of the dataset's files before each measurement" in r.stdout) is cold
+        assert (cached_pages(unread) == 0) is cold
 
 
 def test_data_bench_of_a_tokens_file_gives_sequences_and_tokens_per_second(tmp_path):

@@ -2,6 +2,7 @@
 loaders' batches, bad input in one line, and bench data bench end to end."""
 
 import json
+import os
 import pickle
 
 import numpy as np
@@ -264,6 +265,39 @@ def test_data_bench_decodes_on_the_gpu_it_resolved_and_waits_for_the_gpu_only_at
         assert len(synced) == 2
     else:
         assert fake.asked == {"epoch": 0} and synced == []
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_data_bench_cold_empties_the_page_cache_of_every_file_of_the_dataset_before_each_measurement(
+        monkeypatch, tmp_path, cold):
+    """--cold: each file under the dataset's folder (nested too) is advised out of the page cache before the
+    loader starts (and before the clock), so the loaders read from the disk; warm, nothing is touched."""
+    from bench.commands import data
+
+    for name in ("train/a/1.jpg", "train/b/2.jpg", "val/a/3.jpg", "labels.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * 10)
+    clock, advised = [0.0], []
+    fake = _RecordingLoader(clock, 1, 0.5, 4)
+    real_batches = fake.batches
+
+    def batches(*args, **kwargs):
+        assert len(advised) == (4 if cold else 0)  # all of it before the loader's first batch
+        return real_batches(*args, **kwargs)
+
+    fake.batches = batches
+    monkeypatch.setattr(data.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(data, "loader", lambda name: fake)
+    monkeypatch.setattr(data.formats, "detect", lambda path: formats.data_format("imagefolder"))
+    monkeypatch.setattr(data.os, "posix_fadvise", lambda fd, offset, length, advice: advised.append(
+        (os.readlink(f"/proc/self/fd/{fd}"), offset, length, advice)))
+    cfg = data.DataBenchConfig(path=str(tmp_path), loaders=("torch",), batch_size=4, cold=cold)
+    assert data.measure_once(cfg, None, "torch", 1, 0) == pytest.approx(8.0)
+    if cold:
+        assert sorted(advised) == sorted((str(tmp_path / name), 0, 0, os.POSIX_FADV_DONTNEED)
+                                         for name in ("train/a/1.jpg", "train/b/2.jpg", "val/a/3.jpg", "labels.txt"))
+    else:
+        assert advised == []
 
 
 def test_data_bench_decodes_on_the_gpu_only_for_a_loader_that_can_and_only_where_there_is_one(monkeypatch, tmp_path):
