@@ -72,6 +72,19 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
         os.environ[VERBOSE_ENV] = "1"
 
 
+# Every command's aliases (bench.config.Option.aliases), by the words that name the command ("torch-ddp", "data bench"):
+# alias -> the flag it stands for. Filled as the commands are registered; read by spelled().
+ALIASES: dict[str, dict[str, str]] = {}
+
+
+def add_aliases(command: str, specs: list[tuple[str, Any, Any, Any]]) -> None:
+    """Keep the aliases that the options in ``specs`` ((name, type, default, Option), as declared) give
+    ``command``."""
+    for name, _, _, how in specs:
+        for alias in how.aliases:
+            ALIASES.setdefault(command, {})[alias] = how.primary(name)
+
+
 def option_parameters(only_sweep: bool = False) -> list[inspect.Parameter]:
     """The typer parameters of the run options as RunConfig (and the plugins) declare them; ``only_sweep``:
     those `bench sweep` passes to every cell."""
@@ -106,7 +119,7 @@ def command_parameters(cls: type) -> list[inspect.Parameter]:
 
 
 def declared_command(name: str, cls: type, main: Callable[[Any], int | None], help: str,
-                     on: typer.Typer | None = None, run_options: str | None = None) -> None:
+                     on: typer.Typer | None = None, run_options: str | None = None, group: str = "") -> None:
     """Register ``bench NAME``: its flags are ``cls``'s declared options, its body builds the configuration
     (validated on construction) and hands it to ``main``, which renders its own output; an int it returns is the
     exit status. ``run_options``: the command also takes the run options, as RunConfig declares them, and hands
@@ -129,6 +142,8 @@ def declared_command(name: str, cls: type, main: Callable[[Any], int | None], he
             raise typer.Exit(code)
 
     extra = option_parameters(only_sweep=run_options == "sweep") if run_options else []
+    add_aliases(f"{group} {name}".strip(), own + ([s for s in option_specs() if run_options == "all" or s[3].sweep]
+                                                  if run_options else []))
     command.__signature__ = inspect.Signature([*command_parameters(cls), *extra])
     (on or app).command(name, help=help)(command)
 
@@ -153,6 +168,7 @@ train.__signature__ = inspect.Signature([
 
 for _spec in MODES.values():  # one command per mode, all the same function; ctx.info_name is the mode
     app.command(_spec.name, help=_spec.description)(train)
+    add_aliases(_spec.name, option_specs())
 
 
 def passed_to_cells(passed: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +196,7 @@ declared_command("converge", ConvergeConfig, converge.main, "Train to a target i
                  "each repeated: the time to the target, the final accuracies, one plot and PASS or FAIL "
                  "(docs/training.md).", run_options="sweep")
 declared_command("tune", tune.TuneConfig, tune.main, "Find the batch past which throughput stops growing: the batch "
-                 "doubles while it gains >= 2% and memory lasts (docs/measuring.md, Profiles).", run_options="sweep")
+                 "doubles while it gains >= 2% and memory lasts (docs/profiles.md).", run_options="sweep")
 declared_command("report", report.ReportConfig, report.main, "Write report.md, report.csv and plots from results "
                  "(never re-runs anything).")
 declared_command("compare", compare.CompareConfig, compare.main, "Compare two results or sweeps metric by metric: "
@@ -205,9 +221,39 @@ data_app = typer.Typer(help="Datasets on disk: make one, and measure what input 
                        no_args_is_help=True)
 app.add_typer(data_app, name="data")
 declared_command("make", MakeConfig, make.main, "Write a dataset for trials and tests (ImageNet folder, TFRecord, "
-                 "CIFAR-10 or tokens; synthetic or scikit-learn's real digits), deterministic by seed.", data_app)
+                 "CIFAR-10 or tokens; synthetic or scikit-learn's real digits), deterministic by seed.", data_app,
+                 group="data")
 declared_command("bench", data.DataBenchConfig, data.main, "The input pipeline alone, no model: images/s of each "
-                 "loader with 1..K workers, the decode rate per core and the cores that feed a node's GPUs.", data_app)
+                 "loader with 1..K workers, the decode rate per core and the cores that feed a node's GPUs.", data_app,
+                 group="data")
+
+
+# Spellings the parser does not take as they are, put in the form it does before it reads them: each command's
+# aliases (ALIASES: Horovod's script's names, -np, report's old --out), and --compile with no mode after it
+# (torchtitan's and timm's flag), which is --compile default. Typer lists no alias apart and has no option whose
+# value may be left out, hence this one step.
+BARE_COMPILE = "default"
+GROUPS = ("data",)  # commands whose next word names the command proper (bench data bench)
+
+
+def spelled(args: list[str]) -> list[str]:
+    """The command line with every spelling above put in the parser's form: ``torch-ddp --num-iters 5`` ->
+    ``torch-ddp --windows 5``, ``report A --out X`` -> ``report A --output X``; ``--compile`` last or followed by
+    another option -> ``--compile default``. Everything after ``--`` is left as it is."""
+    words = [a for a in args if not a.startswith("-")]
+    command = " ".join(words[:2]) if words[:1] and words[0] in GROUPS else " ".join(words[:1])
+    aliases = ALIASES.get(command, {})
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        name, eq, value = arg.partition("=")
+        if name in aliases:
+            arg = aliases[name] + eq + value
+        out.append(arg)
+        if arg == "--compile" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out.append(BARE_COMPILE)
+    return out
 
 
 def _rank_prefix() -> str:
@@ -223,7 +269,7 @@ def main() -> None:
     supervise.die_with_parent()
     supervise.report_faults()
     try:
-        rc = app(standalone_mode=False)
+        rc = app(args=spelled(sys.argv[1:]), standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

@@ -42,7 +42,7 @@ GPU_PROFILE = Profile("gpu-paper", batch_size=64, image_size=None, seq_len=None,
 # CPU defaults: a short, honest run that fits about two minutes on a 2-core machine.
 CPU_PROFILE = Profile("cpu-quick", batch_size=8, image_size=64, seq_len=32, warmup_steps=2, steps_per_window=4,
                       windows=5)
-# --tuned: the hardware driven the way the field drives it (docs/measuring.md, "Profiles"): the paper's lengths,
+# --tuned: the hardware driven the way the field drives it (docs/profiles.md): the paper's lengths,
 # a batch that fills a GPU (Lambda's and MLPerf's per-GPU batches are 256-1280; the issue's bound is 256), and,
 # on the model, TUNED_SETTINGS. Precision stays --precision's: it changes the arithmetic, so both profiles take it
 # from the user and a comparison of paper and tuned is made at one precision.
@@ -97,6 +97,13 @@ class Option:
     parse: Callable[[str], Any] | None = None  # the command line's text -> the field's value (a list, a size)
     shown: str | None = None  # with parse: the default as the command line writes it ("4K", "a,b")
     argument: bool = False  # a positional argument (bench data make PATH), not a --flag
+    # Other spellings the command line takes, unlisted in --help (its help text names them): Horovod's script's,
+    # horovodrun's -np, an old name (bench.cli.spelled puts them in the form the parser reads)
+    aliases: tuple[str, ...] = ()
+
+    def primary(self, name: str) -> str:
+        """The flag the option of field ``name`` is listed under (the first of a --x/--no-x pair)."""
+        return (self.flag or f"--{name.replace('_', '-')}").split("/")[0]
 
 
 def option(default: Any, help: str, **how: Any) -> Any:
@@ -198,10 +205,11 @@ class RunConfig:
     tuned: bool = option(False, "The profile: --paper (the Horovod paper's settings: batch 64 per GPU, eager, the "
                          "plain optimizer) or --tuned (batch 256 per GPU, --compile default, channels-last and "
                          "--fused-optimizer for PyTorch, --xla for TensorFlow on a GPU; what you set yourself wins). "
-                         "docs/measuring.md says when to use which.", flag="--tuned/--paper", sweep=True)
+                         "docs/profiles.md says when to use which.", flag="--tuned/--paper", sweep=True)
     compile: str | None = option(None, "PyTorch modes: torch.compile the model: none (eager), default, max-autotune "
-                                 "or reduce-overhead (CUDA graphs); compiled in the first step, reported as "
-                                 "compile_s and never inside a timed window (default: none, default with --tuned).",
+                                 "or reduce-overhead (CUDA graphs); --compile alone is --compile default; compiled in "
+                                 "the first step, reported as compile_s and never inside a timed window (default: "
+                                 "none, default with --tuned).",
                                  sweep=True)
     fused_optimizer: bool | None = option(None, "PyTorch modes: the optimizer's fused kernel (SGD(fused=True), "
                                           "Adagrad's on the CPU; default: off, on with --tuned).",
@@ -210,11 +218,14 @@ class RunConfig:
                               "(tf.function(jit_compile=True)); the exchange and the update stay TensorFlow's. "
                               "Compiled in the first step, reported as compile_s and never inside a timed window "
                               "(default: off, on with --tuned on a GPU).", flag="--xla/--no-xla", sweep=True)
-    warmup_steps: int | None = option(None, "Timed steps after the first, kept out of the headline (default: 10 "
-                                      "GPU, 2 CPU).", minimum=0, sweep=True)
-    steps_per_window: int | None = option(None, "Steps between two device syncs (default: 10 GPU, 4 CPU).",
-                                          minimum=1, sweep=True)
-    windows: int | None = option(None, "Timed windows (default: 10 GPU, 5 CPU).", minimum=1, sweep=True)
+    warmup_steps: int | None = option(None, "Warm-up steps after the first: each timed and reported apart, kept out "
+                                      "of the headline (Horovod's script: --num-warmup-batches; default: 10 GPU, "
+                                      "2 CPU).", aliases=("--num-warmup-batches",), minimum=0, sweep=True)
+    steps_per_window: int | None = option(None, "Steps in one timed window, between two device syncs (Horovod's "
+                                          "script: --num-batches-per-iter; default: 10 GPU, 4 CPU).",
+                                          aliases=("--num-batches-per-iter",), minimum=1, sweep=True)
+    windows: int | None = option(None, "Timed windows, each one throughput sample (Horovod's script: --num-iters; "
+                                 "default: 10 GPU, 5 CPU).", aliases=("--num-iters",), minimum=1, sweep=True)
     duration: float | None = option(None, "Run windows for this many seconds instead of --windows (with --epochs: "
                                     "stop after the epoch that ends past this many seconds of training).",
                                     positive=True,
@@ -226,8 +237,8 @@ class RunConfig:
                                "TensorFlow's; Horovod's timeline too), after the timed windows: one file per rank "
                                "in <output>/<run id>.trace/, and the tracing's cost per step in the result "
                                "(docs/measuring.md).", minimum=1, unit="steps")
-    np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
-                            flag="--np", minimum=1)
+    np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2; -np as "
+                            "horovodrun and mpirun spell it).", flag="--np", aliases=("-np",), minimum=1)
     device: Device = option(Device.auto, "Where to train.", sweep=True)
     seed: int = option(42, "Seed for weights, synthetic data, and --data's shuffle and crops.")
     data: str | None = option(None, "Train from the dataset in this folder (ImageNet folder, TFRecord shards or "

@@ -123,7 +123,7 @@ fi
 step env "${BENCH[@]}" env
 step preflight "${BENCH[@]}" preflight  # NVML's process, ECC and remap queries on real GPUs (exit 1 on a finding)
 for p in "${PEAKS[@]}"; do step "peak-$p" "${BENCH[@]}" peak "${DEVICE[@]}" --precision "$p" --output "$RES"; done
-# First in the window: paper and tuned side by side (docs/measuring.md, Profiles), and ResNet-50 at Lambda's own
+# First in the window: paper and tuned side by side (docs/profiles.md), and ResNet-50 at Lambda's own
 # batch and layout (NCHW, eager) for the ratio to their published figure, like for like. The paper's runs carry
 # the names of the loop's below, which then skips them.
 if [ "$SHORT" = 1 ]; then

@@ -50,7 +50,7 @@ class ConvergeConfig:
     declarations, as bench sweep passes them)."""
     modes: tuple[str, ...] = option(DEFAULT_MODES, "Comma-separated modes (mode:strategy picks a strategy).",
                                     parse=comma_list, shown=",".join(DEFAULT_MODES))
-    nps: tuple[int, ...] = option((1, 2), "Comma-separated world sizes.", flag="--np", parse=int_list,
+    nps: tuple[int, ...] = option((1, 2), "Comma-separated world sizes.", flag="--np", aliases=("-np",), parse=int_list,
                                   shown="1,2")
     repeats: int = option(3, "Runs of each configuration, at seeds 1..N.", minimum=1)
     model: str = option("resnet20", "The model every run trains.")

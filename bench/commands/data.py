@@ -74,7 +74,8 @@ class DataBenchConfig:
     batches: int = option(8, "Timed batches per measurement.")
     warmup: int = option(2, "Untimed batches first.")
     repeats: int = option(3, "Rounds over every loader and worker count, in turn.")
-    np: int = option(1, "Ranks the dataset is sharded for (the measurement reads rank 0's shard).", flag="--np")
+    np: int = option(1, "Ranks the dataset is sharded for (the measurement reads rank 0's shard).", flag="--np",
+                     aliases=("-np",))
     gpus: int = option(8, "GPUs per node to size the cores for.")
     gpu_rate: float | None = option(None, "Images/s one GPU trains at (default: the published H100 ResNet-50 "
                                     "rates, TF32 and AMP).")

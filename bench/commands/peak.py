@@ -19,7 +19,7 @@ class PeakConfig:
     precision: Precision = option(Precision.fp32, "The runs' precision to measure at (fp32 is TF32 on a GPU, as in "
                                   "the runs).")
     np: int = option(2, "CPU: the ranks that will share this node's cores; each gets the same thread share a run "
-                     "of that many ranks gives them.", flag="--np", minimum=1)
+                     "of that many ranks gives them.", flag="--np", aliases=("-np",), minimum=1)
     seconds: float = option(0.5, "Seconds each timed repeat of a shape lasts.", positive=True, unit="seconds")
     repeats: int = option(3, "Timed repeats per shape (their median is the shape's rate).", minimum=1)
     output: str = option("results", "Results directory: the peak goes to OUTPUT/peak/, where runs with this "

@@ -3,7 +3,7 @@
 The model (synchronous data parallelism, one ring allreduce of the whole gradient per step)::
 
     G        gradient bytes per step (parameters x 4; x 2 with --fp16-allreduce)
-    m        allreduce calls per step = ceil(G / fusion buffer)   (Horovod fuses tensors into 64 MiB)
+    m        allreduce calls per step = ceil(G / fusion buffer)   (Horovod 0.28 fuses tensors into 128 MiB)
     t1       measured step time on one GPU at per-GPU batch b
     B        bus bandwidth (busbw, nccl-tests' definition: what `bench allreduce` reports)
     a        latency of one ring step
@@ -63,7 +63,7 @@ from bench.records.schema import Result
 from bench.tables import never_cut
 
 BYTES_PER_ELEMENT = 4
-HOROVOD_FUSION_BYTES = 64 * 1024**2  # HOROVOD_FUSION_THRESHOLD's default
+HOROVOD_FUSION_BYTES = 128 * 1024**2  # HOROVOD_FUSION_THRESHOLD's default in Horovod 0.28 (operations.cc): the runs'
 
 
 @dataclass(frozen=True)
@@ -492,7 +492,8 @@ class PredictConfig:
                                    "by --attribution or, with --sweep, by each mode's results; else 0.5).")
     attribution: str | None = option(None, "Take the overlap and its bound from this distributed result's "
                                      "per-rank attribution.")
-    fusion_mib: float = option(64.0, "Fusion buffer, MiB (Horovod: 64; 0 = one message).")
+    fusion_mib: float = option(HOROVOD_FUSION_BYTES / 1024**2, "Fusion buffer, MiB (Horovod 0.28's default and "
+                               "bench's runs': 128; 0 = one message).")
     fp16_allreduce: bool = option(False, "Half-size gradients.", flag="--fp16-allreduce")
     gpus: str = option("1,2,4,8,16,32,64,128,256,512", "GPU counts to predict.")
     gpus_per_node: int | None = option(None, "GPUs per node (with --intra-busbw).")

@@ -213,7 +213,7 @@ def scaling_rows(chosen: dict[Key, dict[int, Result]], repeats: dict | None = No
 
 def paper_and_tuned(rows: list[ScalingRow]) -> list[tuple[ScalingRow, ScalingRow]]:
     """Rows of one mode, model, precision, inputs, device and n side by side: the paper's profile's and --tuned's
-    (docs/measuring.md, Profiles), where there is one of each."""
+    (docs/profiles.md), where there is one of each."""
     groups: dict[tuple, tuple[list, list]] = {}
     for r in rows:
         paper, tuned = groups.setdefault((r.label, r.model, r.precision, r.inputs, r.device_name, r.n), ([], []))
@@ -226,7 +226,7 @@ def paper_and_tuned_section(rows: list[ScalingRow], unit: str, dev: str) -> list
     if not pairs:
         return []
     md = ["", "## Paper and tuned", "", "The same mode, model, precision and devices under the paper's profile and "
-          "under --tuned (docs/measuring.md, Profiles): what driving the hardware the way the field does changes.",
+          "under --tuned (docs/profiles.md): what driving the hardware the way the field does changes.",
           "", f"| mode | model, precision | n | paper: setting | {unit}/s per {dev} | tuned: setting | "
           f"{unit}/s per {dev} | tuned / paper | compile s |", "|---|---|---|---|---|---|---|---|---|"]
     for paper, tuned in pairs:
@@ -466,7 +466,8 @@ def environment_text(results: list[Result]) -> list[str]:
 class ReportConfig:
     """bench report's configuration: each option declared once, here (the command's flags come from it)."""
     paths: list[str] | None = option(None, "Sweep folders or result files.", argument=True)
-    out: str | None = option(None, "Where report.md, report.csv and the plots go (default: the first folder).")
+    output: str | None = option(None, "Where report.md, report.csv and the plots go (default: the first folder).",
+                                aliases=("--out",))
     strict: bool = option(False, STRICT_HELP, flag="--strict")
     html: bool = option(False, "Also write report.html: the report as one self-contained page (its plots inside it), "
                         "to open in a browser or send as one file.", flag="--html")
@@ -479,7 +480,7 @@ class ReportConfig:
 def main(cfg: ReportConfig) -> None:
     """Write report.md, report.csv and plots from results (never re-runs anything)."""
     first = Path(cfg.paths[0])
-    target = Path(cfg.out) if cfg.out else (first if first.is_dir() else first.parent)
+    target = Path(cfg.output) if cfg.output else (first if first.is_dir() else first.parent)
     path = write_report([Path(p) for p in cfg.paths], target, cfg.strict)
     print(f"report: {path}")
     if cfg.html:

@@ -146,7 +146,8 @@ class SweepConfig:
     declarations: ``common``, as bench.cli passes them)."""
     modes: tuple[str, ...] | None = option(None, "Comma-separated modes; mode:strategy picks a strategy, e.g. "
                                            "tf-native:ps (required unless --resume).", parse=comma_list)
-    nps: tuple[int, ...] = option((1, 2), "Comma-separated rank counts.", flag="--np", parse=int_list, shown="1,2")
+    nps: tuple[int, ...] = option((1, 2), "Comma-separated rank counts.", flag="--np", aliases=("-np",),
+                                  parse=int_list, shown="1,2")
     models: tuple[str, ...] = option(("vgg16",), "Comma-separated models.", parse=comma_list, shown="vgg16")
     precisions: tuple[str, ...] = option(("fp32",), "Comma-separated precisions.", parse=comma_list, shown="fp32")
     batch_sizes: tuple[int, ...] = option((), "Comma-separated per-device batch sizes (empty: each device's "

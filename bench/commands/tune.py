@@ -38,7 +38,7 @@ class TuneConfig:
     """bench tune's own options, declared once (the run options every run gets come from RunConfig's declarations,
     as bench sweep passes them)."""
     mode: str = option("", "The mode (mode:strategy picks a strategy).", argument=True)
-    np: int = option(1, "Ranks (devices) of every run.", flag="--np", minimum=1)
+    np: int = option(1, "Ranks (devices) of every run.", flag="--np", aliases=("-np",), minimum=1)
     model: str = option("resnet50", "The model.")
     precision: str = option("fp32", "The precision of every run.")
     start: int | None = option(None, "The first batch per device (default: the device's paper batch: 64 on a GPU, "

@@ -82,7 +82,7 @@ class VerifyConfig:
     model: str = option("vgg16", "A model without batch normalisation: vgg16, vgg19, transformer-small, "
                         "transformer-base.")
     steps: int = option(3, "Training steps per run.")
-    np: int = option(2, "Ranks of the distributed runs.", flag="--np")
+    np: int = option(2, "Ranks of the distributed runs.", flag="--np", aliases=("-np",))
     batch_size: int = option(2, "Images per rank per step.")
     image_size: int | None = option(None, "Square image side (image models; default 32).")
     seq_len: int | None = option(None, "Tokens per sequence (text models; default 8).")

@@ -162,3 +162,79 @@ def test_a_childs_failure_reaches_the_user_as_its_own_line(cli, monkeypatch):
     assert (line, code) == ("error: tf: the training split gave fewer than 21 batches", 1)
     assert one_line(Reported(line, code)) == (line, code)
     assert one_line(ValueError("bad\nmore"))[0].startswith("internal error: ValueError: bad (HVDBENCH_DEBUG=1")
+
+
+def test_the_names_users_bring_from_horovods_scripts(cli, monkeypatch):
+    """Horovod's synthetic benchmark's --num-warmup-batches, --num-batches-per-iter and --num-iters, horovodrun's
+    and mpirun's -np, torchtitan's bare --compile: each means bench's own option."""
+    import bench.run
+
+    got = []
+    monkeypatch.setattr(bench.run, "run", got.append)
+    r = cli("torch-ddp", "--num-warmup-batches", "3", "--num-batches-per-iter", "4", "--num-iters", "5", "-np", "2",
+            "--compile", "--output", "x")
+    assert r.returncode == 0, r.stderr
+    r = cli("torch-ddp", "--windows", "6", "--compile")  # last on the line
+    assert r.returncode == 0, r.stderr
+    r = cli("torch-ddp", "--compile", "max-autotune")
+    assert r.returncode == 0, r.stderr
+    first, last, named = got
+    assert (first.warmup_steps, first.steps_per_window, first.windows, first.np) == (3, 4, 5, 2)
+    assert (first.compile, last.compile, last.windows, named.compile) == ("default", "default", 6, "max-autotune")
+    from bench.cli import ALIASES, spelled
+
+    for command in ("sweep", "tune", "verify", "allreduce", "peak", "converge", "data bench", "k8s"):
+        assert ALIASES[command]["-np"] == "--np", command
+    assert spelled(["data", "bench", "x", "-np", "2"]) == ["data", "bench", "x", "--np", "2"]
+    assert spelled(["sweep", "--num-iters", "3"]) == ["sweep", "--windows", "3"]  # a run option sweeps pass on
+    # the help lists each option under its own name; the run options' help texts name Horovod's
+    monkeypatch.setenv("COLUMNS", "250")
+    text = " ".join(runner.invoke(app, ["torch-ddp", "--help"]).output.split())
+    assert "--num-iters" in text and "--num-warmup-batches" in text and "--num-iters," not in text
+
+
+def test_spelled_puts_the_spellings_in_the_parsers_form():
+    from bench.cli import spelled
+
+    assert spelled(["torch-ddp", "--compile"]) == ["torch-ddp", "--compile", "default"]
+    assert spelled(["torch-ddp", "--compile", "--np", "2"]) == ["torch-ddp", "--compile", "default", "--np", "2"]
+    assert spelled(["torch-ddp", "--compile", "none"]) == ["torch-ddp", "--compile", "none"]
+    assert spelled(["report", "a", "--out", "b"]) == ["report", "a", "--output", "b"]
+    assert spelled(["-v", "report", "a", "--out=b"]) == ["-v", "report", "a", "--output=b"]
+    assert spelled(["sweep", "--out", "b"]) == ["sweep", "--out", "b"]  # renamed for report only
+    assert spelled(["run", "--", "--compile"]) == ["run", "--", "--compile"]
+
+
+def test_report_takes_output_as_every_command_does_and_out_still_works(cli, tmp_path):
+    """--output names report's folder as it does every other command's; the old --out still works, unlisted."""
+    from tests.conftest import FIXTURES
+
+    for flag in ("--output", "--out"):
+        target = tmp_path / flag.strip("-")
+        r = cli("report", str(FIXTURES / "sweep-a"), flag, str(target))
+        assert r.returncode == 0, r.stderr
+        assert (target / "report.md").is_file()
+    help_text = runner.invoke(app, ["report", "--help"]).output
+    assert "--output" in help_text and "--out " not in help_text
+
+
+def test_every_docs_page_a_help_text_names_exists():
+    """Each docs/...md a command's or an option's help names is a page of docs/."""
+    import re
+
+    import typer.main
+
+    from tests.conftest import ROOT
+
+    root = typer.main.get_command(app)
+    texts = []
+
+    def walk(command):
+        texts.append(command.help or "")
+        texts.extend(getattr(p, "help", None) or "" for p in command.params)
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+    walk(root)
+    named = {m for text in texts for m in re.findall(r"docs/[\w/.-]+?\.md", text)}
+    assert named, "no help text names a page"
+    assert not [page for page in named if not (ROOT / page).is_file()], named

@@ -110,7 +110,7 @@ class AllreduceConfig:
                      "rank's contribution) or alltoall (a sharded table's rows, torch-hybrid: the size is each "
                      "rank's buffer).")
     np: int | None = option(None, "Ranks to spawn when no launcher is around (default: every GPU, else 2).",
-                            flag="--np")
+                            flag="--np", aliases=("-np",))
     min_bytes: int = option(4096, "Smallest message (4K, 1M, ...).", parse=byte_size, shown="4K")
     max_bytes: int = option(256 * 1024**2, "Largest power-series message.", parse=byte_size, shown="256M")
     factor: int = option(4, "Size multiplier between messages.")
