@@ -53,6 +53,7 @@ from typing import Any
 from bench.commands.allreduce import load as load_allreduce
 from bench.commands.published import FIGURES, NETWORK, STEP_TIMES
 from bench.config import option
+from bench.distributed.hvdist import KNOBS
 from bench.errors import BenchError
 from bench.models import model as model_spec
 from bench.modes import variant
@@ -63,7 +64,7 @@ from bench.records.schema import Result
 from bench.tables import never_cut
 
 BYTES_PER_ELEMENT = 4
-HOROVOD_FUSION_BYTES = 128 * 1024**2  # HOROVOD_FUSION_THRESHOLD's default in Horovod 0.28 (operations.cc): the runs'
+HOROVOD_FUSION_BYTES = KNOBS["fusion_threshold"][1]  # Horovod 0.28's default, which the runs leave as it is
 
 
 @dataclass(frozen=True)

@@ -151,3 +151,11 @@ def test_the_sweep_check_prices_each_mode_with_the_measured_allreduce():
     for r in rows:
         assert r.measured_efficiency == pytest.approx(per_gpu[(r.mode, 2)] / per_gpu[(r.mode, 1)])
         assert 0 < r.predicted_efficiency <= 1 and r.busbw_GBps == 1.1
+
+
+def test_predict_models_the_fusion_buffer_the_runs_use():
+    """bench predict's default buffer is the one a Horovod run gets when --fusion-threshold is left unset."""
+    from bench.commands.predict import PredictConfig
+    from bench.distributed.hvdist import KNOBS
+
+    assert PredictConfig().fusion_mib * 1024**2 == KNOBS["fusion_threshold"][1] == 128 * 1024**2
