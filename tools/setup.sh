@@ -12,12 +12,17 @@ command -v mpicxx >/dev/null || need_apt+=(libopenmpi-dev openmpi-bin)
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v g++ >/dev/null || need_apt+=(g++)
 command -v patch >/dev/null || need_apt+=(patch)
+# A stock Debian or Ubuntu python3 has neither: venv's ensurepip (python3-venv), and Python.h, which Horovod's
+# extensions and torch.compile's kernels build against (python3-dev).
+"$PYTHON" -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+"$PYTHON" -c 'import pathlib, sys, sysconfig; sys.exit(not (pathlib.Path(sysconfig.get_paths()["include"]) / "Python.h").is_file())' \
+  || need_apt+=(python3-dev)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     echo "setup: installing ${need_apt[*]}" >&2
     tools/apt-install.sh "${need_apt[@]}"
   else
-    echo "setup: error: please install ${need_apt[*]} (OpenMPI, cmake, a C++ compiler, patch)" >&2
+    echo "setup: error: please install ${need_apt[*]} (OpenMPI, cmake, a C++ compiler, patch, Python's venv and headers)" >&2
     exit 1
   fi
 fi

@@ -6,6 +6,7 @@
     python -m tools.tier_cache key TIER       # print the key and what it is made of
     python -m tools.tier_cache stale TIER...  # exit 0 (and name them) when any of these tiers would run
     python -m tools.tier_cache select TIER    # the -m clause to add: " and smoke" when only the smoke tests must run
+    python -m tools.tier_cache blocked        # the tiers this machine cannot run (no root, no Docker), and why
 
 A system tier's key is the SHA-256 of everything it executes or reads, in four parts:
 - files: the content of every file git knows or would add (tracked, and untracked but not ignored) under the
@@ -311,11 +312,44 @@ def stale_parts(tier: str, no_venv: bool = False) -> list[str]:
     return found
 
 
+# The system tiers that need root here: its set-up installs packages (apt), starts Slurm (the munge key, slurmd as
+# root), makes the base image (debootstrap) and sets Apptainer up once. Only the GPU check's short form runs
+# from the venv alone.
+NEEDS_ROOT = [tier for tier in INPUTS if tier != "gpu_check"]
+
+
+def blocked(euid: int | None = None, docker_answers: bool | None = None,
+            can_install: bool | None = None) -> dict[str, str]:
+    """The tiers this machine cannot run, each with why: all but the GPU check's without root; the Docker tiers
+    where no engine answers and none can be installed (no apt-get). Asked first by make test, so that it says so
+    in its first second, runs the others, and fails naming these."""
+    euid = os.geteuid() if euid is None else euid
+    if euid != 0:
+        return {tier: "needs root: its set-up installs packages, starts Slurm and makes the base image"
+                for tier in NEEDS_ROOT}
+    if docker_answers is None:
+        docker_answers = subprocess.run(["docker", "info"], capture_output=True).returncode == 0 \
+            if shutil.which("docker") else False
+    if can_install is None:
+        can_install = shutil.which("apt-get") is not None or shutil.which("dockerd") is not None
+    if docker_answers or can_install:
+        return {}
+    return {tier: "needs Docker: no engine answers and apt-get cannot install one" for tier in sorted(DOCKER_TIERS)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=("fresh", "record", "key", "stale", "select"))
-    p.add_argument("tier", nargs="+", help="one tier (stale: one or more)")
+    p.add_argument("command", choices=("fresh", "record", "key", "stale", "select", "blocked"))
+    p.add_argument("tier", nargs="*", help="one tier (stale: one or more; blocked: none)")
     a = p.parse_args()
+    if a.command == "blocked":  # the names on standard output, one line each with why on standard error
+        found = blocked()
+        for tier, why in found.items():
+            print(f"tier-cache: {tier} cannot run here ({why})", file=sys.stderr)
+        print(" ".join(found))
+        return
+    if not a.tier:
+        p.error(f"{a.command} takes a tier")
     if a.command == "stale":  # no side effect: what `make test-system-prepare` asks before building for them
         no_venv = venv_packages() is None
         stale = [tier for tier in a.tier if stale_parts(tier, no_venv)]

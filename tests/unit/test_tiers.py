@@ -361,3 +361,26 @@ def test_select_narrows_a_tier_to_its_smoke_tests_while_its_features_passed(tmp_
     assert call("select", "cluster") == 0 and capsys.readouterr().out == ""
     monkeypatch.delenv("HVDBENCH_RERUN")
     assert call("select", "diagnose") == 0 and capsys.readouterr().out == ""  # no smoke tests: features only
+
+
+def test_blocked_names_what_a_machine_without_root_or_docker_cannot_run():
+    """make test asks this first: without root every system tier but the GPU check's short form is named; as root
+    with no engine and nothing to install one with, the Docker tiers; as root otherwise, none."""
+    without_root = tier_cache.blocked(euid=1000)
+    assert set(without_root) == set(tier_cache.INPUTS) - {"gpu_check"}
+    assert all("needs root" in why for why in without_root.values())
+    no_docker = tier_cache.blocked(euid=0, docker_answers=False, can_install=False)
+    assert set(no_docker) == tier_cache.DOCKER_TIERS and "slurm" not in no_docker
+    assert tier_cache.blocked(euid=0, docker_answers=False, can_install=True) == {}
+    assert tier_cache.blocked(euid=0, docker_answers=True, can_install=False) == {}
+
+
+def test_make_test_skips_the_blocked_tiers_and_fails_naming_them():
+    """The Makefile's test target asks `blocked` before anything else, starts no set-up when a tier is blocked,
+    passes the names to test-system, and ends non-zero naming them; test-system's list is every tier's."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = text.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert recipe.index("$(TIER_CACHE) blocked") < recipe.index("setsid")
+    assert 'test-system SKIP_TIERS="$$blocked"' in recipe and "not run here" in recipe
+    listed = text.split("\nSYSTEM_TIERS = ", 1)[1].split("\nSKIP_TIERS", 1)[0].replace("\\\n", " ").split()
+    assert sorted(t.split(":")[0] for t in listed) == sorted(tier_cache.INPUTS)
