@@ -97,7 +97,14 @@ def gpu_findings(nvml, processes: bool = True) -> list[Finding]:
     own = {os.getpid()}
     out = []
     for i in range(nvml.nvmlDeviceGetCount()):
-        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        # a GPU fallen off the bus (GpuIsLost), one the cgroup hides (NoPermission), an IRQ or power fault: NVML
+        # refuses its handle, which is the finding; the other GPUs are still checked
+        h, lost = _call(nvml, nvml.nvmlDeviceGetHandleByIndex, i)
+        if lost:
+            out.append(Finding("gpu", f"gpu {i}", "error", f"NVML cannot reach it ({lost}): a GPU fallen off the "
+                               "bus or without power needs a reset or service (nvidia-smi -q, the kernel log's "
+                               "Xid lines); a run that would use it fails"))
+            continue
         name, _ = _call(nvml, nvml.nvmlDeviceGetName, h)
         member = f"gpu {i} ({name.decode() if isinstance(name, bytes) else name})"
         procs, why = _call(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h) if processes else ([], None)

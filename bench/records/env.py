@@ -123,7 +123,11 @@ def nvml_gpus() -> dict[str, Any]:
     try:
         gpus = []
         for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+            except nvml.NVMLError as exc:  # fallen off the bus, hidden by the cgroup: recorded, never fatal
+                gpus.append({"index": i, "unavailable": type(exc).__name__.replace("NVMLError_", "")})
+                continue
             mem = get(nvml.nvmlDeviceGetMemoryInfo, h)
             cc = get(nvml.nvmlDeviceGetCudaComputeCapability, h)
             ecc = get(nvml.nvmlDeviceGetEccMode, h)

@@ -32,7 +32,12 @@ class Nvml:
     def nvmlDeviceGetCount(self):  # noqa: N802 (NVML's names)
         return len(self.gpus)
 
+    class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
+        pass
+
     def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802
+        if self.gpus[i].get("lost"):
+            raise self.NVMLError_GpuIsLost()
         return i
 
     def nvmlDeviceGetName(self, h):  # noqa: N802
@@ -75,6 +80,16 @@ def test_a_healthy_gpu_is_ok_and_each_fault_is_named_with_what_to_do():
     assert "ECC not reported: NotSupported" in text["gpu 7 (NVIDIA H200)"]
     # at the start of a run under another launcher, the ranks' own processes are not held against the GPU
     assert bad(env_faults.gpu_findings(Nvml(gpus[:2]), processes=False)) == []
+
+
+def test_a_gpu_whose_handle_nvml_refuses_is_an_error_and_the_others_are_still_checked():
+    """NVML refuses the handle of a GPU fallen off the bus: that is the finding (error, with what to do), never an
+    internal error that stops preflight, or a run's start on a node whose other GPUs are healthy."""
+    found = env_faults.gpu_findings(Nvml([HEALTHY, {"lost": True}, {**HEALTHY, "ecc": 1}]))
+    assert bad(found) == [("gpu 1", "error"), ("gpu 2 (NVIDIA H200)", "error")]
+    lost = next(f for f in found if f.member == "gpu 1")
+    assert "GpuIsLost" in lost.detail and "reset" in lost.detail
+    assert [f.status for f in found if f.member.startswith("gpu 0")] == ["ok"]
 
 
 def test_the_driver_against_each_frameworks_cuda():
@@ -131,3 +146,29 @@ def test_infiniband_ports_down_or_slow(sysfs):
     # a port NCCL is told to use that is down is an error; excluded, a warning
     assert bad(env_faults.infiniband_findings({"NCCL_IB_HCA": "mlx5_2:1"}))[-1] == ("mlx5_2:1", "error")
     assert bad(env_faults.infiniband_findings({"NCCL_IB_HCA": "^mlx5_2"}))[-1] == ("mlx5_2:1", "warning")
+
+
+def test_the_environment_record_keeps_a_gpu_nvml_cannot_reach_and_goes_on(monkeypatch):
+    """Every result records NVML's GPUs: one whose handle NVML refuses is listed as unavailable, with why, and the
+    record of the others is whole (a run on the healthy GPUs of such a node keeps its environment)."""
+    from bench.records import env
+
+    class Fake(Nvml):
+        def nvmlShutdown(self):  # noqa: N802
+            pass
+
+        def nvmlSystemGetDriverVersion(self):  # noqa: N802
+            return b"580.65.06"
+
+        def _unsupported(self, *args):
+            raise self.NVMLError_NotSupported()
+
+        nvmlSystemGetCudaDriverVersion = nvmlDeviceGetMemoryInfo = nvmlDeviceGetCudaComputeCapability = _unsupported
+        nvmlDeviceGetEccMode = nvmlDeviceGetPowerManagementLimit = nvmlDeviceGetUUID = _unsupported
+
+    monkeypatch.setattr(env, "load_nvml", lambda: (Fake([HEALTHY, {"lost": True}, HEALTHY]), None))
+    record = env.nvml_gpus()
+    assert record["available"] and record["driver"] == "580.65.06"
+    assert [g["index"] for g in record["gpus"]] == [0, 1, 2]
+    assert record["gpus"][1] == {"index": 1, "unavailable": "GpuIsLost"}
+    assert record["gpus"][2]["name"] == "NVIDIA H200"
