@@ -132,7 +132,10 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: st
     window_s = gathered.window_s
     init_s = max(r.init_s for r in ranks)
     train_s = max(r.train_s for r in ranks)
-    steps_after_init = len(ranks[0].warmup_step_s) + len(ranks[0].window_s) * cfg.steps_per_window
+    # every step the clock of train_s saw: the warmup, --data's untimed settling steps (every rank takes as many:
+    # they agree on stopping, bench.measure.loop) and the windows' (Summary's samples_per_sec_wall_* below)
+    settled = ranks[0].data.settle_steps if ranks[0].data is not None else 0
+    steps_after_init = len(ranks[0].warmup_step_s) + settled + len(ranks[0].window_s) * cfg.steps_per_window
     samples_after_init = world * cfg.batch_size * steps_after_init
     warmup = [max(ts) for ts in zip(*[r.warmup_step_s for r in ranks], strict=True)]
     checksums = [r.checksum for r in ranks]

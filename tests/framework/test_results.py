@@ -54,6 +54,20 @@ def test_result_figures_follow_the_formulas():
     assert r.schema_version == SCHEMA_VERSION
 
 
+def test_the_wall_figures_count_the_samples_of_data_s_settling_steps_their_time_holds():
+    """--data's untimed settling steps (a queue brought to full or empty before the windows) run inside train_s's
+    clock: their samples count in the wall-clock figures as their time does."""
+    g = gathered()
+    for r in g.ranks:
+        r.data = samples.fed([0.0] * 15, settle_steps=6)
+    cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3).resolve("cpu", 2)
+    r = build_result(cfg, LaunchInfo("self", world_size=2), g, "r1")
+    # 2 ranks x 4 images x (1 warmup + 6 settling + 3 windows x 5 steps) = 176 over 4 s of train time
+    assert r.summary.samples_per_sec_wall_train == pytest.approx(44.0)
+    assert r.summary.samples_per_sec_wall_total == pytest.approx(176 / 7)
+    assert r.summary.samples_per_sec_total == pytest.approx(30.0)  # the headline counts the windows alone
+
+
 def test_out_of_sync_ranks_are_flagged():
     assert not make(("a", "b")).sync.ranks_in_sync
 
