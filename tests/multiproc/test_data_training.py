@@ -50,7 +50,7 @@ def test_compare_and_report_give_the_share_of_throughput_the_input_pipeline_cost
     compared = bench("compare", str(out / "s"), str(out / "d"))
     assert compared.returncode == 0, compared.stderr
     assert "input pipeline: costs" in compared.stdout and "of the synthetic throughput" in compared.stdout
-    report = bench("report", str(out / "s"), str(out / "d"), "--out", str(out / "report"))
+    report = bench("report", str(out / "s"), str(out / "d"), "--output", str(out / "report"))
     assert report.returncode == 0, report.stderr
     text = (out / "report" / "report.md").read_text()
     section = text.split("## What the data costs", 1)[1]

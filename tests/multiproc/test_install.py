@@ -42,7 +42,7 @@ def test_torch_extra_runs_two_ranks(torch_venv, tmp_path):
 ])
 def test_a_missing_extra_is_one_clear_line(torch_venv, tmp_path, args, message):
     r = subprocess.run([str(torch_venv / "bin" / "bench"), *args, *(["--output", str(tmp_path)] if
-                       args[0] != "report" else ["--out", str(tmp_path)])],
+                       args[0] != "report" else ["--output", str(tmp_path)])],
                        capture_output=True, text=True, timeout=120, env=bench_env(), cwd=tmp_path)
     assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr

@@ -62,7 +62,7 @@ def test_each_result_keeps_its_curve_and_every_epoch_was_trained(converged):
 
 def test_report_draws_the_curves_of_a_folder_that_trained_to_a_target(converged):
     _, out = converged
-    proc = bench("report", str(out), "--out", str(out / "report"))
+    proc = bench("report", str(out), "--output", str(out / "report"))
     assert proc.returncode == 0, proc.stderr
     text = (out / "report" / "report.md").read_text()
     section = text.split("## Training to a target", 1)[1]

@@ -83,7 +83,7 @@ def test_report_skips_what_it_cannot_read_and_lists_it(tmp_path, capsys):
 
 def test_report_and_compare_strict_refuse_it(tmp_path, cli):
     folder = broken_folder(tmp_path)
-    r = cli("report", str(folder), "--out", str(tmp_path / "report"), "--strict")
+    r = cli("report", str(folder), "--output", str(tmp_path / "report"), "--strict")
     assert r.returncode == 1 and "foreign.json is not an hvdbench result" in r.stderr  # the first, sorted
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "report" / "report.md").exists()

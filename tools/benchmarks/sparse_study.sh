@@ -49,7 +49,7 @@ done
 [ -n "$HYBRID" ] && "$BENCH" allreduce --backend torch --op alltoall --min-bytes 32K --max-bytes 2M --factor 4 \
   --models "" --output "$OUT/network"
 folders=("$OUT"/vocab*)
-"$BENCH" report "${folders[@]}" --out "$OUT/report"
+"$BENCH" report "${folders[@]}" --output "$OUT/report"
 network=()
 for f in "$OUT"/network/*.json; do network+=(--allreduce "$f"); done
 for folder in "${folders[@]}"; do
