@@ -38,6 +38,11 @@ def digit_records(tmp_path_factory):
 
 
 # -- real runs ----------------------------------------------------------------------------------------------
+# Each of the fixture's runs is bounded by its own timeout (tests.conftest.bench: 300 s, a deadlock guard); the test
+# that sets the fixture up is bounded by their sum, never by one bound for all that a loaded machine breaks.
+RUNS_BOUND = pytest.mark.timeout(len(IDENTITY) * 3 * 300 + 120)
+
+
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
     """Per case of IDENTITY: a run with a checkpoint after every epoch that loses a rank after the one of epoch 2 (its
@@ -59,6 +64,7 @@ def runs(request, tmp_path_factory):
         shutil.rmtree((base / "tmp").resolve(), ignore_errors=True)
 
 
+@RUNS_BOUND
 @pytest.mark.horovod
 @pytest.mark.parametrize("case", IDENTITY)
 def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(runs, case):
@@ -90,6 +96,7 @@ def test_a_run_that_lost_a_rank_resumes_from_its_checkpoint_and_ends_as_if_never
     assert "│ resumed" in resumed.stdout and "epoch 2" in resumed.stdout  # the table's row
 
 
+@RUNS_BOUND
 def test_resuming_another_configuration_is_refused_before_any_rank_starts(runs, text, tmp_path):
     _, folder, *_ = runs["torch-ddp"]
     args = [a if a != "32" else "16" for a in DROPOUT]
