@@ -53,7 +53,6 @@ from typing import Any
 from bench.commands.allreduce import load as load_allreduce
 from bench.commands.published import FIGURES, NETWORK, STEP_TIMES
 from bench.config import option
-from bench.distributed.hvdist import KNOBS
 from bench.errors import BenchError
 from bench.models import model as model_spec
 from bench.modes import variant
@@ -62,9 +61,10 @@ from bench.records.kinds import Allreduce
 from bench.records.results import load_result
 from bench.records.schema import Result
 from bench.tables import never_cut
+from bench.vocabulary import HOROVOD_KNOBS
 
 BYTES_PER_ELEMENT = 4
-HOROVOD_FUSION_BYTES = KNOBS["fusion_threshold"][1]  # Horovod 0.28's default, which the runs leave as it is
+HOROVOD_FUSION_BYTES = HOROVOD_KNOBS["fusion_threshold"][1]  # Horovod 0.28's default, which the runs leave as it is
 
 
 @dataclass(frozen=True)

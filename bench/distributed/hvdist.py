@@ -13,7 +13,7 @@ from bench.errors import BenchError, MissingDependency
 from bench.launching.detect import LaunchInfo, detect, resolve_error
 from bench.records import env
 from bench.tfutil import import_tf, quiet_startup
-from bench.vocabulary import FRAMEWORK_NAMES
+from bench.vocabulary import FRAMEWORK_NAMES, HOROVOD_KNOBS
 
 
 def import_hvd(framework: str, mode: str):
@@ -82,11 +82,7 @@ def check_host_name(launch: LaunchInfo, environ: MutableMapping[str, str] = os.e
                      "network interface that reaches them")
 
 
-# Horovod's knobs that the MLPerf entries set, as run options (bench.config): option -> (its environment variable,
-# Horovod 0.28's default; 1 ms and 128 MiB since 0.21, one NCCL stream). Read by hvd.init().
-KNOBS = {"fusion_threshold": ("HOROVOD_FUSION_THRESHOLD", 128 * 1024**2),
-         "cycle_time": ("HOROVOD_CYCLE_TIME", 1.0),
-         "nccl_streams": ("HOROVOD_NUM_NCCL_STREAMS", 1)}
+KNOBS = HOROVOD_KNOBS  # option -> (its variable, Horovod's default), read by hvd.init()
 
 
 def set_knobs(cfg: Any, environ: MutableMapping[str, str] = os.environ) -> None:

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from bench.errors import BenchError
-from bench.vocabulary import FRAMEWORKS
+from bench.vocabulary import FRAMEWORKS, HOROVOD_KNOBS
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,8 @@ def single_of(framework: str) -> ModeSpec:
     return next(s for s in MODES.values() if s.framework == framework and not s.distributed)
 
 
-# Horovod's knobs as run options (bench.distributed.hvdist.KNOBS)
-HOROVOD_OPTIONS = ("fusion_threshold", "cycle_time", "nccl_streams")
+# Horovod's knobs as run options (bench.vocabulary.HOROVOD_KNOBS)
+HOROVOD_OPTIONS = tuple(HOROVOD_KNOBS)
 
 for _spec in (
     ModeSpec("torch-ddp", "torch", "bench.modes.torch_ddp",

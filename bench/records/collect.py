@@ -16,7 +16,7 @@ from bench.measure.checkpoint import STATE as CHECKPOINT_STATE
 from bench.measure.stats import summarize
 from bench.models import MODELS, describe_inputs
 from bench.modes import mode_label
-from bench.records.describe import device_of, source_of, tuning_of
+from bench.records.describe import device_of, exchange_of, source_of, tuning_of
 from bench.records.results import CONFIGS_DIR, MANIFEST, upgraded
 from bench.records.schema import Result
 from bench.records.store import Kind, kind_of
@@ -39,11 +39,12 @@ class Key:
     channels_last: bool = False
     source: str = "synthetic"  # or the dataset's format and loader: "imagefolder via torch" (bench.data.feed)
     tuning: str = ""  # what the model runs with beyond the paper's eager loop: "compiled (default), fused optimizer"
+    exchange: str = ""  # the exchange's settings beyond the defaults: "fusion 32 MiB, 2 NCCL streams"
 
     @property
     def setting(self) -> tuple:
         return (self.model, self.precision, self.batch_size, self.inputs, self.classes, self.device,
-                self.fp16_allreduce, self.channels_last, self.source, self.tuning)
+                self.fp16_allreduce, self.channels_last, self.source, self.tuning, self.exchange)
 
     def extras(self) -> list[str]:
         """What sets the cell apart beyond model, inputs, batch, precision and device, in words."""
@@ -51,7 +52,7 @@ class Key:
         extra = [f"{self.classes} classes"] if spec and self.classes not in (None, spec.default_classes) else []
         extra += ["fp16 allreduce"] * self.fp16_allreduce + ["channels-last"] * self.channels_last
         extra += [] if self.source == "synthetic" else [f"data: {self.source}"]
-        return extra + ([self.tuning] if self.tuning else [])
+        return extra + [part for part in (self.tuning, self.exchange) if part]
 
     def setting_text(self) -> str:
         return (f"{self.model} {self.inputs}, batch {self.batch_size}/device, {self.precision}, {self.device}"
@@ -66,7 +67,36 @@ def key_of(result: Result) -> Key:
     c = result.config
     return Key(label_of(result), result.mode, c.model, c.precision, c.batch_size, describe_inputs(c),
                c.num_classes, device_of(result), bool(c.fp16_allreduce), bool(c.channels_last),
-               source_of(result), tuning_of(c))
+               source_of(result), tuning_of(c), exchange_of(result))
+
+
+# Every run option (bench.config.RunConfig's fields), by what a cell does with it: KEYED, the key holds it (in the
+# field of Key named, or through the words of describe's functions); UNKEYED, why two runs that differ in it are
+# still one cell's repeats. tests/unit/test_reports.py walks RunConfig's fields against both, so a new option is
+# placed here or fails the test.
+KEYED = {"mode": "mode", "strategy": "label", "model": "model", "precision": "precision", "batch_size": "batch_size",
+         "image_size": "inputs", "seq_len": "inputs", "num_classes": "classes", "device": "device",
+         "fp16_allreduce": "fp16_allreduce", "channels_last": "channels_last", "compile": "tuning",
+         "fused_optimizer": "tuning", "xla": "tuning", "tuned": "tuning", "data": "source", "loader": "source",
+         "loader_workers": "source", "epochs": "source", "target_accuracy": "source",
+         "fusion_threshold": "exchange", "cycle_time": "exchange", "nccl_streams": "exchange",
+         "sparse_embeddings": "exchange", "sparse_as_dense": "exchange", "num_ps": "exchange"}
+UNKEYED = {
+    "np": "the world size: a cell's runs at each n are its columns (scaling against n = 1)",
+    "warmup_steps": "outside the headline", "steps_per_window": "how the same steps are sampled",
+    "windows": "how many samples of the same rate", "duration": "how long the same rate is sampled",
+    "attribution_steps": "after the windows", "trace": "after the windows", "seed": "repeats differ by their seed",
+    "output": "where the result goes", "rendezvous_timeout": "a bound, not a setting",
+    "telemetry": "sampled beside the steps", "telemetry_interval": "sampled beside the steps",
+    "stall_timeout": "a bound, not a setting", "checkpoint_every": "between epochs, outside the windows' clocks",
+    "checkpoint_dir": "where checkpoints go", "resume_from": "a resumed run continues its own cell",
+    "eval_every": "evaluations run between the windows", "stop_at_target": "the curve records where it stopped",
+    "base_lr": "the recipe of a run to a target, which the curve reports", "lr_scaling": "as base_lr",
+    "warmup_epochs": "as base_lr", "lr_decay": "as base_lr", "optimizer": "as base_lr",
+    "weight_decay": "as base_lr", "label_smoothing": "as base_lr",
+    "profile": "resolved from tuned and the device, which the key holds",
+    "learning_rate": "resolved by the recipe", "momentum": "resolved by the recipe",
+    "extra": "the plugins' options: each plugin's own"}
 
 
 # bench report's and bench compare's --strict: how load_results treats a file that is not a result.

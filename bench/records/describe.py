@@ -1,9 +1,12 @@
 """What a result ran on and with, in the words its cell, its report and its reference are matched by: the device
-kind and GPU model, the model-side tuning, and the data source. Pure functions of a result."""
+kind and GPU model, the model-side tuning, the exchange's settings, and the data source. Pure functions of a
+result."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from bench.vocabulary import HOROVOD_KNOBS
 
 if TYPE_CHECKING:
     from bench.records.schema import Result, RunSettings
@@ -28,6 +31,30 @@ def tuning_of(config: RunSettings) -> str:
     parts = [f"compiled ({config.compile})"] if config.compile not in (None, "none") else []
     parts += ["fused optimizer"] * bool(config.fused_optimizer)
     parts += ["XLA"] * bool(config.xla)
+    return ", ".join(parts)
+
+
+KNOB_WORDS = {"fusion_threshold": lambda v: f"fusion {v / 2**20:g} MiB" if v else "no fusion",
+              "cycle_time": lambda v: f"cycle {v:g} ms", "nccl_streams": lambda v: f"{v} NCCL streams"}
+
+
+def exchange_of(result: Result) -> str:
+    """How the gradients went beyond what the mode and --fp16-allreduce say, in words; '' for the defaults: each of
+    Horovod's knobs whose value differs from Horovod's default, whatever set it (the option, the variable,
+    horovodrun's flags: the values every Horovod rank recorded), sparse embedding gradients (and as dense), and
+    tf-native ps's parameter servers beyond one."""
+    config, parts = result.config, []
+    knobs = result.environment.distribution or {}
+    knobs = knobs if knobs.get("library") == "horovod" else {}
+    for name, (_, default) in HOROVOD_KNOBS.items():
+        value = knobs.get(name)
+        if value is not None and value != default:
+            parts.append(KNOB_WORDS[name](value) if isinstance(value, (int, float)) else f"{name} {value}")
+    extra = config.model_extra or {}
+    if extra.get("sparse_embeddings"):
+        parts.append("sparse embeddings" + " as dense" * bool(extra.get("sparse_as_dense")))
+    if config.strategy == "ps" and (extra.get("num_ps") or 1) != 1:
+        parts.append(f"{extra['num_ps']} parameter servers")
     return ", ".join(parts)
 
 

@@ -156,6 +156,6 @@ def test_the_sweep_check_prices_each_mode_with_the_measured_allreduce():
 def test_predict_models_the_fusion_buffer_the_runs_use():
     """bench predict's default buffer is the one a Horovod run gets when --fusion-threshold is left unset."""
     from bench.commands.predict import PredictConfig
-    from bench.distributed.hvdist import KNOBS
+    from bench.vocabulary import HOROVOD_KNOBS
 
-    assert PredictConfig().fusion_mib * 1024**2 == KNOBS["fusion_threshold"][1] == 128 * 1024**2
+    assert PredictConfig().fusion_mib * 1024**2 == HOROVOD_KNOBS["fusion_threshold"][1] == 128 * 1024**2

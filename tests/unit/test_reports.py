@@ -142,6 +142,42 @@ def test_runs_on_other_datasets_or_loader_workers_are_different_cells():
         "imagefolder via torch, 10 classes x 1,797 samples, 8 workers"}
 
 
+def test_runs_that_differ_only_in_horovods_knobs_or_the_sparse_exchange_are_different_cells():
+    """A knob study in one folder (--fusion-threshold, --cycle-time, --nccl-streams, whatever set them: the values
+    the ranks recorded) is one cell per setting; Horovod's defaults, set or not, are one cell; sparse embeddings
+    (and as dense) and tf-native ps's server count are settings of their own too."""
+    def hvd(created, **knobs):
+        run = _run("torch-horovod", 10, created)
+        run.environment.distribution = {"library": "horovod", "fusion_threshold": 128 * 2**20, "cycle_time": 1.0,
+                                        "nccl_streams": 1, **knobs}
+        return run
+
+    chosen, repeats = table_cells([hvd("1"), hvd("2", knobs_set=["fusion_threshold"]), hvd("3", fusion_threshold=2**25),
+                                   hvd("4", cycle_time=2.0), hvd("5", nccl_streams=2), hvd("6", fusion_threshold=0),
+                                   _run("torch-horovod", 10, "7", sparse_embeddings=True),
+                                   _run("torch-horovod", 10, "8", sparse_embeddings=True, sparse_as_dense=True)])
+    assert sorted(k.exchange for k in chosen) == ["", "2 NCCL streams", "cycle 2 ms", "fusion 32 MiB", "no fusion",
+                                                  "sparse embeddings", "sparse embeddings as dense"]
+    assert [len(v) for v in repeats.values() if v] == [1]  # the defaults, whether set or not: one cell, repeated
+    assert "fusion 32 MiB" in next(k for k in chosen if k.exchange == "fusion 32 MiB").setting_text()
+    ps = [_run("tf-native", 10, str(i), strategy="ps", num_ps=n) for i, n in enumerate((1, 2))]
+    assert sorted(k.exchange for k in table_cells(ps)[0]) == ["", "2 parameter servers"]
+
+
+def test_every_run_option_is_either_in_a_cells_key_or_said_why_not():
+    """A new run option must be placed: held by the key (KEYED names where) or a repeat's difference (UNKEYED says
+    why), never forgotten, which would merge runs of two settings as repeats of one."""
+    import dataclasses
+
+    from bench.config import RunConfig
+    from bench.records.collect import KEYED, UNKEYED, Key
+
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(KEYED) | set(UNKEYED) == fields and not set(KEYED) & set(UNKEYED), (
+        fields - set(KEYED) - set(UNKEYED), set(KEYED) & set(UNKEYED))
+    assert set(KEYED.values()) <= {f.name for f in dataclasses.fields(Key)}
+
+
 def test_a_difference_is_significant_only_from_repeated_runs():
     """Numbers issue, finding 8: two launches' within-run intervals leave out run-to-run variance; the call
     needs two or more runs a side and non-overlapping between-run intervals."""
