@@ -251,6 +251,38 @@ def network_findings(environ: dict[str, str], hosts: list[str]) -> list[Finding]
     return out
 
 
+@dataclass(frozen=True)
+class IbHca:
+    """NCCL_IB_HCA as NCCL reads it: a comma-separated list of card names, each a prefix ('mlx5' is every mlx5
+    card) unless the list starts with '=' (exact names), optionally with ':port' (that port alone, else every
+    port); a list that starts with '^' (or '^=') names the cards and ports NOT to use. Empty: every port."""
+    entries: tuple[tuple[str, str | None], ...] = ()
+    exact: bool = False
+    exclude: bool = False
+
+    def uses(self, device: str, port: str) -> bool:
+        """Whether NCCL uses ``device``'s ``port`` under this setting."""
+        if not self.entries:
+            return True
+        named = any((device == name if self.exact else device.startswith(name)) and wanted in (None, port)
+                    for name, wanted in self.entries)
+        return named != self.exclude
+
+
+def ib_hca(value: str) -> IbHca:
+    """NCCL_IB_HCA's value read by NCCL's rules (:class:`IbHca`)."""
+    value = value.strip()
+    exclude = value.startswith("^")
+    value = value[1:] if exclude else value
+    exact = value.startswith("=")
+    value = value[1:] if exact else value
+    entries = []
+    for item in (v.strip() for v in value.split(",") if v.strip()):
+        name, _, port = item.partition(":")
+        entries.append((name.strip(), port.strip() or None))
+    return IbHca(tuple(entries), exact, exclude)
+
+
 def infiniband_findings(environ: dict[str, str]) -> list[Finding]:
     """Every InfiniBand (or RoCE) port: its state and rate. A port NCCL_IB_HCA selects that is not ACTIVE is an
     error; one not ACTIVE otherwise, or one below the fastest port's rate, a warning."""
@@ -259,14 +291,14 @@ def infiniband_findings(environ: dict[str, str]) -> list[Finding]:
         devices = sorted(root.iterdir())
     except OSError:
         return []
-    selected = [d.split(":")[0].strip() for d in environ.get("NCCL_IB_HCA", "").lstrip("=^").split(",") if d.strip()]
-    excluded = environ.get("NCCL_IB_HCA", "").startswith("^")
-    ports = [(f"{device.name}:{port.name}", device.name, _read(port / "state"), _read(port / "rate"))
+    hca = ib_hca(environ.get("NCCL_IB_HCA", ""))
+    selected = bool(hca.entries)
+    ports = [(f"{device.name}:{port.name}", device.name, port.name, _read(port / "state"), _read(port / "rate"))
              for device in devices for port in sorted((device / "ports").glob("*"))]
     fastest = max((_gbps(rate) for *_, rate in ports), default=0.0)
     out = []
-    for member, device, state, rate in ports:
-        used = not selected or ((device in selected) != excluded)
+    for member, device, port, state, rate in ports:
+        used = hca.uses(device, port)
         if "ACTIVE" not in state:
             status = "error" if selected and used else "warning"
             out.append(Finding("infiniband", member, status, f"port {state or 'state unknown'}"

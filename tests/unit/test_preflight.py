@@ -148,6 +148,23 @@ def test_infiniband_ports_down_or_slow(sysfs):
     assert bad(env_faults.infiniband_findings({"NCCL_IB_HCA": "^mlx5_2"}))[-1] == ("mlx5_2:1", "warning")
 
 
+@pytest.mark.parametrize("value, status", [
+    ("mlx5", "error"),  # NCCL's names are prefixes: every mlx5 card, the down one too
+    ("=mlx5", "warning"),  # '=': exact names, and no card is named mlx5
+    ("mlx5_2:1", "error"), ("=mlx5_2:1", "error"),  # that card's port 1
+    ("mlx5_2:2", "warning"),  # port 2 alone: the down port 1 is not used
+    ("mlx5_0,mlx5_1", "warning"),
+    ("^mlx5_2", "warning"), ("^mlx5_1", "error"),  # '^': the cards not to use; the rest are used
+    ("^=mlx5", "error"),  # exact names excluded: none is named mlx5, so every card is used
+    ("^mlx5", "warning"),
+])
+def test_nccl_ib_hca_is_read_as_nccl_reads_it(sysfs, value, status):
+    """A down port is an error where NCCL_IB_HCA makes NCCL use it (prefixes by default, '=' exact, ':port', '^'
+    to exclude), a warning where it does not."""
+    found = env_faults.infiniband_findings({"NCCL_IB_HCA": value})
+    assert bad(found)[-1] == ("mlx5_2:1", status), found
+
+
 def test_the_environment_record_keeps_a_gpu_nvml_cannot_reach_and_goes_on(monkeypatch):
     """Every result records NVML's GPUs: one whose handle NVML refuses is listed as unavailable, with why, and the
     record of the others is whole (a run on the healthy GPUs of such a node keeps its environment)."""
