@@ -382,11 +382,19 @@ class TFLoader(Loader):
                 records = read(files).enumerate().map(lambda position, record: (tf.constant(epoch, tf.int64),
                                                                                  position, record))
 
+            offset, classes = dataset.label_offset, dataset.classes
+            outside = (f"{dataset.root} holds a TFRecord label outside {offset}..{offset + classes - 1} (its "
+                       f"{classes} classes from label_offset {offset}; meta.json gives the label of the first class)")
+
             def parse(e, position, record):  # no sample index in a stream of records: its place in the epoch
                 ex = tf.io.parse_single_example(record, spec)
                 crop, flip = keys(e, position)
-                return finish(crop_decode(ex["image/encoded"], crop), ex["image/class/label"] - dataset.label_offset,
-                              flip)
+                # a label outside the classes is refused, never trained on: Keras's loss gives NaN for it on a GPU
+                label = ex["image/class/label"] - offset
+                inside = tf.logical_and(label >= 0, label < classes)
+                with tf.control_dependencies([tf.debugging.Assert(inside, [outside])]):
+                    label = tf.identity(label)
+                return finish(crop_decode(ex["image/encoded"], crop), label, flip)
 
             ds = records.map(parse, num_parallel_calls=parallel)
         else:

@@ -284,3 +284,24 @@ def test_the_torch_pipeline_leaves_the_ranks_random_stream_alone(tmp_path):
         for split in ("train", "val"):
             next(iter(LOADERS["torch"].batches(data, split, 32, 2, workers, seed=0)))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_tfrecord_label_outside_the_classes_is_refused_in_one_line(tmp_path):
+    """A dataset whose labels start at 0 read with the offset of ImageNet's scripts (1) would train class 0 as -1
+    (NaN loss on a GPU, no error): the record is refused when it is read, in one line naming the dataset."""
+    import json
+
+    from bench.data.feed import readable
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "r", format="tfrecord", images=20, classes=2, image_size=32, shards=2)
+    data = load(tmp_path / "r")
+    assert list(LOADERS["tf"].batches(data, "train", 32, 4, 0, seed=0))  # as written: every label inside
+    meta = tmp_path / "r" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "label_offset": data.label_offset + 1}))
+    shifted = load(tmp_path / "r")
+    with pytest.raises(Exception) as failed:
+        list(LOADERS["tf"].batches(shifted, "train", 32, 4, 0, seed=0))
+    assert readable(str(failed.value)) == (
+        f"{tmp_path / 'r'} holds a TFRecord label outside {data.label_offset + 1}..{data.label_offset + 2} (its 2 "
+        f"classes from label_offset {data.label_offset + 1}; meta.json gives the label of the first class)")
