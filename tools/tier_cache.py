@@ -62,22 +62,26 @@ SETUP = ["tools/__init__.py", "tools/setup.sh", "tools/run-tests.sh", "tools/doc
 # The venv's Horovod (the slurm tier's srun jobs run it; the CPU image installs its wheel).
 HOROVOD_BUILD = ["docker/build-horovod.sh", "docker/horovod"]
 COMMON = ["bench", "pyproject.toml", "Makefile", "requirements", *SETUP, *HOROVOD_BUILD, "tests/conftest.py",
-          "tests/system/__init__.py", "tests/fixtures", "tests/plugins", "tools/benchmarks/endings.py"]
+          "tests/system/__init__.py", "tests/fixtures", "tests/plugins", "tools/benchmarks/__init__.py",
+          "tools/benchmarks/endings.py"]
 # The images: what docker/ holds, what reaches the build context, and the tools that build and publish them.
 DOCKER = ["docker", ".dockerignore", "tools/images.py", "tools/publish.py"]
 INPUTS = {
     "slurm": ["singularity/slurm"],
-    "image": [*DOCKER, "compose.yaml", "tests/multiproc/test_publish.py"],
+    # the contract (tests/system/test_contract.py) takes the SIF's fixtures from test_apptainer.py
+    "image": [*DOCKER, "compose.yaml", "tests/multiproc/test_publish.py", "tools/cluster.py",
+              "tests/system/test_apptainer.py"],
     "cluster": [*DOCKER, "tools/cluster.py", "singularity/slurm", "tools/benchmarks/shaped_links.py",
                 "tools/benchmarks/cluster_modes.py"],
-    "image_cuda": [*DOCKER],
+    "image_cuda": [*DOCKER, "tests/system/test_apptainer.py"],
     "kubernetes": [*DOCKER, "k8s", "tools/k8s_check.py"],
     "apptainer": [*DOCKER, "tools/cluster.py", "singularity", "tools/sif.py", "tools/recipes.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
     "sif_pull": [*DOCKER, "tools/__init__.py", "tools/sif.py", "bench/records/env.py", "Makefile", "pyproject.toml",
                  "tools/registry-up.sh", "tools/apptainer-up.sh", "tools/slurm-up.sh", "tools/apt-install.sh",
                  "tools/run-tests.sh", "tools/tier_cache.py", "tools/surface.py", "tests/conftest.py",
-                 "tests/system/__init__.py"],
+                 "tests/system/__init__.py", "tests/system/test_apptainer.py", "tools/benchmarks/__init__.py",
+                 "tools/benchmarks/endings.py"],
     # bench diagnose on the 4-node cluster: COMMON with the import closure of its package in place of all of
     # bench/ (PACKAGE), the node image (DOCKER, docker/cluster) and the cluster tool
     "diagnose": [*DOCKER, "bench/commands/diagnose", "tools/cluster.py"],
@@ -220,7 +224,12 @@ def venv_packages() -> list[str] | None:
     sites = sorted(venv.glob("lib/python*/site-packages"))
     if not sites or not (venv / ".hvdbench-ready").exists():
         return None
-    found = set()
+    # the interpreter too: a patch release of Python changes no distribution's name
+    cfg = venv / "pyvenv.cfg"
+    lines = cfg.read_text().splitlines() if cfg.is_file() else []
+    found = {f"python=={line.split('=', 1)[1].strip()}" for line in lines
+             if line.split("=", 1)[0].strip() in ("version", "version_info")}
+    found.add(f"lib/{sites[0].parent.name}")
     for info in sites[0].glob("*.dist-info"):
         name, _, version = info.name[:-len(".dist-info")].partition("-")
         if name.lower().replace("_", "-") != "hvdbench":

@@ -159,6 +159,13 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
     # the Makefile as make runs it, not its comments or help texts
     ("Makefile", "# the tiers, renamed\ntest-slurm: venv ## system tier: Slurm here\n\tpytest -m slurm\n", set()),
     ("Makefile", "test-slurm: venv ## system tier: Slurm\n\tpytest -x -m slurm\n", ALL),
+    # helpers a tier runs beside its tests: the benchmarks' package (the slurm, apptainer and gpu_check tiers import
+    # it), compose's choice for the image tier, the SIF fixtures the contract and the pull take
+    ("tools/benchmarks/__init__.py", "results = 2\n", ALL),
+    ("tools/benchmarks/endings.py", "gone = 2\n", ALL),
+    ("tools/cluster.py", "nodes 2\n", {"image", "cluster", "diagnose", "apptainer"}),
+    ("tests/system/test_apptainer.py", "pytestmark = pytest.mark.apptainer\n# more\n",
+     {"apptainer", "sif_pull", "image", "image_cuda"}),
     # the docs: no tier
     ("README.md", "# hvdbench, reworded\n", set()),
     ("docs/running.md", "run it again\n", set()),
@@ -177,6 +184,19 @@ def test_a_tier_goes_stale_when_a_tool_it_calls_changes(tiers_key_tree, tool, va
     tiers_key_tree.tools[tool] = value
     after = tiers_key_tree()
     assert {tier for tier in before if before[tier] != after[tier]} == stale
+
+
+def test_the_venvs_part_holds_its_interpreter(tmp_path, monkeypatch):
+    """A patch release of Python changes no distribution's name: the venv's part names the interpreter's version
+    (pyvenv.cfg) and its lib/pythonX.Y, so the tiers go stale on it."""
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "typer-0.29.2.dist-info").mkdir(parents=True)
+    (tmp_path / ".hvdbench-ready").touch()
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    monkeypatch.setenv("VENV", str(tmp_path))
+    assert tier_cache.venv_packages() == ["lib/python3.11", "python==3.11.2", "typer==0.29.2"]
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.9\n")
+    assert "python==3.11.9" in tier_cache.venv_packages()
 
 
 def test_every_tier_goes_stale_when_the_venv_resolves_another_version(tiers_key_tree):
