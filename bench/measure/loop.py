@@ -165,6 +165,9 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
 
     window_s: list[float] = []
     timed = 0.0
+    # graphs compiled inside the windows' clocks alone: an evaluation between two windows compiles its own (eval
+    # mode, no gradients), outside them
+    in_windows = 0
     net_before = load_before = None
     timed_from = feed.mark() if feed is not None else 0
     while True:
@@ -176,6 +179,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         trainer.sync()
         if not window_s and sampler is not None:
             sampler.mark("start")
+        compiled_before = graphs()
         t0 = time.perf_counter()
         for i in range(cfg.steps_per_window):
             dog.at("window", len(window_s) + 1, i)
@@ -184,6 +188,8 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
                 progress.advance()
         trainer.sync()
         dt = time.perf_counter() - t0
+        if compiled_before is not None:
+            in_windows += graphs() - compiled_before
         window_s.append(dt)
         timed += dt
         dog.progress()
@@ -227,7 +233,6 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
     # every rank its own processes' CPU time, the host's local rank 0 the host's too (bench.measure.host_load)
     cpu = host_load.between(load_before, host_load.reading(host=launch.local_rank == 0),
                             serving=measuring(trainer) < trainer.world_size)
-    graphs_after = graphs()
     hooks.snapshot(trainer, "final")
     if sampler is not None:
         sampler.mark("end")
@@ -263,7 +268,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
         window_s=window_s,
         graphs_compiled_in_first_step=None if graphs_at_start is None else graphs_after_first - graphs_at_start,
         graphs_compiled_in_warmup=None if graphs_before is None else graphs_before - graphs_after_first,
-        graphs_compiled_in_windows=None if graphs_before is None else graphs_after - graphs_before,
+        graphs_compiled_in_windows=None if graphs_before is None else in_windows,
         checksum=checksum,
         param_sum_initial=initial,
         param_sum_final=final,
