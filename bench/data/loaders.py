@@ -43,6 +43,8 @@ from bench.tfutil import import_tf
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
+# TFRecord shards one rank reads at once, their records taken in turn: part of the record order, so a constant
+READ_CYCLE = 4
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
 
@@ -350,7 +352,11 @@ class TFLoader(Loader):
             return (tf.cast(image, tf.float32) - mean) / std, label
 
         if dataset.spec.storage == "records":  # a stream of records (tfrecord), not samples by index
-            cycle = max(1, min(len(part.shards), workers or 4))
+            # the files read at once: a fixed count, never the worker count, whose default follows each node's
+            # cores (an order that depended on it would change when a resumed run's workers do); the workers are
+            # the parallel reads within it
+            cycle = max(1, min(len(part.shards), READ_CYCLE))
+            parallel = min(workers, cycle) if workers else tf.data.AUTOTUNE
             spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                     "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
 
@@ -358,8 +364,8 @@ class TFLoader(Loader):
                 # run's epochs and every rerun read the same records in the same order, whichever file reads faster.
                 # One reader a file at most: tf.data refuses more parallel calls than files in the cycle (a held-out
                 # split of one file with 2 workers failed at the first evaluation).
-                return files.interleave(tf.data.TFRecordDataset, cycle_length=cycle,
-                                        num_parallel_calls=cycle if workers else tf.data.AUTOTUNE, deterministic=True)
+                return files.interleave(tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=parallel,
+                                        deterministic=True)
 
             if train:  # every epoch the files in an order of (seed, epoch), the same on every rank; the rank
                 # takes positions r, r + W, ... of it, its records shuffled, cut to the quota every rank shares

@@ -218,6 +218,22 @@ def test_tfrecord_records_come_in_one_order_however_fast_each_file_reads(tmp_pat
     assert len(at_full_speed) == 32 and np.array_equal(pixels(), at_full_speed)
 
 
+def test_the_tfrecord_record_order_does_not_depend_on_the_worker_count(tmp_path):
+    """The order (and so a resumed epoch's batches, whose crops are keyed by the records' places) is the same with
+    1, 2 or 4 workers: their default follows each node's cores, and a resumed run may get another."""
+    from bench.data.loaders import LOADERS
+
+    small(tmp_path / "r", format="tfrecord", images=40, image_size=32, shards=4, val_fraction=0.2)
+    data = load(tmp_path / "r")
+
+    def pixels(workers):
+        batches = LOADERS["tf"].batches(data, "train", 32, 4, workers, seed=7, epoch=1, epochs=1)
+        return np.concatenate([np.asarray(x) for x, _ in batches])
+
+    one = pixels(1)
+    assert np.array_equal(pixels(2), one) and np.array_equal(pixels(4), one)
+
+
 def test_a_tfrecord_split_of_fewer_files_than_workers_is_read(tmp_path):
     """The held-out split is one file: read with 2 workers (tf.data refuses more parallel reads than files)."""
     from bench.data.loaders import LOADERS
