@@ -3,8 +3,11 @@ published anchors, each with the conditions it was measured under, and any the u
 
 A reference matches a result when its GPU (words of the result's GPU name: "H100 80GB HBM3" in "NVIDIA H100 80GB
 HBM3"), its mode (or any mode of its framework, for a published figure made with other code), model, precision,
-batch per device, image size, memory format and tuning (bench.records.describe.tuning_of: "" for the paper's eager
-loop) are the result's, and the result trained on synthetic data, as every reference did. This project's own
+batch per device, image size, memory format, tuning (bench.records.describe.tuning_of: "" for the paper's eager
+loop) and world size (a per-GPU figure at one GPU is no measure of an 8-GPU run, whose share would hold its scaling
+too) are the result's, and the result trained on synthetic data, as every reference did. A variant's word in the
+result's GPU name that the reference's does not say (a MIG slice, an NVL or PCIe card) matches no full-size SXM
+row. This project's own
 figures are tried first, the published ones after; where none matches, nothing is said::
 
     share = the result's samples/s per device / the reference's samples/s per device
@@ -49,14 +52,16 @@ class Reference:
     tuning: str = ""
     runs: int | None = None  # repeats behind the figure, where known
     conditions: str = ""
+    world_size: int = 1  # the GPUs it was measured on; a result of another world size does not match
 
     def label(self) -> str:
         layout = ", channels-last" if self.channels_last else ""
         tuning = f", {self.tuning}" if self.tuning else ""
         runs = "" if self.runs is None else f", {self.runs} run{'s' * (self.runs != 1)}"
         when = f", {self.date}" if self.date else ""
+        gpus = "one GPU" if self.world_size == 1 else f"{self.world_size} GPUs"
         return (f"{self.per_device:,.0f}/s per GPU, {self.mode or self.framework} {self.model} {self.precision} "
-                f"batch {self.batch_size}{layout}{tuning} on an {self.gpu} ({self.source}{when}{runs})")
+                f"batch {self.batch_size}{layout}{tuning} on {gpus}, {self.gpu} ({self.source}{when}{runs})")
 
 
 def _own(gpu: str, page: str, rows: list[tuple[str, str, str, float, bool]]) -> list[Reference]:
@@ -122,6 +127,19 @@ def user_references(path: str | None = None) -> list[Reference]:
         raise BenchError(f"{USER_ENV}={path}: not a list of references ({exc}; fields: docs/results.md)") from None
 
 
+# Words that name a smaller or other part than the full-size SXM GPU of the same name (NVML's names: "NVIDIA H100 80GB
+# HBM3 MIG 1g.10gb", "NVIDIA H200 NVL", "NVIDIA H100 PCIe"): a reference matches such a GPU only if it says them.
+VARIANTS = ("MIG", "NVL", "PCIe")
+
+
+def _same_part(ref_gpu: str, name: str) -> bool:
+    """Whether NVML's ``name`` is the GPU ``ref_gpu`` names: its words in the name, and no variant word in the
+    name that the reference does not say."""
+    def has(word: str, text: str) -> bool:
+        return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text, re.I) is not None
+    return has(ref_gpu, name) and not any(has(v, name) and not has(v, ref_gpu) for v in VARIANTS)
+
+
 def _gpu_name(result: Result) -> str | None:
     device = device_of(result)
     return device.split(" ", 1)[1] if device.startswith("cuda ") and "+" not in device else None
@@ -136,7 +154,7 @@ def match(result: Result, extra: list[Reference] | None = None) -> Reference | N
         return None
     framework = mode_spec(result.mode).framework
     for ref in [*(extra if extra is not None else user_references()), *SHIPPED]:
-        if (re.search(rf"(?<!\w){re.escape(ref.gpu)}(?!\w)", name, re.I)
+        if (_same_part(ref.gpu, name) and ref.world_size == result.world_size
                 and (ref.mode == result.mode if ref.mode else ref.framework == framework)
                 and (ref.model, ref.precision, ref.batch_size, ref.image_size, ref.channels_last, ref.tuning)
                 == (config.model, config.precision, config.batch_size, config.image_size,

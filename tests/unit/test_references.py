@@ -13,8 +13,9 @@ from bench.records.schema import Input
 from tests.conftest import FIXTURES
 
 
-def gpu_run(tmp_path, gpu="NVIDIA H100 80GB HBM3", mode="torch-ddp", **config):
-    """A fixture result made a one-GPU run of ``mode`` on ``gpu`` (ResNet-50, amp-bf16, batch 64, 224 x 224)."""
+def gpu_run(tmp_path, gpu="NVIDIA H100 80GB HBM3", mode="torch-ddp", world=1, **config):
+    """A fixture result made a run of ``mode`` on ``world`` GPUs named ``gpu`` (ResNet-50, amp-bf16, batch 64,
+    224 x 224), one rank each."""
     folder = tmp_path / "runs"
     folder.mkdir(exist_ok=True)
     source = next(p for p in sorted((FIXTURES / "sweep-a").glob("*.json")) if "torch-ddp" in p.name)
@@ -22,7 +23,9 @@ def gpu_run(tmp_path, gpu="NVIDIA H100 80GB HBM3", mode="torch-ddp", **config):
     result["mode"] = mode
     result["config"].update({"mode": mode, "device": "cuda", "model": "resnet50", "precision": "amp-bf16",
                              "batch_size": 64, "image_size": 224, **config})
-    result["environment"]["ranks"] = [{"rank": 0, "local_rank": 0, "host": "g1", "device": f"cuda:0 {gpu}"}]
+    result["environment"]["ranks"] = [{"rank": r, "local_rank": r, "host": "g1", "device": f"cuda:{r} {gpu}"}
+                                      for r in range(world)]
+    result["world_size"] = result["processes"] = world
     path = folder / f"{len(list(folder.iterdir()))}-{source.name}"
     path.write_text(json.dumps(result))
     return load_results([path])[0]
@@ -42,6 +45,9 @@ def test_a_run_is_held_against_the_reference_of_its_gpu_mode_model_precision_and
 
 @pytest.mark.parametrize("change", [
     {"gpu": "NVIDIA H100 PCIe"},  # another card of the same name: not the SXM one measured
+    {"gpu": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"},  # a slice of the SXM card: a seventh of it
+    {"gpu": "NVIDIA H200 NVL"},  # the PCIe card, not the H200 SXM the figures were measured on
+    {"world": 8},  # eight GPUs against a one-GPU figure: the share would hold the scaling too
     {"gpu": "NVIDIA A100-SXM4-80GB"},
     {"channels_last": True},  # H100: no channels-last figure
     {"compile": "default"},  # a compiled run is not the eager reference
