@@ -281,8 +281,19 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
     ca = ca_bundle if ca_bundle is not None else os.environ.get("HVDBENCH_CA_BUNDLE", DEFAULT_CA)
     if ca and Path(ca).is_file():
         cmd += ["--secret", f"id=ca,src={ca}"]
-    # The frameworks stage first (its own tag), then the image on it: the second build finds the first's layers.
+    # The frameworks stage first (its own tag), then the image on that tag (FRAMEWORKS): the image's build never
+    # runs the frameworks stage's steps again, whatever BuildKit's cache holds. With --cache frameworks a
+    # frameworks stage whose inputs did not change since its tag was built is not built again (frameworks_key).
+    staged = CUDA_SDIST if dockerfile.name == "Dockerfile.cuda" else WHEELHOUSE
     for target, names in (("frameworks", [frameworks_tag(stack, flavor)]), ("image", tags(stack, flavor))):
+        if target == "frameworks" and cache == "frameworks":
+            fkey = frameworks_key(dockerfile, staged, args)
+            if kept(names[0], fkey):
+                print(f"images: {names[0]} kept: its inputs did not change since it was built (--cache frameworks)",
+                      flush=True)
+                continue
+        if target == "image":
+            cmd += ["--build-arg", f"FRAMEWORKS={frameworks_tag(stack, flavor)}"]
         if target == "image" and cache == "frameworks":
             key = package_key(frameworks_tag(stack, flavor), [dockerfile, *PACKAGE_FILES], args)
             if kept(names[0], key):
@@ -296,6 +307,8 @@ def build(stack: str, flavor: str, base: str | None = None, extra_args: dict[str
             raise ImageError(f"docker build of {names[0]} failed (exit {done.returncode})")
         if target == "image" and cache == "frameworks":
             remember(names[0], key)
+        if target == "frameworks" and cache == "frameworks":
+            remember(names[0], fkey)
     return tags(stack, flavor)
 
 
@@ -327,6 +340,31 @@ def package_key(frameworks: str, files: list[Path], args: dict[str, str]) -> str
     digest = hashlib.sha256(f"frameworks {image_id(frameworks)}\n".encode())
     for path in files:
         digest.update(f"{path.relative_to(ROOT)}\n".encode() + path.read_bytes() + b"\n")
+    for name, value in sorted(args.items()):
+        if name not in STAMP_ARGS:
+            digest.update(f"{name}={value}\n".encode())
+    return digest.hexdigest()
+
+
+# What the frameworks stage reads: the Dockerfile up to the image stage, the files its steps copy, the staged
+# wheels or sdist it mounts, the build args less the commit stamp, and the base image's ID.
+FRAMEWORKS_FILES = (DOCKER_DIR / "requirements-image.txt", DOCKER_DIR / "build-horovod.sh", DOCKER_DIR / "horovod",
+                    ROOT / "requirements" / "hybrid.txt")
+
+
+def frameworks_key(dockerfile: Path, staged: Path, args: dict[str, str]) -> str:
+    """SHA-256 of every input of ``dockerfile``'s frameworks stage (FRAMEWORKS_FILES, the ``staged`` folder's files
+    by name and content, ``args`` less the stamp, the base image's ID): the key its tag is kept by."""
+    text = dockerfile.read_text()
+    digest = hashlib.sha256(text.split("\nFROM ${FRAMEWORKS} AS image", 1)[0].encode())
+    digest.update(f"base {image_id(args.get('BASE_IMAGE', ''))}\n".encode())
+    files = [(entry.parent if entry.is_file() else entry, f) for entry in (*FRAMEWORKS_FILES, staged)
+             for f in ([entry] if entry.is_file() else sorted(p for p in entry.rglob("*") if p.is_file()))]
+    for top, path in files:
+        digest.update(f"{top.name}/{path.relative_to(top)}\n".encode())
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
     for name, value in sorted(args.items()):
         if name not in STAMP_ARGS:
             digest.update(f"{name}={value}\n".encode())

@@ -18,7 +18,7 @@ What spython cannot convert is handled here, not dropped:
   %setup makes the (empty) mount point, which a bind needs in the image being built.
 * RUN --mount=type=bind (docker/wheelhouse): copied in with %files and removed at the end of %post.
 * RUN --mount=type=cache: dropped (a Singularity build has no cache between builds).
-* FROM frameworks AS image: the Dockerfile's second stage continues the first (one cached layer boundary
+* FROM ${FRAMEWORKS} AS image: the Dockerfile's second stage continues the first (one cached layer boundary
   for Docker), so its FROM and the ARG and SHELL lines it restates are dropped and the stages run as one %post.
 * CMD ["--help"]: dropped, so %runscript passes the arguments to bench unchanged (no arguments still
   prints the help); ENTRYPOINT becomes %runscript. WORKDIR is not carried into %runscript: the SIF is
@@ -83,7 +83,7 @@ def preprocess(dockerfile: str, args: dict[str, str]) -> str:
     lines = []
     restating = False  # the ARG lines a later stage restates: Singularity has one stage
     for line in dockerfile.splitlines():
-        if re.match(r"FROM \w+ AS \w+$", line):  # FROM frameworks AS image: the same build goes on
+        if re.match(r"FROM (\w+|\$\{FRAMEWORKS\}) AS \w+$", line):  # FROM ${FRAMEWORKS} AS image: it goes on
             restating = True
             continue
         if restating and (line.startswith("ARG ") or line.startswith("SHELL ")):

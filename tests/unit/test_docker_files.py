@@ -74,7 +74,7 @@ def test_cuda_dockerfile_rules():
     copy the two framework environments (frameworks), then add this package and run the self-test (image)."""
     runtime, build, frameworks, image = (part for part in CUDA_DOCKERFILE.split("\nFROM ")[1:])
     assert runtime.startswith("${BASE_IMAGE} AS runtime") and build.startswith("runtime AS build")
-    assert frameworks.startswith("runtime AS frameworks") and image.startswith("frameworks AS image")
+    assert frameworks.startswith("runtime AS frameworks") and image.startswith("${FRAMEWORKS} AS image")
     shipped = frameworks + image
     for tool in ("g++", "cmake", "libopenmpi-dev", "python3-dev"):
         assert tool in build and tool not in runtime and tool not in shipped
@@ -91,10 +91,10 @@ def test_cuda_dockerfile_rules():
 def test_cpu_dockerfile_puts_bench_after_the_frameworks():
     """The frameworks stage holds everything heavy and nothing of bench/; the image stage adds bench."""
     frameworks, image = DOCKERFILE.split("\nFROM ")[1:]
-    assert frameworks.startswith("${BASE_IMAGE} AS frameworks") and image.startswith("frameworks AS image")
+    assert frameworks.startswith("${BASE_IMAGE} AS frameworks") and image.startswith("${FRAMEWORKS} AS image")
     assert "build-horovod.sh" in frameworks and "COPY bench" not in frameworks
     assert "COPY bench" in image  # and nothing heavy: its one pip install is this package alone, without deps
-    assert image.count("pip install") == 1 and "pip install --no-deps --no-build-isolation" in image
+    assert image.count("pip install") == 1 and "pip install --no-cache-dir --no-deps --no-build-isolation" in image
 
 
 def test_cluster_node_image_is_built_on_the_frameworks_stage():
@@ -274,3 +274,47 @@ def test_the_cpu_image_without_pip_is_one_line(monkeypatch):
     with pytest.raises(images.ImageError, match="has none: install python3-pip"):
         images.stage_wheels("current", python="/usr/bin/python3")
 
+
+
+def test_an_unchanged_frameworks_stage_is_not_built_again_and_the_image_goes_on_from_its_tag(tmp_path, monkeypatch):
+    """`build --cache frameworks`: the frameworks stage is built once and then kept while its inputs (the files
+    its steps read, the staged wheels, the args) are the same; the image always goes on from the frameworks tag
+    (FRAMEWORKS), so its build never runs the frameworks stage's steps again; a changed input builds it again."""
+    import subprocess as sp
+
+    from tools import images
+
+    built, builds = [], {}
+
+    def docker(step, **_):  # a build gives its tags a new image ID
+        built.append(next(step[i + 1] for i, a in enumerate(step) if a == "--target"))
+        built.append([a for a in step if a.startswith("FRAMEWORKS=")])
+        for t in (step[i + 1] for i, a in enumerate(step) if a == "-t"):
+            builds[t] = builds.get(t, 0) + 1
+        return sp.CompletedProcess(step, 0)
+
+    requirements = tmp_path / "requirements-image.txt"
+    requirements.write_text("typer==0.29.2\n")
+    (tmp_path / "wheelhouse").mkdir()
+    (tmp_path / "wheelhouse" / "torch.whl").write_bytes(b"wheel")
+    monkeypatch.setattr(images, "IMAGE_KEYS", tmp_path / "keys")
+    monkeypatch.setattr(images, "FRAMEWORKS_FILES", (requirements,))
+    monkeypatch.setattr(images, "WHEELHOUSE", tmp_path / "wheelhouse")
+    monkeypatch.setattr(images, "stage_wheels", lambda stack: tmp_path / "wheelhouse")
+    monkeypatch.setattr(images, "resolve_base", lambda base: base)
+    monkeypatch.setattr(images, "image_id", lambda tag: f"sha256:{tag}:{builds.get(tag, 0)}")
+    monkeypatch.setattr(images.subprocess, "run", docker)
+    monkeypatch.setattr(images, "stamp", lambda: {"HVDBENCH_REVISION": "r1", "HVDBENCH_SOURCE": ""})
+
+    def build():
+        built.clear()
+        images.build("current", "cpu", base="hvdbench-base:bookworm", cache="frameworks")
+        return list(built)
+
+    tag = ["FRAMEWORKS=hvdbench:current-cpu-frameworks"]
+    assert build() == ["frameworks", [], "image", tag]  # the first time: both, the image on the tag
+    assert build() == []  # nothing changed: neither
+    requirements.write_text("typer==0.30.0\n")
+    assert build() == ["frameworks", [], "image", tag]  # the frameworks stage read it: both again
+    (tmp_path / "wheelhouse" / "torch.whl").write_bytes(b"another wheel")
+    assert build()[0] == "frameworks"
