@@ -68,12 +68,12 @@ COMMON = ["bench", "pyproject.toml", "Makefile", "requirements", *SETUP, *HOROVO
 DOCKER = ["docker", ".dockerignore", "tools/images.py", "tools/publish.py"]
 INPUTS = {
     "slurm": ["singularity/slurm"],
-    # the contract (tests/system/test_contract.py) takes the SIF's fixtures from test_apptainer.py
+    # the contract (tests/system/test_contract.py) imports the SIF's fixtures from test_apptainer.py
     "image": [*DOCKER, "compose.yaml", "tests/multiproc/test_publish.py", "tools/cluster.py",
               "tests/system/test_apptainer.py"],
     "cluster": [*DOCKER, "tools/cluster.py", "singularity/slurm", "tools/benchmarks/shaped_links.py",
                 "tools/benchmarks/cluster_modes.py"],
-    "image_cuda": [*DOCKER, "tests/system/test_apptainer.py"],
+    "image_cuda": [*DOCKER],
     "kubernetes": [*DOCKER, "k8s", "tools/k8s_check.py"],
     "apptainer": [*DOCKER, "tools/cluster.py", "singularity", "tools/sif.py", "tools/recipes.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up

@@ -6,6 +6,8 @@ import contextlib
 import hashlib
 import os
 import shutil
+import sysconfig
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,10 +52,12 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     if device == "cpu" and cfg.precision == Precision.amp_fp16:
         raise BenchError("--precision amp-fp16 needs a GPU; on CPU use fp32 or amp-bf16")
     cfg = cfg.resolve(device, np)
-    if compiles(cfg) and compiler_missing(device):
-        raise BenchError(f"--compile {cfg.compile}: TorchInductor builds its kernels with a C compiler "
-                         f"({compiler_missing(device)}) and none is on PATH; install one, or run eager (--compile "
-                         "none; this project's images ship no compiler)")
+    missing = compiles(cfg) and compiler_missing(device)
+    if missing:
+        raise BenchError(f"--compile {cfg.compile}: TorchInductor builds its kernels with a C compiler and "
+                         f"Python's headers, and this machine lacks {missing}; install them (Debian: apt-get "
+                         "install g++ python3-dev; the CPU image has them, the CUDA image not yet: "
+                         "docs/profiles.md), or run eager (--compile none)")
     return cfg
 
 
@@ -63,13 +67,19 @@ def compiles(cfg: RunConfig) -> bool:
 
 
 def compiler_missing(device: str) -> str | None:
-    """What TorchInductor would call and cannot find: the C++ compiler of its CPU kernels ($CXX, else g++), or the
-    C compiler Triton builds its GPU launchers with ($CC, else gcc or clang); None when one is on PATH."""
+    """What TorchInductor would call or include and cannot find, in words; None when nothing is missing: the C++
+    compiler of its CPU kernels ($CXX, else g++), or the C compiler Triton builds its GPU launchers with ($CC, else
+    gcc or clang), on PATH; and Python.h of the running interpreter, which both compile against (the kernels'
+    Python bindings, Triton's launcher)."""
     if device == "cuda":
         names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
     else:
         names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
-    return None if any(shutil.which(n) for n in names) else " or ".join(names)
+    missing = [] if any(shutil.which(n) for n in names) else [" or ".join(names) + " on PATH"]
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not headers.is_file():
+        missing.append(str(headers))
+    return " and ".join(missing) or None
 
 
 def compile_arguments(mode: str) -> dict[str, Any]:

@@ -43,9 +43,28 @@ def test_a_missing_compiler_is_one_line_before_any_rank_starts(monkeypatch):
 
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("CXX", raising=False)
-    with pytest.raises(BenchError, match=r"--compile default: TorchInductor .* \(g\+\+ or c\+\+ or clang\+\+\)"):
+    with pytest.raises(BenchError, match=r"--compile default: TorchInductor .* lacks g\+\+ or c\+\+ or clang\+\+ on "
+                       r"PATH; install them \(Debian: apt-get install g\+\+ python3-dev"):
         torch_common.resolve(RunConfig(mode="torch-ddp", model="resnet20", tuned=True, device="cpu"),
                              LaunchInfo("none"))
     # eager needs no compiler
     assert torch_common.resolve(RunConfig(mode="torch-ddp", model="resnet20", tuned=True, device="cpu",
                                           compile="none"), LaunchInfo("none")).compile == "none"
+
+
+def test_missing_python_headers_are_named_as_a_missing_compiler_is(monkeypatch, tmp_path):
+    """TorchInductor's kernels and Triton's launchers include Python.h: a machine with a compiler and no headers
+    (a stock python3 without python3-dev) is refused in the same one line, naming the file."""
+    import re
+    import sysconfig
+
+    from bench.errors import BenchError
+    from bench.modes import torch_common
+
+    assert torch_common.compiler_missing("cpu") is None  # this machine has both
+    real = sysconfig.get_paths
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(*a, **k), "include": str(tmp_path)})
+    assert torch_common.compiler_missing("cpu") == str(tmp_path / "Python.h")
+    with pytest.raises(BenchError, match=re.escape(f"lacks {tmp_path / 'Python.h'}; install them")):
+        torch_common.resolve(RunConfig(mode="torch-ddp", model="resnet20", compile="default", device="cpu"),
+                             LaunchInfo("none"))

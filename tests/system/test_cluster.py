@@ -21,7 +21,6 @@ from tests.conftest import (
     SMALL,
     TF_SMALL,
     assert_valid_run,
-    bench,
     checkout_bench_digest,
     sbatch_wait_line,
 )
@@ -373,14 +372,15 @@ def test_allreduce_across_two_nodes(shared):
 
 def test_sweep_inside_a_two_node_allocation_and_its_report(shared):
     """salloc -N2: bench sweep runs one srun step per cell (np 1 on one node, np 2 across both); bench report
-    reads the folder where it lands on the host (the image has no plotting library)."""
+    reads it on the controller, where a cluster user reads it (the image's own report, plots and page)."""
     name = f"sweep-{uuid.uuid4().hex[:8]}"
     r = on_head(f"salloc -N2 --ntasks-per-node=1 bench sweep --modes torch-ddp --np 1,2 --models resnet50 "
                 f"--image-size 32 --batch-sizes 2 --num-classes 10 --warmup-steps 0 --steps-per-window 1 "
                 f"--windows 2 --output {name}")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    r = bench("report", str(shared / name))
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = on_head(f"bench report {name} --html")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert (shared / name / "report.html").read_text().count('src="data:image/png;base64,') == 2
     results = [json.loads(p.read_text()) for p in (shared / name).glob("2*.json")]
     assert sorted(x["world_size"] for x in results) == [1, 2]
     two = next(x for x in results if x["world_size"] == 2)

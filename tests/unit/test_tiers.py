@@ -165,7 +165,7 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
     ("tools/benchmarks/endings.py", "gone = 2\n", ALL),
     ("tools/cluster.py", "nodes 2\n", {"image", "cluster", "diagnose", "apptainer"}),
     ("tests/system/test_apptainer.py", "pytestmark = pytest.mark.apptainer\n# more\n",
-     {"apptainer", "sif_pull", "image", "image_cuda"}),
+     {"apptainer", "sif_pull", "image"}),
     # the docs: no tier
     ("README.md", "# hvdbench, reworded\n", set()),
     ("docs/running.md", "run it again\n", set()),
