@@ -56,8 +56,8 @@ def resolve(cfg: RunConfig, launch: LaunchInfo) -> RunConfig:
     if missing:
         raise BenchError(f"--compile {cfg.compile}: TorchInductor builds its kernels with a C compiler and "
                          f"Python's headers, and this machine lacks {missing}; install them (Debian: apt-get "
-                         "install g++ python3-dev; the CPU image has them, the CUDA image not yet: "
-                         "docs/profiles.md), or run eager (--compile none)")
+                         "install g++ python3-dev; both images have them: docs/profiles.md), or run eager "
+                         "(--compile none)")
     return cfg
 
 
@@ -205,7 +205,8 @@ class TorchTrainer:
         pixels (the torch loader's: bench.data.loaders.TorchImages) is normalised on the device after its copy,
         ``(x - 255 mean) / (255 std)`` per channel with ImageNet's mean and deviation, on the side stream on a GPU
         (outside the copy's events: the copy's time is the copy's), in the rank on a CPU (inside the step's data
-        wait: the rank does that work there)."""
+        wait: the rank does that work there). A batch already on the device (DALI's) is read on the side stream
+        only after the compute stream that wrote it."""
         data, target = batch
 
         def placed(x: torch.Tensor) -> torch.Tensor:
@@ -221,15 +222,23 @@ class TorchTrainer:
             return placed(data.to(self.device)), target.to(self.device)
         if self._copy_stream is None:
             self._copy_stream = torch.cuda.Stream(self.device)
-        compute = torch.cuda.current_stream(self.device)
+        compute, copy = torch.cuda.current_stream(self.device), self._copy_stream
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(self._copy_stream):
+        with torch.cuda.stream(copy):
+            # A tensor the loader left on the device (DALI's GPU output, written on the compute stream): the copy
+            # stream reads it only after that write, and its memory is not reused before those reads end
+            # (docs/data-pipelines.md, the streams).
+            on_device = [x for x in (data, target) if x.device.type == "cuda"]
+            if on_device:
+                copy.wait_stream(compute)
+                for x in on_device:
+                    x.record_stream(copy)
             start.record()
             data = data.to(self.device, non_blocking=True)
             target = target.to(self.device, non_blocking=True)
             end.record()
             data = placed(data)
-        compute.wait_stream(self._copy_stream)
+        compute.wait_stream(copy)
         # made on the copy stream, used on the compute stream: their memory is not reused before that use ends
         data.record_stream(compute)
         target.record_stream(compute)
