@@ -303,18 +303,18 @@ def attribution_rows(chosen: dict[Key, dict[int, Result]]) -> list[AttributionRo
             slow = section.straggler
             fed = r.input
             fed_ranks = {p.rank: p for p in (fed.per_rank if fed else []) if p.rank is not None}
-            waits = {rank: statistics.mean(p.wait_step_s) for rank, p in fed_ranks.items() if p.wait_step_s}
             for p in section.per_rank:
                 notes = []
                 if slow is not None and slow.rank == p.rank:
                     notes.append(f"straggler: compute x{slow.slowdown:.2f} the others'")
                 if fed is not None and fed.paced_by_rank == p.rank and p.rank in fed_ranks:
-                    notes.append(f"its input sets the pace (waits {fed_ranks[p.rank].wait_share or 0:.0%} of its "
-                                 "steps)")
+                    mine = fed_ranks[p.rank]
+                    how = "its device idle for data" if mine.idle_share is not None else "waits for data"
+                    notes.append(f"its input sets the pace ({how} {mine.input_share or 0:.0%} of its steps)")
                 rows.append(AttributionRow(**cell, rank=p.rank, host=p.host, device=p.device, compute_s=p.compute_s,
                                            exchange_s=p.exchange_s, step_s=p.step_s, exposed_s=p.exposed_s,
-                                           hidden_share=p.hidden_share, data_wait_s=waits.get(p.rank),
-                                           note="; ".join(notes)))
+                                           hidden_share=p.hidden_share,
+                                           data_wait_s=p.data_wait_s if fed_ranks else None, note="; ".join(notes)))
     return rows
 
 

@@ -11,10 +11,17 @@ Per step, on each rank (raw values kept, one per timed step)::
     h2d_s   the copy to the device (PyTorch on a GPU: its time on the device's clock, between two CUDA events around
             it, read after the timed windows; None where there is no copy: on a CPU, or under TensorFlow, which
             copies inside its compiled step)
+    idle_s  PyTorch on a GPU: the time the device sat idle for the batch, on the device's clock (an event on the
+            compute stream when the step asks, one when the batch is handed to it: bench.modes.torch_common.
+            DeviceIdle), read after the timed windows; None elsewhere. Without a sync per step the host runs ahead
+            of the device, so its wait_s overlaps queued kernels: the host can wait for most of each step while
+            the device, busy with the previous one, loses little. On a GPU the input's cost is idle_s; the host's
+            wait stays as its own figure
 
 Per rank, over the timed windows: ``wait_share = sum(wait_s) / sum(window times)``, the share of the rank's timed
-time its steps waited for data. A rank whose share is at least ``PACE_SHARE`` is named as the one whose input
-sets the pace (the largest share when several are). ``loader_rate`` is the pipeline's own rate on that rank,
+time its steps waited for data, and on a GPU ``idle_share = sum(idle_s) / sum(window times)``. A rank whose input
+share (``idle_share`` on a GPU, ``wait_share`` elsewhere) is at least ``PACE_SHARE`` is named as the one whose
+input sets the pace (the largest share when several are). ``loader_rate`` is the pipeline's own rate on that rank,
 measured at set-up before any step with the model idle: batches drawn back to back, ``PROBE_BATCHES`` of them and
 for ``PROBE_S`` seconds at least, after the first ``prefetch + 1`` (the ones the workers made while the rank waited
 for the first); every rank probes at the same time, so it is the rate each rank's pipeline gets while the node's
@@ -45,7 +52,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.data import datasets
 from bench.data.loaders import default_loader
@@ -120,6 +127,16 @@ class FeedRecord:
     classes: int
     train_samples: int
     per_worker: list[WorkerWaits] | None = None  # tf-native ps's coordinator: each worker's waits
+    idle_step_s: list[float] | None = None  # per timed step, the device's idle for its batch (None: not on a GPU)
+
+
+class DeviceClock(Protocol):
+    """The device's idle for each batch (bench.modes.torch_common.DeviceIdle): ``asked`` when the step asks for its
+    batch, ``handed`` once it is on the device, giving the seconds between the two as a deferred reading."""
+
+    def asked(self) -> None: ...
+
+    def handed(self) -> Callable[[], float]: ...
 
 
 class Feed:
@@ -128,13 +145,17 @@ class Feed:
 
     def __init__(self, cfg, rank: int, world: int, local_world: int, place: Callable[[Any], Any],
                  copies: bool, framework: str, device_id: int | None = None, draws: bool = True,
-                 copy_time: Callable[[], Callable[[], float]] | None = None) -> None:
+                 copy_time: Callable[[], Callable[[], float]] | None = None,
+                 device_clock: DeviceClock | None = None) -> None:
         self.cfg, self.rank, self.world = cfg, rank, world
         self.dataset = datasets.load(cfg.data, cfg.seq_len)
         self.loader = loader_named(cfg.loader)
         self.workers = default_workers(local_world) if cfg.loader_workers is None else cfg.loader_workers
         # copy_time: after place, the copy's time as a deferred reading (device events); else the host's clock
         self.place, self.copies, self.copy_time = place, copies, copy_time
+        # device_clock: on a GPU, the device's idle for each batch, as deferred readings (module docstring)
+        self.device_clock = device_clock
+        self.idle_s: list[Callable[[], float]] = []
         self.framework, self.device_id = framework, device_id  # DALI's output layout and GPU
         self.wait_s: list[float] = []
         self.h2d_s: list[float | Callable[[], float]] = []
@@ -221,12 +242,16 @@ class Feed:
     def next(self):
         """The step's batch on its device; the wait and the copy timed."""
         t0 = time.perf_counter()
+        if self.device_clock is not None:
+            self.device_clock.asked()
         host = self._draw(self._batches)
         t1 = time.perf_counter()
         batch = self.place(host)
         t2 = time.perf_counter()
         self.wait_s.append(t2 - t0)
         self.h2d_s.append(self.copy_time() if self.copy_time is not None else t2 - t1)
+        if self.device_clock is not None:
+            self.idle_s.append(self.device_clock.handed())
         return batch
 
     def held_out(self):
@@ -254,6 +279,7 @@ class Feed:
         return FeedRecord(
             wait_step_s=self.wait_s[timed_from:],
             h2d_step_s=[x() if callable(x) else x for x in self.h2d_s[timed_from:]] if self.copies else None,
+            idle_step_s=[x() for x in self.idle_s[timed_from:]] if self.device_clock is not None else None,
             loader_rate=self.loader_rate, workers=self.workers, queue_at_start=self.queue_at_start,
             queue_depth=self.depth() or None, settle_steps=self.settle_steps,
             epochs=len(self.wait_s) / self.per_epoch if self.per_epoch else None,
@@ -315,15 +341,22 @@ def section(cfg, ranks: list[RankRecord]) -> Input:
             who = {"rank": None, "host": None, "worker": part.worker} if isinstance(part, WorkerWaits) else \
                 {"rank": r.rank, "host": r.host}
             copies = part.h2d_step_s
+            idle = getattr(part, "idle_step_s", None)  # a tf-native ps worker's record has none
             per_rank.append(InputRank(
                 **who, wait_s=wait, h2d_s=sum(copies) if copies is not None else None,
                 wait_share=wait / timed if timed > 0 else None,
                 wait_step_ms_median=1000 * statistics.median(waits) if waits else None,
+                idle_s=sum(idle) if idle is not None else None,
+                idle_share=sum(idle) / timed if idle is not None and timed > 0 else None,
                 loader_rate=d.loader_rate, workers=d.workers, epochs=d.epochs, queue_at_start=d.queue_at_start,
-                queue_depth=d.queue_depth, settle_steps=d.settle_steps, wait_step_s=waits, h2d_step_s=copies))
+                queue_depth=d.queue_depth, settle_steps=d.settle_steps, wait_step_s=waits, h2d_step_s=copies,
+                idle_step_s=idle))
     shares = [(p.wait_share, p) for p in per_rank if p.wait_share is not None]
     top = max(shares, key=lambda s: s[0]) if shares else None
-    paced = top[1] if top and top[0] >= PACE_SHARE else None
+    costs = [(p.input_share, p) for p in per_rank if p.input_share is not None]
+    dearest = max(costs, key=lambda s: s[0]) if costs else None
+    paced = dearest[1] if dearest and dearest[0] >= PACE_SHARE else None
+    idles = [p.idle_share for p in per_rank if p.idle_share is not None]
     first = fed[0][1]
     return Input(
         source="dataset", path=cfg.data, format=first.format, classes=first.classes,
@@ -331,16 +364,21 @@ def section(cfg, ranks: list[RankRecord]) -> Input:
         workers=sorted({p.workers for p in per_rank}),
         per_rank=per_rank,
         wait_share_max=top[0] if top else None,
+        idle_share_max=max(idles) if idles else None,
         paced_by_rank=paced.rank if paced else None,
         paced_by_worker=paced.worker if paced else None,  # tf-native ps: a worker's pipeline
         pace_share=PACE_SHARE,
         settle_steps=max(p.settle_steps for p in per_rank) if per_rank else 0,
         definition="wait_s: per timed step, from the step asking for its batch to the batch handed to it, on the "
                    "host's clock (a copy to a GPU is queued in it, not waited for); h2d_s: the copies' time on the "
-                   "device's clock (CUDA events), overlapping compute; wait_share: a rank's waits over its timed "
-                   "windows; loader_rate: the pipeline alone at set-up, samples/s; queue_at_start: the batches the "
-                   "pipeline had ready when the clock started, after settle_steps untimed steps brought its queue "
-                   "(queue_depth at most) to full or empty (bench.data.feed)",
+                   "device's clock (CUDA events), overlapping compute; idle_s (PyTorch on a GPU): per timed step, "
+                   "the time the device sat idle for its batch, between CUDA events on the compute stream at the "
+                   "ask and at the hand-over (the host's wait overlaps queued kernels there: idle_s is the input's "
+                   "cost); wait_share, idle_share: a rank's waits, idles over its timed windows; the pace is judged "
+                   "by idle_share where there is one, else wait_share; loader_rate: the pipeline alone at set-up, "
+                   "samples/s; queue_at_start: the batches the pipeline had ready when the clock started, after "
+                   "settle_steps untimed steps brought its queue (queue_depth at most) to full or empty "
+                   "(bench.data.feed)",
     )
 
 
@@ -353,7 +391,11 @@ def table_rows(section: Input | None) -> list[tuple[str, str, str]]:
     rows = [("input", f"{section.format} via {section.loader}",
              f"{section.path}, {'/'.join(map(str, section.workers))} worker(s) per rank"),
             ("data wait, share of step (max rank)", f"{100 * (section.wait_share_max or 0):.1f}",
-             f"%; median step wait {statistics.median(p.wait_step_ms_median or 0 for p in ranks):.1f} ms")]
+             f"%; median step wait {statistics.median(p.wait_step_ms_median or 0 for p in ranks):.1f} ms"
+             + (" on the host's clock, overlapping queued kernels" if section.idle_share_max is not None else ""))]
+    if section.idle_share_max is not None:
+        rows.append(("device idle for data, share of step (max rank)", f"{100 * section.idle_share_max:.1f}",
+                     "%: the input's cost on the GPU (CUDA events; the pace is judged by it)"))
     copies = [p.h2d_s for p in ranks if p.h2d_s is not None]
     if copies:
         rows.append(("host-to-device copy (max rank)", f"{max(copies):.3f}", "s over the timed windows"))

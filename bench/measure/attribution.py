@@ -19,7 +19,9 @@ pace, never a wait for another rank. Per rank, in seconds per step::
     step_s      = fastest timed window of the job / steps per window   (a window of the job lasts as long as
                   its slowest rank's; the fastest of those, the same statistic as compute_s, so the difference
                   below is one pace minus another; the same for every rank, as a synchronous step is)
-    data_wait_s = the rank's wait for its batch per step in that window (--data: bench.data.feed; else 0)
+    data_wait_s = the rank's wait for its batch per step in that window (--data: bench.data.feed; else 0): on a
+                  GPU (PyTorch) the time its device sat idle for the batch (idle_s), since the host's wait
+                  overlaps the kernels it queued; the host's wait elsewhere
     exposed_s   = max(0, step_s - compute_s - data_wait_s)
                   the part of a step the rank spends on, or waiting in, the exchange (a wait for data is not one)
     hidden_share = 1 - exposed_s / exchange_s, clipped to [0, 1]
@@ -70,7 +72,8 @@ DEFINITIONS = {
                   "step)",
     "step_s": "seconds per step in the timed windows (the job's fastest window, each window as long as its slowest "
               "rank's, / steps per window)",
-    "data_wait_s": "the rank's wait for its batch per step in the window step_s is read from (--data; else 0)",
+    "data_wait_s": "the rank's wait for its batch per step in the window step_s is read from (--data; else 0): on "
+                   "a GPU (PyTorch) its device's idle for the batch (CUDA events), elsewhere the host's wait",
     "exposed_s": "max(0, step_s - compute_s - data_wait_s): the step's time in, or waiting for, the exchange",
     "hidden_share": "1 - exposed_s / exchange_s, clipped to [0, 1]: the share of the exchange hidden by compute",
     "graphs_compiled": "--compile or --xla: graphs the rank compiled during its timed compute-only and exchange-only "
@@ -142,10 +145,12 @@ def measure(trainer, steps: int, compute_step, dog) -> StepsApart:
 
 
 def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
-    """The rank's wait for its batch per step in timed window ``window`` (0 without --data; the coordinator of
-    tf-native ps, whose workers wait instead, 0 too)."""
+    """The rank's wait for its batch per step in timed window ``window``: its device's idle for it where that was
+    measured (a GPU), else the host's wait (0 without --data; the coordinator of tf-native ps, whose workers wait
+    instead, 0 too)."""
     data = rank.data
-    waits = [] if data is None or data.per_worker is not None else data.wait_step_s
+    waits = [] if data is None or data.per_worker is not None else \
+        data.idle_step_s if data.idle_step_s is not None else data.wait_step_s
     part = waits[window * steps_per_window:(window + 1) * steps_per_window]
     return sum(part) / steps_per_window if part else 0.0
 

@@ -100,6 +100,34 @@ def score(counts: goal.Counts, out: torch.Tensor, target: torch.Tensor) -> None:
     counts.loss_sum += float(torch.nn.functional.cross_entropy(out, target, reduction="sum"))
 
 
+class DeviceIdle:
+    """On a GPU, the time the device sat idle for each batch (bench.data.feed's ``idle_step_s``), on its own clock:
+    one CUDA event on the compute stream when the step asks for its batch (``asked``: the previous step's kernels
+    are queued before it), one when the batch is handed to the step (``handed``: after the compute stream's wait
+    for the copy stream, before the step's first kernel). The device passes the first when the previous step has
+    run (or when the host records it, if later), and the second when the batch's copy has run and the host has
+    handed the batch over; the time between them is the time this rank's training stream ran nothing for want of
+    its batch: ~0 while the host runs ahead of the device (its own wait then overlaps queued work), the gap when
+    the loader or the copy is late. Each reading is deferred until after the timed windows (no sync per step)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._asked = None
+
+    def asked(self) -> None:
+        self._asked = torch.cuda.Event(enable_timing=True)
+        self._asked.record(torch.cuda.current_stream(self.device))
+
+    def handed(self):
+        asked, ready = self._asked, torch.cuda.Event(enable_timing=True)
+        ready.record(torch.cuda.current_stream(self.device))
+
+        def seconds() -> float:
+            ready.synchronize()
+            return asked.elapsed_time(ready) / 1000
+        return seconds
+
+
 class TorchTrainer:
     """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""
     # --sparse-as-dense: the library densifies the sparse gradient itself (Horovod); otherwise the model's
@@ -183,9 +211,11 @@ class TorchTrainer:
         rank's feed of the dataset instead (each step draws its batch: :meth:`next_batch`)."""
         cfg = self.cfg
         if cfg.data:
+            gpu = self.device.type == "cuda"
             self.feed = Feed(cfg, self.rank, self.world_size, self.launch.local_world_size, self.to_device,
-                             copies=self.device.type == "cuda", framework="torch", device_id=self.device.index,
-                             copy_time=self.last_copy_time if self.device.type == "cuda" else None)
+                             copies=gpu, framework="torch", device_id=self.device.index,
+                             copy_time=self.last_copy_time if gpu else None,
+                             device_clock=DeviceIdle(self.device) if gpu else None)
             return
         workload = model_spec(cfg.model).workload
         parts = [workload.torch_batch(cfg, index) for index in (shards or [self.rank])]

@@ -345,6 +345,15 @@ class InputRank(_Open):
     epochs: float | None = Field(None, description="the epochs of the split the run's steps covered")
     wait_step_s: list[float] = []
     h2d_step_s: list[float] | None = None
+    idle_s: float | None = Field(None, description="PyTorch on a GPU: the device's idle for its batches")
+    idle_share: float | None = None
+    idle_step_s: list[float] | None = None
+
+    @property
+    def input_share(self) -> float | None:
+        """The input's cost as a share of the timed windows: the device's idle on a GPU (PyTorch), where the host's
+        wait overlaps queued kernels; the host's wait elsewhere (bench.data.feed)."""
+        return self.idle_share if self.idle_share is not None else self.wait_share
 
 
 class Input(_Open):
@@ -359,6 +368,7 @@ class Input(_Open):
     workers: list[int] = []
     per_rank: list[InputRank] = []
     wait_share_max: float | None = None
+    idle_share_max: float | None = None
     paced_by_rank: int | None = None
     paced_by_worker: int | None = None
     pace_share: float | None = None

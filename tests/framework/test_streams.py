@@ -2,6 +2,7 @@
 stream that reads a tensor waits for the stream that wrote it, and a tensor used on another stream is recorded
 there. No GPU here: the fake logs each wait, record and read with the stream current at the time."""
 
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -119,3 +120,82 @@ def test_a_host_batch_is_copied_and_normalised_on_the_copy_stream_between_its_ev
     copied, normalised = log.index(("read", "pixels", "copy")), log.index(("read", "pixels on the device", "copy"))
     assert events[0] < copied < events[1] < normalised < log.index(("wait", "compute", "copy"))
     assert ("wait", "copy", "compute") not in log and ("record", data.name, "compute") in log
+
+
+class Timeline:
+    """One rank on a fake GPU: the host's clock, and the time until which the compute stream is busy. An event
+    recorded on the compute stream passes when the stream has run what was queued before it, or when the host
+    records it, if later (as CUDA's)."""
+
+    def __init__(self):
+        self.host, self.device = 0.0, 0.0
+
+    def queue_step(self, device_s: float, launch_s: float = 0.002) -> None:
+        self.device = max(self.device, self.host) + device_s
+        self.host += launch_s
+
+    def event(self, enable_timing=False):
+        timeline = self
+
+        class Event:
+            def record(self, stream=None):
+                self.t = max(timeline.device, timeline.host)
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return 1000 * (other.t - self.t)
+        return Event()
+
+
+def run_steps(monkeypatch, ready_at: list[float], step_s: float, copy_s: float = 0.001):
+    """Feed.next over batches the loader has ready at ``ready_at`` (host seconds), each step queuing ``step_s`` of
+    device work after it: each step's host wait and device idle."""
+    from bench.data import feed as feed_module
+    from bench.data.feed import Feed
+    from bench.modes.torch_common import DeviceIdle
+
+    timeline = Timeline()
+    monkeypatch.setattr(torch.cuda, "Event", timeline.event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(feed_module.time, "perf_counter", lambda: timeline.host)
+
+    def batches():
+        for t in ready_at:
+            timeline.host = max(timeline.host, t)  # the host waits for the loader's batch
+            yield t
+
+    def place(batch):  # the copy on the side stream from now; the compute stream waits for it
+        timeline.device = max(timeline.device, timeline.host + copy_s)
+        return batch
+
+    feed = object.__new__(Feed)
+    feed.cfg, feed._batches, feed.place, feed.copy_time = SimpleNamespace(data="d"), batches(), place, None
+    feed.wait_s, feed.h2d_s, feed.idle_s = [], [], []
+    feed.device_clock = DeviceIdle(torch.device("cuda", 0))
+    for _ in ready_at:
+        feed.next()
+        timeline.queue_step(step_s)
+    return feed.wait_s, [reading() for reading in feed.idle_s]
+
+
+def test_a_loader_faster_than_the_device_costs_it_nothing_while_the_host_waits(monkeypatch):
+    """DDP on a GPU (no sync per step): the host queues a 100 ms step and waits 60 ms for the next batch, which is
+    ready long before the device has run the step. The host's wait is most of each step; the device's idle is 0."""
+    waits, idles = run_steps(monkeypatch, [0.062 * k for k in range(20)], step_s=0.1)
+    assert statistics.median(waits[5:]) > 0.05
+    assert max(idles[5:]) == pytest.approx(0, abs=1e-9)
+
+
+def test_a_loader_slower_than_the_device_costs_it_the_gap(monkeypatch):
+    """A batch every 150 ms against a 100 ms step: the device sits idle for the 50 ms between, its batch's 1 ms
+    copy included (the host's wait is the period less its 2 ms launch of the step)."""
+    waits, idles = run_steps(monkeypatch, [0.15 * k for k in range(20)], step_s=0.1)
+    assert statistics.median(idles[5:]) == pytest.approx(0.15 - 0.1, abs=1e-6)
+    assert statistics.median(waits[5:]) == pytest.approx(0.15 - 0.002, abs=1e-6)
+
+
+def test_a_full_queue_costs_neither_the_host_nor_the_device(monkeypatch):
+    waits, idles = run_steps(monkeypatch, [0.0] * 20, step_s=0.1)
+    assert max(waits) == 0 and max(idles[1:]) == pytest.approx(0, abs=1e-9)

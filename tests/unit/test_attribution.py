@@ -72,6 +72,20 @@ def test_a_wait_for_data_is_not_booked_as_exchange():
     assert first.exposed_s == 0.0 and first.exposed_clipped
 
 
+def test_on_a_gpu_the_wait_for_data_is_the_devices_idle_not_the_hosts_wait():
+    """Issue 92, item 2: without a sync per step the host's wait for its batch overlaps the kernels it queued.
+    Booked as data, a host wait of 0.38 s of a 0.40 s step left no exposed exchange ("fully hidden"); the device
+    sat idle 0.02 s for the batch, which is what the attribution takes out."""
+    a, b = rank(0, 0.30, 0.35), rank(1, 0.30, 0.35)
+    a.window_s = b.window_s = [0.90, 0.80, 0.84]  # window 1: 0.40 s a step
+    a.data = samples.fed([0.38] * 6, idle_step_s=[0.02] * 6)
+    b.data = samples.fed([0.38] * 6, idle_step_s=[0.0] * 6)
+    first, second = attribution.build([a, b], 2).per_rank
+    assert first.data_wait_s == pytest.approx(0.02) and first.exposed_s == pytest.approx(0.08)
+    assert second.data_wait_s == 0.0 and second.exposed_s == pytest.approx(0.10)
+    assert not first.exposed_clipped and first.hidden_share == pytest.approx(0.2)
+
+
 def test_a_straggler_is_named_only_beyond_the_threshold():
     within = 1 + attribution.STRAGGLER_THRESHOLD - 0.01
     assert attribution.build([rank(0, 0.30, 0.5), rank(1, 0.30 * within, 0.5)], 2).straggler is None

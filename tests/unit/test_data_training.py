@@ -86,6 +86,23 @@ def test_the_input_section_gives_each_ranks_wait_share_and_the_rank_that_sets_th
     assert rows["input sets the pace"] == "rank 1" and rows["data wait, share of step (max rank)"] == "15.0"
 
 
+def test_on_a_gpu_the_pace_is_judged_by_the_devices_idle_and_the_hosts_wait_stays_as_its_own_figure(jpegs):
+    """Issue 92, item 2: DDP on a GPU, where the host waits 78% of each step for batches while the device, busy
+    with the step it queued, sits idle for 7% of it. The input does not set the pace (7% < 10%); both shares are
+    in the section and the table. Before, the host's 78% named the rank as input-paced."""
+    cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
+    gpu = [samples.rank(r, window_s=[1.0, 1.0], data=samples.fed([0.78, 0.78], idle_step_s=[0.07, 0.07]))
+           for r in (0, 1)]
+    section = feed.section(cfg, gpu)
+    assert section.wait_share_max == pytest.approx(0.78) and section.idle_share_max == pytest.approx(0.07)
+    assert section.paced_by_rank is None and section.per_rank[0].input_share == pytest.approx(0.07)
+    assert section.per_rank[0].idle_step_s == [0.07, 0.07]  # the raw idles are kept
+    rows = dict((label, value) for label, value, _ in feed.table_rows(section))
+    assert rows["device idle for data, share of step (max rank)"] == "7.0" and rows["input sets the pace"] == "no"
+    slow = [samples.rank(0, window_s=[1.0, 1.0], data=samples.fed([0.5, 0.5], idle_step_s=[0.3, 0.3]))]
+    assert feed.section(cfg, slow).paced_by_rank == 0  # 30% idle: paced by its input
+
+
 def test_the_input_cost_is_the_share_of_synthetic_throughput_lost():
     from bench.commands.compare import input_cost
 
@@ -105,19 +122,28 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
     def copy_time():  # what TorchTrainer.last_copy_time gives: a reading of the copy's events, deferred
         return lambda: read.append(1) or 0.01
 
+    class Clock:  # what TorchTrainer's DeviceIdle gives: events at the ask and the hand-over, read later
+        def asked(self):
+            read.append("asked")  # recorded, not read
+
+        def handed(self):
+            return lambda: read.append("idle") or 0.002
+
     fed = feed.Feed.__new__(feed.Feed)
     fed.cfg, fed.copies, fed.copy_time, fed.place = SimpleNamespace(data="d"), True, copy_time, lambda host: host
     fed.wait_s, fed.h2d_s, fed._batches = [], [], iter([("batch", 1)] * 3)
+    fed.device_clock, fed.idle_s = Clock(), []
     fed.dataset = SimpleNamespace(train=[], format="imagefolder", classes=2)
     fed.loader_rate, fed.workers, fed.per_epoch = 100.0, 1, None
     fed.queue_at_start, fed.settle_steps = None, 0
     for _ in range(3):
         assert fed.next() == ("batch", 1)
-    assert read == []  # nothing read while the steps ran
+    assert read == ["asked"] * 3  # nothing read while the steps ran
     record = fed.record(1)
-    assert record.h2d_step_s == [0.01, 0.01] and len(record.wait_step_s) == 2 and len(read) == 2
-    fed.copies = False  # a CPU run: no copy kept
-    assert fed.record(0).h2d_step_s is None
+    assert record.h2d_step_s == [0.01, 0.01] and len(record.wait_step_s) == 2 and read.count(1) == 2
+    assert record.idle_step_s == [0.002, 0.002] and read.count("idle") == 2
+    fed.copies, fed.device_clock = False, None  # a CPU run: no copy kept, no device idle
+    assert fed.record(0).h2d_step_s is None and fed.record(0).idle_step_s is None
 
 
 class FakeQueue:

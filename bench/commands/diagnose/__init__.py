@@ -359,7 +359,7 @@ def _device_input(result: Result) -> dict[str, Any]:
     if section is None or section.source != "dataset":
         return {}
     (rank,) = section.per_rank
-    return {"loader_rate": rank.loader_rate, "data_wait_share": rank.wait_share}
+    return {"loader_rate": rank.loader_rate, "data_wait_share": rank.input_share}
 
 
 def _device_telemetry(result: Result) -> dict[str, Any]:

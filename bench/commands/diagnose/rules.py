@@ -135,7 +135,7 @@ def result_figures(result: Result) -> dict[str, dict[str, dict[str, Any]]]:
         for i in section.per_rank:
             if i.rank is not None and i.host is not None:  # tf-native ps's workers have no rank: no member of the job
                 ranks.setdefault(rank_member(i.rank, i.host), {}).update(
-                    loader_rate=i.loader_rate, data_wait_share=i.wait_share)
+                    loader_rate=i.loader_rate, data_wait_share=i.input_share)
     return {"job": {"job": {"samples_per_sec": result.summary.samples_per_sec_total}}, "rank": ranks}
 
 
