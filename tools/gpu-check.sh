@@ -155,6 +155,9 @@ done
 step data-make "${BENCH[@]}" data make "$STATE/jpegs" "${JPEGS[@]}"
 # traced after its windows (--trace: torch.profiler with CUDA kernels and NVTX ranges, one file per rank)
 step torch-ddp-data "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[@]}" "${SIZE[@]}" --data "$STATE/jpegs" --trace 5 --output "$RES"
+# ... and with one loader worker, a pipeline slower than training on purpose: its input section gives the host's
+# wait and the device's idle for data side by side (docs/data.md: on a GPU the idle is the input's cost).
+step torch-ddp-data-slow-loader "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${DATA[@]}" "${SIZE[@]}" --data "$STATE/jpegs" --loader-workers 1 --output "$RES"
 # The input pipeline alone on the same files (docs/data-pipelines.md): the DataLoader per worker count, and DALI
 # decoding on the GPU (nvJPEG, --device auto) where the machine has DALI.
 LOADERS=torch; "$PY" -c 'import nvidia.dali' 2>/dev/null && LOADERS=torch,dali

@@ -82,8 +82,9 @@ def input_section(runs: list[Result]) -> list[str]:
         return []
     md = ["", "## Input pipeline (--data against synthetic)", "",
           "| mode | model | precision | np | loader, workers | data img/s | synthetic img/s | input cost | "
-          "max wait share | copy s (max rank) | loader alone img/s (min rank) | paced by |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "max host wait share | max device idle share | copy s (max rank) | loader alone img/s (min rank) | "
+          "paced by |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, section in fed:
         c = r.config
         twin = next((x for x in runs if (x.input is None or x.input.source != "dataset") and x.mode == r.mode
@@ -99,6 +100,7 @@ def input_section(runs: list[Result]) -> list[str]:
         md.append(f"| {r.mode} | {c.model} | {c.precision} | {r.world_size} | {section.loader}, "
                   f"{'/'.join(map(str, section.workers))} | {data:.1f} | {_f(synthetic)} | "
                   f"{_f(cost and 100 * cost)}% | {_f(100 * (section.wait_share_max or 0))}% | "
+                  f"{'-' if section.idle_share_max is None else f'{_f(100 * section.idle_share_max)}%'} | "
                   f"{_f(max(copies) if copies else None, '.3f')} | {_f(min(rates) if rates else None)} | "
                   f"{'-' if paced is None else f'rank {paced}'} |")
     return md

@@ -20,6 +20,11 @@ pytestmark = pytest.mark.diagnose
 # Half a core each would leave nothing for the controller; a rank keeps one thread (two threads per rank on
 # shared cores spin and went 2x apart between nodes given the same CPU time, docs/diagnose.md).
 NODES, CPUS, SLOW_CPUS = 4, 0.4, 0.2
+# The pipeline's node gets a quarter of its peers' CPU, not half: its loader alone read 0.45x its peers' on an idle
+# host (255 against 531-620 img/s), but 0.74x (318 against 416-446) beside other work on the host's 2 cores, which
+# takes CPU time from the peers' 0.4 while the slowed node still gets its 0.2: inside the rule's 0.65, and the test
+# failed. At a quarter the margin holds under that load too.
+PIPELINE_SLOW_CPUS = 0.1
 RUN = "--model resnet50 --image-size 32 --batch-size 8 --num-classes 10"
 LINK_CAP = "200mbit"
 
@@ -104,13 +109,13 @@ def test_a_slow_node_is_named_in_the_devices_and_as_the_straggler(shared, health
 
 
 def test_a_node_whose_input_pipeline_is_slow_is_named_with_data(shared):
-    """--data: the devices train from a dataset on the shared folder; node3's CPU quota halved slows its pipeline,
-    which its loader rate (the pipeline alone) shows against its peers'."""
+    """--data: the devices train from a dataset on the shared folder; node3's CPU quota cut to a quarter slows its
+    pipeline, which its loader rate (the pipeline alone) shows against its peers'."""
     data = f"/shared/jpegs-{uuid.uuid4().hex[:8]}"
     made = cluster.run_on(f"bench data make {data} --images 120 --classes 4 --image-size 64", capture_output=True,
                           text=True)
     assert made.returncode == 0, made.stderr
-    set_cpus(["node3"], SLOW_CPUS)
+    set_cpus(["node3"], PIPELINE_SLOW_CPUS)
     try:
         r, record = diagnose(shared, "--phases", "devices", "--data", data)
     finally:

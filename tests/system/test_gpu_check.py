@@ -44,7 +44,8 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     names = [s[0] for s in steps]
     assert len(names) == len(set(names)) and names[:4] == ["install", "env", "preflight", "peak-fp32"]  # in order
     assert {"torch-ddp-vgg16-fp32", "tuned-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data",
-            "data-bench", "transformer", "verify", "torch-ddp-converge", "torch-ddp-resume"} <= set(names)
+            "torch-ddp-data-slow-loader", "data-bench", "transformer", "verify", "torch-ddp-converge",
+            "torch-ddp-resume"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
     files = sorted(p.name for p in out.iterdir())
     assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
@@ -59,6 +60,10 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert "| peak-fp32 | ok |" in summary and "| preflight | ok |" in summary
     assert "## Input pipeline (--data against synthetic)" in summary
     assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
+    # and the slow loader's run beside it (one worker); on the CPU no device idle (the column's "-")
+    fed = summary.split("## Input pipeline (--data against synthetic)", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in fed.splitlines() if line.startswith("| torch-ddp | vgg16 | fp32 | 2 | torch, ")]
+    assert len(rows) == 2 and "| torch, 1 |" in rows[1] and "max device idle share" in fed, fed
     # each loader alone on the same files; DALI (in this venv) on the CPU here, so its GPU path is named unmeasured
     assert "## Input pipeline alone (bench data bench)" in summary and "| torch | cpu | 1 |" in summary
     assert "| dali | cpu | 1 |" in summary and "DALI decoding on the GPU: not measured" in summary
