@@ -354,9 +354,13 @@ FRAMEWORKS_FILES = (DOCKER_DIR / "requirements-image.txt", DOCKER_DIR / "build-h
 
 def frameworks_key(dockerfile: Path, staged: Path, args: dict[str, str]) -> str:
     """SHA-256 of every input of ``dockerfile``'s frameworks stage (FRAMEWORKS_FILES, the ``staged`` folder's files
-    by name and content, ``args`` less the stamp, the base image's ID): the key its tag is kept by."""
-    text = dockerfile.read_text()
-    digest = hashlib.sha256(text.split("\nFROM ${FRAMEWORKS} AS image", 1)[0].encode())
+    by name and content, the base image's ID, and of ``args`` those its text declares: an ARG declared only in
+    the image stage, as the CUDA image's MATPLOTLIB_VERSION, cannot change the frameworks): the key its tag is
+    kept by."""
+    text = dockerfile.read_text().split("\nFROM ${FRAMEWORKS} AS image", 1)[0]
+    declared = set(re.findall(r"^ARG (\w+)", text, re.M))
+    args = {name: value for name, value in args.items() if name in declared}
+    digest = hashlib.sha256(text.encode())
     digest.update(f"base {image_id(args.get('BASE_IMAGE', ''))}\n".encode())
     files = [(entry.parent if entry.is_file() else entry, f) for entry in (*FRAMEWORKS_FILES, staged)
              for f in ([entry] if entry.is_file() else sorted(p for p in entry.rglob("*") if p.is_file()))]

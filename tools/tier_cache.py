@@ -12,8 +12,9 @@ A system tier's key is the SHA-256 of everything it executes or reads, in four p
 - files: the content of every file git knows or would add (tracked, and untracked but not ignored) under the
   tier's paths: the package and how it is built and installed (COMMON: bench/, pyproject.toml, requirements/, the
   venv's Horovod build script and patches, the set-up scripts, the shared test helpers), the images' inputs
-  (DOCKER: docker/, .dockerignore, the image tools) where it starts images, its own tools, and every
-  tests/system file that carries the tier's marker (a test marked `slurm` in any file is in slurm's key). The
+  (DOCKER: docker/, .dockerignore, the image tools; less the other flavour's Dockerfile, NOT_READ) where it
+  starts images, its own tools, and every tests/system file that carries the tier's marker (a test marked
+  `slurm` in any file is in slurm's key). The
   Makefile counts without its comments and `## help` texts: a help line reruns nothing. README.md and docs/
   are in no key: the images do not copy them.
 - tools: the versions of what the tier calls on this machine (Docker and compose, Slurm, Open MPI, PMIx,
@@ -90,6 +91,12 @@ INPUTS = {
     "gpu_check": ["tools/gpu-check.sh", "tools/gpu_check_summary.py", "tools/gpu-check-prepare.sh",
                   "tools/benchmarks/reference.py", "tools/benchmarks/reference", "bench/cli.py", "bench/config.py"],
 }
+# What a tier never reads under its INPUTS: each flavour's image tiers read docker/ less the other flavour's own
+# files. The CUDA image is built from Dockerfile.cuda alone; the CPU image, its SIFs, the cluster's node image and
+# the pods never read Dockerfile.cuda (so a change to the CUDA image reruns image_cuda alone, not every tier).
+CPU_ONLY, CUDA_ONLY = ["docker/Dockerfile", "docker/cluster"], ["docker/Dockerfile.cuda"]
+NOT_READ = {"image_cuda": CPU_ONLY,
+            **{tier: CUDA_ONLY for tier in ("image", "cluster", "kubernetes", "apptainer", "sif_pull", "diagnose")}}
 # Tiers keyed by their INPUTS alone, without COMMON.
 OWN_ONLY = {"sif_pull"}
 # The pytest marker each tier selects its tests by (the Makefile's -m); a file carrying it is in the tier's key.
@@ -177,12 +184,16 @@ def files_of(tier: str, part: str = "whole") -> tuple[list[str], list[str], list
     their place, or None)."""
     paths = INPUTS[tier] if tier in OWN_ONLY else COMMON + INPUTS[tier]
     marks = set(marked(MARKERS[tier]))
+    skip = NOT_READ.get(tier, [])
+
+    def read(names: list[str]) -> set[str]:
+        return {n for n in names if not any(n == p or n.startswith(p + "/") for p in skip)}
     if tier in OWN_ONLY:
-        return paths, sorted(set(listed(paths)) | marks), None
+        return paths, sorted(read(listed(paths)) | marks), None
     if part == "whole" and tier not in PACKAGE:
-        return paths, sorted(set(listed(paths)) | marks), None
+        return paths, sorted(read(listed(paths)) | marks), None
     paths = [path for path in paths if path != "bench"]
-    whole = set(listed(paths)) | marks
+    whole = read(listed(paths)) | marks
     package = PACKAGE[tier]() if tier in PACKAGE else listed(["bench"])
     return paths, sorted(whole), sorted(set(package) - whole)
 

@@ -2,7 +2,8 @@
 
 Its build already ran the self-test (Horovod's build check per environment, bench env --check, a 2-process CPU
 run of every mode); these tests check what a user meets: the message without a GPU, the two environments,
-the libraries each framework's process loads, the labels, and no build tools or secrets in the shipped image.
+the libraries each framework's process loads, the labels, torch.compile's compilers but no build tools of
+Horovod's, and no secrets in the shipped image.
 """
 
 import json
@@ -98,13 +99,20 @@ def test_a_cpu_run_is_labelled_cpu(dk, tmp_path, mode):
                 or "oneDNN custom operations" in line], logs[-3000:]
 
 
-def test_no_compiler_or_nvcc_in_the_shipped_image(dk):
-    # (openmpi-bin's mpicc/mpicxx wrappers stay: they are Open MPI's, and compile nothing without gcc)
-    code, logs = run(dk, ["-c", "command -v g++ c++ gcc cc nvcc cmake make; ls /opt/cuda 2>&1; "
+def test_what_torch_compile_builds_with_and_no_build_tool_of_horovods(dk):
+    """torch.compile's compilers and Python.h are shipped (--tuned; the contract runs it); nvcc, cmake, make,
+    the CUDA toolkit and TensorFlow's headers, which built Horovod, are not."""
+    code, logs = run(dk, ["-c", "for t in g++ gcc nvcc cmake make; do printf '%s=%s\\n' $t \"$(command -v $t)\"; "
+                          "done; /opt/hvdbench/torch/bin/python -c 'import sysconfig, os; "
+                          "print(\"Python.h=\", os.path.isfile(sysconfig.get_paths()[\"include\"] + \"/Python.h\"))'; "
+                          "ls /opt/cuda 2>&1; "
                           "ls /opt/hvdbench/tf/lib/python3.11/site-packages/tensorflow/include 2>&1; true"],
                      entrypoint=["/bin/bash"])
     assert code == 0
-    assert logs.count("No such file or directory") == 2 and "/usr/bin/" not in logs, logs
+    found = dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
+    assert found["g++"] == "/usr/bin/g++" and found["gcc"] == "/usr/bin/gcc" and found["Python.h"] == " True", logs
+    assert found["nvcc"] == found["cmake"] == found["make"] == "", logs
+    assert logs.count("No such file or directory") == 2, logs
 
 
 def test_labels_name_the_versions(dk):

@@ -70,14 +70,20 @@ def test_dockerfile_rules():
 
 
 def test_cuda_dockerfile_rules():
-    """Multi-stage: the compilers, nvcc and Horovod's build live in the build stage only; the shipped stages
-    copy the two framework environments (frameworks), then add this package and run the self-test (image)."""
+    """Multi-stage: nvcc, cmake and Horovod's build live in the build stage only; the shipped stages copy the two
+    framework environments (frameworks), then add what torch.compile builds with (g++, python3-dev) before this
+    package, and run the self-test (image)."""
     runtime, build, frameworks, image = (part for part in CUDA_DOCKERFILE.split("\nFROM ")[1:])
     assert runtime.startswith("${BASE_IMAGE} AS runtime") and build.startswith("runtime AS build")
     assert frameworks.startswith("runtime AS frameworks") and image.startswith("${FRAMEWORKS} AS image")
     shipped = frameworks + image
-    for tool in ("g++", "cmake", "libopenmpi-dev", "python3-dev"):
+    for tool in ("cmake", "libopenmpi-dev"):
         assert tool in build and tool not in runtime and tool not in shipped
+    installs = [line for line in image.splitlines() if "apt-get install" in line]
+    assert len(installs) == 1 and installs[0].split("--no-install-recommends")[1].split() == ["g++", "python3-dev",
+                                                                                              "\\"], installs
+    assert image.index("g++ python3-dev") < image.index("COPY bench")  # a change to bench/ keeps the step
+    assert 'torch/bin/pip install "matplotlib==${MATPLOTLIB_VERSION}"' in image
     assert "cuda-toolkit[nvcc,cccl]" in build and "nvcc" not in shipped.split("# Self-test")[0].replace("nvcc ${", "")
     assert build.count("build-horovod.sh /opt/hvdbench/torch/bin/python") == 1  # one Horovod per environment
     assert build.count("build-horovod.sh /opt/hvdbench/tf/bin/python") == 1
@@ -318,3 +324,25 @@ def test_an_unchanged_frameworks_stage_is_not_built_again_and_the_image_goes_on_
     assert build() == ["frameworks", [], "image", tag]  # the frameworks stage read it: both again
     (tmp_path / "wheelhouse" / "torch.whl").write_bytes(b"another wheel")
     assert build()[0] == "frameworks"
+
+
+def test_the_frameworks_key_reads_the_args_its_stage_declares(tmp_path, monkeypatch):
+    """An ARG the frameworks stage declares (or one before the first FROM) changes its key; one only the image
+    stage declares (the CUDA image's MATPLOTLIB_VERSION) cannot change the frameworks, and leaves the key as it is
+    (before, any new build arg built the CUDA frameworks again: an hour here)."""
+    from tools import images
+
+    monkeypatch.setattr(images, "FRAMEWORKS_FILES", ())
+    monkeypatch.setattr(images, "image_id", lambda tag: "sha256:base")
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("ARG BASE_IMAGE=x\nFROM ${BASE_IMAGE} AS frameworks\nARG TORCH_VERSION\nRUN true\n"
+                          "FROM ${FRAMEWORKS} AS image\nARG MATPLOTLIB_VERSION\nRUN true\n")
+    (tmp_path / "staged").mkdir()
+
+    def key(**args):
+        return images.frameworks_key(dockerfile, tmp_path / "staged", {"BASE_IMAGE": "b", "TORCH_VERSION": "2",
+                                                                        **args})
+
+    first = key()
+    assert key(MATPLOTLIB_VERSION="3.11.2") == first and key(SELF_TEST_MODES="torch-ddp") == first
+    assert key(TORCH_VERSION="3") != first and key(BASE_IMAGE="c") != first

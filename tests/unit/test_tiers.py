@@ -144,7 +144,11 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
     ("pyproject.toml", "[project]\nname = 'x'\n", ALL),
     # what reaches the images
     (".dockerignore", "*\n!bench\n!docs\n", DOCKER),
-    ("docker/cluster/Dockerfile", "FROM cpu2\n", DOCKER),
+    ("docker/cluster/Dockerfile", "FROM cpu2\n", DOCKER - {"image_cuda"}),
+    # each flavour's Dockerfile: the tiers of that flavour's images alone (the CUDA image's: image_cuda)
+    ("docker/Dockerfile.cuda", "FROM runtime AS image\n", {"image_cuda"}),
+    ("docker/Dockerfile", "FROM frameworks AS image\n", DOCKER - {"image_cuda"}),
+    ("docker/stacks/current.env", "TORCH_VERSION=2.14.0\n", DOCKER),
     # a test of a tier's marker in any file of tests/system
     ("tests/system/test_more.py", "@pytest.mark.slurm\ndef test_x(): pass\n", {"slurm"}),
     ("tests/system/test_cluster.py", "pytestmark = pytest.mark.cluster\n# more\n", {"cluster"}),
