@@ -18,7 +18,7 @@ A system tier's key is the SHA-256 of everything it executes or reads, in four p
   Makefile counts without its comments and `## help` texts: a help line reruns nothing. README.md and docs/
   are in no key: the images do not copy them.
 - tools: the versions of what the tier calls on this machine (Docker and compose, Slurm, Open MPI, PMIx,
-  Apptainer as the tier finds it) and the ID of the base image its images are built on.
+  Apptainer as the tier finds it) and the IDs of the base image and the frameworks stage its images are built on.
 - venv: the name and version of every distribution in the venv the tier's tests and runs use (most requirements
   are floors, so a fresh venv follows the index), less this project's own editable install.
 
@@ -28,8 +28,9 @@ the features, are keyed by the same inputs with bench/ replaced by its surface (
 every code unit that the unit, framework and multiproc tiers do not run; those tiers prove the rest on every run
 themselves). So a change to a function the lower tiers run reruns each tier's smoke tests only (`select` prints
 the pytest -m clause that narrows a tier to them), and a change to one only the system tiers run reruns them all.
-The diagnose tier has features only, keyed by the surface of the import closure of `bench diagnose` (tools.imports:
-the modules it imports at any depth, the registries' lazy loads included) and its own command's files; the
+The diagnose tier has features only, keyed by the surface of the import closure of `bench diagnose` and of
+`python -m bench`, which its phases run on the nodes (tools.imports: the modules they import at any depth, the
+registries' lazy loads and every model included) and its own command's files; the
 sif_pull tier by the pull path's files alone (OWN_ONLY): the SIF it pulls holds the image the apptainer tier runs.
 
 A pass is one line in $HVDBENCH_TIER_CACHE/TIER (the whole key) or TIER.features (default
@@ -112,6 +113,10 @@ BASE_IMAGE = "hvdbench-base:bookworm"
 DOCKER_CMDS = [["docker", "version", "--format", "{{.Server.Version}}"], ["docker", "compose", "version", "--short"],
                ["docker-compose", "version", "--short"],
                ["docker", "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]]
+# The frameworks stage each image tier's images are built on (the gate builds the stack "current"): a stage built
+# again from the same files can hold other packages (most requirements are floors), so its image ID is in the key.
+FRAMEWORKS_IMAGE = {"image_cuda": "hvdbench:current-cuda-frameworks"}
+CPU_FRAMEWORKS_IMAGE = "hvdbench:current-cpu-frameworks"
 # Slurm and the MPI its srun --mpi=pmix and the mpirun runs take (the cluster's nodes have their own, in the image).
 SLURM_CMDS = [["srun", "--version"], ["mpirun", "--version"],
               ["dpkg-query", "-W", "-f", "${Package}=${Version} ", "libpmix2", "libpmix-bin", "openmpi-bin",
@@ -136,11 +141,14 @@ def marked(marker: str) -> list[str]:
 
 def diagnose_modules() -> list[str]:
     """The files of every bench module that `bench diagnose` imports at any depth (tools.imports' graph: module
-    level, in functions, and the modules the registries load by name)."""
+    level, in functions, and the modules the registries load by name), and of what its phases run on the nodes:
+    `python -m bench` (bench/__main__.py and what it imports: the CLI, the modes and the allreduce) and every model
+    (each framework's model module is imported by a name the registry builds, which the graph does not see)."""
     from tools import imports
     modules = imports.scan(ROOT / "bench")
     seen: set[str] = set()
-    todo = [name for name in modules if name.startswith("bench.commands.diagnose")]
+    todo = [name for name in modules if name.startswith(("bench.commands.diagnose", "bench.models."))
+            or name == "bench.__main__"]
     while todo:
         name = todo.pop()
         if name in seen or name not in modules:
@@ -219,7 +227,8 @@ def apptainer_version() -> str:
 
 
 def tool_versions(tier: str) -> list[str]:
-    cmds = (DOCKER_CMDS if tier in DOCKER_TIERS else []) + (SLURM_CMDS if tier in SLURM_TIERS else [])
+    frameworks = ["docker", "image", "inspect", "--format", "{{.Id}}", FRAMEWORKS_IMAGE.get(tier, CPU_FRAMEWORKS_IMAGE)]
+    cmds = ([*DOCKER_CMDS, frameworks] if tier in DOCKER_TIERS else []) + (SLURM_CMDS if tier in SLURM_TIERS else [])
     found = [f"{' '.join(cmd)}: {run_quiet(cmd)}" for cmd in cmds]
     if tier in APPTAINER_TIERS:
         found.append(apptainer_version())

@@ -60,7 +60,8 @@ KEY_TREE = {
     "bench/commands/__init__.py": "",
     "bench/commands/diagnose/__init__.py": "from bench import modes\nfrom bench.records import schema\n",
     "bench/commands/diagnose/rules.toml": "straggler = 0.9\n",
-    "bench/__init__.py": "",
+    "bench/__init__.py": "", "bench/__main__.py": "from bench import cli\n",
+    "bench/models/__init__.py": "", "bench/models/torch_resnet.py": "depth = 18\n",
     "pyproject.toml": "[project]\n", "requirements/venv.txt": "torch==2.13.0\n",
     "Makefile": "# the tiers\ntest-slurm: venv ## system tier: Slurm\n\tpytest -m slurm\n",
     "README.md": "# hvdbench\n", "docs/running.md": "run it\n",
@@ -96,8 +97,8 @@ def tiers_key_tree(tmp_path, monkeypatch):
         str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()
         and any(str(p.relative_to(tmp_path)) == q or str(p.relative_to(tmp_path)).startswith(q + "/") for q in paths)))
     tools = dict(TOOLS)
-    monkeypatch.setattr(tier_cache, "run_quiet", lambda cmd: next(
-        (v for k, v in tools.items() if " ".join(cmd).startswith(k)), "absent"))
+    monkeypatch.setattr(tier_cache, "run_quiet", lambda cmd: next(  # the longest prefix that matches
+        (v for k, v in sorted(tools.items(), key=lambda kv: -len(kv[0])) if " ".join(cmd).startswith(k)), "absent"))
     monkeypatch.setattr(tier_cache, "apptainer_version", lambda: tools["apptainer"])
     packages = ["torch==2.13.0", "typer==0.29.0"]
     monkeypatch.setattr(tier_cache, "venv_packages", lambda: list(packages))
@@ -133,6 +134,9 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
     # the package: every tier but the pull's; diagnose by its import closure only
     ("bench/modes/torch_common.py", "step = 2\n", ALL - {"sif_pull"}),
     ("bench/cli.py", "from bench.modes import registry  # edited\n", ALL - {"sif_pull", "diagnose"}),
+    # diagnose's too when it is code: its phases run `python -m bench` on the nodes (the CLI, the modes, every model)
+    ("bench/cli.py", "from bench.modes import registry\nverbose = True\n", ALL - {"sif_pull"}),
+    ("bench/models/torch_resnet.py", "depth = 50\n", ALL - {"sif_pull"}),
     ("bench/records/schema.py", "version = 4\n", ALL - {"sif_pull"}),
     ("bench/records/env.py", "digest = 'another way'\n", ALL - {"diagnose"}),
     ("bench/commands/diagnose/rules.toml", "straggler = 0.8\n", ALL - {"sif_pull"}),
@@ -180,6 +184,9 @@ def test_a_tier_goes_stale_on_every_class_of_its_inputs(tiers_key_tree, tmp_path
 
 @pytest.mark.parametrize("tool, value, stale", [
     ("docker version", "29.0.1", DOCKER), ("docker image inspect", "sha256:base2", DOCKER),
+    # the frameworks stage each flavour's images are built on
+    ("docker image inspect --format {{.Id}} hvdbench:current-cpu-frameworks", "sha256:cpu2", DOCKER - {"image_cuda"}),
+    ("docker image inspect --format {{.Id}} hvdbench:current-cuda-frameworks", "sha256:cuda2", {"image_cuda"}),
     ("srun --version", "slurm 23.11", SLURM), ("mpirun --version", "mpirun (Open MPI) 5.0", SLURM),
     ("dpkg-query", "libpmix2=5.0.1", SLURM), ("apptainer", "1.5.0", {"apptainer", "sif_pull"}),
 ])
