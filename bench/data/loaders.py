@@ -1,11 +1,12 @@
 """Input pipelines, one object per loader, registered by name (``--loader``): each reads a rank's shard of a split
 (bench.data.datasets.shard) as the field builds the pipeline for its framework, and yields batches of
-``batch_size`` images at ``image_size`` x ``image_size``, normalised with ImageNet's mean and deviation (the torch
-loader's as uint8 pixels, normalised on the run's device by the trainer, as the field's PyTorch pipelines do).
+``batch_size`` images at ``image_size`` x ``image_size``: the torch and tf loaders' as uint8 pixels, which the
+trainer normalises with ImageNet's mean and deviation on the run's device, once per batch (the field's pipelines
+where cores are scarce: a per-image normalisation in tf.data cost about 45% of a core); DALI's normalised by DALI.
 
 Training augmentation, the same in both: decode, a random crop of 8-100% of the area at an aspect ratio of 3/4
 to 4/3 resized to the run's size (Inception's "random resized crop", ResNet's standard), a horizontal flip half
-the time, normalise; CIFAR-size images (32 x 32 in memory): a random 32 x 32 crop of the image padded by 4, and
+the time; CIFAR-size images (32 x 32 in memory): a random 32 x 32 crop of the image padded by 4, and
 the flip. Held-out split: the centre crop of 87.5% resized, no flip; each rank reads its part once
 (bench.data.datasets.held_out), the last partial batch kept.
 
@@ -316,7 +317,6 @@ class TFLoader(Loader):
         train = split == "train"
         part = dataset.splits[split]
         parallel = workers or tf.data.AUTOTUNE
-        mean, std = tf.constant(MEAN * 255), tf.constant(STD * 255)
 
         # Stateless random ops, each sample's keyed by (seed, epoch, index): a pipeline started at any epoch (a
         # resumed run's) crops and flips every sample as an uninterrupted one does.
@@ -344,12 +344,15 @@ class TFLoader(Loader):
                 return tf.slice(image, [w[0], w[1], 0], [w[2], w[3], 3])
 
             image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
-            return tf.image.resize(image, [size, size], method="bilinear")
+            return pixels(tf.image.resize(image, [size, size], method="bilinear"))
 
-        def finish(image, label, key):
+        def pixels(resized):  # bilinear's float pixels rounded to uint8, as Pillow's and torchvision's resize gives
+            return tf.saturate_cast(tf.round(resized), tf.uint8)
+
+        def finish(image, label, key):  # uint8 out: the trainer normalises the batch on the device (TFTrainer)
             if train:
                 image = tf.image.stateless_random_flip_left_right(image, seed=key)
-            return (tf.cast(image, tf.float32) - mean) / std, label
+            return image, label
 
         if dataset.spec.storage == "records":  # a stream of records (tfrecord), not samples by index
             # the files read at once: a fixed count, never the worker count, whose default follows each node's
@@ -450,7 +453,7 @@ class TFLoader(Loader):
                     if train:
                         image = tf.image.stateless_random_crop(tf.pad(image, [[4, 4], [4, 4], [0, 0]]), [32, 32, 3],
                                                                seed=crop)
-                    image = tf.image.resize(image, [size, size]) if size != 32 else tf.cast(image, tf.float32)
+                    image = pixels(tf.image.resize(image, [size, size])) if size != 32 else image
                     return finish(image, labels[i], flip)
 
                 ds = indices.map(small, num_parallel_calls=parallel)

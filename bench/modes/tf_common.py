@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bench.data.feed import Feed
+from bench.data.loaders import MEAN, STD
 from bench.distributed import tfdist
 from bench.errors import BenchError
 from bench.hooks import Hooks
@@ -27,6 +28,16 @@ if TYPE_CHECKING:  # the run configuration imports the mode registry to check a 
 
 tf, keras = import_tf()
 CHECKPOINT_DIR = "tf"
+
+
+def model_input(x):
+    """What the model is fed for a step's (or a held-out batch's) input ``x``: the tf loader's uint8 pixels
+    normalised with ImageNet's per-channel mean and deviation of 0-255 pixels, ``(x - 255 mean) / (255 std)``, once
+    per batch inside the compiled step, so on the device it runs on (the torch trainer's to_device does the same);
+    anything else (synthetic batches, DALI's normalised output, token ids) as it is."""
+    if x.dtype != tf.uint8:
+        return x
+    return (tf.cast(x, tf.float32) - tf.constant(MEAN * 255)) / tf.constant(STD * 255)
 
 
 def pick_device(cfg: RunConfig) -> tuple[str, int]:
@@ -232,7 +243,8 @@ class TFTrainer:
         variables = self.model.trainable_variables
         cfg = self.cfg
         with tf.GradientTape() as tape, self.masks.step(key):
-            loss = tf.reduce_sum(per_example_loss(self.model(x, training=True), y, cfg.label_smoothing)) / loss_divisor
+            out = self.model(model_input(x), training=True)
+            loss = tf.reduce_sum(per_example_loss(out, y, cfg.label_smoothing)) / loss_divisor
             total = loss
             if cfg.weight_decay:  # L2 in the loss, as PyTorch's SGD adds wd x w to the gradient: the replicas' shares
                 share = tf.cast(tf.shape(x)[0], tf.float32) / loss_divisor  # sum (tf.distribute) or average to 1
@@ -292,7 +304,7 @@ class TFTrainer:
         """A held-out batch's (top-1 hits, top-5 hits, summed loss, samples), as tensors (bench.measure.goal)."""
         from bench.models.tf_loss import per_example_loss
 
-        out = self.model(x, training=False)
+        out = self.model(model_input(x), training=False)
         out = tf.cast(out[0] if isinstance(out, (list, tuple)) else out, tf.float32)
         if out.shape.rank == 3:  # a text model's (B, L, vocab): next-token accuracy over every target token
             out, y = tf.reshape(out, [-1, out.shape[-1]]), tf.reshape(y, [-1])

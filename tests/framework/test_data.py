@@ -21,14 +21,15 @@ def test_the_digits_are_real_labelled_images(tmp_path):
 def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
     """Normalised as the models were trained (ImageNet's per-channel mean and deviation of 0-255 pixels): mapped
     back, every value is a pixel (0 to 255), and the batch holds values on both sides of the mean (a loader that
-    only scaled to 0-1, or skipped the normalisation, fails one or the other). The torch loader's batches are
-    uint8 pixels, normalised on the run's device by the trainer's placement (TorchTrainer.to_device), which is
-    what the models receive: both are checked."""
+    only scaled to 0-1, or skipped the normalisation, fails one or the other). The torch and tf loaders' batches are
+    uint8 pixels, normalised on the run's device by the trainer (TorchTrainer.to_device, tf_common.model_input),
+    which is what the models receive: both are checked; DALI's come normalised."""
     from types import SimpleNamespace
 
     import torch
 
     from bench.data.loaders import LOADERS, MEAN, STD
+    from bench.modes.tf_common import model_input
     from bench.modes.torch_common import TorchTrainer
 
     small(tmp_path / "d", image_size=None, images=20)  # 500 x 375 JPEGs
@@ -36,26 +37,58 @@ def test_every_loader_gives_normalised_batches_of_the_run_size(tmp_path):
     small(tmp_path / "r", format="tfrecord", images=20, image_size=None, shards=2)
     trainer = SimpleNamespace(device=torch.device("cpu"), cfg=SimpleNamespace(channels_last=False), _pixel_scale=None)
     for name, path, size, framework in (("torch", "d", 64, None), ("tf", "d", 64, None), ("torch", "c", 32, None),
-                                        ("tf", "c", 32, None), ("tf", "r", 64, None), ("dali", "d", 64, "torch"),
-                                        ("dali", "d", 48, "tensorflow")):
+                                        ("tf", "c", 32, None), ("tf", "c", 48, None), ("tf", "r", 64, None),
+                                        ("dali", "d", 64, "torch"), ("dali", "d", 48, "tensorflow")):
         data = load(tmp_path / path)
         images, labels = next(iter(LOADERS[name].batches(data, "train", size, 4, 0, seed=0, framework=framework)))
         nchw = name == "torch" or framework == "torch"
         shape = (4, 3, size, size) if nchw else (4, size, size, 3)
-        if name == "torch":
+        channel = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
+        if name in ("torch", "tf"):
             raw = np.asarray(images)
-            assert raw.shape == shape and raw.dtype == np.uint8, (path, raw.shape, raw.dtype)
-            images, labels = TorchTrainer.to_device(trainer, (images, labels))
-            x = images.numpy()
-            expected = (raw.astype(np.float32) / 255 - MEAN.reshape(1, 3, 1, 1)) / STD.reshape(1, 3, 1, 1)
-            np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-5)
+            assert raw.shape == shape and raw.dtype == np.uint8, (name, path, raw.shape, raw.dtype)
+            if name == "torch":
+                images, labels = TorchTrainer.to_device(trainer, (images, labels))
+            else:
+                images = model_input(images)
+            expected = (raw.astype(np.float32) / 255 - MEAN.reshape(channel)) / STD.reshape(channel)
+            np.testing.assert_allclose(np.asarray(images), expected, rtol=1e-5, atol=1e-5)
         x = np.asarray(images)
         assert x.shape == shape and x.dtype == np.float32, (name, path, x.shape)
-        channel = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
         pixels = x * (STD * 255).reshape(channel) + (MEAN * 255).reshape(channel)
         assert -1 <= pixels.min() and pixels.max() <= 256 and x.min() < -0.5 and x.max() > 0.5, \
             (name, path, float(pixels.min()), float(pixels.max()), float(x.min()), float(x.max()))
         assert np.asarray(labels).max() < data.classes, (name, path)
+
+
+def test_the_tf_loaders_uint8_batches_feed_the_model_what_per_image_normalisation_did(tmp_path, monkeypatch):
+    """Issue 92 item 11: the tf loader normalised each image inside tf.data (a third of its one-core rate); now it
+    hands the bilinear crop rounded to uint8 and the step normalises the batch. The same files, crops and flips
+    (stateless, keyed by seed, epoch and sample) through the old path (the float crop, normalised per image: the
+    rounding taken out of the pipeline) and the new (uint8, then tf_common.model_input): every value within the
+    rounding's half pixel over the deviation, and on average far inside it. The CIFAR size, with no resize, is
+    the same to the bit."""
+    from bench.data.loaders import LOADERS, MEAN, STD
+    from bench.modes.tf_common import model_input, tf
+
+    small(tmp_path / "d", image_size=None, images=20)
+    small(tmp_path / "c", format="cifar", images=40, image_size=None)
+    new = {path: [model_input(x).numpy() for x, _ in LOADERS["tf"].batches(load(tmp_path / path), "train", size,
+                                                                           4, 0, seed=3)]
+           for path, size in (("d", 64), ("c", 32))}
+    monkeypatch.setattr(tf, "round", lambda x: x)
+    monkeypatch.setattr(tf, "saturate_cast", lambda x, dtype: x)
+    for path, size in (("d", 64), ("c", 32)):
+        old = [np.asarray(x) for x, _ in LOADERS["tf"].batches(load(tmp_path / path), "train", size, 4, 0, seed=3)]
+        assert len(old) == len(new[path]) and old[0].dtype == (np.float32 if path == "d" else np.uint8)
+        old = np.concatenate([(x - MEAN * 255) / (STD * 255) for x in old])
+        got = np.concatenate(new[path])
+        diff = np.abs(got - old)
+        if path == "c":
+            np.testing.assert_array_equal(got, old)
+        else:
+            assert 0 < diff.max() <= 0.5 / (255 * STD.min()) + 1e-5 and diff.mean() < 0.005, \
+                (float(diff.max()), float(diff.mean()))
 
 
 def test_dali_reads_each_epochs_global_shuffle_in_the_order_the_torch_loader_reads(tmp_path):

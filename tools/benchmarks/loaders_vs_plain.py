@@ -3,7 +3,9 @@ each: the `torch` loader against a plain Pillow DataLoader (torchvision's ImageF
 RandomHorizontalFlip written out: open, convert, crop then resize, flip, uint8 CHW, as the field's PyTorch
 ImageNet pipelines ship it for the GPU to normalise), the `tf` loader against TensorFlow's own ImageNet training
 preprocessing (tf.data from the file names: shuffle, read, sample_distorted_bounding_box, decode_and_crop_jpeg,
-bilinear resize, random flip, normalise, batch, prefetch).
+bilinear resize, random flip, batch, prefetch; no normalisation: both loaders hand uint8 pixels to the trainer,
+which normalises each batch on the device). Each loader twice: read in this process ("ours"), and through
+`bench data bench` as users run it ("bench": its own clock, its loader in a child process, pinned alike).
 
     python -m tools.benchmarks.loaders_vs_plain [--loaders torch,tf] [--repeats 3] [--images 1024]
                                                 [--image-size 224] [--batch-size 32] [--batches 90] [--data DIR]
@@ -15,7 +17,7 @@ may use): unpinned, a one-thread tf.data pipeline's rate swung between 320 and 5
 2-core machine as the scheduler moved its threads, which no ratio survives. Each pipeline runs in a process of its
 own (a TensorFlow process never loads PyTorch), the pairs alternated over --repeats rounds; per run, the images of
 --batches batches after 4 untimed ones (the prefetched queue is full at the clock's start in both, so the ratio
-holds it alike). The table gives the medians and ours / plain: the issue's bar is 0.95.
+holds it alike). The table gives the medians, ours / plain and bench / plain: the issue's bar is 0.95.
 """
 
 import argparse
@@ -30,9 +32,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.records import store
+from bench.records.kinds import DataBench
 from tools.benchmarks.data_bench_check import rate_after, run_bench
 
 UNTIMED = 4
+WHICH = ("ours", "bench", "plain")  # alternated in this order, then reversed
 
 
 def timed(batches, count: int) -> float:
@@ -96,12 +101,10 @@ def plain_tf(a) -> float:
     import numpy as np
 
     from bench.data import datasets
-    from bench.data.loaders import MEAN, STD
     from bench.tfutil import import_tf
 
     tf, _ = import_tf()
     train = datasets.load(a.data).train
-    mean, std = tf.constant(MEAN * 255), tf.constant(STD * 255)
     size = a.image_size
 
     def parse(path, label):
@@ -114,7 +117,7 @@ def plain_tf(a) -> float:
         image = tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
         image = tf.image.resize(image, [size, size], method="bilinear")
         image = tf.image.random_flip_left_right(image)
-        return (image - mean) / std, label
+        return image, label
 
     ds = (tf.data.Dataset.from_tensor_slices((list(train.paths), np.asarray(train.labels)))
           .shuffle(len(train.paths), reshuffle_each_iteration=True).repeat()
@@ -129,8 +132,25 @@ PIPELINES = {("torch", "ours"): lambda a: ours("torch", a), ("torch", "plain"): 
              ("tf", "ours"): lambda a: ours("tf", a), ("tf", "plain"): plain_tf}
 
 
+def through_bench(a, loader: str) -> float:
+    """`bench data bench` on one worker, pinned to --cpu (its loader's child process inherits the pin): its img/s,
+    from the data-bench record it writes."""
+    with tempfile.TemporaryDirectory(prefix="hvdbench-loaders-vs-plain-bench-") as out:
+        proc = subprocess.run([sys.executable, "-m", "bench", "data", "bench", a.data, "--loaders", loader, "--workers",
+                               "1", "--image-size", str(a.image_size), "--batch-size", str(a.batch_size),
+                               "--warmup", str(UNTIMED), "--batches", str(a.batches), "--repeats", "1", "--output",
+                               out], capture_output=True, text=True,
+                              preexec_fn=lambda: os.sched_setaffinity(0, {a.cpu}))
+        if proc.returncode != 0:
+            raise SystemExit(f"loaders_vs_plain: bench data bench --loaders {loader} failed: "
+                             f"{proc.stderr.strip().splitlines()[-1:]}")
+        return store.load(next(Path(out).glob("*.json")), DataBench).rows[0].images_per_sec
+
+
 def one(a, loader: str, which: str) -> float:
     """One run in a process of its own: its img/s."""
+    if which == "bench":
+        return through_bench(a, loader)
     proc = subprocess.run([sys.executable, "-m", "tools.benchmarks.loaders_vs_plain", "--one", f"{loader}:{which}",
                            "--cpu", str(a.cpu), "--data", a.data, "--image-size", str(a.image_size), "--batch-size",
                            str(a.batch_size), "--batches", str(a.batches)], capture_output=True, text=True)
@@ -166,21 +186,23 @@ def main() -> None:
             a.data = str(Path(work) / "jpegs")
             run_bench("loaders_vs_plain", "data", "make", a.data, "--images", str(a.images))
         loaders = a.loaders.split(",")
-        found = {(n, w): [] for n in loaders for w in ("ours", "plain")}
+        found = {(n, w): [] for n in loaders for w in WHICH}
         for r in range(a.repeats):
             for name in loaders:
-                for which in (("ours", "plain") if r % 2 == 0 else ("plain", "ours")):
+                for which in (WHICH if r % 2 == 0 else WHICH[::-1]):
                     found[(name, which)].append(one(a, name, which))
-                print(f"round {r + 1}: {name}: ours {found[(name, 'ours')][-1]:.1f}, plain "
-                      f"{found[(name, 'plain')][-1]:.1f} img/s", file=sys.stderr, flush=True)
-    table = Table("loader", "ours img/s", "plain img/s", "ours / plain", "rounds",
+                print(f"round {r + 1}: {name}: " + ", ".join(f"{w} {found[(name, w)][-1]:.1f}" for w in WHICH)
+                      + " img/s", file=sys.stderr, flush=True)
+    table = Table("loader", "ours img/s", "bench img/s", "plain img/s", "ours / plain", "bench / plain",
+                  "rounds (ours:bench:plain)",
                   title=f"one core each (CPU {a.cpu}), {a.image_size} px crops, batch {a.batch_size}, {a.batches} "
                         f"timed batches, median of {a.repeats} alternated")
     for name in loaders:
-        mine, plain = statistics.median(found[(name, "ours")]), statistics.median(found[(name, "plain")])
-        table.add_row(name, f"{mine:.1f}", f"{plain:.1f}", f"{mine / plain:.3f}",
-                      " / ".join(f"{x:.0f}:{y:.0f}" for x, y in zip(found[(name, "ours")], found[(name, "plain")],
-                                                                   strict=True)))
+        mine, bench, plain = (statistics.median(found[(name, w)]) for w in WHICH)
+        table.add_row(name, f"{mine:.1f}", f"{bench:.1f}", f"{plain:.1f}", f"{mine / plain:.3f}",
+                      f"{bench / plain:.3f}",
+                      " / ".join(":".join(f"{x:.0f}" for x in xs) for xs in zip(*(found[(name, w)] for w in WHICH),
+                                                                                 strict=True)))
     Console(width=160).print(table)
 
 
