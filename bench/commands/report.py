@@ -499,7 +499,9 @@ img{max-width:100%;border:1px solid #d0d7de;margin:.5em 0}code{background:#f3f5f
 
 def html_page(markdown: str, folder: Path) -> str:
     """The report's Markdown as one HTML page with nothing outside it: each plot it names (a PNG beside it) put in
-    the page as a data URI, the tables styled, no script, no font or style fetched from anywhere."""
+    the page as a data URI, the tables styled, no script, no font or style fetched from anywhere. Raw HTML in the
+    Markdown (a dataset path, a host name or a skipped file's reason can hold any text) is shown as text, never
+    passed into the page: markdown-it's commonmark preset would pass it (html=True), so it is turned off."""
     import base64
     import html
     import re
@@ -513,8 +515,8 @@ def html_page(markdown: str, folder: Path) -> str:
             return match.group(0)
         return f"![{alt}](data:image/png;base64,{base64.b64encode(image.read_bytes()).decode()})"
 
-    body = MarkdownIt("commonmark").enable("table").render(re.sub(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)", inline,
-                                                                   markdown))
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+    body = parser.render(re.sub(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)", inline, markdown))
     title = next((line[2:] for line in markdown.splitlines() if line.startswith("# ")), "hvdbench report")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'

@@ -434,3 +434,17 @@ def test_compare_rules_on_the_command_line(tmp_path, cli):
     assert ("failed: job-slower-than-baseline" in r.stdout) == bool(slower)
     r = cli("compare", str(A), str(B), "--rules", str(rules_file(tmp_path / "bad.toml", {**rule, "value": "x"})))
     assert r.returncode == 1 and "value must be a number" in r.stderr and "->" not in r.stdout
+
+
+def test_the_html_page_shows_raw_html_in_the_report_as_text(tmp_path):
+    """Any string a report holds (a dataset path, a host name, a skipped file's reason) can hold HTML: the page
+    shows it as text and runs nothing (markdown-it's commonmark preset passes raw HTML through unless told not to).
+    The Markdown around it still renders: the heading, the table, the emphasis."""
+    from bench.commands.report import html_page
+
+    markdown = ("# Report\n\nskipped `x.json`: <script>alert(1)</script> in *bad* <img src=x onerror=alert(2)>\n\n"
+                "| host | img/s |\n|---|---|\n| <b>node1</b> | 12.5 |\n")
+    page = html_page(markdown, tmp_path)
+    assert "<script>alert" not in page and "<img src=x" not in page and "<b>node1" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;b&gt;node1&lt;/b&gt;" in page
+    assert "<h1>Report</h1>" in page and "<table>" in page and "<em>bad</em>" in page
