@@ -12,7 +12,10 @@ What a checkpoint holds (a folder, written whole: a new one replaces the old onl
                    bench.modes.tf_common.DropoutMasks)
 
 When: after the evaluation that follows every N-th epoch (N a multiple of --eval-every: a checkpoint never holds
-half a training loss), not after the last epoch (the run ends there) nor at the target when the run stops there.
+half a training loss), and after the one that ends a run stopped for its time (``--duration``: sized to a job's
+time limit, it is where a checkpoint is wanted most; that epoch is evaluated too); not after the last epoch (the
+run ends there) nor at the target when the run stops there. ``--duration`` may change on resuming: the training
+wall time goes on from the checkpoint's, so the next job passes the whole budget (``--duration 7200`` after 3600).
 
 Resuming continues the same run. The batches come in the same order: the loader's shuffle is seeded by (seed,
 epoch), and the resumed feed starts at the checkpoint's epoch past the batches already trained on. The loop's first
@@ -50,7 +53,7 @@ STATE = "state.json"
 FORMAT = 2  # 2: torch.pt holds each rank's random state
 # Fields a resumed run may change: how it is watched, where it writes, how its input is read (not what).
 FREE = frozenset({"output", "resume_from", "checkpoint_every", "checkpoint_dir", "telemetry", "telemetry_interval",
-                  "stall_timeout", "rendezvous_timeout", "loader_workers", "attribution_steps", "extra"})
+                  "stall_timeout", "rendezvous_timeout", "loader_workers", "attribution_steps", "extra", "duration"})
 
 
 @dataclass(frozen=True)
@@ -130,9 +133,12 @@ def check(cfg) -> State:
     return state
 
 
-def due(cfg, epoch: int, stopping: bool) -> bool:
-    """Whether to write a checkpoint after ``epoch`` (module docstring)."""
-    return bool(cfg.checkpoint_every) and epoch % cfg.checkpoint_every == 0 and epoch < cfg.epochs and not stopping
+def due(cfg, epoch: int, stopped: str | None) -> bool:
+    """Whether to write a checkpoint after ``epoch`` (module docstring); ``stopped``: why the run stops there
+    (bench.measure.goal's ``target``, ``duration``, ``epochs``), or None."""
+    if not cfg.checkpoint_every or epoch >= cfg.epochs or stopped == "target":
+        return False
+    return stopped == "duration" or epoch % cfg.checkpoint_every == 0
 
 
 def save(cfg, trainer, mark: Mark, wall_s) -> float:

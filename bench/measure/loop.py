@@ -211,7 +211,7 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
             stopping = (reached and cfg.stop_at_target) or out_of_time
             tracker.progress.stopped = "target" if reached and cfg.stop_at_target else "duration" if out_of_time else \
                 "epochs" if epoch >= cfg.windows else None
-            if checkpoint.due(cfg, epoch, stopping):
+            if checkpoint.due(cfg, epoch, tracker.progress.stopped):
                 dog.at("checkpoint", epoch)
                 saved_s = checkpoint.save(cfg, trainer, checkpoint.Mark(epoch, schedule.taken, tracker.record()),
                                           wall_s)

@@ -120,11 +120,24 @@ def test_resuming_another_configuration_is_refused_before_any_rank_starts(runs, 
 
 
 def test_a_fixed_time_run_stops_after_the_epoch_that_ends_past_the_time_and_evaluates_it(digits, tmp_path):
+    """... and writes its checkpoint there (a --duration sized to a job's time limit is where one is wanted most;
+    --checkpoint-every 28 would write none before), from which the next job resumes with the whole budget."""
     args = [a if a != str(EPOCHS) else "30" for a in TRAINING]
-    r = bench("torch-ddp", *args, "--data", str(digits), "--duration", "4", "--output", str(tmp_path))
+    r = bench("torch-ddp", *args, "--data", str(digits), "--duration", "4", "--checkpoint-every", "28", "--output",
+              str(tmp_path / "first"))
     assert r.returncode == 0, r.stderr[-3000:]
-    t = only_result(tmp_path)["training"]
-    assert t["stopped"] == "duration" and t["duration_s"] == 4 and t["epochs_run"] < 30
+    t = only_result(tmp_path / "first")["training"]
+    assert t["stopped"] == "duration" and t["duration_s"] == 4 and t["epochs_run"] < 28
+    assert [c["epoch"] for c in t["checkpoints"]] == [t["epochs_run"]]
+    (folder,) = (tmp_path / "first" / "checkpoints").glob("torch-ddp-np2-*")
+    again = bench("torch-ddp", *args, "--data", str(digits), "--duration", "6", "--checkpoint-every", "28",
+                  "--resume-from", str(folder), "--output", str(tmp_path / "next"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    n = only_result(tmp_path / "next")["training"]
+    assert n["resumed"][-1]["epoch"] == t["epochs_run"] and n["stopped"] in ("duration", "epochs")
+    after = [c for c in n["curve"] if c["epoch"] > t["epochs_run"]]  # the time goes on from the checkpoint's
+    assert after and after[0]["epoch"] == t["epochs_run"] + 1 and after[0]["wall_s"] > t["curve"][-1]["wall_s"]
+    tmp_path = tmp_path / "first"
     # each epoch's end (its evaluation's wall time less the evaluation): before 4 s but the last, evaluated too;
     # a second either side for the ranks' clocks (the stop is the slowest rank's)
     ends = [c["wall_s"] - c["eval_s"] for c in t["curve"]]

@@ -144,10 +144,13 @@ def test_reports_read_past_a_checkpoint_in_the_results_folder(digits, tmp_path):
         load_results([tmp_path], skipped=[])
 
 
-def test_checkpoints_are_written_after_every_nth_epoch_but_the_last_and_a_stop():
+def test_checkpoints_are_written_after_every_nth_epoch_and_a_stop_for_time_but_not_the_last_or_the_target():
     cfg = type("Config", (), {"checkpoint_every": 2, "epochs": 6})()
-    assert [e for e in range(1, 7) if checkpoint.due(cfg, e, stopping=False)] == [2, 4]
-    assert not checkpoint.due(cfg, 2, stopping=True)
+    assert [e for e in range(1, 7) if checkpoint.due(cfg, e, None)] == [2, 4]
+    assert not checkpoint.due(cfg, 2, "target")
+    assert [e for e in range(1, 7) if checkpoint.due(cfg, e, "duration")] == [1, 2, 3, 4, 5]  # the time is up
+    assert not checkpoint.due(cfg, 6, "epochs")
+    assert not checkpoint.due(type("Config", (), {"checkpoint_every": None, "epochs": 6})(), 3, "duration")
 
 
 def test_the_folder_defaults_to_one_per_configuration_under_the_output(digits):
