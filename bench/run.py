@@ -212,7 +212,9 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     console = Console(file=sys.stdout)
     console.print(render_table(result))
     console.print(f"result: {path}")
-    for warning in (host_load.warning(result.host_load), compile_warning(result)):
+    timed_steps = result.config.steps_per_window * len(result.samples.window_s[0]) if result.samples.window_s else 0
+    for warning in (host_load.warning(result.host_load), compile_warning(result),
+                    feed.queue_warning(result.input, timed_steps)):
         if warning:
             print(warning, file=sys.stderr)
     if not result.sync.ranks_in_sync:

@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 
 PACE_SHARE = 0.10
 SETTLE_DEPTHS = 4
+# A queue still draining when the settling gave up, holding more than this share of the timed steps, warns
+QUEUE_WARN_SHARE = 0.10
 PROBE_BATCHES = 3
 PROBE_S = 0.5  # and at least this long: a rate over a few milliseconds is noise (a CPU quota's period is 100 ms)
 
@@ -409,3 +411,22 @@ def table_rows(section: Input | None) -> list[tuple[str, str, str]]:
     rows.append(("input sets the pace", section.pacer or "no",
                  f"a rank waiting >= {section.pace_share or PACE_SHARE:.0%} of its step for data"))
     return rows
+
+
+def queue_warning(section: Input | None, timed_steps: int) -> str | None:
+    """One line when some rank's queue had not settled when the clock started (the settling stopped at its limit,
+    SETTLE_DEPTHS x its depth: neither empty nor steady) and held more batches than QUEUE_WARN_SHARE of the
+    ``timed_steps`` each rank took: batches made before the clock are counted inside it, so a pipeline a little
+    slower than training reads up to that share high (the module docstring); else None."""
+    if section is None or section.source != "dataset" or timed_steps <= 0:
+        return None
+    unsettled = [p for p in section.per_rank if p.queue_at_start and p.queue_depth
+                 and p.settle_steps >= SETTLE_DEPTHS * p.queue_depth]
+    worst = max(unsettled, key=lambda p: p.queue_at_start or 0, default=None)
+    if worst is None or worst.queue_at_start <= QUEUE_WARN_SHARE * timed_steps:
+        return None
+    return (f"warning: rank {worst.rank}'s input queue still held {worst.queue_at_start} of its {worst.queue_depth} "
+            f"batches after {worst.settle_steps} settling steps, {worst.queue_at_start / timed_steps:.0%} of the "
+            f"{timed_steps} timed steps: made before the clock started, they are counted inside it, so a loader "
+            "slower than training reads up to that share high; more timed steps (--windows, --steps-per-window) or "
+            "fewer --loader-workers shrink it (docs/data.md)")

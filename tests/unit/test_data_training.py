@@ -192,3 +192,25 @@ def test_the_input_section_keeps_each_ranks_queue_when_the_clock_started(jpegs):
     assert [(p.queue_at_start, p.queue_depth, p.settle_steps) for p in section.per_rank] == \
         [(4, 4, 0), (0, 4, 7)]
     assert section.settle_steps == 7 and "queue_at_start" in section.definition
+
+
+
+def test_a_queue_still_draining_when_the_clock_started_warns_when_it_is_a_share_of_the_timed_steps(jpegs):
+    """A rank whose settling stopped at its limit (4 x its depth) with batches still queued hands the clock batches
+    made before it: above 10% of the timed steps that is one warning line; a queue that settled (steady or empty:
+    fewer steps than the limit), a small share, or a synthetic run says nothing."""
+    cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
+    ranks = [rank(0, [0.01]), rank(1, [0.01])]
+
+    def warned(queued: int, settle_steps: int, timed: int) -> str | None:
+        ranks[1].data = dataclasses.replace(ranks[1].data, queue_at_start=queued, queue_depth=22,
+                                            settle_steps=settle_steps)
+        return feed.queue_warning(feed.section(cfg, ranks), timed)
+
+    line = warned(13, 88, 100)
+    assert line.startswith("warning: rank 1's input queue still held 13 of its 22 batches after 88 settling steps, "
+                           "13% of the 100 timed steps") and "\n" not in line
+    assert warned(13, 40, 100) is None  # settled before the limit: steady, no inflation
+    assert warned(13, 88, 200) is None  # 6.5% of the timed steps
+    assert warned(0, 88, 100) is None  # emptied: the pipeline sets the pace, no batch ahead
+    assert feed.queue_warning(None, 100) is None
