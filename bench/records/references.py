@@ -8,9 +8,12 @@ loop) and world size (a per-GPU figure at one GPU is no measure of an 8-GPU run,
 too) are the result's, and the result trained on synthetic data, as every reference did. A variant's word in the
 result's GPU name that the reference's does not say (a MIG slice, an NVL or PCIe card) matches no full-size SXM
 row. This project's own
-figures are tried first, the published ones after; where none matches, nothing is said::
+figures are tried first, the published ones after::
 
     share = the result's samples/s per device / the reference's samples/s per device
+
+Where none matches a synthetic GPU run, one line says which references that GPU has and how the nearest (the
+fewest settings apart) differs from the run, or that it has none (:func:`unmatched`).
 
 A user's own: ``HVDBENCH_REFERENCES=FILE``, a JSON list of objects with :class:`Reference`'s fields (per_device,
 gpu, model, precision, batch_size, source required), tried before the shipped ones.
@@ -71,6 +74,24 @@ def _own(gpu: str, page: str, rows: list[tuple[str, str, str, float, bool]]) -> 
             for mode, model, precision, rate, nhwc in rows]
 
 
+def _lambda() -> list[Reference]:
+    """Lambda's 2023 PyTorch benchmarks of ResNet-50 (github.com/lambdal/deeplearning-benchmark,
+    pytorch/pytorch-train-throughput-fp16.csv and -fp32.csv for the rates, pytorch-train-bs-*.csv for the batches:
+    their fork of NVIDIA's DeepLearningExamples code in NGC's PyTorch 22.10, PyTorch 1.13, CUDA 11.8, driver
+    520.61.05, synthetic data, NCHW, eager; fp16 is AMP, fp32 is TF32 on these GPUs). A row of several GPUs is the
+    node's total, divided here into its per-GPU rate, its batch the node's divided the same way."""
+    conditions = ("Lambda's fork of NVIDIA's DeepLearningExamples PyTorch ResNet-50 (NGC PyTorch 22.10, CUDA 11.8), "
+                  "synthetic, NCHW, eager")
+    # (NVML's name for the card, GPUs, (AMP img/s for the node, batch per GPU), (TF32 img/s for the node, batch))
+    rows = [("A100-SXM4-80GB", 1, (1582, 1280), (1066, 640)), ("A100-SXM4-80GB", 8, (11439, 1280), (7397, 640)),
+            ("A100 80GB PCIe", 1, (1527, 1280), (1014, 640)), ("A100 80GB PCIe", 2, (2979, 1280), (1957, 640)),
+            ("A100-PCIE-40GB", 1, (1396, 720), (882, 360)),
+            ("H100 PCIe", 1, (1866, 1280), (1197, 640)), ("H100 PCIe", 8, (14713, 1280), (9397, 640))]
+    return [Reference(gpu, "resnet50", precision, batch, round(node / gpus, 1), "Lambda, published", "2023",
+                      conditions=conditions + (", TF32" if precision == "fp32" else ""), world_size=gpus)
+            for gpu, gpus, amp, tf32 in rows for precision, (node, batch) in (("amp-fp16", amp), ("fp32", tf32))]
+
+
 SHIPPED: tuple[Reference, ...] = (
     *_own("H200", "2026-11-26-gpu-check-h200.md", [
         ("torch-single", "vgg16", "fp32", 1379.0, False), ("torch-ddp", "vgg16", "fp32", 1354.9, False),
@@ -97,6 +118,7 @@ SHIPPED: tuple[Reference, ...] = (
               conditions="NVIDIA's DeepLearningExamples PyTorch ResNet-50, synthetic, NCHW, eager"),
     Reference("H200", "resnet50", "fp32", 640, 2270.0, "Lambda, published (about)",
               conditions="NVIDIA's DeepLearningExamples PyTorch ResNet-50, synthetic, NCHW, eager, TF32"),
+    *_lambda(),
 )
 
 
@@ -145,22 +167,54 @@ def _gpu_name(result: Result) -> str | None:
     return device.split(" ", 1)[1] if device.startswith("cuda ") and "+" not in device else None
 
 
+def _differences(ref: Reference, result: Result) -> list[str]:
+    """The settings in which ``result`` is not ``ref``'s measurement (module docstring), each as "what: the run's
+    value (the reference's)"; empty when it matches. The GPU is not among them (:func:`_same_part`)."""
+    config = result.config
+    framework = mode_spec(result.mode).framework
+    if ref.mode:
+        theirs, mine = ref.mode, result.mode
+    else:  # a published figure made with other code: any mode of its framework
+        theirs, mine = ref.framework, framework
+    pairs = [("GPUs", result.world_size, ref.world_size), ("mode", mine, theirs), ("model", config.model, ref.model),
+             ("precision", config.precision, ref.precision), ("batch", config.batch_size, ref.batch_size),
+             ("image size", config.image_size, ref.image_size),
+             ("layout", "NHWC" if config.channels_last else "NCHW", "NHWC" if ref.channels_last else "NCHW"),
+             ("tuning", tuning_of(config) or "eager", ref.tuning or "eager")]
+    return [f"{what} {m} ({t})" for what, m, t in pairs if m != t]
+
+
+def _candidates(result: Result, extra: list[Reference] | None) -> tuple[str, list[Reference]] | None:
+    """(the result's GPU, the references of that GPU, the user's first) for a synthetic GPU run, else None."""
+    name = _gpu_name(result)
+    if name is None or source_of(result) != "synthetic" or result.config.image_size is None:
+        return None
+    return name, [r for r in [*(extra if extra is not None else user_references()), *SHIPPED]
+                  if _same_part(r.gpu, name)]
+
+
 def match(result: Result, extra: list[Reference] | None = None) -> Reference | None:
     """The first reference (the user's, this project's, the published) that matches the result (module
     docstring), or None."""
-    name = _gpu_name(result)
-    config = result.config
-    if name is None or source_of(result) != "synthetic" or config.image_size is None:
+    found = _candidates(result, extra)
+    return next((ref for ref in found[1] if not _differences(ref, result)), None) if found else None
+
+
+def unmatched(result: Result, extra: list[Reference] | None = None) -> str | None:
+    """One line for a synthetic GPU run that no reference matches: the references its GPU has, and the settings in
+    which the nearest (the fewest apart; the first of those) differs, the run's value first; or that the GPU has
+    none. None where one matches, and for a CPU run or a run on files (no reference is of those)."""
+    found = _candidates(result, extra)
+    if found is None:
         return None
-    framework = mode_spec(result.mode).framework
-    for ref in [*(extra if extra is not None else user_references()), *SHIPPED]:
-        if (_same_part(ref.gpu, name) and ref.world_size == result.world_size
-                and (ref.mode == result.mode if ref.mode else ref.framework == framework)
-                and (ref.model, ref.precision, ref.batch_size, ref.image_size, ref.channels_last, ref.tuning)
-                == (config.model, config.precision, config.batch_size, config.image_size,
-                    bool(config.channels_last), tuning_of(config))):
-            return ref
-    return None
+    name, refs = found
+    if not refs:
+        return f"none of the {name}: no reference was measured on it (docs/profiles.md; {USER_ENV} adds your own)"
+    why, nearest = min(((_differences(ref, result), i) for i, ref in enumerate(refs)), key=lambda a: (len(a[0]), a[1]))
+    if not why:
+        return None
+    return (f"none matches: {len(refs)} reference(s) of the {name}; the nearest, {refs[nearest].label()}, differs in "
+            f"{', '.join(why)}")
 
 
 def standing(result: Result, extra: list[Reference] | None = None) -> tuple[float, Reference] | None:

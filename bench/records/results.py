@@ -399,12 +399,15 @@ def render_table(result: schema.Result):
                 table.add_row(f"MFU ({label})", f"{100 * mfu:.1f}", f"% of {peak:.3g} TFLOP/s")
     try:
         against = references.standing(result)
+        none = references.unmatched(result) if against is None else None
     except BenchError as exc:  # the user's reference file: its one line, in place of the comparison
         table.add_row("vs reference", "n/a", str(exc))
     else:
         if against is not None:
             share, reference = against
             table.add_row("vs reference", f"{100 * share:.0f}", f"% of {reference.label()}")
+        elif none is not None:
+            table.add_row("vs reference", "none", none)
     table.add_row("windows x steps", f"{len(result.samples.window_s[0])} x {cfg.steps_per_window}",
                   f"+ {cfg.warmup_steps} warmup steps")
     table.add_row("ranks in sync", "yes" if result.sync.ranks_in_sync else "NO", "parameter checksums equal")

@@ -43,20 +43,48 @@ def test_a_run_is_held_against_the_reference_of_its_gpu_mode_model_precision_and
     assert references.match(gpu_run(tmp_path, gpu="NVIDIA H200"), []).per_device == 2116.0
 
 
-@pytest.mark.parametrize("change", [
-    {"gpu": "NVIDIA H100 PCIe"},  # another card of the same name: not the SXM one measured
-    {"gpu": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"},  # a slice of the SXM card: a seventh of it
-    {"gpu": "NVIDIA H200 NVL"},  # the PCIe card, not the H200 SXM the figures were measured on
-    {"world": 8},  # eight GPUs against a one-GPU figure: the share would hold the scaling too
-    {"gpu": "NVIDIA A100-SXM4-80GB"},
-    {"channels_last": True},  # H100: no channels-last figure
-    {"compile": "default"},  # a compiled run is not the eager reference
-    {"batch_size": 128},
-    {"mode": "tf-horovod"},
+@pytest.mark.parametrize("change, why", [
+    # another card of the same name: not the SXM one measured; Lambda's PCIe figures are at their own batch
+    ({"gpu": "NVIDIA H100 PCIe"}, "of the NVIDIA H100 PCIe; the nearest, 1,866/s per GPU, torch resnet50 amp-fp16 batch "
+                                  "1280 on one GPU, H100 PCIe (Lambda, published, 2023), differs in precision "
+                                  "amp-bf16 (amp-fp16), batch 64 (1280)"),
+    ({"gpu": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"}, "none of the NVIDIA H100 80GB HBM3 MIG 1g.10gb: no reference was "
+                                                   "measured on it"),  # a seventh of the SXM card
+    ({"gpu": "NVIDIA H200 NVL"}, "none of the NVIDIA H200 NVL"),  # the PCIe card, not the H200 SXM the figures are of
+    ({"world": 8}, "differs in GPUs 8 (1)"),  # eight GPUs against a one-GPU figure: the share would hold scaling
+    ({"gpu": "NVIDIA A100-SXM4-80GB"}, "of the NVIDIA A100-SXM4-80GB; the nearest, 1,582/s per GPU, torch resnet50 "
+                                       "amp-fp16 batch 1280 on one GPU"),
+    ({"channels_last": True}, "differs in layout NHWC (NCHW)"),  # H100: no channels-last figure
+    ({"compile": "default"}, "differs in tuning compiled (default) (eager)"),  # not the eager reference
+    ({"batch_size": 128}, "differs in batch 128 (64)"),
+    ({"mode": "tf-horovod"}, "differs in mode tf-horovod (torch-ddp)"),  # no TensorFlow figure of the GPU
 ])
-def test_nothing_is_said_where_no_reference_matches(tmp_path, change):
+def test_where_no_reference_matches_one_line_says_which_there_are_and_how_the_nearest_differs(tmp_path, change,
+                                                                                             why):
     run = gpu_run(tmp_path, **change)
     assert references.match(run, []) is None and references.standing(run, []) is None
+    line = references.unmatched(run, [])
+    assert why in line and "\n" not in line, line
+    assert references.unmatched(gpu_run(tmp_path), []) is None  # matched: nothing more to say
+
+
+def test_the_published_figures_of_more_gpus_match_their_own_batch_precision_and_world_size(tmp_path):
+    """Lambda's 2023 ResNet-50 rows (their CSVs: the node's total over its GPUs, at their batch per GPU)."""
+    for gpu, world, precision, batch, rate in (("NVIDIA A100-SXM4-80GB", 1, "amp-fp16", 1280, 1582.0),
+                                               ("NVIDIA A100-SXM4-80GB", 8, "amp-fp16", 1280, 1429.9),
+                                               ("NVIDIA A100-SXM4-80GB", 8, "fp32", 640, 924.6),
+                                               ("NVIDIA A100 80GB PCIe", 2, "fp32", 640, 978.5),
+                                               ("NVIDIA A100-PCIE-40GB", 1, "amp-fp16", 720, 1396.0),
+                                               ("NVIDIA H100 PCIe", 8, "amp-fp16", 1280, 1839.1)):
+        ref = references.match(gpu_run(tmp_path, gpu=gpu, world=world, mode="torch-ddp", precision=precision,
+                                       batch_size=batch), [])
+        assert ref is not None and (ref.per_device, ref.world_size, ref.source) == (rate, world,
+                                                                                     "Lambda, published"), gpu
+    # the 40 GB card's figures are not the 80 GB card's, nor the SXM card's the PCIe card's
+    assert references.match(gpu_run(tmp_path, gpu="NVIDIA A100-PCIE-40GB", precision="amp-fp16",
+                                     batch_size=1280), []) is None
+    assert references.match(gpu_run(tmp_path, gpu="NVIDIA A100 80GB PCIe", precision="amp-fp16", batch_size=1280),
+                            []).per_device == 1527.0
 
 
 def test_a_cpu_run_or_a_run_on_files_has_no_reference(tmp_path):
@@ -98,5 +126,10 @@ def test_the_runs_table_and_the_report_say_where_the_run_stands(tmp_path, monkey
     shutil.copy(next((tmp_path / "runs").glob("*.json")), tmp_path / "runs" / "again.json")
     report = write_report([tmp_path / "runs"], tmp_path / "out").read_text()
     assert "## Against the references" in report and f"| {share:.0%} |" in report
+    other = gpu_run(tmp_path, batch_size=128)  # no reference matches: the table says which there are
+    console = Console(width=250, record=True, file=open(tmp_path / "u.txt", "w"))  # noqa: SIM115
+    console.print(render_table(other))
+    text = console.export_text()
+    assert "vs reference" in text and "none matches:" in text and "differs in batch 128 (64)" in text
     cpu = write_report([FIXTURES / "sweep-a"], tmp_path / "cpu").read_text()
     assert "## Against the references" not in cpu  # nothing matches a CPU run: nothing is said
