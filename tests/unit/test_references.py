@@ -45,8 +45,8 @@ def test_a_run_is_held_against_the_reference_of_its_gpu_mode_model_precision_and
 
 @pytest.mark.parametrize("change, why", [
     # another card of the same name: not the SXM one measured; Lambda's PCIe figures are at their own batch
-    ({"gpu": "NVIDIA H100 PCIe"}, "of the NVIDIA H100 PCIe; the nearest, 1,866/s per GPU, torch resnet50 amp-fp16 batch "
-                                  "1280 on one GPU, H100 PCIe (Lambda, published, 2023), differs in precision "
+    ({"gpu": "NVIDIA H100 PCIe"}, "of the NVIDIA H100 PCIe; the nearest, 1,866/s per GPU, torch resnet50 amp-fp16 "
+                                  "batch 1280 on one GPU, H100 PCIe (Lambda, published, 2023), differs in precision "
                                   "amp-bf16 (amp-fp16), batch 64 (1280)"),
     ({"gpu": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"}, "none of the NVIDIA H100 80GB HBM3 MIG 1g.10gb: no reference was "
                                                    "measured on it"),  # a seventh of the SXM card
