@@ -108,7 +108,9 @@ class DeviceIdle:
     run (or when the host records it, if later), and the second when the batch's copy has run and the host has
     handed the batch over; the time between them is the time this rank's training stream ran nothing for want of
     its batch: ~0 while the host runs ahead of the device (its own wait then overlaps queued work), the gap when
-    the loader or the copy is late. Each reading is deferred until after the timed windows (no sync per step)."""
+    the loader or the copy is late. Work the hand-over itself queues on the compute stream between the two events
+    counts as the input's too: DALI's batch, which DALI writes on the compute stream, and its device-to-device
+    copy into the step's tensor. Each reading is deferred until after the timed windows (no sync per step)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
