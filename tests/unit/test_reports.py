@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -434,6 +435,44 @@ def test_compare_rules_on_the_command_line(tmp_path, cli):
     assert ("failed: job-slower-than-baseline" in r.stdout) == bool(slower)
     r = cli("compare", str(A), str(B), "--rules", str(rules_file(tmp_path / "bad.toml", {**rule, "value": "x"})))
     assert r.returncode == 1 and "value must be a number" in r.stderr and "->" not in r.stdout
+
+
+def test_compare_checks_hold_b_only_against_a_baseline_never_against_a_pair_of_other_settings(tmp_path, cli):
+    """--max-regression and --rules judge a cell of B against A's same settings: a tuned run 40% below the paper's,
+    or a --data run below the synthetic one, is what the difference costs, shown in the table and named as not
+    checked, never a regression; with only such pairs the check has nothing to hold and says so (exit 1)."""
+    def write(folder, *runs):
+        folder.mkdir()
+        for i, r in enumerate(runs):
+            (folder / f"r{i}.json").write_text(json.dumps(r.model_dump(mode="json", by_alias=True, exclude_unset=True)))
+        return str(folder)
+
+    same_a, same_b = _run("torch-single", 50.0, "1"), _run("torch-single", 49.0, "2")
+    paper = _run("torch-ddp", 100.0, "1", profile="cpu-quick")
+    tuned = _run("torch-ddp", 60.0, "2", profile="cpu-tuned", batch_size=8, channels_last=True, compile="default")
+    a, b = write(tmp_path / "a", same_a, paper), write(tmp_path / "b", same_b, tuned)
+    from bench.commands.compare import compare
+
+    headline = {r.cell.split()[0]: r for r in compare(Path(a), Path(b)) if r.metric == "samples_per_sec_total"}
+    assert (headline["torch-ddp"].loose, round(headline["torch-ddp"].change, 3)) == (True, -0.4)  # the pair is shown
+    assert (headline["torch-single"].loose, round(headline["torch-single"].change, 3)) == (False, -0.02)
+    r = cli("compare", a, b, "--max-regression", "5")
+    assert r.returncode == 0, r.stderr  # the torch-single cell fell 2%; the pair is not a regression
+    assert "not held to --max-regression (different settings, not a baseline): torch-ddp" in r.stdout
+    rule = {"name": "job-floor", "kind": "job", "figure": "samples_per_sec", "against": "baseline",
+            "direction": "below", "tolerance": 0.1, "severity": "error"}
+    r = cli("compare", a, b, "--rules", str(rules_file(tmp_path / "r.toml", rule)))
+    assert r.returncode == 0 and "no findings" in r.stdout, r.stdout
+    assert "not held to --rules" in r.stdout
+    r = cli("compare", a, write(tmp_path / "b2", _run("torch-single", 40.0, "2"), tuned), "--max-regression", "5")
+    assert r.returncode == 1 and "regressed by 20.0% in torch-single" in r.stderr  # a baseline's drop still fails
+
+    only_pairs = write(tmp_path / "p", paper), write(tmp_path / "t", tuned)
+    r = cli("compare", *only_pairs, "--max-regression", "5")
+    assert r.returncode == 1 and "share no cell of the same settings" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = cli("compare", *only_pairs)
+    assert r.returncode == 0  # without a check, the pair alone is a comparison
 
 
 def test_the_html_page_shows_raw_html_in_the_report_as_text(tmp_path):
