@@ -31,6 +31,7 @@ import functools
 import math
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,9 @@ MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
 # TFRecord shards one rank reads at once, their records taken in turn: part of the record order, so a constant
 READ_CYCLE = 4
+# DALI's batches in flight (its prefetch_queue_depth): each epoch's pipeline runs exactly its epoch's batches, and
+# the next epoch's, built beforehand in a helper thread, starts its first ones as this one's last are handed over.
+PREFETCH = 2
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
 
@@ -513,8 +517,11 @@ class DaliLoader(Loader):
     "mixed" decoder, nvJPEG, with the rank's GPU), resized to the run's size, flipped half the time and normalised
     by ``crop_mirror_normalize``, in NCHW for PyTorch and NHWC for TensorFlow. ``workers`` is DALI's thread count.
     On a GPU a PyTorch run gets the batch as a CUDA tensor on the rank's GPU, copied there from DALI's output
-    (device to device, on the current stream), with no trip through the host. ImageNet folders only (DALI's
-    TFRecord reader wants index files; CIFAR is in memory)."""
+    (device to device, on the current stream), with no trip through the host. The next epoch's pipeline is
+    built in a helper thread while this one trains, and starts on its first batches as this one's last are handed
+    over (PREFETCH), so an epoch boundary costs no build and no cold start inside a timed window; a finished
+    epoch's pipeline is torn down in that thread too. ImageNet folders only (DALI's TFRecord reader wants index
+    files; CIFAR is in memory)."""
     name = "dali"
     framework = "any"
     reads = ("files",)
@@ -538,7 +545,7 @@ class DaliLoader(Loader):
                                                                                                   world)
 
             @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=device_id if gpu else None,
-                          seed=seed + e, prefetch_queue_depth=2)
+                          seed=seed + e, prefetch_queue_depth=PREFETCH)
             def pipeline():
                 encoded, labels = fn.readers.file(files=[str(part.paths[i]) for i in indices],
                                                   labels=[int(part.labels[i]) for i in indices],
@@ -573,17 +580,37 @@ class DaliLoader(Loader):
                 return out, torch.from_numpy(labels)
             return _framework_batch((images.as_cpu() if gpu else images).as_array(), labels, framework)
 
-        e = epoch
-        while epochs is None or e < epoch + epochs:
-            pipe, per_epoch = pipeline_of(e)
-            for _ in range(per_epoch):
-                try:
-                    images, labels = pipe.run()
-                except RuntimeError as exc:
-                    raise BenchError(f"the dali pipeline failed: {readable_dali(exc)}") from None
-                yield handed_over(images, labels)
+        def dropped(pipe) -> None:  # the helper thread holds the last reference: DALI's threads join there
             del pipe
-            e += 1
+
+        last = None if epochs is None else epoch + epochs
+        with ThreadPoolExecutor(1, thread_name_prefix="dali-next-epoch") as helper:
+            upcoming = helper.submit(pipeline_of, epoch)
+            e = epoch
+            pipe, per_epoch = upcoming.result()
+            pipe.schedule_run()  # its first PREFETCH batches
+            while last is None or e < last:
+                upcoming = helper.submit(pipeline_of, e + 1) if last is None or e + 1 < last else None
+                following = None
+                for i in range(per_epoch):
+                    try:
+                        images, labels = pipe.outputs()
+                        if i + PREFETCH < per_epoch:
+                            pipe.schedule_run()  # one more of this epoch: PREFETCH in flight, none past its end
+                        elif upcoming is not None and following is None:  # the next epoch's first ones begin
+                            following = upcoming.result()
+                            following[0].schedule_run()
+                    except RuntimeError as exc:
+                        raise BenchError(f"the dali pipeline failed: {readable_dali(exc)}") from None
+                    yield handed_over(images, labels)
+                if upcoming is None:
+                    break
+                if following is None:  # an epoch shorter than the prefetch
+                    following = upcoming.result()
+                    following[0].schedule_run()
+                helper.submit(dropped, pipe)
+                pipe, per_epoch = following
+                e += 1
 
 
 def readable_dali(exc: Exception) -> str:

@@ -112,6 +112,44 @@ def test_dali_reads_each_epochs_global_shuffle_in_the_order_the_torch_loader_rea
             assert got == expected[0] + expected[1], (name, rank)
 
 
+def test_dali_builds_the_next_epochs_pipeline_beside_training_and_runs_each_epochs_batches_only(tmp_path,
+                                                                                                 monkeypatch):
+    """An epoch boundary inside a timed window (a goal run's windows are epochs) cost DALI a pipeline build and a
+    cold start on the training thread, and each epoch's pipeline decoded a batch past its end. Now every pipeline
+    after the first is built in the helper thread while the epoch before it trains, and each runs exactly its
+    epoch's batches (DALI's iteration set-up counted per pipeline)."""
+    import threading
+
+    from nvidia.dali.pipeline import Pipeline
+
+    from bench.data.loaders import LOADERS
+
+    built, iterations = [], {}
+    build, setup = Pipeline.build, Pipeline._iter_setup
+
+    def recorded_build(self):
+        if id(self) not in iterations:
+            iterations[id(self)] = 0
+            built.append(threading.current_thread().name)
+        return build(self)
+
+    def counted_setup(self):
+        iterations[id(self)] += 1
+        return setup(self)
+
+    monkeypatch.setattr(Pipeline, "build", recorded_build)
+    monkeypatch.setattr(Pipeline, "_iter_setup", counted_setup)
+    small(tmp_path / "d", images=60, classes=10, image_size=32)  # 48 training images: 6 batches of 4 per rank
+    data = load(tmp_path / "d")
+    batches = LOADERS["dali"].batches(data, "train", 32, 4, 1, seed=5, rank=0, world=2, epoch=0, epochs=3,
+                                      framework="torch")
+    assert sum(1 for _ in batches) == 18
+    consumer = threading.current_thread().name
+    assert len(built) == 3
+    assert all(name != consumer and name.startswith("dali-next-epoch") for name in built[1:]), built
+    assert list(iterations.values()) == [6, 6, 6]
+
+
 def test_a_png_named_jpeg_is_read_by_every_loader(tmp_path):
     """Issue 66 item 10: ImageNet's training set holds a PNG named .JPEG, and the tf loader's decode_and_crop_jpeg
     died on it. Every loader reads a split where one training and one held-out file are PNGs under JPEG names:
