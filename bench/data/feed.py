@@ -24,7 +24,8 @@ share (``idle_share`` on a GPU, ``wait_share`` elsewhere) is at least ``PACE_SHA
 input sets the pace (the largest share when several are). ``loader_rate`` is the pipeline's own rate on that rank,
 measured at set-up before any step with the model idle: batches drawn back to back, ``PROBE_BATCHES`` of them and
 for ``PROBE_S`` seconds at least, after the first ``prefetch + 1`` (the ones the workers made while the rank waited
-for the first); every rank probes at the same time, so it is the rate each rank's pipeline gets while the node's
+for the first), the clock read on a GPU once the device has run what the batches queued on it (DALI hands them over
+on the device); every rank probes at the same time, so it is the rate each rank's pipeline gets while the node's
 other ranks read too.
 
 The timed windows start with the pipeline's queue in its steady state. Its workers fill it while the rank sets up
@@ -134,11 +135,15 @@ class FeedRecord:
 
 class DeviceClock(Protocol):
     """The device's idle for each batch (bench.modes.torch_common.DeviceIdle): ``asked`` when the step asks for its
-    batch, ``handed`` once it is on the device, giving the seconds between the two as a deferred reading."""
+    batch, ``handed`` once it is on the device, giving the seconds between the two as a deferred reading; and
+    ``synchronize``, for the loader-rate probe's clock (Feed._probe)."""
 
     def asked(self) -> None: ...
 
     def handed(self) -> Callable[[], float]: ...
+
+    def synchronize(self) -> None:
+        """Until the device has run everything queued on it so far."""
 
 
 class Feed:
@@ -192,16 +197,24 @@ class Feed:
         try:
             for _ in range(skip):
                 self._draw(batches)
-            t0 = time.perf_counter()
+            t0 = self._device_done()
             n = 0
             while n < PROBE_BATCHES or time.perf_counter() - t0 < PROBE_S:
                 self._draw(batches)
                 n += 1
-            return n * self.cfg.batch_size / (time.perf_counter() - t0)
+            return n * self.cfg.batch_size / (self._device_done() - t0)
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+
+    def _device_done(self) -> float:
+        """The probe's clock, read once the device has run what the pipeline queued on it (on a GPU: DALI hands
+        its batches over there, and their copies are only queued), so the probe's span holds its batches' device
+        work; on a CPU the host's clock alone."""
+        if self.device_clock is not None:
+            self.device_clock.synchronize()
+        return time.perf_counter()
 
     def seek(self, batches: int) -> None:
         """Go on after the run's first ``batches`` batches (a resumed run, bench.measure.checkpoint): the pipeline

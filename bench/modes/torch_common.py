@@ -129,6 +129,9 @@ class DeviceIdle:
             return asked.elapsed_time(ready) / 1000
         return seconds
 
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
 
 class TorchTrainer:
     """Base for the PyTorch modes; subclasses add the distribution (rendezvous, wrapping, gather)."""

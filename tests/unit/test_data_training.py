@@ -146,6 +146,35 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
     assert fed.record(0).h2d_step_s is None and fed.record(0).idle_step_s is None
 
 
+def test_the_loader_rate_probe_reads_its_clock_after_the_device_ran_the_batches_it_queued(monkeypatch):
+    """DALI on a GPU hands its batches over on the device, their copies only queued: the probe's clock is read
+    once the device has run them, at both edges (a fake device clock here); on a CPU (no device clock) it is the
+    host's alone."""
+    from types import SimpleNamespace
+
+    events = []
+
+    class Clock:
+        def synchronize(self):
+            events.append("sync")
+
+    def batches():
+        while True:
+            events.append("batch")
+            yield ("batch", 1)
+
+    monkeypatch.setattr(feed, "PROBE_S", 0.0)
+    fed = feed.Feed.__new__(feed.Feed)
+    fed.cfg, fed.workers, fed.device_clock = SimpleNamespace(data="d", batch_size=4), 0, Clock()
+    fed._open = lambda epoch, epochs: batches()
+    assert fed._probe() > 0
+    skip = 2 * 1 + 1
+    assert events == ["batch"] * skip + ["sync"] + ["batch"] * feed.PROBE_BATCHES + ["sync"]
+    events.clear()
+    fed.device_clock = None
+    assert fed._probe() > 0 and "sync" not in events
+
+
 class FakeQueue:
     """A pipeline whose queue holds the next of ``readings`` batches of ``depth`` made ahead at each look
     (bench.data.loaders.Queued's face)."""
