@@ -9,11 +9,11 @@ Per step, on each rank (raw values kept, one per timed step)::
             device): it overlaps the previous step's kernels, as in a production loop, and no synchronisation
             per step adds to what is measured
     h2d_s   the copy to the device (PyTorch on a GPU: its time on the device's clock, between two CUDA events around
-            it, read after the timed windows; None where there is no copy: on a CPU, or under TensorFlow, which
-            copies inside its compiled step)
+            it, read after each timed window, outside its clock); None where there is no copy: on a CPU, or under
+            TensorFlow, which copies inside its compiled step)
     idle_s  PyTorch on a GPU: the time the device sat idle for the batch, on the device's clock (an event on the
             compute stream when the step asks, one when the batch is handed to it: bench.modes.torch_common.
-            DeviceIdle), read after the timed windows; None elsewhere. Without a sync per step the host runs ahead
+            DeviceIdle), read after each timed window; None elsewhere. Without a sync per step the host runs ahead
             of the device, so its wait_s overlaps queued kernels: the host can wait for most of each step while
             the device, busy with the previous one, loses little. On a GPU the input's cost is idle_s; the host's
             wait stays as its own figure
@@ -162,7 +162,8 @@ class Feed:
         self.place, self.copies, self.copy_time = place, copies, copy_time
         # device_clock: on a GPU, the device's idle for each batch, as deferred readings (module docstring)
         self.device_clock = device_clock
-        self.idle_s: list[Callable[[], float]] = []
+        self.idle_s: list[float | Callable[[], float]] = []
+        self._read = 0  # the steps whose deferred readings read_deferred has turned into seconds
         self.framework, self.device_id = framework, device_id  # DALI's output layout and GPU
         self.wait_s: list[float] = []
         self.h2d_s: list[float | Callable[[], float]] = []
@@ -288,13 +289,24 @@ class Feed:
     def mark(self) -> int:
         return len(self.wait_s)
 
+    def read_deferred(self) -> None:
+        """The device's readings of the steps so far as seconds: called after a timed window's synchronisation,
+        outside its clock, when every event of its steps has passed. Each deferred reading holds CUDA events; a
+        long run (a goal run of many epochs) would otherwise keep two or three per step alive to its end."""
+        for readings in (self.h2d_s, self.idle_s):
+            for i in range(self._read, len(readings)):
+                if callable(readings[i]):
+                    readings[i] = readings[i]()
+        self._read = len(self.wait_s)
+
     def record(self, timed_from: int) -> FeedRecord:
         """This rank's raw figures from step ``timed_from`` on (the timed windows), for the gather."""
         train = self.dataset.train
         return FeedRecord(
             wait_step_s=self.wait_s[timed_from:],
             h2d_step_s=[x() if callable(x) else x for x in self.h2d_s[timed_from:]] if self.copies else None,
-            idle_step_s=[x() for x in self.idle_s[timed_from:]] if self.device_clock is not None else None,
+            idle_step_s=[x() if callable(x) else x for x in self.idle_s[timed_from:]]
+            if self.device_clock is not None else None,
             loader_rate=self.loader_rate, workers=self.workers, queue_at_start=self.queue_at_start,
             queue_depth=self.depth() or None, settle_steps=self.settle_steps,
             epochs=len(self.wait_s) / self.per_epoch if self.per_epoch else None,

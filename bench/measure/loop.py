@@ -192,6 +192,8 @@ def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sam
             in_windows += graphs() - compiled_before
         window_s.append(dt)
         timed += dt
+        if feed is not None:
+            feed.read_deferred()  # outside the clock: the window's device events have passed
         dog.progress()
         if log is not None:
             log.window(window_s)

@@ -110,7 +110,7 @@ class DeviceIdle:
     its batch: ~0 while the host runs ahead of the device (its own wait then overlaps queued work), the gap when
     the loader or the copy is late. Work the hand-over itself queues on the compute stream between the two events
     counts as the input's too: DALI's batch, which DALI writes on the compute stream, and its device-to-device
-    copy into the step's tensor. Each reading is deferred until after the timed windows (no sync per step)."""
+    copy into the step's tensor. Each reading is deferred until the end of its timed window (no sync per step)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -236,7 +236,7 @@ class TorchTrainer:
         on a side stream between two CUDA events, and the compute stream waits for that stream's work there, so the
         host goes on at once and the copy overlaps the previous step's kernels. No synchronisation: one per step (as
         before) made the step's timed wait hold the previous step's queued kernels and stopped the host running
-        ahead. The copy's device time is read from its events after the windows (last_copy_time). A batch of uint8
+        ahead. The copy's device time is read from its events after its window (last_copy_time). A batch of uint8
         pixels (the torch loader's: bench.data.loaders.TorchImages) is normalised on the device after its copy,
         ``(x - 255 mean) / (255 std)`` per channel with ImageNet's mean and deviation, on the side stream on a GPU
         (outside the copy's events: the copy's time is the copy's), in the rank on a CPU (inside the step's data
@@ -282,11 +282,11 @@ class TorchTrainer:
 
     def last_copy_time(self):
         """The last batch's copy as a reading deferred until its events have completed: a function that gives the
-        copy's seconds on the device's clock (bench.data.feed reads it after the timed windows' synchronisation)."""
+        copy's seconds on the device's clock (bench.data.feed reads it after its timed window's synchronisation)."""
         start, end = self._last_copy
 
         def seconds() -> float:
-            end.synchronize()  # this copy alone, when it is read (after the windows): it has long finished
+            end.synchronize()  # this copy alone, when it is read (after its window): it has long finished
             return start.elapsed_time(end) / 1000
         return seconds
 

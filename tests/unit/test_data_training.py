@@ -146,6 +146,40 @@ def test_a_feed_reads_a_copys_device_time_after_the_windows_never_during_a_step(
     assert fed.record(0).h2d_step_s is None and fed.record(0).idle_step_s is None
 
 
+def test_a_feed_reads_its_device_readings_after_each_window_so_a_long_run_keeps_no_events(monkeypatch):
+    """Each step's copy and idle readings hold CUDA events until read; read_deferred (after each window's sync,
+    bench.measure.loop) turns the steps so far into seconds, each reading read once, so a run of many epochs does
+    not keep two events per step alive to its end; the record gives the same figures."""
+    from types import SimpleNamespace
+
+    reads = []
+
+    class Clock:
+        def asked(self):
+            pass
+
+        def handed(self):
+            step = len(reads) + 100
+            return lambda: reads.append(step) or 0.002
+
+    fed = feed.Feed.__new__(feed.Feed)
+    fed.cfg, fed.copies, fed.place = SimpleNamespace(data="d"), True, lambda host: host
+    fed.copy_time = lambda: (lambda: reads.append("copy") or 0.01)
+    fed.wait_s, fed.h2d_s, fed.idle_s, fed._read = [], [], [], 0
+    fed._batches, fed.device_clock = iter([("batch", 1)] * 6), Clock()
+    fed.dataset = SimpleNamespace(train=[], format="imagefolder", classes=2)
+    fed.loader_rate, fed.workers, fed.per_epoch, fed.queue_at_start, fed.settle_steps = 100.0, 1, None, None, 0
+    for window in range(2):
+        for _ in range(3):
+            fed.next()
+        fed.read_deferred()
+        assert not any(callable(x) for x in fed.h2d_s + fed.idle_s)  # no event left to hold
+        assert reads.count("copy") == 3 * (window + 1)  # each reading once
+    record = fed.record(1)
+    assert record.h2d_step_s == [0.01] * 5 and record.idle_step_s == [0.002] * 5
+    assert reads.count("copy") == 6  # the record read nothing again
+
+
 def test_the_loader_rate_probe_reads_its_clock_after_the_device_ran_the_batches_it_queued(monkeypatch):
     """DALI on a GPU hands its batches over on the device, their copies only queued: the probe's clock is read
     once the device has run them, at both edges (a fake device clock here); on a CPU (no device clock) it is the
