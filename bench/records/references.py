@@ -168,7 +168,7 @@ def _gpu_name(result: Result) -> str | None:
 
 
 def _differences(ref: Reference, result: Result) -> list[str]:
-    """The settings in which ``result`` is not ``ref``'s measurement (module docstring), each as "what: the run's
+    """The settings in which ``result`` is not ``ref``'s measurement (module docstring), each as "what the run's
     value (the reference's)"; empty when it matches. The GPU is not among them (:func:`_same_part`)."""
     config = result.config
     framework = mode_spec(result.mode).framework
