@@ -7,7 +7,8 @@
 # (no download), then runs bench env, bench preflight, bench peak at each precision, ResNet-50 at Lambda's batch and layout, paper
 # and --tuned side by side (ResNet-50 in amp-bf16 and amp-fp16, VGG-16 in amp-bf16), torch-single / torch-ddp on VGG-16 and
 # ResNet-50 at 224x224 in fp32 (TF32), amp-bf16 and amp-fp16 (ResNet-50 also channels-last), ResNet-50 from JPEG
-# files (--data) and bench data bench on them (DALI on the GPU where installed), ResNet-20 to a target on the digits and resumed from its checkpoint, one Transformer, bench
+# files (--data) and bench data bench on them (DALI on the GPU where installed, and its losses with channels-last
+# against the torch loader's), ResNet-20 to a target on the digits and resumed from its checkpoint, one Transformer, bench
 # verify on two GPUs or more; last, builds Horovod with NCCL against the machine's PyTorch and runs torch-horovod
 # the same, and Horovod's own PyTorch benchmark alternated with torch-horovod. NVML telemetry in every run; then a
 # summary table. --short does the same on the CPU with tiny settings (the gpu_check tier runs it, make
@@ -103,6 +104,7 @@ if [ "$SHORT" = 1 ]; then
   DATA=(--model vgg16 --precision fp32); JPEGS=(--images 40 --image-size 48)
   DATA_BENCH=(--workers 1 --repeats 1 --image-size 32 --batch-size 4 --batches 4 --warmup 1)
   CONVERGE=(--image-size 12 --batch-size 32 --epochs 2 --target-accuracy 0.95 --loader-workers 1 --checkpoint-every 1)
+  LOSS=(--model vgg16 --precision fp32 --image-size 32 --batch-size 2 --epochs 1)
 else
   DEVICE=(--device cuda); GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
   [ "${GPUS:-0}" -ge 1 ] || { log "no GPU visible to PyTorch: nothing to check (run with --short for the CPU)"; exit 1; }
@@ -118,6 +120,7 @@ else
   CORES=$(nproc); DATA_BENCH=(--workers "1,4$( [ "$CORES" -gt 4 ] && echo ",$CORES")" --repeats 2 --gpus "$GPUS")
   CONVERGE=(--image-size 32 --batch-size 32 --epochs 10 --target-accuracy 0.95 --base-lr 0.8 --warmup-epochs 1
             --checkpoint-every 1)
+  LOSS=(--model resnet50 --precision amp-bf16 --image-size 224 --batch-size 64 --epochs 2)
 fi
 
 step env "${BENCH[@]}" env
@@ -162,6 +165,15 @@ step torch-ddp-data-slow-loader "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GP
 # decoding on the GPU (nvJPEG, --device auto) where the machine has DALI.
 LOADERS=torch; "$PY" -c 'import nvidia.dali' 2>/dev/null && LOADERS=torch,dali
 step data-bench "${BENCH[@]}" data bench "$STATE/jpegs" --loaders "$LOADERS" "${DATA_BENCH[@]}" --output "$RES"
+# DALI with channels-last (its batch written on the compute stream, converted on the copy stream: the stream rule in
+# docs/data-pipelines.md) against the torch loader on the same files in the same order, each to the same epochs;
+# the summary holds their training and held-out losses side by side (a batch read before it was written shows as a
+# loss far off, or NaN). Where the machine has DALI.
+if [ "$LOADERS" = torch,dali ]; then
+  for loader in dali torch; do
+    step "loss-$loader-channels-last" "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" "${LOSS[@]}" --data "$STATE/jpegs" --loader "$loader" --channels-last --output "$RES/loaders"
+  done
+fi
 # Training to a target (docs/training.md): ResNet-20 on scikit-learn's digits, time to 95% held-out top-1.
 step digits-make "${BENCH[@]}" data make "$STATE/digits" --format cifar --from digits
 step torch-ddp-converge "${BENCH[@]}" torch-ddp "${DEVICE[@]}" --np "$GPUS" --model resnet20 "${CONVERGE[@]}" --data "$STATE/digits" --output "$RES"

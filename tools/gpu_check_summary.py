@@ -72,6 +72,32 @@ def data_bench_section(benches: list[DataBench]) -> list[str]:
     return md
 
 
+def loaders_section(runs: list[Result]) -> list[str]:
+    """The loss steps: DALI with channels-last against the torch loader, on the same files in the same order and to
+    the same epochs (each loader's own random crops, so close, never equal); whether DALI's path ran."""
+    trained = [r for r in runs if r.training is not None and r.training.curve and r.config.channels_last
+               and r.input is not None and r.input.loader in ("dali", "torch")]
+    by_loader = {r.input.loader: r for r in sorted(trained, key=lambda r: r.created_utc)}
+    if not by_loader:
+        return []
+    md = ["", "## DALI with channels-last against the torch loader (losses)", "",
+          "| loader | mode | model | precision | np | epochs | train loss | held-out loss | top-1 | img/s total |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in by_loader.items():
+        last = r.training.curve[-1]
+        md.append(f"| {name} | {r.mode} | {r.config.model} | {r.config.precision} | {r.world_size} | {last.epoch} | "
+                  f"{_f(last.train_loss, '.4f')} | {_f(last.eval_loss, '.4f')} | {last.top1:.4f} | "
+                  f"{r.summary.samples_per_sec_total:.1f} |")
+    dali, torch = by_loader.get("dali"), by_loader.get("torch")
+    if dali is None:
+        md += ["", "DALI with channels-last: not measured (no DALI on this machine)."]
+    elif torch is not None:
+        a, b = dali.training.curve[-1].train_loss, torch.training.curve[-1].train_loss
+        if a is not None and b:
+            md += ["", f"Training loss, DALI / torch loader: {a / b:.3f}."]
+    return md
+
+
 def input_section(runs: list[Result]) -> list[str]:
     """The --data runs: each rank's data wait and copy, the loader alone, and the cost against the synthetic run of
     the same mode, model, precision and ranks (bench compare's input_cost)."""
@@ -211,6 +237,7 @@ def main() -> None:
     md += anchors_section(runs)
     md += input_section(runs)
     md += data_bench_section(records(results, DataBench))
+    md += loaders_section(runs)
     md += trace_section(runs)
     md += training_section(runs)
     reference = results / "reference.json"

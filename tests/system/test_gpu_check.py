@@ -67,6 +67,12 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     # each loader alone on the same files; DALI (in this venv) on the CPU here, so its GPU path is named unmeasured
     assert "## Input pipeline alone (bench data bench)" in summary and "| torch | cpu | 1 |" in summary
     assert "| dali | cpu | 1 |" in summary and "DALI decoding on the GPU: not measured" in summary
+    # DALI with channels-last against the torch loader, to the same epoch: both losses, and their ratio
+    assert {"loss-dali-channels-last", "loss-torch-channels-last"} <= set(names)
+    losses = summary.split("## DALI with channels-last against the torch loader (losses)", 1)[1].split("\n## ", 1)[0]
+    assert [line.split(" | ")[0] for line in losses.splitlines() if line.startswith("| dali") or
+            line.startswith("| torch")] == ["| dali", "| torch"], losses
+    assert "Training loss, DALI / torch loader: " in losses, losses
     # the run to a target, and the same resumed from its checkpoint after epoch 1 (the column "resumed after epoch")
     training = summary.split("## Training to a target", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in training.splitlines() if line.startswith("| torch-ddp | resnet20 | 2 | 2 | 0.95 |")]

@@ -81,3 +81,28 @@ def test_a_check_that_stopped_before_any_run_still_gets_its_summary(tmp_path, mo
     assert "DALI decoding on the GPU: not measured" in summary
     section = gpu_check_summary.data_bench_section([DataBench(**{**samples.record(Kind.DATA_BENCH), "rows": rows})])
     assert "| dali | cuda | 1 | 2500.0 | 2500 | - |" in section and not any("not measured" in x for x in section)
+
+
+def trained(loader: str, train_loss: float, created: str) -> Result:
+    point = {"epoch": 2, "samples": 8192, "wall_s": 30.0, "eval_s": 1.0, "top1": 0.01, "top5": 0.05,
+             "eval_loss": 6.9, "train_loss": train_loss}
+    return run("cuda:0 NVIDIA H200", "amp-bf16", 1500.0, mode="torch-ddp", data="/jpegs", channels_last=True,
+               parts={"created_utc": created, "input": {"source": "dataset", "loader": loader, "definition": "-"},
+                      "training": {"target_accuracy": None, "reached": None, "time_to_target_s": None,
+                                   "epochs_to_target": None, "curve": [point], "definition": "-"}})
+
+
+def test_dalis_losses_with_channels_last_are_held_beside_the_torch_loaders():
+    """The loss steps (DALI's batch converted on the copy stream, against the torch loader on the same files): a
+    row per loader, its newest run, and the ratio of their training losses; without DALI, said unmeasured."""
+    from tools.gpu_check_summary import loaders_section
+
+    rows = loaders_section([trained("torch", 6.0, "1"), trained("dali", 9.9, "1"), trained("dali", 6.3, "2"),
+                            run("cuda:0 NVIDIA H200", "amp-bf16", 1.0)])
+    assert [r.split(" | ")[0] for r in rows if r.startswith("| ") and "---" not in r][1:] == ["| torch", "| dali"]
+    assert any(r.startswith("| dali | torch-ddp | resnet50 | amp-bf16 | 1 | 2 | 6.3000 | 6.9000 | 0.0100 | ")
+               for r in rows), rows
+    assert rows[-1] == "Training loss, DALI / torch loader: 1.050."
+    alone = loaders_section([trained("torch", 6.0, "1")])
+    assert alone[-1] == "DALI with channels-last: not measured (no DALI on this machine)."
+    assert loaders_section([run("cuda:0 NVIDIA H200", "amp-bf16", 1.0)]) == []
