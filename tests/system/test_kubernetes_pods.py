@@ -142,7 +142,7 @@ def test_mpijob_launcher_runs_mpirun_across_two_worker_pods(cluster, tmp_path, m
     worker_spec = workers["template"]["spec"]
     pods = [start_pod(cluster, h, name, worker_spec, worker_spec["containers"][0], {"K_MPI_JOB_ROLE": "worker"},
                       secret) for h in hosts]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a deadlock guard: sshd listens within seconds on an idle machine
     for worker in pods:  # WaitForWorkersReady: the readiness probe, a TCP connection to sshd's port
         port = worker_spec["containers"][0]["readinessProbe"]["tcpSocket"]["port"]
         while worker.exec_run(["bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]).exit_code != 0:
