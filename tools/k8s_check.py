@@ -8,7 +8,8 @@
 * Custom resources (MPIJob, TrainJob): the openAPIV3Schema of the CRD vendored in k8s/crds/ (README.md there
   says from which release), made strict the way the API server prunes (an unknown field is an error unless the
   schema preserves unknown fields), plus the pod templates they embed against the Kubernetes PodTemplateSpec.
-Exit 1 with one line per problem; 0 when every document passes.
+Exit 1 with one line per problem; 0 when every document passes; 2, in one line, where a validator it needs is not
+installed (jsonschema, kubernetes-validate, PyYAML: the checkout's dev venv has them).
 """
 
 from __future__ import annotations
@@ -21,9 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
-import yaml
+try:  # the checkout's dev venv has them (make venv); bench's own install does not need them
+    import jsonschema
+    import kubernetes_validate
+    import yaml
+except ImportError as exc:
+    MISSING: str | None = exc.name
+else:
+    MISSING = None
+NEEDS = "pip install 'jsonschema>=4' 'kubernetes-validate>=1.34' pyyaml"
 
 KUBERNETES = "1.34"  # the Kubernetes version the manifests are checked against
 CRDS = Path(__file__).resolve().parents[1] / "k8s" / "crds"
@@ -107,6 +114,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="manifest files; - reads standard input")
     args = parser.parse_args()
+    if MISSING:
+        print(f"error: k8s-check needs the Python module {MISSING}, not installed for {sys.executable} (the "
+              f"checkout's venv has it: make venv; or {NEEDS})", file=sys.stderr)
+        return 2
     found = []
     for name in args.files:
         try:

@@ -253,3 +253,24 @@ def test_a_pod_waits_for_its_peers_names_then_names_those_that_never_came(monkey
     monkeypatch.setattr(pod.time, "sleep", later)
     pod.wait_resolvable(text, 60, poll_s=0.5)
     assert calls == [0.5]
+
+
+def test_the_offline_check_without_its_validators_is_one_line(monkeypatch, capsys, tmp_path):
+    """`python -m tools.k8s_check` where kubernetes-validate is not installed (bench's own install has no
+    validator): exit 2 and one line naming the module and how to get it, never a traceback."""
+    import importlib.util
+    import sys
+
+    from tests.conftest import ROOT
+
+    monkeypatch.setitem(sys.modules, "kubernetes_validate", None)  # import of it raises ImportError
+    spec = importlib.util.spec_from_file_location("k8s_check_bare", ROOT / "tools" / "k8s_check.py")
+    bare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bare)
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text("kind: Job\n")
+    monkeypatch.setattr(sys, "argv", ["k8s_check", str(manifest)])
+    assert bare.main() == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: k8s-check needs the Python module kubernetes_validate"), err
+    assert "make venv" in err[0] and "pip install" in err[0]
