@@ -52,6 +52,11 @@ INTEREST = re.compile(r"^(/usr/bin/)?make |docker (buildx )?build|build-horovod|
                       r"singularity build|pytest|apt-get|tools/setup\.sh|pip install")
 
 
+def step_of(command: str) -> str | None:
+    """The step a sampled command line is (the first pattern of STEPS it matches), or None."""
+    return next((name for name, pattern in STEPS if re.search(pattern, command)), None)
+
+
 def watch(log: Path, every: float) -> None:
     with open(log, "a") as out:
         while True:
@@ -73,7 +78,7 @@ def table(log: Path, start: int | None = None) -> None:
             continue
         t = int(stamp)
         first = t if first is None else first if start is not None else min(first, t)
-        step = next((name for name, pattern in STEPS if re.search(pattern, command)), None)
+        step = step_of(command)
         if step is not None:
             seen.setdefault(step, []).append(t)
     if first is None:
