@@ -28,7 +28,8 @@ def assert_clean_stop(r: dict, signum: int, processes: int) -> None:
     assert r["left"] == [] and r["ranks"] == processes
     assert r["results"] == []  # nothing that says ok
     # nothing was left once the stop had had end_job's guard (60 s); that a rank deaf to SIGTERM is killed at the
-    # grace's end is tests/multiproc/test_launch.py's, and how long each stop takes is tools/benchmarks/endings.py's table
+    # grace's end is tests/multiproc/test_launch.py's, and how long each stop takes is the endings benchmark's table
+    # (tools/benchmarks/endings.py)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
