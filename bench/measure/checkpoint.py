@@ -18,11 +18,12 @@ run ends there) nor at the target when the run stops there. ``--duration`` may c
 wall time goes on from the checkpoint's, so the next job passes the whole budget (``--duration 7200`` after 3600).
 
 Resuming continues the same run. The batches come in the same order: the loader's shuffle is seeded by (seed,
-epoch), and the resumed feed starts at the checkpoint's epoch past the batches already trained on. The loop's first
-step (its init, as in every run) trains on the next batch; the rest of that epoch follows, untimed (it is one step
-short of a window; the throughput windows are the whole epochs after it), then its evaluation, then timed epochs as
-before. So a resumed run takes the same steps on the same batches with the same learning rates as one that was
-never interrupted (tests/multiproc/test_checkpoint.py compares their final parameters).
+epoch). The loop's first step (its init, as in every run: it traces and warms up) trains once; then the checkpoint
+is loaded over that step's update (the model, the optimizer and, for PyTorch, every rank's random state), and the
+feed is reopened at the checkpoint's epoch, past any batches of it already trained on (bench.measure.loop.resume;
+a checkpoint ends an epoch, so none), the first step's batch drawn again. The timed epochs follow from there, each
+evaluated as before. So a resumed run takes the same steps on the same batches with the same learning rates as one
+that was never interrupted (tests/multiproc/test_checkpoint.py compares their final parameters).
 
 Time is not counted twice: ``wall_s`` of an evaluation after the resume is the checkpoint's wall time plus the time
 since the resumed run's init ended; the time between the checkpoint and the interruption, and the resumed run's
