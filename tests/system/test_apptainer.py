@@ -360,3 +360,38 @@ def test_sbatch_scripts_with_apptainer_across_the_cluster_nodes(apptainer_cluste
     assert sorted(rank["host"] for rank in result["environment"]["ranks"]) == ["node1", "node2"]
     assert result["environment"]["container"] == "apptainer/singularity"  # bench from the SIF, not the node's
     assert result["environment"]["image"]["stack"] == "current"
+
+
+# bench diagnose where srun is with no framework importable: what a login node's `pip install` of bench alone holds
+ORCHESTRATOR = ("python3 -c \"import sys; sys.modules.update(dict.fromkeys(('torch', 'tensorflow', 'horovod'))); "
+                "from bench.cli import main; main()\"")
+
+
+@pytest.mark.cluster
+def test_diagnose_where_srun_is_runs_every_step_in_the_sif(apptainer_cluster, sif, package_path):
+    """first-run.md's diagnose for a SIF's users: `salloc -N2 bench diagnose --container 'apptainer exec SIF'`, the
+    diagnosing process without the frameworks, every phase's steps (the devices alone, the pair, the job) an
+    `apptainer exec` of the SIF on the nodes, and their results read back into one record that passes."""
+    cluster = apptainer_cluster
+    name = f"diagnose-sif-{os.urandom(4).hex()}"
+    r = cluster.run_on(f"OMP_NUM_THREADS=1 PATH={cluster.APPTAINER_PATH}:$PATH "
+                       f"APPTAINER_BIND={package_path}:{package_path}:ro salloc -N2 {ORCHESTRATOR} diagnose "
+                       f"--container 'apptainer exec {sif}' --run-args '{' '.join(SMALL)}' --large-bytes 1M "
+                       f"--output /shared/{name}", capture_output=True, text=True, errors="replace", timeout=900)
+    found = list((cluster.shared_dir() / name).glob("diagnose-*/diagnose.json"))
+    assert len(found) == 1, (r.stdout + r.stderr)[-3000:]
+    record = json.loads(found[0].read_text())
+    assert r.returncode == 0 and record["passed"], (r.stdout[-2000:], record["findings"])
+    assert record["config"]["container"] == ["apptainer", "exec", str(sif)]
+    steps = [s for phase in ("devices", "network", "job") for s in record["phases"][phase]["steps"]]
+    assert len(steps) == 4 and all(s["exit_code"] == 0 for s in steps)
+    for s in steps:
+        at = s["command"].index("apptainer")
+        assert s["command"][at:at + 3] == ["apptainer", "exec", str(sif)], s["command"]
+    results = sorted(found[0].parent.glob("*/*/*.json")) + sorted(found[0].parent.glob("job/*.json"))
+    hosts = set()
+    for path in results:
+        environment = json.loads(path.read_text())["environment"]
+        assert environment["container"] == "apptainer/singularity", path  # bench from the SIF, not the node's
+        hosts |= {rank["host"] for rank in environment["ranks"]}
+    assert len(results) == 4 and hosts == {"node1", "node2"}  # two devices alone, the pair's allreduce, the job

@@ -287,6 +287,7 @@ def test_the_steps_name_every_command_of_the_readme():
                 named.add(words[0])
     ran = {shlex.split(step.args)[0] for step in STEPS}
     assert {"torch-ddp", "report", "data", "k8s"} <= named  # the table was read
-    # diagnose starts job steps on an allocation's nodes (the cluster tier tests it in the node image)
+    # diagnose starts job steps on an allocation's nodes, from outside a container (the diagnose tier tests it in
+    # the node image; the apptainer tier with its steps in the SIF: --container)
     missing = named - ran - {"diagnose"}
     assert not missing, missing

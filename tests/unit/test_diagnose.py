@@ -338,3 +338,99 @@ def test_baselines_from_many_nodes_merge_into_each_members_median(tmp_path):
     # a member new to every baseline is held against the kind's median there; a slow one is found
     found = R.evaluate(R.load(), devices(a=11.0, b=6.0, c=9.0, d=7.0), load_baseline(both))
     assert {f.where for f in found if f.against == "baseline"} == {"b", "d"}
+
+
+SIF = ("apptainer", "exec", "--nv", "/shared/hvdbench.sif")
+
+
+def planned(monkeypatch, tmp_path, **kw):
+    """Every step each phase of a diagnose of node1 and node2 would start (none is started): phase -> argvs."""
+    import bench.commands.diagnose as D
+
+    starts = {}
+
+    def run_steps(steps, timeout_s):
+        for s in steps:
+            starts.setdefault(s.label, []).append(s.argv)
+            s.code = 0
+
+    monkeypatch.setattr(D, "run_steps", run_steps)
+    d = D.Diagnosis(DiagnoseConfig(nodes=("node1", "node2"), output=str(tmp_path), **kw))
+    for phase in D.PHASES:
+        d.healthy = ["node1", "node2"]  # no step ran, so none wrote a result: every node kept in for the next
+        getattr(d, phase)()
+    return starts
+
+
+@pytest.mark.parametrize("hosts", [None, ("node1", "node2")])
+def test_with_a_container_every_step_starts_bench_inside_it(monkeypatch, tmp_path, hosts):
+    """--container: each phase's command (srun's or ssh's and mpirun's) runs bench from the container it names,
+    never this process's interpreter, which the nodes' hosts need not have (a SIF's users)."""
+    import sys
+
+    from bench.commands.diagnose.hosts import ALONE_IN_CONTAINER
+
+    starts = planned(monkeypatch, tmp_path, container=SIF, hosts=hosts, devices_per_node=2)
+    assert sorted(starts) == ["devices", "job", "network"]
+    for argv in starts["devices"]:  # srun's argv, or ssh's remote line
+        words = argv if hosts is None else argv[-1].split()
+        at = words.index("apptainer")
+        assert words[at:at + 4] == list(SIF) and words[at + 4:at + 6] == list(ALONE_IN_CONTAINER[:2])
+        assert "torch-ddp" in words and sys.executable not in " ".join(words)
+    (pair,) = starts["network"]
+    (job,) = starts["job"]
+    for argv, command in ((pair, "allreduce"), (job, "torch-ddp")):
+        at = argv.index("apptainer")
+        assert argv[at:at + 6] == [*SIF, "bench", command] and sys.executable not in argv
+    assert starts["job"][0][0] == ("srun" if hosts is None else "mpirun")
+    # without it, this installation's interpreter, as before
+    for argvs in planned(monkeypatch, tmp_path, hosts=hosts).values():
+        assert all("apptainer" not in a and sys.executable in " ".join(a) for a in argvs)
+
+
+def test_a_container_step_leaves_the_folder_it_starts_in_off_its_path():
+    """The device step's python3 -c drops '' from sys.path before it imports bench: apptainer binds the current
+    folder, and a checkout's bench/ there would stand in for the container's."""
+    from bench.commands.diagnose.hosts import ALONE_IN_CONTAINER
+
+    code = ALONE_IN_CONTAINER[2]
+    head, _, tail = code.partition("from bench")
+    scope = {}
+    import sys
+
+    saved = list(sys.path)
+    try:
+        sys.path[:0] = ["", "."]
+        exec(head, scope)  # noqa: S102 - the step's own first statement
+        assert "" not in sys.path and "." not in sys.path
+    finally:
+        sys.path[:] = saved
+    assert tail.startswith(".commands.diagnose.alone import main")
+
+
+def test_a_launcher_missing_here_is_one_line_before_any_step(monkeypatch, tmp_path):
+    """diagnose run inside a container has no srun: one line that says where to run it, and nothing started."""
+    import shutil
+
+    import bench.commands.diagnose as D
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("APPTAINER_CONTAINER", "/shared/hvdbench.sif")
+    d = D.Diagnosis(DiagnoseConfig(nodes=("node1", "node2"), output=str(tmp_path)))
+    with pytest.raises(BenchError, match=r"with srun, not found on PATH here \(this process runs in a container, "
+                                         r"apptainer/singularity: run bench diagnose where srun is, with --container"):
+        d.check_launchers()
+    d = D.Diagnosis(DiagnoseConfig(nodes=("a", "b"), hosts=("a", "b"), phases=("devices",), output=str(tmp_path)))
+    monkeypatch.delenv("APPTAINER_CONTAINER")
+    with pytest.raises(BenchError, match="with ssh, not found"):  # mpirun only for the phases that start jobs
+        d.check_launchers()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_container_command_the_shell_cannot_split_is_one_line():
+    from bench.commands.diagnose import _words
+
+    assert _words("--container")("apptainer exec --nv '/my sifs/h.sif'") == (
+        "apptainer", "exec", "--nv", "/my sifs/h.sif")
+    with pytest.raises(BenchError, match="--container: No closing quotation"):
+        _words("--container")("apptainer exec 'h.sif")

@@ -25,6 +25,8 @@ RUN_BY = {
     "docker pull": "tests/system/test_publish.py::test_publish_pull_back_and_run_names_the_image",
     "sbatch": "tests/system/test_slurm.py::test_sbatch_scripts_without_container",
     "srun": "tests/system/test_slurm.py::test_sbatch_scripts_without_container",
+    "salloc -N4 hvdbench-host/bin/bench diagnose --container":
+        "tests/system/test_apptainer.py::test_diagnose_where_srun_is_runs_every_step_in_the_sif",
     "salloc": "tests/system/test_slurm.py::test_sweep_inside_an_allocation_runs_one_srun_step_per_cell",
     "torchrun": "tests/multiproc/test_torch_modes.py::test_torch_ddp_under_torchrun",
     "horovodrun": "tests/multiproc/test_torch_modes.py::test_torch_horovod_under_horovodrun_gloo",
@@ -104,7 +106,7 @@ INLINE = inline_commands()
 def bench_args(argv: list[str]) -> list[str] | None:
     """The arguments given to bench, wherever it sits in the command line; None if bench is not run."""
     for i, w in enumerate(argv):
-        if w == "bench" or (w == "-m" and i + 1 < len(argv) and argv[i + 1] == "bench"):
+        if w == "bench" or w.endswith("/bin/bench") or (w == "-m" and i + 1 < len(argv) and argv[i + 1] == "bench"):
             return argv[i + 1 + (w == "-m"):]
         if argv[0] == "docker" and argv[1] == "run" and w.startswith("hvdbench") and i > 1:
             return argv[i + 1:]
@@ -148,6 +150,7 @@ def test_a_rotten_command_fails_the_check():
     docker = "docker run --gpus all hvdbench:current-cpu torch-ddp --np 2"
     assert bench_args(words(docker)) == ["torch-ddp", "--np", "2"]
     assert bench_args(words("OMP_NUM_THREADS=1 srun -n 8 python -m bench torch-ddp")) == ["torch-ddp"]
+    assert bench_args(words("salloc -N4 venv/bin/bench diagnose --hosts a,b")) == ["diagnose", "--hosts", "a,b"]
 
 
 @pytest.mark.parametrize("where, span", [(w, s) for w, s in INLINE if s.startswith(("bench", "make"))],

@@ -1,7 +1,7 @@
 """bench diagnose: which node, device or link of an allocation is slow, against its peers and a baseline.
 
 Three phases, each on the nodes that are left (bench/commands/diagnose/hosts.py: srun steps in a Slurm allocation, or
-ssh and mpirun -H on a host list):
+ssh and mpirun -H on a host list; with ``--container``, every step inside the container it names, a SIF say):
 
 1. ``devices``: every device alone, all at the same time (bench MODE --np 1 on each, one srun step per node:
    bench/commands/diagnose/alone.py), with telemetry: samples/s per device, and on GPUs the clock-event (throttle)
@@ -24,6 +24,7 @@ and a terminal table say what was found. Exit status: 0 when no finding is an er
 from __future__ import annotations
 
 import shlex
+import shutil
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -32,11 +33,10 @@ from typing import Any
 
 from bench.commands.allreduce import BACKENDS
 from bench.commands.diagnose import rules as rules_mod
-from bench.commands.diagnose.hosts import HostList, Slurm, Step, bench_argv, run_steps
+from bench.commands.diagnose.hosts import Commands, HostList, Slurm, Step, run_steps
 from bench.commands.diagnose.render import markdown, terminal
 from bench.config import byte_size, comma_list, option
 from bench.errors import BenchError, restore_handlers, stop_on_signals
-from bench.launching import envs
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
 from bench.records import files, store
@@ -53,12 +53,14 @@ ALL_PAIRS_UP_TO = 8
 RUN_DEFAULTS = ("--warmup-steps", "1", "--steps-per-window", "4", "--windows", "3")
 
 
-def _arguments(text: str) -> tuple[str, ...]:
-    """--run-args as the shell would split it."""
-    try:
-        return tuple(shlex.split(text))
-    except ValueError as exc:
-        raise BenchError(f"--run-args: {exc}") from None
+def _words(flag: str):
+    """A parser of ``flag``'s one string into words, as the shell would split it."""
+    def parse(text: str) -> tuple[str, ...]:
+        try:
+            return tuple(shlex.split(text))
+        except ValueError as exc:
+            raise BenchError(f"{flag}: {exc}") from None
+    return parse
 
 
 def _hosts(text: str | None) -> tuple[str, ...] | None:
@@ -70,7 +72,7 @@ class DiagnoseConfig:
     """bench diagnose's configuration: each option declared once, here (the command's flags come from it)."""
     mode: str = option("torch-ddp", "The mode of the devices and job phases.")
     run_args: tuple[str, ...] = option((), "More arguments of those runs, as one string (e.g. '--model resnet50 "
-                                       "--image-size 32 --batch-size 4').", parse=_arguments, shown="")
+                                       "--image-size 32 --batch-size 4').", parse=_words("--run-args"), shown="")
     phases: tuple[str, ...] = option(PHASES, "Comma-separated: devices, network, job.", parse=comma_list,
                                      shown=",".join(PHASES))
     hosts: tuple[str, ...] | None = option(None, "Comma-separated nodes, without Slurm (ssh, mpirun -H); default: "
@@ -94,6 +96,10 @@ class DiagnoseConfig:
     output: str = option("results", "Directory (seen by every node) for diagnose-<stamp>/.")
     step_timeout: float = option(900.0, "Seconds one phase's command may take.")
     port: int = option(29500, "With --hosts: torch.distributed's rendezvous port.")
+    container: tuple[str, ...] = option((), "Run every step in this container: the command that starts one, as one "
+                                        "string (e.g. 'apptainer exec --nv /shared/hvdbench.sif'), bench inside "
+                                        "it; diagnose itself runs where srun is (docs/diagnose.md).",
+                                        parse=_words("--container"), shown="")
     nodes: tuple[str, ...] = field(default=())  # resolved: the allocation's or the host list (main)
 
     def check(self) -> None:
@@ -127,7 +133,8 @@ def resolve_nodes(hosts: tuple[str, ...] | None) -> tuple[str, ...]:
         return hosts
     if "SLURM_STEP_ID" in os.environ:
         raise BenchError("bench diagnose starts its own job steps: run it in the allocation (salloc, sbatch), "
-                         "not under srun")
+                         "not under srun; with a SIF, run it there with --container 'apptainer exec --nv SIF' "
+                         "(docs/diagnose.md)")
     if not inside_allocation():
         raise BenchError("bench diagnose runs inside a Slurm allocation (salloc -N4 bench diagnose) or on a "
                          "host list (--hosts node1,node2,...)")
@@ -231,6 +238,7 @@ class Diagnosis:
         nodes = list(cfg.nodes)
         self.exe = (HostList(nodes, cfg.devices_per_node, cfg.port, cfg.step_timeout) if cfg.hosts
                     else Slurm(nodes, cfg.devices_per_node))
+        self.commands = Commands(cfg.container)
         self.healthy = list(nodes)  # nodes still in: a node whose devices phase failed is left out
         self.figures: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in rules_mod.KINDS}
         self.findings: list[dict[str, Any]] = []
@@ -238,6 +246,18 @@ class Diagnosis:
 
     def run_args(self) -> list[str]:
         return [*RUN_DEFAULTS, *self.cfg.run_args]
+
+    def check_launchers(self) -> None:
+        """One line, before any step, when a command the steps start with is not here (diagnose run inside a
+        container that has no srun, say)."""
+        from bench.records.env import container
+
+        missing = [c for c in self.exe.launchers(self.cfg.phases) if shutil.which(c) is None]
+        if missing:
+            inside = (f" (this process runs in a container, {container()}: run bench diagnose where {missing[0]} is, "
+                      "with --container naming the one the steps run in; docs/diagnose.md)" if container() else "")
+            raise BenchError(f"bench diagnose starts its steps with {' and '.join(missing)}, not found on PATH here"
+                             + inside)
 
     def _phase(self, name: str, steps: list[list[Step]]) -> list[Step]:
         """Run the rounds of ``steps`` one after the other; record them; every step, run."""
@@ -262,10 +282,9 @@ class Diagnosis:
 
     def devices(self) -> None:
         out = self.folder / "devices"
-        alone = [*envs.python_command(), "-m", "bench.commands.diagnose.alone"]
-        steps = [Step("devices", (node,), self.exe.alone(node, [
-            *alone, str(out / node), str(self.cfg.devices_per_node), self.cfg.mode, *self.run_args(),
-            *(["--data", self.cfg.data] if self.cfg.data else [])]),
+        steps = [Step("devices", (node,), self.exe.alone(node, self.commands.alone(
+            str(out / node), str(self.cfg.devices_per_node), self.cfg.mode, *self.run_args(),
+            *(["--data", self.cfg.data] if self.cfg.data else []))),
             self.folder / "logs" / f"devices-{node}.log") for node in self.healthy]
         for step in self._phase("devices", [steps]):
             (node,) = step.members
@@ -288,7 +307,7 @@ class Diagnosis:
             self.phases["network"] = {"seconds": 0.0, "steps": [], "skipped": "fewer than 2 nodes left"}
             return
         factor = self.cfg.large_bytes // self.cfg.small_bytes
-        rounds = [[Step("network", pair, self.exe.together(list(pair), 1, bench_argv(
+        rounds = [[Step("network", pair, self.exe.together(list(pair), 1, self.commands.bench(
             "allreduce", "--backend", self.cfg.backend, "--min-bytes", str(self.cfg.small_bytes), "--max-bytes",
             str(self.cfg.large_bytes), "--factor", str(factor), "--models", "", "--samples", str(self.cfg.samples),
             "--output", str(out / "+".join(pair))), mpi=self.cfg.backend.startswith("horovod")),
@@ -314,7 +333,7 @@ class Diagnosis:
             self.phases["job"] = {"seconds": 0.0, "steps": [], "skipped": "fewer than 2 devices left"}
             return
         (step,) = self._phase("job", [[Step("job", tuple(self.healthy), self.exe.together(
-            self.healthy, self.cfg.devices_per_node, bench_argv(
+            self.healthy, self.cfg.devices_per_node, self.commands.bench(
                 self.cfg.mode, *self.run_args(), "--attribution-steps", str(self.cfg.attribution_steps),
                 "--output", str(out)), mpi=_mpi(self.cfg.mode)), self.folder / "logs" / "job.log")]])
         result = _one_result(out)
@@ -421,6 +440,7 @@ def diagnose(cfg: DiagnoseConfig) -> int:
     if cfg.save_baseline and Path(cfg.save_baseline).exists():
         raise BenchError(f"baseline {cfg.save_baseline} already exists; not overwritten")
     d = Diagnosis(cfg)
+    d.check_launchers()
     record = d.run()
     path = write(record, d.folder)
     terminal(record)

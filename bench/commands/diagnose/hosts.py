@@ -1,7 +1,10 @@
 """Where bench diagnose's phases run: the nodes of a Slurm allocation (each phase one or more srun steps), or
 a host list without Slurm (ssh for one node, mpirun -H for several). Both give every command the same
 interpreter path as this process: the nodes must hold the same installation (one image, or one shared
-environment), as for any multi-node bench run.
+environment), as for any multi-node bench run. With ``--container`` (:class:`Commands`) every command runs
+inside the container that command starts instead (``apptainer exec --nv hvdbench.sif``: the SIF users run), so
+this process only starts the steps and reads what they wrote: it runs where srun (or ssh and mpirun) is, and
+needs bench alone, without the frameworks.
 
 Every command is started in a process group of its own and ended with it (SIGTERM, then SIGKILL), so a
 diagnose that is stopped, or a step that runs past its time, leaves nothing running: srun ends its tasks
@@ -75,13 +78,38 @@ def run_steps(steps: list[Step], timeout_s: float) -> None:
         raise
 
 
-def bench_argv(*args: str) -> list[str]:
-    return [*envs.bench_command(), *args]
+# A device's step inside a container: its python3 with the folder it starts in taken off sys.path first, so that a
+# bench/ there (a checkout's; apptainer binds the current directory) cannot stand in for the container's bench, on
+# any Python (-P, which does that for python_command, is 3.11's).
+ALONE_IN_CONTAINER = ("python3", "-c", "import sys; sys.path = [p for p in sys.path if p not in ('', '.')]; "
+                      "from bench.commands.diagnose.alone import main; main(sys.argv[1:])")
+
+
+@dataclass(frozen=True)
+class Commands:
+    """How a step starts bench: this process's interpreter (``container`` empty), or ``bench`` inside the
+    container that ``container`` starts (its words, e.g. ``apptainer exec --nv /shared/hvdbench.sif``)."""
+    container: tuple[str, ...] = ()
+
+    def bench(self, *args: str) -> list[str]:
+        """``bench ARGS`` as a step runs it."""
+        return [*self.container, "bench", *args] if self.container else [*envs.bench_command(), *args]
+
+    def alone(self, *args: str) -> list[str]:
+        """One device's step (bench.commands.diagnose.alone) as a step runs it."""
+        if self.container:
+            return [*self.container, *ALONE_IN_CONTAINER, *args]
+        return [*envs.python_command(), "-m", "bench.commands.diagnose.alone", *args]
 
 
 class Slurm:
     """Inside an allocation (salloc, sbatch): each command one srun step on the named nodes."""
     name = "slurm"
+
+    def launchers(self, phases: tuple[str, ...]) -> tuple[str, ...]:
+        """The commands this executor starts the steps of ``phases`` with."""
+        del phases
+        return ("srun",)
 
     def __init__(self, nodes: list[str], devices_per_node: int) -> None:
         self.nodes, self.dpn = nodes, devices_per_node
@@ -116,6 +144,9 @@ class HostList:
     def __init__(self, nodes: list[str], devices_per_node: int, port: int, timeout_s: float) -> None:
 
         self.nodes, self.dpn, self.port, self.timeout_s = nodes, devices_per_node, port, timeout_s
+
+    def launchers(self, phases: tuple[str, ...]) -> tuple[str, ...]:
+        return ("ssh", *(["mpirun"] if {"network", "job"} & set(phases) else []))
 
     def gone(self) -> str | None:
         return None  # no allocation: each host's failure is its own
