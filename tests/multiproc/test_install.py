@@ -1,6 +1,8 @@
 """What pyproject.toml declares is enough: `pip install '.[torch]'` into a clean venv runs a 2-rank torch-ddp,
-and a missing optional dependency is one line that names the extra that brings it."""
+a missing optional dependency is one line that names the extra that brings it, and bench alone (no extra) runs
+bench diagnose's own process, whose steps start in a container (docs/diagnose.md, "With a SIF")."""
 
+import json
 import subprocess
 import sys
 import time
@@ -46,3 +48,29 @@ def test_a_missing_extra_is_one_clear_line(torch_venv, tmp_path, args, message):
                        capture_output=True, text=True, timeout=120, env=bench_env(), cwd=tmp_path)
     assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+@pytest.fixture(scope="module")
+def bare_venv(tmp_path_factory):
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(ROOT)], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return venv
+
+
+def test_bench_alone_runs_diagnose_with_its_steps_in_a_container(bare_venv, tmp_path):
+    """A SIF's users install bench alone where srun is: diagnose runs there, every step starting the container
+    (hosts that do not resolve: each step fails, a finding, exit 3, and the record says what each step ran)."""
+    pip = subprocess.run([str(bare_venv / "bin" / "pip"), "list"], capture_output=True, text=True).stdout.lower()
+    assert not any(name in pip for name in ("torch", "tensorflow", "horovod", "matplotlib"))
+    r = subprocess.run([str(bare_venv / "bin" / "bench"), "diagnose", "--hosts", "nohost1.invalid,nohost2.invalid",
+                        "--phases", "devices", "--container", "apptainer exec --nv /shared/h.sif", "--output",
+                        str(tmp_path)], capture_output=True, text=True, timeout=300, env=bench_env(), cwd=tmp_path)
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    (path,) = tmp_path.glob("diagnose-*/diagnose.json")
+    steps = json.loads(path.read_text())["phases"]["devices"]["steps"]
+    assert len(steps) == 2 and all(s["exit_code"] != 0 for s in steps)
+    assert all("apptainer exec --nv /shared/h.sif python3 -c" in s["command"][-1] for s in steps)
+
