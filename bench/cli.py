@@ -207,7 +207,7 @@ declared_command("peak", peak.PeakConfig, peak.main, "The achievable matrix-mult
                  "sweep): the measured peak results' MFU uses.")
 declared_command("preflight", preflight.PreflightConfig, preflight.main, "Find the environment faults that spoil a "
                  "run before it: driver vs the frameworks' CUDA, GPUs (other processes, ECC, pending resets), the "
-                 "network interfaces and the InfiniBand ports (exit 1 on an error).")
+                 "network interfaces, the InfiniBand ports and the kernel log's Xid events (exit 1 on an error).")
 declared_command("verify", VerifyConfig, verify.main, "Check that every distributed mode trains what one process "
                  "trains on the global batch (exit 1 on FAIL).")
 declared_command("diagnose", DiagnoseConfig, diagnose_main, "Find the slow node, device or link: devices alone, "

@@ -3,8 +3,9 @@
 Run it on each node (``srun -N2 --ntasks-per-node=1 bench preflight``, or in the image): the driver against the
 CUDA each framework was built for, every GPU (other processes, uncorrected ECC errors, pending page retirements
 and row remaps), the interfaces NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name, the interface that reaches each
-of ``--hosts`` (by default the other nodes of the Slurm allocation), and the InfiniBand ports' state and rate. A
-table for people, ``--json`` for scripts; exit 1 when a finding is an error.
+of ``--hosts`` (by default the other nodes of the Slurm allocation), the InfiniBand ports' state and rate, and the
+kernel log's Xid and SXid events since boot (bench.measure.kernel_log). A table for people, ``--json`` for
+scripts; exit 1 when a finding is an error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from bench.config import comma_list, option
 from bench.launching.slurm import expand_nodelist
-from bench.measure import env_faults
+from bench.measure import env_faults, kernel_log
 from bench.measure.nvml import load_nvml
 from bench.records import env as environment
 
@@ -54,13 +55,16 @@ def findings(cfg: PreflightConfig) -> list[env_faults.Finding]:
                  if record.get(key)}
         out += env_faults.driver_findings(nvml.get("driver"), nvml.get("cuda_driver_version"), built)
     module, reason = load_nvml()
+    addresses: dict[str, str] = {}
     if module is None:
         out.append(env_faults.Finding("gpu", "-", "n/a", f"no NVIDIA GPU to check: {reason}"))
     else:
         try:
             out += env_faults.gpu_findings(module)
+            addresses = kernel_log.gpu_addresses(module)
         finally:
             module.nvmlShutdown()
+    out += kernel_log.findings(*kernel_log.read(), addresses)
     out += env_faults.network_findings(dict(os.environ), other_nodes(cfg))
     out += env_faults.infiniband_findings(dict(os.environ))
     return out

@@ -13,8 +13,8 @@ Each check gives findings: one line each, what was seen and what to do, with a s
 The checks read NVML (nvidia-ml-py) and sysfs (``/sys/class/net``, ``/sys/class/infiniband``; the root is
 :data:`SYSFS`, moved by ``HVDBENCH_SYSFS`` for tests), and the frameworks' CUDA from ``bench env``'s record. No
 packet is sent: the interface towards a host is the one the kernel's routing table picks (a UDP socket's
-``connect``, which sends nothing). XID events are not checked: NVML reports them only while it listens, not the
-ones before it started (the kernel log has those: ``dmesg | grep -i xid``).
+``connect``, which sends nothing). Xid events are the kernel log's (bench.measure.kernel_log): NVML reports them
+only while it listens, not the ones before it started.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ def test_preflight_finds_a_missing_interface_and_says_so_in_json_and_in_its_exit
     assert "no interface whose name starts with nonexistent0" in found[("network", "NCCL_SOCKET_IFNAME=nonexistent0")][
         "detail"]
     assert found[("network", "127.0.0.1")]["detail"] == "reached through lo (127.0.0.1)"
+    # this host's own kernel log, from the first source that answers here (as root: /dev/kmsg when journald keeps
+    # no kernel messages); a fake one with an Xid the allow-list does not hold is an error with its exit status
+    (log,) = [f for f in found.values() if f["check"] == "kernel-log"]
+    assert log["status"] in ("ok", "n/a") and ("no Xid or SXid event in" in log["detail"] or "not readable" in
+                                               log["detail"]), log
     ok = bench("preflight", "--no-frameworks")
     assert ok.returncode == 0 and "bench preflight on" in ok.stdout and "0 error(s)" in ok.stderr, ok.stderr
 
@@ -26,3 +31,12 @@ def test_a_run_prints_the_cheap_checks_findings_and_goes_on(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("preflight: error: GLOO_SOCKET_IFNAME=nonexistent0: no interface "
                                                    "named nonexistent0 here"), r.stderr
     assert len(list(out.glob("*.json"))) == 1
+
+
+def test_preflight_reads_an_xid_from_the_kernel_log_as_an_error(tmp_path):
+    (tmp_path / "kern.log").write_text("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    r = bench("preflight", "--no-frameworks", "--json", HVDBENCH_KERNEL_LOG=str(tmp_path / "kern.log"))
+    assert r.returncode == 1, r.stderr
+    (log,) = [f for f in json.loads(r.stdout) if f["check"] == "kernel-log"]
+    assert log["member"] == "PCI 0000:3b:00" and log["status"] == "error" and "fallen off the bus" in log["detail"]
+
