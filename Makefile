@@ -20,7 +20,7 @@ IMAGE_CUDA_TEST_BUILD ?= --stack current --flavor cuda --base hvdbench-base:book
   --cache frameworks
 test-system-build test-cluster test-diagnose test-apptainer: export HVDBENCH_CLUSTER_BENCH := $(CURDIR)/bench
 
-.PHONY: test-browser test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-gpu-check test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull sif-check publish registry-up test-apptainer slurm-up clean
+.PHONY: test-browser test-surface bench-data-queue test-system-prepare test-system-install test-system-cuda test-system-build bench-converge bench-data-cost bench-data-check gpu-check-prepare gpu-check help venv bench test test-unit test-framework test-multiproc test-system test-slurm test-sif-pull test-gpu-check test-bare-debian test-times test-fast lint bench-attribution bench-overhead bench-publish bench-reference bench-tuning bench-allreduce sparse-study verify predict-published image images test-image test-image-cuda cluster-up test-cluster test-diagnose test-k8s cluster-down cluster-exec docker-up k8s-examples k8s-check singularity apptainer-up sif sif-def sif-pull sif-check publish registry-up test-apptainer slurm-up clean
 SIF ?= hvdbench-$(STACK)-$(FLAVOR).sif
 SIF_COMPRESSION ?= gzip
 # apptainer or singularity: one on PATH, else the one tools/apptainer-up.sh sets up.
@@ -104,7 +104,8 @@ SYSTEM_TESTS = $(or $(PYTEST_ARGS),tests/system)
 # rebuilds only what changed, and each runs only when its inputs changed since it last passed here.
 # Each tier as TIER:its target, in that order; SKIP_TIERS (tier names) leaves those out.
 SYSTEM_TIERS = slurm:test-slurm image:test-image kubernetes:test-k8s cluster:test-cluster diagnose:test-diagnose \
-  image_cuda:test-image-cuda apptainer:test-apptainer sif_pull:test-sif-pull gpu_check:test-gpu-check
+  image_cuda:test-image-cuda apptainer:test-apptainer sif_pull:test-sif-pull gpu_check:test-gpu-check \
+  bare_debian:test-bare-debian
 SKIP_TIERS ?=
 test-system: venv ## the system tiers below, each only when its inputs changed since it last passed
 	@for t in $(SYSTEM_TIERS); do [[ " $(SKIP_TIERS) " == *" $${t%%:*} "* ]] && continue; \
@@ -152,6 +153,12 @@ test-slurm: venv slurm-up ## system tier: a one-node Slurm here, srun and sbatch
 test-gpu-check: venv ## system tier: the GPU check's short form on this CPU (tools/gpu-check.sh --short)
 	@$(TIER_CACHE) fresh gpu_check || { $(RUN_TESTS) gpu_check -m gpu_check $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record gpu_check; }
+
+# README's set-up from nothing: make bench in a container of the debootstrapped base that holds only what README
+# says to install first (tests/system/test_bare_debian.py); keyed by the set-up's files, not by bench/.
+test-bare-debian: venv docker-up ## system tier: README's make bench as root in a bare Debian 12 container
+	@$(TIER_CACHE) fresh bare_debian || { $(RUN_TESTS) bare_debian -m bare_debian $(SYSTEM_TESTS) \
+	  && $(TIER_CACHE) record bare_debian; }
 
 lint: venv ## ruff over the whole tree, hadolint on the Dockerfiles, bash -n on the scripts
 	$(VENV)/bin/ruff check .

@@ -255,7 +255,8 @@ def has_cuda() -> bool:
 # The multiproc tier runs two test files at a time (pytest-xdist); its tests marked ``alone`` read figures of the
 # whole host (the bytes its interfaces sent, other processes' CPU, ranks timed against each other) and run after
 # the rest, with nothing beside them.
-SYSTEM = ("image", "image_cuda", "apptainer", "sif_pull", "cluster", "diagnose", "kubernetes", "slurm", "gpu_check")
+SYSTEM = ("image", "image_cuda", "apptainer", "sif_pull", "cluster", "diagnose", "kubernetes", "slurm", "gpu_check",
+          "bare_debian")
 TIERS = ("unit", "framework", "multiproc", "system")
 FRAMEWORKS = ("torch", "tensorflow", "horovod", "keras", "tf_keras")
 

@@ -22,16 +22,17 @@ A system tier's key is the SHA-256 of everything it executes or reads, in four p
 - venv: the name and version of every distribution in the venv the tier's tests and runs use (most requirements
   are floors, so a fresh venv follows the index), less this project's own editable install.
 
-Two parts, two keys. Every tier but diagnose and sif_pull has smoke tests (pytest.mark.smoke: one or two real runs
-in its environment, their results checked in full), keyed by all of the above (the "whole" key). Its other tests,
-the features, are keyed by the same inputs with bench/ replaced by its surface (tools/surface.py: the source of
-every code unit that the unit, framework and multiproc tiers do not run; those tiers prove the rest on every run
-themselves). So a change to a function the lower tiers run reruns each tier's smoke tests only (`select` prints
+Two parts, two keys. Every tier but diagnose, sif_pull and bare_debian has smoke tests (pytest.mark.smoke: one or
+two real runs in its environment, their results checked in full), keyed by all of the above (the "whole" key). Its
+other tests, the features, are keyed by the same inputs with bench/ replaced by its surface (tools/surface.py: the
+source of every code unit that the unit, framework and multiproc tiers do not run; those tiers prove the rest on every
+run themselves). So a change to a function the lower tiers run reruns each tier's smoke tests only (`select` prints
 the pytest -m clause that narrows a tier to them), and a change to one only the system tiers run reruns them all.
 The diagnose tier has features only, keyed by the surface of the import closure of `bench diagnose` and of
 `python -m bench`, which its phases run on the nodes (tools.imports: the modules they import at any depth, the
 registries' lazy loads and every model included) and its own command's files; the
-sif_pull tier by the pull path's files alone (OWN_ONLY): the SIF it pulls holds the image the apptainer tier runs.
+sif_pull tier by the pull path's files alone (OWN_ONLY): the SIF it pulls holds the image the apptainer tier runs;
+bare_debian by the set-up's files and the base image (OWN_ONLY too): README's make bench from a bare Debian.
 
 A pass is one line in $HVDBENCH_TIER_CACHE/TIER (the whole key) or TIER.features (default
 /var/cache/hvdbench/tier-passes): the key, the key less its venv part, the time. A tier's pass records both. Every
@@ -91,6 +92,10 @@ INPUTS = {
     # bench's command line whole (the options the check passes); the rest of bench/ by its surface (features only)
     "gpu_check": ["tools/gpu-check.sh", "tools/gpu_check_summary.py", "tools/gpu-check-prepare.sh",
                   "tools/benchmarks/reference.py", "tools/benchmarks/reference", "bench/cli.py", "bench/config.py"],
+    # README's make bench in a bare Debian container: the set-up's files (how the venv is made, Horovod built,
+    # the package installed) and the base image, not bench/ (the lower tiers run it from the same set-up each gate)
+    "bare_debian": [*SETUP, *HOROVOD_BUILD, "Makefile", "pyproject.toml", "requirements", "tools/images.py",
+                    "tests/conftest.py", "tests/system/__init__.py"],
 }
 # What a tier never reads under its INPUTS: each flavour's image tiers read docker/ less the other flavour's own
 # files. The CUDA image is built from Dockerfile.cuda alone; the CPU image, its SIFs, the cluster's node image and
@@ -99,14 +104,16 @@ CPU_ONLY, CUDA_ONLY = ["docker/Dockerfile", "docker/cluster"], ["docker/Dockerfi
 NOT_READ = {"image_cuda": CPU_ONLY,
             **{tier: CUDA_ONLY for tier in ("image", "cluster", "kubernetes", "apptainer", "sif_pull", "diagnose")}}
 # Tiers keyed by their INPUTS alone, without COMMON.
-OWN_ONLY = {"sif_pull"}
+OWN_ONLY = {"sif_pull", "bare_debian"}
 # The pytest marker each tier selects its tests by (the Makefile's -m); a file carrying it is in the tier's key.
 MARKERS = {tier: tier for tier in INPUTS}
 # Tiers with smoke tests (one or two real runs per environment: host Slurm, the CPU image, pods, the cluster of
 # containers, the CUDA image, Apptainer), selected by pytest.mark.smoke. Each other test of a tier is a feature.
 SMOKE = {"slurm", "image", "kubernetes", "cluster", "image_cuda", "apptainer"}
 SMOKE_MARKER = "smoke"
-DOCKER_TIERS = {tier for tier, paths in INPUTS.items() if "docker" in paths}
+DOCKER_TIERS = {tier for tier, paths in INPUTS.items() if "docker" in paths} | {"bare_debian"}
+# Docker tiers that run the base image alone (no frameworks stage under them).
+BASE_ONLY = {"bare_debian"}
 SLURM_TIERS = {"slurm", "cluster", "apptainer", "sif_pull", "diagnose"}
 APPTAINER_TIERS = {"apptainer", "sif_pull"}
 BASE_IMAGE = "hvdbench-base:bookworm"
@@ -187,9 +194,44 @@ def parts_of(tier: str) -> list[str]:
     return ["whole", "features"] if tier in SMOKE else ["features"]
 
 
+# tools/lower-covered.txt says which code units the lower tiers run as of the commit it names; a test taken out of
+# them since, or a unit they stopped running, would leave a unit listed as run that is not. Past this many commits to
+# bench/ or the lower tiers' tests since it was measured, the surface is not trusted: the features are keyed by all of
+# bench/ (every change reruns every test of the tiers it reaches) until `make test-surface` measures it again. About
+# a week of this project's commits; measuring costs about 30 minutes, a gate that reruns every feature about 30 more.
+STALE_AFTER = 60
+LOWER_TESTS = ["bench", "tests/unit", "tests/framework", "tests/multiproc"]
+
+
+def measurement_age() -> tuple[int | None, str]:
+    """(the commits to bench/ and the lower tiers' tests since tools/lower-covered.txt was measured, or None where
+    git cannot tell; the commit it names)."""
+    try:
+        head = (ROOT / surface.COVERED.relative_to(surface.ROOT)).read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None, "?"
+    found = re.search(r"measured at ([0-9a-f]{7,40})", head)
+    if not found:
+        return None, "?"
+    done = subprocess.run(["git", "rev-list", "--count", f"{found.group(1)}..HEAD", "--", *LOWER_TESTS], cwd=ROOT,
+                          capture_output=True, text=True)
+    return (int(done.stdout) if done.returncode == 0 and done.stdout.strip().isdigit() else None), found.group(1)
+
+
+def surface_stale() -> str | None:
+    """Why the surface is not trusted (the measurement too old, or of a commit git cannot find), or None."""
+    age, commit = measurement_age()
+    if age is None:
+        return f"tools/lower-covered.txt names no commit git finds here ({commit})"
+    if age > STALE_AFTER:
+        return (f"tools/lower-covered.txt was measured {age} commits to {', '.join(LOWER_TESTS)} ago (at {commit}; "
+                f"more than {STALE_AFTER}): make test-surface measures it again")
+    return None
+
+
 def files_of(tier: str, part: str = "whole") -> tuple[list[str], list[str], list[str] | None]:
     """(the paths the key reads, the files under them hashed whole, the bench/ files whose surface is hashed in
-    their place, or None)."""
+    their place, or None). A stale measurement (surface_stale) hashes those bench/ files whole too."""
     paths = INPUTS[tier] if tier in OWN_ONLY else COMMON + INPUTS[tier]
     marks = set(marked(MARKERS[tier]))
     skip = NOT_READ.get(tier, [])
@@ -203,6 +245,8 @@ def files_of(tier: str, part: str = "whole") -> tuple[list[str], list[str], list
     paths = [path for path in paths if path != "bench"]
     whole = read(listed(paths)) | marks
     package = PACKAGE[tier]() if tier in PACKAGE else listed(["bench"])
+    if part == "features" and surface_stale():
+        return paths, sorted(whole | set(package)), None
     return paths, sorted(whole), sorted(set(package) - whole)
 
 
@@ -228,7 +272,8 @@ def apptainer_version() -> str:
 
 def tool_versions(tier: str) -> list[str]:
     frameworks = ["docker", "image", "inspect", "--format", "{{.Id}}", FRAMEWORKS_IMAGE.get(tier, CPU_FRAMEWORKS_IMAGE)]
-    cmds = ([*DOCKER_CMDS, frameworks] if tier in DOCKER_TIERS else []) + (SLURM_CMDS if tier in SLURM_TIERS else [])
+    docker = [*DOCKER_CMDS] if tier in BASE_ONLY else [*DOCKER_CMDS, frameworks]
+    cmds = (docker if tier in DOCKER_TIERS else []) + (SLURM_CMDS if tier in SLURM_TIERS else [])
     found = [f"{' '.join(cmd)}: {run_quiet(cmd)}" for cmd in cmds]
     if tier in APPTAINER_TIERS:
         found.append(apptainer_version())
@@ -276,6 +321,8 @@ def key_parts(tier: str, part: str | None = None) -> tuple[str, str, list[str]]:
         h.update(name.encode() + b"\0")
         h.update(makefile_text(data) if name == "Makefile" else data)
     made_of = [f"{part}: {len(files)} files under {', '.join(paths)}"]
+    if part == "features" and package is None and tier not in OWN_ONLY and (why := surface_stale()):
+        made_of.append(f"bench/ whole, not its surface: {why}")
     if package is not None:
         digest, names = surface.surface(ROOT, package)
         h.update(b"surface\0" + digest.encode())

@@ -3,6 +3,7 @@ alone with nothing beside them), each pass's times kept, and an empty selection 
 pass cache's arithmetic: tests/unit/test_tiers.py). And tools/apt-install.sh, which lets the set-up scripts that
 make test runs at the same time take turns at apt."""
 
+import os
 import subprocess
 import sys
 
@@ -118,3 +119,38 @@ def test_installs_started_together_take_turns_at_apt(tmp_path):
     assert [e[0] for e in events[::2]] == ["update", "install"] * 3  # each update and its install back to back
     refused = subprocess.run([script], env=env, capture_output=True, text=True)
     assert refused.returncode == 2 and "usage" in refused.stderr
+
+
+def test_the_measurement_age_counts_the_commits_to_bench_and_the_lower_tests_since_it(tmp_path, monkeypatch):
+    """tools.tier_cache.measurement_age over a real git history: the commits since the one tools/lower-covered.txt
+    names that touched bench/ or a lower tier's tests, and not the others."""
+    from tools import surface, tier_cache
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    def commit(name: str) -> str:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"{name} {os.urandom(4).hex()}\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", name)
+        return git("rev-parse", "--short", "HEAD")
+
+    git("init", "-q")
+    measured = commit("bench/a.py")
+    for name in ("bench/b.py", "tests/unit/test_a.py", "docs/a.md", "tests/system/test_b.py", "tests/multiproc/t.py"):
+        commit(name)
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools/lower-covered.txt").write_text(f"# bench/'s units: 1 of 1, measured at {measured} (...)\n")
+    monkeypatch.setattr(tier_cache, "ROOT", tmp_path)
+    monkeypatch.setattr(surface, "ROOT", tmp_path)
+    monkeypatch.setattr(surface, "COVERED", tmp_path / "tools/lower-covered.txt")
+    assert tier_cache.measurement_age() == (3, measured)  # bench/b.py, tests/unit, tests/multiproc
+    monkeypatch.setattr(tier_cache, "STALE_AFTER", 2)
+    assert f"measured 3 commits to bench, tests/unit, tests/framework, tests/multiproc ago (at {measured}; more " \
+           "than 2)" in tier_cache.surface_stale()
+    monkeypatch.setattr(tier_cache, "STALE_AFTER", 3)
+    assert tier_cache.surface_stale() is None
+    (tmp_path / "tools/lower-covered.txt").write_text("# measured at 0000000 (a commit this clone lacks)\n")
+    assert tier_cache.measurement_age() == (None, "0000000")

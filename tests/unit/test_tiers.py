@@ -93,6 +93,7 @@ def tiers_key_tree(tmp_path, monkeypatch):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     monkeypatch.setattr(tier_cache, "ROOT", tmp_path)
+    monkeypatch.setattr(tier_cache, "measurement_age", lambda: (0, "abc1234"))  # measured just now
     monkeypatch.setattr(tier_cache, "listed", lambda paths: sorted(
         str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()
         and any(str(p.relative_to(tmp_path)) == q or str(p.relative_to(tmp_path)).startswith(q + "/") for q in paths)))
@@ -111,6 +112,9 @@ def tiers_key_tree(tmp_path, monkeypatch):
 
 
 ALL = set(tier_cache.INPUTS)
+# README's make bench in a bare Debian container: keyed by the set-up's files and the base image, never bench/
+SETUP_ONLY = {"bare_debian"}
+BENCH = ALL - SETUP_ONLY
 DOCKER = {"image", "cluster", "image_cuda", "kubernetes", "apptainer", "sif_pull", "diagnose"}
 SLURM = {"slurm", "cluster", "apptainer", "sif_pull", "diagnose"}
 
@@ -132,15 +136,15 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
 
 @pytest.mark.parametrize("name, text, stale", [
     # the package: every tier but the pull's; diagnose by its import closure only
-    ("bench/modes/torch_common.py", "step = 2\n", ALL - {"sif_pull"}),
-    ("bench/cli.py", "from bench.modes import registry  # edited\n", ALL - {"sif_pull", "diagnose"}),
+    ("bench/modes/torch_common.py", "step = 2\n", BENCH - {"sif_pull"}),
+    ("bench/cli.py", "from bench.modes import registry  # edited\n", BENCH - {"sif_pull", "diagnose"}),
     # diagnose's too when it is code: its phases run `python -m bench` on the nodes (the CLI, the modes, every model)
-    ("bench/cli.py", "from bench.modes import registry\nverbose = True\n", ALL - {"sif_pull"}),
-    ("bench/models/torch_resnet.py", "depth = 50\n", ALL - {"sif_pull"}),
-    ("bench/records/schema.py", "version = 4\n", ALL - {"sif_pull"}),
-    ("bench/records/env.py", "digest = 'another way'\n", ALL - {"diagnose"}),
-    ("bench/commands/diagnose/rules.toml", "straggler = 0.8\n", ALL - {"sif_pull"}),
-    ("bench/new_module.py", "x = 1\n", ALL - {"sif_pull", "diagnose"}),  # a new (untracked) file
+    ("bench/cli.py", "from bench.modes import registry\nverbose = True\n", BENCH - {"sif_pull"}),
+    ("bench/models/torch_resnet.py", "depth = 50\n", BENCH - {"sif_pull"}),
+    ("bench/records/schema.py", "version = 4\n", BENCH - {"sif_pull"}),
+    ("bench/records/env.py", "digest = 'another way'\n", BENCH - {"diagnose"}),
+    ("bench/commands/diagnose/rules.toml", "straggler = 0.8\n", BENCH - {"sif_pull"}),
+    ("bench/new_module.py", "x = 1\n", BENCH - {"sif_pull", "diagnose"}),  # a new (untracked) file
     # the venv's Horovod, how the package is built and installed
     ("docker/build-horovod.sh", "make -j2\n", ALL),
     ("docker/horovod/gcc13.patch", "+another fix\n", ALL),
@@ -169,11 +173,15 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
     ("Makefile", "test-slurm: venv ## system tier: Slurm\n\tpytest -x -m slurm\n", ALL),
     # helpers a tier runs beside its tests: the benchmarks' package (the slurm, apptainer and gpu_check tiers import
     # it), compose's choice for the image tier, the SIF fixtures the contract and the pull take
-    ("tools/benchmarks/__init__.py", "results = 2\n", ALL),
-    ("tools/benchmarks/endings.py", "gone = 2\n", ALL),
+    ("tools/benchmarks/__init__.py", "results = 2\n", BENCH),
+    ("tools/benchmarks/endings.py", "gone = 2\n", BENCH),
     ("tools/cluster.py", "nodes 2\n", {"image", "cluster", "diagnose", "apptainer"}),
     ("tests/system/test_apptainer.py", "pytestmark = pytest.mark.apptainer\n# more\n",
      {"apptainer", "sif_pull", "image"}),
+    # README's set-up from nothing: its scripts, the base image's tool, its own test; never bench/ (above)
+    ("tools/setup.sh", "apt-get install more\n", ALL - {"sif_pull"}),
+    ("tools/images.py", "base = 'trixie'\n", DOCKER | SETUP_ONLY),
+    ("tests/system/test_bare_debian.py", "pytestmark = pytest.mark.bare_debian\n# more\n", SETUP_ONLY),
     # the docs: no tier
     ("README.md", "# hvdbench, reworded\n", set()),
     ("docs/running.md", "run it again\n", set()),
@@ -183,7 +191,7 @@ def test_a_tier_goes_stale_on_every_class_of_its_inputs(tiers_key_tree, tmp_path
 
 
 @pytest.mark.parametrize("tool, value, stale", [
-    ("docker version", "29.0.1", DOCKER), ("docker image inspect", "sha256:base2", DOCKER),
+    ("docker version", "29.0.1", DOCKER | SETUP_ONLY), ("docker image inspect", "sha256:base2", DOCKER | SETUP_ONLY),
     # the frameworks stage each flavour's images are built on
     ("docker image inspect --format {{.Id}} hvdbench:current-cpu-frameworks", "sha256:cpu2", DOCKER - {"image_cuda"}),
     ("docker image inspect --format {{.Id}} hvdbench:current-cuda-frameworks", "sha256:cuda2", {"image_cuda"}),
@@ -223,7 +231,7 @@ STEP = "def step(x):\n    return x + 1\n"
 ON_GPU = "def on_gpu(x):\n    return x.cuda()\n"
 COVERED = "# measured\nbench/modes/torch_common.py:<module>\nbench/modes/torch_common.py:step\n"
 SMOKE = {"slurm", "image", "kubernetes", "cluster", "image_cuda", "apptainer"}
-PACKAGE_TIERS = ALL - {"sif_pull"}  # keyed by bench/ (diagnose by its import closure, in which torch_common is)
+PACKAGE_TIERS = BENCH - {"sif_pull"}  # keyed by bench/ (diagnose by its import closure, in which torch_common is)
 
 
 @pytest.mark.parametrize("text, whole, features", [
@@ -242,6 +250,23 @@ def test_only_the_smoke_tests_rerun_for_code_the_lower_tiers_run(tiers_key_tree,
     (tmp_path / "tools/lower-covered.txt").write_text(COVERED)
     assert changed_tiers(tiers_key_tree, tmp_path, "bench/modes/torch_common.py", text, "whole") == whole
     assert changed_tiers(tiers_key_tree, tmp_path, "bench/modes/torch_common.py", text, "features") == features
+
+
+def test_a_stale_measurement_reruns_every_feature_for_code_the_lower_tiers_run(tiers_key_tree, tmp_path,
+                                                                              monkeypatch):
+    """Past STALE_AFTER commits since tools/lower-covered.txt was measured, a unit it lists as run may no longer be
+    (a test taken out): the features are keyed by bench/ whole, and each key says why."""
+    (tmp_path / "bench/modes/torch_common.py").write_text(f"{STEP}\n{ON_GPU}")
+    (tmp_path / "tools/lower-covered.txt").write_text(COVERED)
+    text = f"{STEP.replace('+ 1', '+ 2')}\n{ON_GPU}"  # a function the lower tiers ran: smoke tests only, above
+    monkeypatch.setattr(tier_cache, "measurement_age", lambda: (tier_cache.STALE_AFTER, "abc1234"))
+    assert changed_tiers(tiers_key_tree, tmp_path, "bench/modes/torch_common.py", text, "features") == set()
+    monkeypatch.setattr(tier_cache, "measurement_age", lambda: (tier_cache.STALE_AFTER + 1, "abc1234"))
+    assert changed_tiers(tiers_key_tree, tmp_path, "bench/modes/torch_common.py", text, "features") == PACKAGE_TIERS
+    why = [line for line in tier_cache.key("image", "features")[1] if "not its surface" in line]
+    assert why and f"measured {tier_cache.STALE_AFTER + 1} commits" in why[0] and "make test-surface" in why[0]
+    monkeypatch.setattr(tier_cache, "measurement_age", lambda: (None, "abc1234"))  # a commit git does not have
+    assert "names no commit git finds here" in tier_cache.surface_stale()
 
 
 def test_a_new_measurement_changes_the_features_keys_only(tiers_key_tree, tmp_path):
