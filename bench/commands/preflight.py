@@ -4,8 +4,9 @@ Run it on each node (``srun -N2 --ntasks-per-node=1 bench preflight``, or in the
 CUDA each framework was built for, every GPU (other processes, uncorrected ECC errors, pending page retirements
 and row remaps), the interfaces NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name, the interface that reaches each
 of ``--hosts`` (by default the other nodes of the Slurm allocation), the InfiniBand ports' state and rate, and the
-kernel log's Xid and SXid events since boot (bench.measure.kernel_log). A table for people, ``--json`` for
-scripts; exit 1 when a finding is an error.
+kernel log's Xid and SXid events since boot (bench.measure.kernel_log), and the host's own settings: governor,
+C-states, NUMA balancing, IOMMU, huge pages, swap, limits, srun's PMIx (bench.measure.host_prescreen). A table for
+people, ``--json`` for scripts; exit 1 when a finding is an error.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from bench.config import comma_list, option
 from bench.launching.slurm import expand_nodelist
-from bench.measure import env_faults, kernel_log
+from bench.measure import env_faults, host_prescreen, kernel_log
 from bench.measure.nvml import load_nvml
 from bench.records import env as environment
 
@@ -65,6 +66,7 @@ def findings(cfg: PreflightConfig) -> list[env_faults.Finding]:
         finally:
             module.nvmlShutdown()
     out += kernel_log.findings(*kernel_log.read(), addresses)
+    out += host_prescreen.findings()
     out += env_faults.network_findings(dict(os.environ), other_nodes(cfg))
     out += env_faults.infiniband_findings(dict(os.environ))
     return out

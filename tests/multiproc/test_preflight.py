@@ -40,3 +40,16 @@ def test_preflight_reads_an_xid_from_the_kernel_log_as_an_error(tmp_path):
     (log,) = [f for f in json.loads(r.stdout) if f["check"] == "kernel-log"]
     assert log["member"] == "PCI 0000:3b:00" and log["status"] == "error" and "fallen off the bus" in log["detail"]
 
+
+
+def test_inside_an_allocation_srun_is_asked_whether_it_offers_pmix(tmp_path, monkeypatch):
+    from bench.measure import host_prescreen
+
+    srun = tmp_path / "srun"
+    for offered, status in (("none\n  pmi2\n", "warning"), ("none\n  pmi2\n  pmix\n  pmix_v4\n", "ok")):
+        srun.write_text(f"#!/bin/sh\n[ \"$1\" = --mpi=list ] && printf 'MPI plugin types are...\\n  {offered}'\n")
+        srun.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+        (found,) = host_prescreen.srun_mpi({"SLURM_JOB_ID": "7"})
+        assert found.status == status, found
+        assert ("start them with mpirun" in found.detail) == (status == "warning")
