@@ -4,6 +4,8 @@ child process of a command for its parent (Reported)."""
 from __future__ import annotations
 
 import signal
+import sys
+from collections.abc import Callable
 
 from bench.deps import missing_message
 
@@ -110,3 +112,34 @@ def one_line(exc: BaseException) -> tuple[str, int]:
         return f"error: {message}", 1
     return (f"internal error: {type(exc).__name__}: {summary_line(exc)} (HVDBENCH_DEBUG=1 shows the traceback)",
             1)
+
+
+# Exit statuses as Nagios-style monitors read them (Meta's GCM's health checks too): `--exit-codes nagios` on the
+# commands that judge a node (preflight, diagnose).
+EXIT_CODES = ("bench", "nagios")
+NAGIOS_OK, NAGIOS_WARNING, NAGIOS_CRITICAL, NAGIOS_UNKNOWN = 0, 1, 2, 3
+
+
+def nagios(errors: int, warnings: int) -> int:
+    """0 with neither, 1 with warnings only, 2 with an error."""
+    return NAGIOS_CRITICAL if errors else NAGIOS_WARNING if warnings else NAGIOS_OK
+
+
+def check_exit_codes(value: str) -> None:
+    if value not in EXIT_CODES:
+        raise BenchError(f"--exit-codes takes {' or '.join(EXIT_CODES)} (got '{value}')")
+
+
+def judged(main: Callable[[], int], exit_codes: str) -> int:
+    """``main``'s status; with nagios, a command that could not judge (its one-line error, printed as every error
+    is) is 3, unknown, instead of 1; a stop signal stays its own status."""
+    if exit_codes != "nagios":
+        return main()
+    try:
+        return main()
+    except Stopped:
+        raise  # a stop is the signal's status, as every command's
+    except BenchError as exc:
+        line, _ = one_line(exc)
+        print(line, file=sys.stderr)
+        return NAGIOS_UNKNOWN

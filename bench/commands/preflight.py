@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 
 from bench.config import comma_list, option
+from bench.errors import check_exit_codes, judged, nagios
 from bench.launching.slurm import expand_nodelist
 from bench.measure import env_faults, host_prescreen, kernel_log
 from bench.measure.nvml import load_nvml
@@ -36,6 +37,11 @@ class PreflightConfig:
                                     "it was built for, a few seconds; --no-frameworks checks the rest only.",
                               flag="--frameworks/--no-frameworks")
     as_json: bool = option(False, "Print JSON: one object per finding.", flag="--json")
+    exit_codes: str = option("bench", "Exit statuses: bench (1 on an error), or nagios (0 ok, 1 a warning, 2 an "
+                                      "error, 3 could not check), as Nagios-style monitors read them.")
+
+    def __post_init__(self) -> None:
+        check_exit_codes(self.exit_codes)
 
 
 def other_nodes(cfg: PreflightConfig) -> list[str]:
@@ -73,7 +79,11 @@ def findings(cfg: PreflightConfig) -> list[env_faults.Finding]:
 
 
 def main(cfg: PreflightConfig) -> int:
-    """bench preflight: print every finding; exit 1 when one is an error."""
+    """bench preflight: print every finding; exit 1 when one is an error (--exit-codes nagios: 0, 1, 2 or 3)."""
+    return judged(lambda: report(cfg), cfg.exit_codes)
+
+
+def report(cfg: PreflightConfig) -> int:
     found = findings(cfg)
     errors = [f for f in found if f.status == "error"]
     if cfg.as_json:
@@ -88,4 +98,6 @@ def main(cfg: PreflightConfig) -> int:
         Console().print(table)
         warnings = sum(f.status == "warning" for f in found)
         print(f"preflight: {len(errors)} error(s), {warnings} warning(s)", file=sys.stderr)
+    if cfg.exit_codes == "nagios":
+        return nagios(len(errors), sum(f.status == "warning" for f in found))
     return 1 if errors else 0

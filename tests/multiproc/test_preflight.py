@@ -53,3 +53,25 @@ def test_inside_an_allocation_srun_is_asked_whether_it_offers_pmix(tmp_path, mon
         (found,) = host_prescreen.srun_mpi({"SLURM_JOB_ID": "7"})
         assert found.status == status, found
         assert ("start them with mpirun" in found.detail) == (status == "warning")
+
+
+def test_nagios_exit_codes_as_a_monitor_reads_them(tmp_path):
+    """--exit-codes nagios: 2 for an error (an Xid in the kernel log), 1 for warnings only (an open-files limit
+    below NCCL's needs), 3 for a diagnose that could not run; bench's own statuses stay 1 and 0 there."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, bench_env
+
+    (tmp_path / "xid.log").write_text("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    (tmp_path / "clean.log").write_text("[ 1.0] Linux version 6.1\n")
+
+    def preflight(log: str, *args: str) -> int:
+        line = f"ulimit -n 1024; exec {sys.executable} -m bench preflight --no-frameworks {' '.join(args)}"
+        return subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              env=bench_env(HVDBENCH_KERNEL_LOG=str(tmp_path / log))).returncode
+
+    assert (preflight("xid.log", "--exit-codes", "nagios"), preflight("xid.log")) == (2, 1)
+    assert (preflight("clean.log", "--exit-codes", "nagios"), preflight("clean.log")) == (1, 0)
+    r = bench("diagnose", "--exit-codes", "nagios", "--output", str(tmp_path))  # no allocation, no hosts
+    assert r.returncode == 3 and r.stderr.strip().startswith("error: bench diagnose runs inside a Slurm"), r.stderr

@@ -36,7 +36,7 @@ from bench.commands.diagnose import rules as rules_mod
 from bench.commands.diagnose.hosts import Commands, HostList, Slurm, Step, run_steps
 from bench.commands.diagnose.render import markdown, terminal
 from bench.config import byte_size, comma_list, option
-from bench.errors import BenchError, restore_handlers, stop_on_signals
+from bench.errors import BenchError, check_exit_codes, judged, nagios, restore_handlers, stop_on_signals
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
 from bench.records import files, store
@@ -100,9 +100,12 @@ class DiagnoseConfig:
                                         "string (e.g. 'apptainer exec --nv /shared/hvdbench.sif'), bench inside "
                                         "it; diagnose itself runs where srun is (docs/diagnose.md).",
                                         parse=_words("--container"), shown="")
+    exit_codes: str = option("bench", "Exit statuses: bench (3 on an error finding, 1 when it could not run), or "
+                                      "nagios (0 ok, 1 a warning, 2 an error, 3 could not run).")
     nodes: tuple[str, ...] = field(default=())  # resolved: the allocation's or the host list (main)
 
     def check(self) -> None:
+        check_exit_codes(self.exit_codes)
         if self.mode.split(":")[0] not in MODES:
             raise BenchError(f"unknown mode '{self.mode}' (choose from {', '.join(MODES)})")
         bad = [p for p in self.phases if p not in PHASES]
@@ -426,12 +429,15 @@ def write(record: Diagnose, folder: Path) -> Path:
 def main(cfg: DiagnoseConfig) -> int:
     """`bench diagnose`: the nodes resolved, then every phase, the record and the report; the exit status. A stop
     signal stops the phase's processes (the steps' own handling) and then this command."""
-    cfg = replace(cfg, nodes=resolve_nodes(cfg.hosts))
-    old = stop_on_signals()
-    try:
-        return diagnose(cfg)
-    finally:
-        restore_handlers(old)
+    def run() -> int:
+        nonlocal cfg
+        cfg = replace(cfg, nodes=resolve_nodes(cfg.hosts))
+        old = stop_on_signals()
+        try:
+            return diagnose(cfg)
+        finally:
+            restore_handlers(old)
+    return judged(run, cfg.exit_codes)
 
 
 def diagnose(cfg: DiagnoseConfig) -> int:
@@ -451,5 +457,8 @@ def diagnose(cfg: DiagnoseConfig) -> int:
         else:
             store.write(Path(cfg.save_baseline), baseline_record(record, cfg))
             print(f"baseline: {cfg.save_baseline}")
+    if cfg.exit_codes == "nagios":
+        return nagios(sum(f.severity == "error" for f in record.findings),
+                      sum(f.severity == "warning" for f in record.findings))
     return 0 if record.passed else FINDINGS_EXIT
 
