@@ -40,6 +40,7 @@ from bench.errors import BenchError, check_exit_codes, judged, nagios, restore_h
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
 from bench.records import files, store
+from bench.records.env import container
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Allreduce, Baseline
 from bench.records.results import check_output_dir, load_result
@@ -253,8 +254,6 @@ class Diagnosis:
     def check_launchers(self) -> None:
         """One line, before any step, when a command the steps start with is not here (diagnose run inside a
         container that has no srun, say)."""
-        from bench.records.env import container
-
         missing = [c for c in self.exe.launchers(self.cfg.phases) if shutil.which(c) is None]
         if missing:
             inside = (f" (this process runs in a container, {container()}: run bench diagnose where {missing[0]} is, "
