@@ -74,3 +74,26 @@ def test_bench_alone_runs_diagnose_with_its_steps_in_a_container(bare_venv, tmp_
     assert len(steps) == 2 and all(s["exit_code"] != 0 for s in steps)
     assert all("apptainer exec --nv /shared/h.sif python3 -c" in s["command"][-1] for s in steps)
 
+
+
+def test_the_manifest_check_runs_from_a_plain_python3_with_the_validators_it_names(tmp_path_factory):
+    """tools/k8s_check.py needs no bench and no dev venv: a venv of a plain python3 with the three validators it
+    names (its one line where one is missing) checks the shipped manifests from the checkout."""
+    import shlex
+
+    from tools import k8s_check
+
+    venv = tmp_path_factory.mktemp("validators") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    packages = shlex.split(k8s_check.NEEDS.split("pip install", 1)[1])
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *packages], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    subprocess.run([sys.executable, "-m", "venv", str(venv.parent / "bare")], check=True)  # none of them
+    bare = subprocess.run([str(venv.parent / "bare" / "bin" / "python"), "-m", "tools.k8s_check", "-"], cwd=ROOT,
+                          input="", capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 2 and k8s_check.NEEDS in bare.stderr and len(bare.stderr.strip().splitlines()) == 1
+    examples = sorted(str(p) for p in (ROOT / "k8s" / "examples").glob("*.yaml"))
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "tools.k8s_check", *examples], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert examples and done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
