@@ -26,6 +26,7 @@ from bench.commands import (
     preflight,
     report,
     run_file,
+    soak,
     sweep,
     tune,
     verify,
@@ -184,7 +185,7 @@ declared_command("run", RunFileConfig, run_file.main, "Run the benchmark a JSON 
                  "(RunConfig's fields; bench sweep writes one per cell).")
 declared_command("schema", info.SchemaConfig, info.schema, "Print the JSON Schema of a record kind: the result "
                  "file every run writes (the default), or verify, allreduce, peak, diagnose, diagnose-baseline, "
-                 "data-bench, converge or tune.")
+                 "data-bench, converge, tune or soak.")
 declared_command("models", info.ModelsConfig, info.models, "List the models: workload kind, parameters (at their "
                  "default classes or vocabulary), input sizes.")
 declared_command("env", info.EnvConfig, info.env, "Print the environment every result records (versions, GPUs, "
@@ -208,6 +209,9 @@ declared_command("peak", peak.PeakConfig, peak.main, "The achievable matrix-mult
 declared_command("preflight", preflight.PreflightConfig, preflight.main, "Find the environment faults that spoil a "
                  "run before it: driver vs the frameworks' CUDA, GPUs (other processes, ECC, pending resets), the "
                  "network interfaces, the InfiniBand ports and the kernel log's Xid events (exit 1 on an error).")
+declared_command("soak", soak.SoakConfig, soak.main, "Load every GPU of the node for a while and judge it as "
+                 "operators accept a node: throttling, temperature spread, each GPU's rate, power, ECC, and one "
+                 "product compared bit for bit (exit 1 on an error).")
 declared_command("verify", VerifyConfig, verify.main, "Check that every distributed mode trains what one process "
                  "trains on the global batch (exit 1 on FAIL).")
 declared_command("diagnose", DiagnoseConfig, diagnose_main, "Find the slow node, device or link: devices alone, "

@@ -2,7 +2,9 @@
 
 Each fake GPU has a script of behaviour: power in watts (or None: NotSupported), an energy counter
 that integrates that power over real time (or NotSupported, as on pre-Volta GPUs), throttle bits, and
-whether instant power (a field value) is offered.
+whether instant power (a field value) is offered. Throttle bits, temperature, SM clock and the ECC counts may
+each be a list instead: a sequence over time, each read taking the next value and the last one repeating (a GPU
+that heats, slows or starts to throttle under a soak); ECC counts of None are NotSupported.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ NVML_FI_DEV_POWER_INSTANT = 186
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
 NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
+NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
+NVML_VOLATILE_ECC = 0
 
 
 class NVMLError(Exception):
@@ -30,10 +34,29 @@ class NVMLError_NotSupported(NVMLError):  # noqa: N801 (nvidia-ml-py's spelling)
 
 class FakeGPU:
     def __init__(self, power_w: float | None = 300.0, energy: bool = True, instant_power: bool = True,
-                 throttle: int = 0, nvlink: bool = False) -> None:
-        self.power_w, self.energy, self.instant, self.throttle, self.nvlink = power_w, energy, instant_power, \
-            throttle, nvlink
+                 throttle: int | list[int] = 0, nvlink: bool = False, temperature: float | list[float] = 61,
+                 sm_clock: int | list[int] = 1980, ecc_corrected: int | list[int] | None = 0,
+                 ecc_uncorrected: int | list[int] | None = 0, power_limit_w: float | None = 700.0,
+                 default_limit_w: float | None = 700.0) -> None:
+        self.power_w, self.energy, self.instant, self.nvlink = power_w, energy, instant_power, nvlink
+        self.power_limit_w, self.default_limit_w = power_limit_w, default_limit_w
+        self.scripts = {"throttle": throttle, "temperature": temperature, "sm_clock": sm_clock,
+                        "ecc_corrected": ecc_corrected, "ecc_uncorrected": ecc_uncorrected}
+        self.reads = {name: 0 for name in self.scripts}
         self.t0 = time.time()
+
+    def next(self, name: str):
+        """The value of a script at this read: a constant, or a sequence's next value (the last one repeats)."""
+        script = self.scripts[name]
+        if not isinstance(script, list):
+            return script
+        value = script[min(self.reads[name], len(script) - 1)]
+        self.reads[name] += 1
+        return value
+
+    @property
+    def throttle(self):
+        return self.scripts["throttle"]
 
     def energy_mj(self) -> int:
         return int((time.time() - self.t0) * (self.power_w or 0) * 1000)
@@ -93,15 +116,32 @@ class FakeNVML:
 
     def nvmlDeviceGetClockInfo(self, h, clock):  # noqa: N802
         self._count()
-        return 1980 if clock == NVML_CLOCK_SM else 2619
+        return h.next("sm_clock") if clock == NVML_CLOCK_SM else 2619
 
     def nvmlDeviceGetTemperature(self, h, sensor):  # noqa: N802
         self._count()
-        return 61
+        return h.next("temperature")
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):  # noqa: N802
         self._count()
-        return h.throttle
+        return h.next("throttle")
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):  # noqa: N802
+        self._count()
+        value = h.next("ecc_corrected" if kind == NVML_MEMORY_ERROR_TYPE_CORRECTED else "ecc_uncorrected")
+        if value is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return value
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):  # noqa: N802
+        if h.power_limit_w is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return int(h.power_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):  # noqa: N802
+        if h.default_limit_w is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return int(h.default_limit_w * 1000)
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):  # noqa: N802
         self._count()

@@ -33,6 +33,11 @@ _BODIES: dict[Kind, dict[str, Any]] = {
                       "decode_rate_per_core": {}, "cores_to_feed": {}, "gpu_rates": {}, "definitions": {}},
     Kind.CONVERGE: {"target_accuracy": 0.5, "tolerance": 0.05, "median_final_top1": 0.5, "rows": [],
                     "verdict": "PASS", "reasons": [], "curves": []},
+    Kind.SOAK: {"host": "h", "config": {}, "torch": "2", "size": 8, "dtype": "float32", "seconds": 1.0,
+                "devices": [{"label": "cpu (2 threads)", "model": "cpu", "window_tflops": [0.1], "median_tflops": 0.1,
+                             "digest_before": "d", "digest_after": "d", "error": None}],
+                "gpu_reason": "a CPU soak", "limits": {}, "limits_source": "s", "findings": [], "passed": True,
+                "definitions": {}},
     Kind.TUNE: {"mode": "torch-ddp", "np": 1, "model": "resnet50", "precision": "fp32", "options": "", "common": {},
                 "min_gain": 0.02, "max_batch": 64, "points": [], "knee": None, "why": "no batch ran"},
 }

@@ -94,7 +94,7 @@ has_horovod() { "$PY" -c 'import horovod.torch' 2>/dev/null; }
 
 step install install_bench
 if [ "$SHORT" = 1 ]; then
-  DEVICE=(--device cpu); GPUS=2; PRECISIONS=(fp32); PEAKS=(fp32)
+  DEVICE=(--device cpu); GPUS=2; PRECISIONS=(fp32); PEAKS=(fp32); SOAK=(--seconds 2 --window 0.5 --size 256)
   SIZE=(--image-size 32 --batch-size 2 --warmup-steps 1 --steps-per-window 2 --windows 2 --attribution-steps 0)
   MODELS=(vgg16)
   REF=(--models vgg16 --np 1 --batch-sizes 2 --repeats 1 --warmup 1 --batches-per-iter 1 --iters 1)
@@ -108,7 +108,7 @@ if [ "$SHORT" = 1 ]; then
 else
   DEVICE=(--device cuda); GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
   [ "${GPUS:-0}" -ge 1 ] || { log "no GPU visible to PyTorch: nothing to check (run with --short for the CPU)"; exit 1; }
-  PRECISIONS=(fp32 amp-bf16 amp-fp16); PEAKS=(fp32 amp-bf16 amp-fp16)
+  PRECISIONS=(fp32 amp-bf16 amp-fp16); PEAKS=(fp32 amp-bf16 amp-fp16); SOAK=(--seconds 60 --precision amp-bf16)
   SIZE=(--image-size 224 --batch-size 64)
   MODELS=(vgg16 resnet50)
   # Horovod's script's own lengths (10 warm-up batches, 10 iterations of 10): a few steps time a GPU badly.
@@ -126,6 +126,8 @@ fi
 step env "${BENCH[@]}" env
 step preflight "${BENCH[@]}" preflight  # NVML's process, ECC and remap queries on real GPUs (exit 1 on a finding)
 for p in "${PEAKS[@]}"; do step "peak-$p" "${BENCH[@]}" peak "${DEVICE[@]}" --precision "$p" --output "$RES"; done
+# Every GPU under a sustained load, judged as operators accept a node (docs/soak.md; exit 1 on an error finding).
+step soak "${BENCH[@]}" soak "${DEVICE[@]}" "${SOAK[@]}" --output "$RES"
 # First in the window: paper and tuned side by side (docs/profiles.md), and ResNet-50 at Lambda's own
 # batch and layout (NCHW, eager) for the ratio to their published figure, like for like. The paper's runs carry
 # the names of the loop's below, which then skips them.

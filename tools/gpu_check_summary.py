@@ -18,7 +18,7 @@ from bench.errors import BenchError
 from bench.records import references, store
 from bench.records.collect import load_results
 from bench.records.describe import tuning_of
-from bench.records.kinds import DataBench, Peak, Verify
+from bench.records.kinds import DataBench, Peak, Soak, Verify
 from bench.records.schema import Result
 
 
@@ -69,6 +69,27 @@ def data_bench_section(benches: list[DataBench]) -> list[str]:
                f"{' '.join(f'{x:.0f}' for x in r.raw)} | {_f(b.decode_rate_per_core.get(r.loader))} |" for r in b.rows]
     if not any(r.loader == "dali" and r.device == "cuda" for b in benches for r in b.rows):
         md += ["", "DALI decoding on the GPU: not measured (no DALI on this machine, or no GPU visible to PyTorch)."]
+    return md
+
+
+def soak_section(soaks: list[Soak]) -> list[str]:
+    """bench soak: each device's rate under sustained load, its throttling, heat and power, the product's digest,
+    and every finding that is not ok."""
+    if not soaks:
+        return []
+    md = ["", "## Sustained load (bench soak)", "",
+          "| device | seconds | TFLOP/s (median) | slowest window | throttled samples | peak C | W mean / limit | "
+          "product same after |", "|---|---|---|---|---|---|---|---|"]
+    for s in soaks:
+        for d in s.devices:
+            n = d.nvml or {}
+            power = (f"{_f(n.get('power_mean_w'), '.0f')} / {_f(n.get('power_limit_w'), '.0f')}" if n else "-")
+            throttled = f"{n['throttled_samples']} of {n['throttle_samples_read']}" if n else "-"
+            md.append(f"| {d.label} | {s.seconds:.0f} | {_f(d.median_tflops, '.4g')} | "
+                      f"{_f(min(d.window_tflops) if d.window_tflops else None, '.4g')} | {throttled} | "
+                      f"{_f(n.get('temperature_max_c'), 'g')} | {power} | "
+                      f"{'-' if not d.digest_after else d.digest_after == d.digest_before} |")
+        md += [f"- {f.status}: {f.check} {f.member}: {f.detail}" for f in s.findings if f.status != "ok"]
     return md
 
 
@@ -237,6 +258,7 @@ def main() -> None:
     md += anchors_section(runs)
     md += input_section(runs)
     md += data_bench_section(records(results, DataBench))
+    md += soak_section(records(results, Soak))
     md += loaders_section(runs)
     md += trace_section(runs)
     md += training_section(runs)

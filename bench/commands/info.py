@@ -102,7 +102,7 @@ def env(cfg: EnvConfig) -> int:
 @dataclass(frozen=True)
 class SchemaConfig:
     kind: Kind = option(Kind.RESULT, "The record kind: result (a run's, the default), verify, allreduce, peak, "
-                                     "diagnose, diagnose-baseline, data-bench, converge or tune.", argument=True)
+                                     "diagnose, diagnose-baseline, data-bench, converge, tune or soak.", argument=True)
     diagnose: bool = option(False, "The schema of bench diagnose's record (the same as KIND diagnose).",
                             flag="--diagnose")
 

@@ -239,3 +239,46 @@ class Tune(_Header):
     points: list[TunePoint]
     knee: int | None
     why: str
+
+
+class SoakFinding(_Typed):
+    """One judged item of a soak (bench.measure.soak): what, about which device, its status, what was seen."""
+    check: str = Field(description="load, throughput, result, throttle, temperature, power, ecc")
+    member: str = Field(description="a device's label, its model, the node, or '-'")
+    status: Literal["error", "warning", "ok", "n/a"]
+    detail: str = Field(description="what was seen against its threshold, and what to do")
+
+
+class SoakDevice(_Typed):
+    """One device's load and readings (bench.measure.soak)."""
+    label: str = Field(description="'cuda:0 NVIDIA H100 80GB HBM3', or 'cpu (N threads)'")
+    model: str
+    window_tflops: list[float] = Field(description="raw: every window's rate, 2 x N^3 x products / its time")
+    median_tflops: float | None
+    digest_before: str | None = Field(description="SHA-256 of the deterministic product before the load")
+    digest_after: str | None = Field(description="and after it")
+    error: str | None = Field(description="why the load failed on it; null when it ran")
+    nvml: dict[str, Any] | None = Field(None, description="a GPU's NVML figures under load "
+                                        "(bench.measure.soak.gpu_figures); absent on the CPU")
+    series: dict[str, list[Any]] | None = Field(None, description="raw: every NVML sample under load, by field "
+                                                "(t, temperature_c, sm_clock_mhz, power_w, throttle_reasons)")
+
+
+class Soak(_Header):
+    """bench soak: a sustained load on every GPU of the node, judged as operators accept a node (bench.measure.
+    soak)."""
+    model_config = ConfigDict(title="hvdbench soak record")
+    kind: Literal["soak"]
+    host: str
+    config: dict[str, Any]
+    torch: str
+    size: int = Field(description="the load's N (an N x N by N x N product)")
+    dtype: str
+    seconds: float = Field(description="the load's measured length")
+    devices: list[SoakDevice]
+    gpu_reason: str | None = Field(description="why no GPU was read (a CPU soak, no NVML); null on GPUs")
+    limits: dict[str, float]
+    limits_source: str = Field(description="where the thresholds came from: the defaults, or a threshold pack")
+    findings: list[SoakFinding]
+    passed: bool = Field(description="no finding is an error")
+    definitions: dict[str, str]

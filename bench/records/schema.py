@@ -599,7 +599,8 @@ def record_model(kind: str) -> type[BaseModel]:
     every other kind's in bench.records.kinds."""
     return {"result": Result, "diagnose": Diagnose, "verify": kinds.Verify, "allreduce": kinds.Allreduce,
             "peak": kinds.Peak, "diagnose-baseline": kinds.Baseline, "data-bench": kinds.DataBench,
-            "converge": kinds.Converge, "tune": kinds.Tune}[kind]  # tests/unit/test_schema.py: one for every Kind
+            "converge": kinds.Converge, "tune": kinds.Tune,
+            "soak": kinds.Soak}[kind]  # tests/unit/test_schema.py: one for every Kind
 
 
 def json_schema(kind: str = "result") -> dict[str, Any]:

@@ -44,6 +44,7 @@ class Kind(str, Enum):
     DATA_BENCH = "data-bench"
     CONVERGE = "converge"
     TUNE = "tune"
+    SOAK = "soak"
 
 
 def kind_of(data: Any) -> Kind | None:

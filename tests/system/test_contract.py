@@ -173,6 +173,7 @@ STEPS = [
     Step("predict", "predict --result \"$(ls $R/run-file/*.json | head -n 1)\" --busbw 10 --latency-us 10 "
          "--gpus 1,8", says("8")),
     Step("peak", "peak --device cpu --seconds 0.1 --repeats 1 --output $R", wrote("peak")),
+    Step("soak", "soak --device cpu --seconds 2 --window 0.5 --size 256 --output $R", wrote("soak")),
     Step("k8s", "k8s torch-ddp --image hvdbench:current-cuda --nodes 2 --gpus-per-node 1", says("kind:")),
 ]
 

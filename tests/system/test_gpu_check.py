@@ -45,7 +45,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
     assert len(names) == len(set(names)) and names[:4] == ["install", "env", "preflight", "peak-fp32"]  # in order
     assert {"torch-ddp-vgg16-fp32", "tuned-vgg16-fp32", "torch-horovod-vgg16-fp32", "reference", "torch-ddp-data",
             "torch-ddp-data-slow-loader", "data-bench", "transformer", "verify", "torch-ddp-converge",
-            "torch-ddp-resume"} <= set(names)
+            "torch-ddp-resume", "soak"} <= set(names)
     assert all(s[1] == "0" for s in steps), steps
     files = sorted(p.name for p in out.iterdir())
     assert files == ["env.txt", "logs.tar.gz", "results.tar.gz", "status.tsv", "summary.md"] and len(files) <= 8
@@ -58,6 +58,7 @@ def test_the_short_check_runs_end_to_end_and_resumes(tmp_path):
             "| 1 |") in summary
     assert "## torch-horovod against Horovod's own PyTorch benchmark" in summary
     assert "| peak-fp32 | ok |" in summary and "| preflight | ok |" in summary
+    assert "## Sustained load (bench soak)" in summary and "| cpu (" in summary.split("## Sustained load", 1)[1]
     assert "## Input pipeline (--data against synthetic)" in summary
     assert "| torch-ddp | vgg16 | fp32 | 2 | torch" in summary
     # and the slow loader's run beside it (one worker); on the CPU no device idle (the column's "-")

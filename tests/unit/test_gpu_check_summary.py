@@ -2,7 +2,7 @@
 
 from bench.records.schema import Result
 from tests import samples
-from tools.gpu_check_summary import anchors_section
+from tools.gpu_check_summary import anchors_section, soak_section
 
 
 def run(device: str, precision: str, rate: float, mode: str = "torch-single", parts: dict | None = None,
@@ -106,3 +106,18 @@ def test_dalis_losses_with_channels_last_are_held_beside_the_torch_loaders():
     alone = loaders_section([trained("torch", 6.0, "1")])
     assert alone[-1] == "DALI with channels-last: not measured (no DALI on this machine)."
     assert loaders_section([run("cuda:0 NVIDIA H200", "amp-bf16", 1.0)]) == []
+
+
+def test_a_soak_shows_each_gpus_rate_throttling_heat_and_power_and_what_was_not_ok():
+    from tests.fake_nvml import FakeGPU
+    from tests.unit.test_soak import FakeLoad, soak_of
+
+    record = soak_of([FakeGPU(), FakeGPU(temperature=[60, 70], throttle=[0, 0x4])], [FakeLoad(0), FakeLoad(1)])
+    section = soak_section([record])
+    rows = [line for line in section if line.startswith("| cuda:")]
+    assert rows[0].startswith("| cuda:0 NVIDIA H100 80GB HBM3 | 1 | 100 | 100 | 0 of ") and rows[0].endswith(
+        "| 61 | 300 / 700 | True |")
+    assert "| 70 |" in rows[1] and " of " in rows[1] and not rows[1].split("|")[5].strip().startswith("0 of")
+    assert any(line.startswith("- error: throttle cuda:1") for line in section)
+    assert any(line.startswith("- warning: temperature node") for line in section)
+    assert soak_section([]) == []
