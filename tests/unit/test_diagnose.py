@@ -434,3 +434,34 @@ def test_a_container_command_the_shell_cannot_split_is_one_line():
         "apptainer", "exec", "--nv", "/my sifs/h.sif")
     with pytest.raises(BenchError, match="--container: No closing quotation"):
         _words("--container")("apptainer exec 'h.sif")
+
+
+def test_a_pairs_lucky_baseline_figure_sets_no_bar_a_healthy_run_cannot_meet():
+    """Measured in the diagnose tier: a healthy baseline's node2+node3 latency was 448.5 us (the other pairs
+    1118-1717 us); the next healthy run's 1381 us was over 3 x 448.5. The pair rules hold a member to the more
+    lenient of its own baseline figure and the baseline's median; a real slowdown is still found."""
+    def pairs(latency, busbw=None):
+        return {"pair": {p: {"latency_us": lat, "busbw_GBps": (busbw or {}).get(p, 0.3)}
+                         for p, lat in latency.items()}}
+    base = pairs({"node1+node2": 1118.0, "node1+node3": 1450.0, "node2+node3": 448.5, "node3+node4": 1717.0},
+                 {"node2+node3": 0.9})
+    healthy = pairs({"node1+node2": 1200.0, "node1+node3": 1390.0, "node2+node3": 1381.0, "node3+node4": 1500.0})
+    assert [f for f in R.evaluate(R.load(), healthy, base) if f.against == "baseline"] == []
+    slow = pairs({"node1+node2": 1200.0, "node1+node3": 1390.0, "node2+node3": 5000.0, "node3+node4": 1500.0},
+                 {"node1+node2": 0.1})
+    found = [(f.where, f.name, f.expected) for f in R.evaluate(R.load(), slow, base) if f.against == "baseline"]
+    assert found == [("node1+node2", "busbw_GBps", 0.3), ("node2+node3", "latency_us", 1284.0)]
+    # a device rule has no floor: a node that was faster than its peers and fell back is still held to itself
+    assert {r.name for r in R.load() if r.median_floor} == {"pair-bandwidth-below-baseline",
+                                                            "pair-latency-above-baseline"}
+
+
+def test_median_floor_is_a_baseline_rules_option_and_a_boolean(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rule]]\nname = "x"\nkind = "pair"\nfigure = "latency_us"\nagainst = "peers"\n'
+                    'direction = "above"\ntolerance = 2.0\nseverity = "error"\nmedian_floor = true\n')
+    with pytest.raises(BenchError, match="unknown median_floor"):
+        R.load(path)
+    path.write_text(path.read_text().replace('"peers"', '"baseline"').replace("= true", '= "yes"'))
+    with pytest.raises(BenchError, match="median_floor must be true or false"):
+        R.load(path)

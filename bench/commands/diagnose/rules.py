@@ -7,7 +7,9 @@ name -> value. A rule compares one figure of every member of its kind with an ex
     peers:     expected = median of the same figure over the *other* members of that kind in this run
                (no verdict with fewer than 2 others: a median of one is that one)
     baseline:  expected = the same member's figure in the baseline, or, for a member the baseline lacks,
-               the median of that kind there (a baseline merged from several: each figure's median over them)
+               the median of that kind there (a baseline merged from several: each figure's median over them);
+               with ``median_floor``, the more lenient of the member's figure and that median (a pair's lucky
+               latency in the baseline sets no bar a healthy run cannot meet)
     value:     expected = the rule's own ``value`` (an absolute bound: a fleet's floor, a latency ceiling)
 
     below:  a finding when figure < expected x (1 - tolerance)      (value: figure < value)
@@ -52,6 +54,7 @@ class Rule:
     severity: str
     tolerance: float | None = None  # peers and baseline: the share the figure may fall short of (or exceed) them
     value: float | None = None  # against = "value": the bound itself
+    median_floor: bool = False  # baseline: never stricter than the baseline's median of the kind (module docstring)
 
     def flagged(self, value: float, expected: float) -> bool:
         margin = self.tolerance or 0.0
@@ -92,7 +95,8 @@ def load(path: str | Path | None = None) -> list[Rule]:
         where = f"rules {path}, rule {i} ({raw.get('name', 'unnamed')})"
         bound = "value" if raw.get("against") == "value" else "tolerance"  # what the rule holds the figure by
         missing = [k for k in (*REQUIRED, bound) if k not in raw]
-        extra = sorted(set(raw) - set(REQUIRED) - {bound})
+        extra = sorted(set(raw) - set(REQUIRED) - {bound} - ({"median_floor"} if raw.get("against") == "baseline"
+                                                              else set()))
         if missing or extra:
             raise BenchError(f"{where}: {'missing ' + ', '.join(missing) if missing else ''}"
                              f"{'; ' if missing and extra else ''}{'unknown ' + ', '.join(extra) if extra else ''}")
@@ -104,6 +108,8 @@ def load(path: str | Path | None = None) -> list[Rule]:
                              ("severity", ("error", "warning"))):
             if raw[key] not in allowed:
                 raise BenchError(f"{where}: {key} must be {' or '.join(allowed)}")
+        if not isinstance(raw.get("median_floor", False), bool):
+            raise BenchError(f"{where}: median_floor must be true or false")
         number = raw[bound]
         if not isinstance(number, (int, float)) or isinstance(number, bool):
             raise BenchError(f"{where}: {bound} must be a number")
@@ -169,7 +175,10 @@ def evaluate(rules: list[Rule], figures: dict[str, dict[str, dict[str, float]]],
                          if f.get(rule.figure) is not None}
                 if not known:
                     continue
-                expected = known.get(member, statistics.median(known.values()))
+                typical = statistics.median(known.values())
+                expected = known.get(member, typical)
+                if rule.median_floor:
+                    expected = min(expected, typical) if rule.direction == "below" else max(expected, typical)
             if rule.flagged(value, expected):
                 found.append(finding(rule.kind, member, value, expected, rule.text(), rule.severity,
                                      rule.figure, rule.against))
