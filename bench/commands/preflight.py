@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from bench.config import comma_list, option
 from bench.errors import check_exit_codes, judged, nagios
 from bench.launching.slurm import expand_nodelist
-from bench.measure import env_faults, host_prescreen, kernel_log
+from bench.measure import env_faults, host_prescreen, kernel_log, thresholds
 from bench.measure.nvml import load_nvml
 from bench.records import env as environment
 
@@ -36,6 +36,8 @@ class PreflightConfig:
     frameworks: bool = option(True, "Import each framework (its own environment in the CUDA image) to read the CUDA "
                                     "it was built for, a few seconds; --no-frameworks checks the rest only.",
                               flag="--frameworks/--no-frameworks")
+    thresholds: str = option("", "A threshold pack (TOML, docs/soak.md) over the shipped ones: published ECC "
+                                 "and row-remap limits per GPU model, each value with its source.")
     as_json: bool = option(False, "Print JSON: one object per finding.", flag="--json")
     exit_codes: str = option("bench", "Exit statuses: bench (1 on an error), or nagios (0 ok, 1 a warning, 2 an "
                                       "error, 3 could not check), as Nagios-style monitors read them.")
@@ -53,6 +55,7 @@ def other_nodes(cfg: PreflightConfig) -> list[str]:
 
 
 def findings(cfg: PreflightConfig) -> list[env_faults.Finding]:
+    packs = thresholds.load(cfg.thresholds or None)  # a bad pack is one line before any check
     out: list[env_faults.Finding] = []
     if cfg.frameworks:
         record = environment.full()
@@ -67,7 +70,7 @@ def findings(cfg: PreflightConfig) -> list[env_faults.Finding]:
         out.append(env_faults.Finding("gpu", "-", "n/a", f"no NVIDIA GPU to check: {reason}"))
     else:
         try:
-            out += env_faults.gpu_findings(module)
+            out += env_faults.gpu_findings(module, packs=packs)
             addresses = kernel_log.gpu_addresses(module)
         finally:
             module.nvmlShutdown()

@@ -27,6 +27,7 @@ from typing import Any
 
 from bench.launching import envs
 from bench.measure.nvml import load_nvml
+from bench.measure.thresholds import cited
 
 SYSFS = Path(os.environ.get("HVDBENCH_SYSFS", "/sys"))
 # The oldest Linux driver each CUDA major version runs on: a framework built for CUDA 12.x or 13.x needs these.
@@ -90,10 +91,40 @@ def _call(nvml, fn, *args):
         return None, type(exc).__name__.replace("NVMLError_", "") or str(exc)
 
 
-def gpu_findings(nvml, processes: bool = True) -> list[Finding]:
+def _pack_findings(nvml, h, model: str | None, member: str, packs) -> list[Finding]:
+    """The GPU's ECC counters by location and its rows remapped against its model's threshold pack
+    (bench.measure.thresholds): a count over a published limit is an error, the limit and its source named."""
+    if packs is None:
+        return []
+    out = []
+    counter = getattr(nvml, "nvmlDeviceGetMemoryErrorCounter", None)
+    for key, location, kinds in (("ecc_sram_correctable_max", "NVML_MEMORY_LOCATION_SRAM", ("CORRECTED",)),
+                                 ("ecc_dram_max", "NVML_MEMORY_LOCATION_DRAM", ("CORRECTED", "UNCORRECTED"))):
+        limit = packs.get(model, key)
+        if limit is None or counter is None or not hasattr(nvml, location):
+            continue
+        counts = {}
+        for kind in kinds:
+            for scope in ("VOLATILE", "AGGREGATE"):
+                value, _ = _call(nvml, counter, h, getattr(nvml, f"NVML_MEMORY_ERROR_TYPE_{kind}"),
+                                 getattr(nvml, f"NVML_{scope}_ECC"), getattr(nvml, location))
+                if value is not None:
+                    counts[f"{kind.lower()} {scope.lower()}"] = value
+        over = {k: v for k, v in counts.items() if v > limit.value}
+        if over:
+            where = location.rsplit("_", 1)[1]
+            seen = ", ".join(f"{k} {v}" for k, v in over.items())
+            out.append(Finding("gpu", member, "error", f"{where} ECC errors {seen} over the {limit.value:.10g} "
+                               f"allowed ({cited(limit)}): drain the node and have the GPU checked "
+                               "(nvidia-smi -q -d ECC)"))
+    return out
+
+
+def gpu_findings(nvml, processes: bool = True, packs=None) -> list[Finding]:
     """Every GPU NVML sees: other processes on it (``processes``: not where a run's own ranks may already hold
     their GPUs), uncorrected ECC errors since the driver loaded, a page retirement or row remap waiting for a
-    reset, a failed row remap."""
+    reset, a failed row remap; with threshold ``packs`` (bench.measure.thresholds), its ECC counts by location
+    and its remapped rows against its model's published limits."""
     own = {os.getpid()}
     out = []
     for i in range(nvml.nvmlDeviceGetCount()):
@@ -106,7 +137,8 @@ def gpu_findings(nvml, processes: bool = True) -> list[Finding]:
                                "Xid lines); a run that would use it fails"))
             continue
         name, _ = _call(nvml, nvml.nvmlDeviceGetName, h)
-        member = f"gpu {i} ({name.decode() if isinstance(name, bytes) else name})"
+        name = name.decode() if isinstance(name, bytes) else name
+        member = f"gpu {i} ({name})"
         procs, why = _call(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h) if processes else ([], None)
         others = [p for p in procs or [] if p.pid not in own]
         if why:
@@ -134,8 +166,15 @@ def gpu_findings(nvml, processes: bool = True) -> list[Finding]:
                 out.append(Finding("gpu", member, "error", "a row remap waits for a GPU reset: reset it "
                                    "(nvidia-smi -r, or reboot the node) before measuring"))
             elif uncorrected:
-                out.append(Finding("gpu", member, "warning", f"{uncorrected} row(s) remapped after uncorrectable "
-                                   "errors: watch this GPU"))
+                limit = packs.get(name, "remapped_rows_uncorrectable_max") if packs else None
+                if limit is not None and uncorrected > limit.value:
+                    out.append(Finding("gpu", member, "error", f"{uncorrected} row(s) remapped after uncorrectable "
+                                       f"errors, over the {limit.value:.10g} allowed ({cited(limit)}): "
+                                       "the GPU needs service"))
+                else:
+                    out.append(Finding("gpu", member, "warning", f"{uncorrected} row(s) remapped after "
+                                       "uncorrectable errors: watch this GPU"))
+        out += _pack_findings(nvml, h, name, member, packs)
         if not any(f.member == member and f.status in ("error", "warning") for f in out):
             out.append(Finding("gpu", member, "ok", ("no other process, " if processes else "")
                                + "no uncorrected ECC error, no reset pending"

@@ -75,3 +75,12 @@ def test_nagios_exit_codes_as_a_monitor_reads_them(tmp_path):
     assert (preflight("clean.log", "--exit-codes", "nagios"), preflight("clean.log")) == (1, 0)
     r = bench("diagnose", "--exit-codes", "nagios", "--output", str(tmp_path))  # no allocation, no hosts
     assert r.returncode == 3 and r.stderr.strip().startswith("error: bench diagnose runs inside a Slurm"), r.stderr
+
+
+def test_a_threshold_pack_with_an_unknown_value_is_one_line_before_any_check(tmp_path):
+    pack = tmp_path / "pack.toml"
+    pack.write_text('[[pack]]\nname = "ours"\ngpus = ["NVIDIA H200"]\n[pack.values.ecc_max]\nvalue = 1\nsource = "s"\n')
+    r = bench("preflight", "--no-frameworks", "--thresholds", str(pack))
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert r.stderr.strip().startswith(f"error: threshold pack {pack}, pack 1 (ours): unknown value ecc_max"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -1,6 +1,7 @@
 """bench preflight's checks (bench.measure.env_faults) on a fake NVML and a fake sysfs: each fault found, in one
 line with what to do, and nothing found on a healthy machine."""
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -192,3 +193,73 @@ def test_the_environment_record_keeps_a_gpu_nvml_cannot_reach_and_goes_on(monkey
     assert [g["index"] for g in record["gpus"]] == [0, 1, 2]
     assert record["gpus"][1] == {"index": 1, "unavailable": "GpuIsLost"}
     assert record["gpus"][2]["name"] == "NVIDIA H200"
+
+
+class Counters(Nvml):
+    """And ECC counters by location (nvmlDeviceGetMemoryErrorCounter): a GPU's ``counters`` maps
+    (error type, counter, location) to a count; one not there is NotSupported."""
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_AGGREGATE_ECC = 1
+    NVML_MEMORY_LOCATION_DRAM, NVML_MEMORY_LOCATION_SRAM = 2, 7
+
+    def nvmlDeviceGetMemoryErrorCounter(self, h, kind, counter, location):  # noqa: N802
+        counts = self.gpus[h].get("counters", {})
+        if (kind, counter, location) not in counts:
+            raise self.NVMLError_NotSupported()
+        return counts[(kind, counter, location)]
+
+
+def test_a_gpus_ecc_counts_and_remapped_rows_are_held_to_its_models_published_limits(tmp_path):
+    """Azure's ND H100/H200 v5 limits (bench/measure/thresholds.py): SRAM correctable above 10000, DRAM above
+    20000000, rows remapped for uncorrectable errors above 512: errors, each naming the limit and its source."""
+    from bench.measure import thresholds
+
+    packs = thresholds.load()
+    gpus = [{**HEALTHY, "counters": {(0, 1, 7): 10000, (0, 0, 2): 5}},  # at the limit: ok
+            {**HEALTHY, "counters": {(0, 1, 7): 10001}},
+            {**HEALTHY, "counters": {(1, 1, 2): 20000001}},
+            {**HEALTHY, "rows": (0, 513, 0, 0)},
+            {**HEALTHY, "rows": (0, 3, 0, 0)},
+            {**HEALTHY, "name": "NVIDIA A100-SXM4-80GB", "counters": {(0, 1, 7): 99999}}]  # no pack: not held
+    found = env_faults.gpu_findings(Counters(gpus), packs=packs)
+    assert bad(found) == [("gpu 1 (NVIDIA H200)", "error"), ("gpu 2 (NVIDIA H200)", "error"),
+                          ("gpu 3 (NVIDIA H200)", "error"), ("gpu 4 (NVIDIA H200)", "warning")]
+    text = {f.member: f.detail for f in found if f.status == "error"}
+    assert text["gpu 1 (NVIDIA H200)"].startswith("SRAM ECC errors corrected aggregate 10001 over the 10000 allowed "
+                                                  "(Azure ND H200 v5 health checks: Azure/azurehpc-health-checks@")
+    assert "DRAM ECC errors uncorrected aggregate 20000001 over the 20000000 allowed" in text["gpu 2 (NVIDIA H200)"]
+    assert "513 row(s) remapped" in text["gpu 3 (NVIDIA H200)"] and "512 allowed" in text["gpu 3 (NVIDIA H200)"]
+    # without packs the same GPUs are judged as before: a remapped row is a warning, counters unread
+    assert bad(env_faults.gpu_findings(Counters(gpus))) == [("gpu 3 (NVIDIA H200)", "warning"),
+                                                            ("gpu 4 (NVIDIA H200)", "warning")]
+    # a user's pack over the shipped one, value by value, and for a model no shipped pack has
+    own = tmp_path / "ours.toml"
+    own.write_text('[[pack]]\nname = "ours"\ngpus = ["NVIDIA H200", "NVIDIA A100-SXM4-80GB"]\n'
+                   '[pack.values.ecc_sram_correctable_max]\nvalue = 20000\nsource = "our runbook, 2026-11"\n')
+    mine = thresholds.load(own)
+    assert mine.get("NVIDIA H200", "ecc_sram_correctable_max").value == 20000
+    assert mine.get("NVIDIA H200", "ecc_dram_max").pack == "Azure ND H200 v5 health checks"
+    found = env_faults.gpu_findings(Counters(gpus), packs=mine)
+    assert [m for m, s in bad(found) if s == "error"] == ["gpu 2 (NVIDIA H200)", "gpu 3 (NVIDIA H200)",
+                                                          "gpu 5 (NVIDIA A100-SXM4-80GB)"]
+
+
+@pytest.mark.parametrize("text, line", [
+    ('[[pack]]\nname = "x"\ngpus = ["G"]\ncolour = 1\n', "unknown field colour"),
+    ('[[pack]]\nname = "x"\ngpus = ["G"]\n[pack.values.ecc_max]\nvalue = 1\nsource = "s"\n', "unknown value ecc_max"),
+    ('[[pack]]\nname = "x"\ngpus = ["G"]\n[pack.values.ecc_dram_max]\nvalue = 1\n', "needs exactly a value"),
+    ('[[pack]]\nname = "x"\ngpus = ["G"]\n[pack.values.ecc_dram_max]\nvalue = 1\nsource = " "\n', "has no source"),
+    ('[[pack]]\nname = "x"\ngpus = "G"\n', "needs a name and gpus"),
+    ("[pack]\n", "one or more [[pack]] tables"),
+    ("not toml [", "not TOML"),
+])
+def test_a_bad_threshold_pack_is_one_line(tmp_path, text, line):
+    from bench.errors import BenchError
+    from bench.measure import thresholds
+
+    path = tmp_path / "pack.toml"
+    path.write_text(text)
+    with pytest.raises(BenchError, match=re.escape(line)):
+        thresholds.load(path)
+    with pytest.raises(BenchError, match="cannot read the threshold pack"):
+        thresholds.load(tmp_path / "none.toml")
