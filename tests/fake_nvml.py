@@ -4,7 +4,8 @@ Each fake GPU has a script of behaviour: power in watts (or None: NotSupported),
 that integrates that power over real time (or NotSupported, as on pre-Volta GPUs), throttle bits, and
 whether instant power (a field value) is offered. Throttle bits, temperature, SM clock and the ECC counts may
 each be a list instead: a sequence over time, each read taking the next value and the last one repeating (a GPU
-that heats, slows or starts to throttle under a soak); ECC counts of None are NotSupported.
+that heats, slows or starts to throttle under a soak); ECC counts of None are NotSupported. A GPU has a name and
+may have ECC counters by location (``counters``: (error type, counter, location) -> count).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
 NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
 NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
-NVML_VOLATILE_ECC = 0
+NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
+NVML_MEMORY_LOCATION_DRAM, NVML_MEMORY_LOCATION_SRAM = 2, 7
 
 
 class NVMLError(Exception):
@@ -37,7 +39,9 @@ class FakeGPU:
                  throttle: int | list[int] = 0, nvlink: bool = False, temperature: float | list[float] = 61,
                  sm_clock: int | list[int] = 1980, ecc_corrected: int | list[int] | None = 0,
                  ecc_uncorrected: int | list[int] | None = 0, power_limit_w: float | None = 700.0,
-                 default_limit_w: float | None = 700.0) -> None:
+                 default_limit_w: float | None = 700.0, name: str = "NVIDIA H100 80GB HBM3",
+                 counters: dict | None = None) -> None:
+        self.name, self.counters = name, counters or {}  # (error type, counter, location) -> count
         self.power_w, self.energy, self.instant, self.nvlink = power_w, energy, instant_power, nvlink
         self.power_limit_w, self.default_limit_w = power_limit_w, default_limit_w
         self.scripts = {"throttle": throttle, "temperature": temperature, "sm_clock": sm_clock,
@@ -132,6 +136,15 @@ class FakeNVML:
         if value is None:
             raise NVMLError_NotSupported("Not Supported")
         return value
+
+    def nvmlDeviceGetName(self, h):  # noqa: N802
+        return h.name
+
+    def nvmlDeviceGetMemoryErrorCounter(self, h, kind, counter, location):  # noqa: N802
+        """ECC counts by location; one the GPU's ``counters`` lacks is NotSupported."""
+        if (kind, counter, location) not in h.counters:
+            raise NVMLError_NotSupported("Not Supported")
+        return h.counters[(kind, counter, location)]
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h):  # noqa: N802
         if h.power_limit_w is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.config import check_declared, option
-from bench.errors import BenchError
 from bench.launching import envs, supervise
 from bench.measure import device_peak
 from bench.vocabulary import Device, Precision
@@ -36,11 +35,7 @@ def main(cfg: PeakConfig) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    device = cfg.device
-    if device == Device.auto:
-        device = Device.cuda if torch.cuda.is_available() else Device.cpu
-    if device == Device.cuda and not torch.cuda.is_available():
-        raise BenchError("--device cuda: PyTorch sees no GPU here (use --device cpu)")
+    device = device_peak.torch_device(torch, cfg.device)
     threads = supervise.cpu_thread_share(cfg.np) if device == Device.cpu else None
     record = device_peak.measure(device.value, cfg.precision.value, threads, cfg.seconds, cfg.repeats)
     path = device_peak.write(cfg.output, record)

@@ -23,6 +23,9 @@ from bench.launching.slurm import expand_nodelist
 from bench.measure import env_faults, host_prescreen, kernel_log, thresholds
 from bench.measure.nvml import load_nvml
 from bench.records import env as environment
+from bench.records import node_patch
+from bench.records.header import utc_stamp
+from bench.records.node_patch import NODE_HELP, NODE_PATCH_HELP
 
 MARK = {"error": "[red]error[/]", "warning": "[yellow]warning[/]", "ok": "[green]ok[/]", "n/a": "n/a"}
 
@@ -41,6 +44,8 @@ class PreflightConfig:
     as_json: bool = option(False, "Print JSON: one object per finding.", flag="--json")
     exit_codes: str = option("bench", "Exit statuses: bench (1 on an error), or nagios (0 ok, 1 a warning, 2 an "
                                       "error, 3 could not check), as Nagios-style monitors read them.")
+    node_patch: str = option("", NODE_PATCH_HELP)
+    node: str = option("", NODE_HELP)
 
     def __post_init__(self) -> None:
         check_exit_codes(self.exit_codes)
@@ -87,6 +92,7 @@ def main(cfg: PreflightConfig) -> int:
 
 
 def report(cfg: PreflightConfig) -> int:
+    node = node_patch.prepare(cfg.node_patch, cfg.node)
     found = findings(cfg)
     errors = [f for f in found if f.status == "error"]
     if cfg.as_json:
@@ -101,6 +107,10 @@ def report(cfg: PreflightConfig) -> int:
         Console().print(table)
         warnings = sum(f.status == "warning" for f in found)
         print(f"preflight: {len(errors)} error(s), {warnings} warning(s)", file=sys.stderr)
+    if cfg.node_patch:
+        for line in node_patch.write(cfg.node_patch, node, "preflight", node_patch.named(found, "error"),
+                                     node_patch.named(found, "warning"), utc_stamp()):
+            print(line, file=sys.stderr)
     if cfg.exit_codes == "nagios":
         return nagios(len(errors), sum(f.status == "warning" for f in found))
     return 1 if errors else 0

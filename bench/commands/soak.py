@@ -15,14 +15,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.config import check_declared, option
-from bench.errors import BenchError, check_exit_codes, judged, nagios
+from bench.errors import check_exit_codes, judged, nagios
 from bench.launching import envs
-from bench.measure import soak, telemetry
+from bench.measure import device_peak, env_faults, soak, telemetry, thresholds
 from bench.measure.device_peak import PRECISION_DTYPE
 from bench.measure.nvml import load_nvml
-from bench.records import store
+from bench.records import node_patch, store
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Soak
+from bench.records.node_patch import NODE_HELP, NODE_PATCH_HELP
 from bench.vocabulary import Device, Precision
 
 MARK = {"error": "[red]error[/]", "warning": "[yellow]warning[/]", "ok": "[green]ok[/]", "n/a": "n/a"}
@@ -47,10 +48,14 @@ class SoakConfig:
                                "the node's best.", positive=True, unit="%")
     window_drop: float = option(soak.Limits.window_drop_pct, "Warn when a device's slowest window is more than this "
                                 "% below its median.", positive=True, unit="%")
+    thresholds: str = option("", "A threshold pack (TOML, docs/soak.md) over the shipped ones: the ECC counts "
+                                 "after the soak are held to the published limits of each GPU's model.")
     output: str = option("results", "Results directory: the record goes to OUTPUT/soak/.")
     as_json: bool = option(False, "Print the findings as JSON: one object per finding.", flag="--json")
     exit_codes: str = option("bench", "Exit statuses: bench (1 on an error), or nagios (0 ok, 1 a warning, 2 an "
                                       "error, 3 could not check).")
+    node_patch: str = option("", NODE_PATCH_HELP)
+    node: str = option("", NODE_HELP)
 
     def __post_init__(self) -> None:
         check_declared(self)
@@ -74,15 +79,11 @@ def _exact(torch):
     return switch
 
 
-def measure(cfg: SoakConfig) -> Soak:
+def measure(cfg: SoakConfig, packs: thresholds.Packs | None = None) -> Soak:
     envs.enter("torch")
     import torch
 
-    device = cfg.device
-    if device == Device.auto:
-        device = Device.cuda if torch.cuda.is_available() else Device.cpu
-    if device == Device.cuda and not torch.cuda.is_available():
-        raise BenchError("--device cuda: PyTorch sees no GPU here (use --device cpu)")
+    device = device_peak.torch_device(torch, cfg.device)
     size = cfg.size or (soak.GPU_SIZE if device == Device.cuda else soak.CPU_SIZE)
     dtype = getattr(torch, PRECISION_DTYPE[cfg.precision.value])
     if device == Device.cuda:
@@ -96,13 +97,15 @@ def measure(cfg: SoakConfig) -> Soak:
             handles = telemetry.physical_indices(list(range(len(loads))), nvml)
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in handles]
     return run(cfg, torch.__version__, loads, size, PRECISION_DTYPE[cfg.precision.value], nvml, handles,
-               gpu_reason, _exact(torch))
+               gpu_reason, _exact(torch), packs)
 
 
 def run(cfg: SoakConfig, torch_version: str, loads: list, size: int, dtype: str, nvml, handles: list,
-        gpu_reason: str | None, exact) -> Soak:
-    """The soak over ``loads`` with NVML's ``handles`` (one per load, or none): the record. Tests give fakes."""
+        gpu_reason: str | None, exact, packs: thresholds.Packs | None = None) -> Soak:
+    """The soak over ``loads`` with NVML's ``handles`` (one per load, or none): the record; each GPU's ECC
+    counters after it held to its model's threshold ``packs``. Tests give fakes."""
     limits = cfg.limits()
+    held: list[env_faults.Finding] = []
     sampler = None
     before, power = [], []
     if nvml is not None and handles:
@@ -112,6 +115,11 @@ def run(cfg: SoakConfig, torch_version: str, loads: list, size: int, dtype: str,
     try:
         runs, taken = soak.drive(loads, cfg.seconds, cfg.window, sampler, exact)
         after = [soak.ecc_counts(nvml, h) for h in handles] if sampler else []
+        if sampler and packs is not None:
+            for load, h in zip(loads, handles, strict=True):
+                name, _ = soak.nvml_value(nvml, "nvmlDeviceGetName", h)
+                name = name.decode() if isinstance(name, bytes) else name
+                held += env_faults.pack_findings(nvml, h, name, load.label, packs, check="ecc")
     finally:
         if nvml is not None:
             nvml.nvmlShutdown()
@@ -122,12 +130,13 @@ def run(cfg: SoakConfig, torch_version: str, loads: list, size: int, dtype: str,
             samples = soak.under_load(sampler.samples, i)
             d["nvml"] = soak.gpu_figures(samples, before[i], after[i], power[i])
             d["series"] = {name: [getattr(s, name) for s in samples] for name in SERIES}
-    found = soak.judge(devices, limits, gpu_reason)
+    found = soak.judge(devices, limits, gpu_reason) + held
     resolved = {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(cfg).items()}
     return Soak(**header(new_run_id("soak"), store.Kind.SOAK), host=socket.gethostname(), config=resolved,
                 torch=torch_version, size=size, dtype=dtype, seconds=taken,
                 devices=devices, gpu_reason=gpu_reason, limits=limits.as_dict(), limits_source="bench soak's "
-                "options (defaults: bench/measure/soak.py Limits)",
+                "options (defaults: bench/measure/soak.py Limits); ECC counts: the threshold packs "
+                "(bench/measure/thresholds.py, --thresholds), each finding naming its source",
                 findings=[f.as_dict() for f in found], passed=not any(f.status == "error" for f in found),
                 definitions={"window_tflops": "2 x N^3 x products in the window / the window's time, the device "
                              "done", "digest": "SHA-256 of a 1024 x 1024 FP32 product of seeded inputs, TF32 off",
@@ -143,7 +152,9 @@ def write(output: str | Path, record: Soak) -> Path:
 
 
 def report(cfg: SoakConfig) -> int:
-    record = measure(cfg)
+    packs = thresholds.load(cfg.thresholds or None)  # a bad pack, node name or folder: one line before the load
+    node = node_patch.prepare(cfg.node_patch, cfg.node)
+    record = measure(cfg, packs)
     path = write(cfg.output, record)
     errors = sum(f.status == "error" for f in record.findings)
     warnings = sum(f.status == "warning" for f in record.findings)
@@ -159,6 +170,10 @@ def report(cfg: SoakConfig) -> int:
             table.add_row(f.check, f.member, MARK.get(f.status, f.status), f.detail)
         Console().print(table)
     print(f"soak: {errors} error(s), {warnings} warning(s); record: {path}", file=sys.stderr)
+    if cfg.node_patch:
+        for line in node_patch.write(cfg.node_patch, node, "soak", node_patch.named(record.findings, "error"),
+                                     node_patch.named(record.findings, "warning"), utc_stamp(), str(path)):
+            print(line, file=sys.stderr)
     if cfg.exit_codes == "nagios":
         return nagios(errors, warnings)
     return 1 if errors else 0

@@ -28,6 +28,7 @@ from bench.records import store
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Peak, PeakShape
 from bench.records.schema import Utilisation
+from bench.vocabulary import Device
 
 # Dense TFLOP/s by exact NVML device name and precision: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores, no
 # sparsity). Sources: NVIDIA's A100 datasheet (2021), H100 datasheet (2023; its tensor figures are quoted with
@@ -52,6 +53,16 @@ PRECISION_DTYPE = {"fp32": "float32", "amp-bf16": "bfloat16", "amp-fp16": "float
 CPU_SHAPES = [(n, n, n) for n in (256, 512, 1024, 2048)] + [(4096, 1024, 1024), (1024, 4096, 1024)]
 GPU_SHAPES = [(n, n, n) for n in (2048, 4096, 6144, 8192, 12288, 16384)] + [(16384, 4096, 4096),
                                                                              (4096, 16384, 4096)]
+
+
+def torch_device(torch, device):
+    """--device for a GEMM load (bench peak, bench soak): auto is cuda where PyTorch sees a GPU, else cpu; cuda
+    where it sees none is one line."""
+    if device == Device.auto:
+        return Device.cuda if torch.cuda.is_available() else Device.cpu
+    if device == Device.cuda and not torch.cuda.is_available():
+        raise BenchError("--device cuda: PyTorch sees no GPU here (use --device cpu)")
+    return device
 
 
 def spec_precision(precision: str) -> str:

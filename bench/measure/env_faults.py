@@ -91,9 +91,9 @@ def _call(nvml, fn, *args):
         return None, type(exc).__name__.replace("NVMLError_", "") or str(exc)
 
 
-def _pack_findings(nvml, h, model: str | None, member: str, packs) -> list[Finding]:
-    """The GPU's ECC counters by location and its rows remapped against its model's threshold pack
-    (bench.measure.thresholds): a count over a published limit is an error, the limit and its source named."""
+def pack_findings(nvml, h, model: str | None, member: str, packs, check: str = "gpu") -> list[Finding]:
+    """The GPU's ECC counters by location against its model's threshold pack (bench.measure.thresholds): a
+    count over a published limit is an error, the limit and its source named (bench preflight, bench soak)."""
     if packs is None:
         return []
     out = []
@@ -114,7 +114,7 @@ def _pack_findings(nvml, h, model: str | None, member: str, packs) -> list[Findi
         if over:
             where = location.rsplit("_", 1)[1]
             seen = ", ".join(f"{k} {v}" for k, v in over.items())
-            out.append(Finding("gpu", member, "error", f"{where} ECC errors {seen} over the {limit.value:.10g} "
+            out.append(Finding(check, member, "error", f"{where} ECC errors {seen} over the {limit.value:.10g} "
                                f"allowed ({cited(limit)}): drain the node and have the GPU checked "
                                "(nvidia-smi -q -d ECC)"))
     return out
@@ -174,7 +174,7 @@ def gpu_findings(nvml, processes: bool = True, packs=None) -> list[Finding]:
                 else:
                     out.append(Finding("gpu", member, "warning", f"{uncorrected} row(s) remapped after "
                                        "uncorrectable errors: watch this GPU"))
-        out += _pack_findings(nvml, h, name, member, packs)
+        out += pack_findings(nvml, h, name, member, packs)
         if not any(f.member == member and f.status in ("error", "warning") for f in out):
             out.append(Finding("gpu", member, "ok", ("no other process, " if processes else "")
                                + "no uncorrected ECC error, no reset pending"

@@ -6,7 +6,7 @@ device has finished the window's work. NVML (bench.measure.telemetry.Sampler) sa
 Before the load and after it, every device computes one deterministic product (FP32 inputs from a seeded
 generator, TF32 off) and its SHA-256 is kept.
 
-Judged, each a finding with its threshold (Limits; a threshold pack may set them):
+Judged, each a finding with its threshold (Limits, the command's options):
 
 * **throttle**: a slowdown reason in any sample under load (SW power cap, HW slowdown, SW or HW thermal
   slowdown, power brake: telemetry.SLOWDOWN_MASK) is an error; operators accept "throttle reasons 0x0 for the
@@ -18,7 +18,9 @@ Judged, each a finding with its threshold (Limits; a threshold pack may set them
   ``window_drop_pct`` below it is a warning (a rate that does not hold).
 * **power**: mean power under load / the enforced power limit, shown; an enforced limit below the GPU's default
   limit is a warning (the GPU was capped).
-* **ecc**: the volatile uncorrected ECC count grown during the soak is an error, the corrected count a warning.
+* **ecc**: the volatile uncorrected ECC count grown during the soak is an error, the corrected count a warning;
+  with threshold packs (bench.measure.thresholds), each GPU's counts by location after the soak over its
+  model's published limits are errors (bench.commands.soak).
 * **result**: the deterministic product's digest must be the same on every device of the same model, and the
   same after the load as before it; a difference is silent data corruption, an error.
 * **load**: a device whose load failed (a CUDA error, a lost GPU) is an error.
@@ -173,7 +175,7 @@ def drive(loads: list, seconds: float, window_s: float, sampler=None, exact: Cal
 
 # -- NVML readings before and after --------------------------------------------------------------------------
 
-def _nvml_value(nvml, fn_name: str, *args) -> tuple[Any, str | None]:
+def nvml_value(nvml, fn_name: str, *args) -> tuple[Any, str | None]:
     fn = getattr(nvml, fn_name, None)
     if fn is None:
         return None, f"{fn_name} is not in this nvidia-ml-py"
@@ -188,7 +190,7 @@ def ecc_counts(nvml, handle) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, kind in (("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
                        ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):
-        value, why = _nvml_value(nvml, "nvmlDeviceGetTotalEccErrors", handle, getattr(nvml, kind, None),
+        value, why = nvml_value(nvml, "nvmlDeviceGetTotalEccErrors", handle, getattr(nvml, kind, None),
                                  getattr(nvml, "NVML_VOLATILE_ECC", None))
         out[name] = value
         if why:
@@ -201,7 +203,7 @@ def power_limits(nvml, handle) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, fn in (("limit_w", "nvmlDeviceGetEnforcedPowerLimit"),
                      ("default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit")):
-        value, why = _nvml_value(nvml, fn, handle)
+        value, why = nvml_value(nvml, fn, handle)
         out[name] = None if value is None else value / 1000.0
         if why:
             out[f"{name}_why"] = why

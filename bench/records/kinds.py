@@ -103,6 +103,9 @@ class Allreduce(_Header):
     rows: list[AllreduceRow]
     all_correct: bool
     definitions: dict[str, str]
+    floor: dict[str, Any] | None = Field(None, description="a threshold pack's one-node all-reduce floor, where the "
+                                         "run had its shape (bench.commands.allreduce.floor): model, bytes, gpus, "
+                                         "busbw_GBps, floor_GBps, pack, source, passed; null where none applied")
 
     @property
     def op(self) -> str:

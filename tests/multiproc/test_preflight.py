@@ -35,10 +35,16 @@ def test_a_run_prints_the_cheap_checks_findings_and_goes_on(tmp_path):
 
 def test_preflight_reads_an_xid_from_the_kernel_log_as_an_error(tmp_path):
     (tmp_path / "kern.log").write_text("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
-    r = bench("preflight", "--no-frameworks", "--json", HVDBENCH_KERNEL_LOG=str(tmp_path / "kern.log"))
+    r = bench("preflight", "--no-frameworks", "--json", "--node-patch", str(tmp_path / "labels"),
+              HVDBENCH_KERNEL_LOG=str(tmp_path / "kern.log"), NODE_NAME="gpu-node-7")
     assert r.returncode == 1, r.stderr
     (log,) = [f for f in json.loads(r.stdout) if f["check"] == "kernel-log"]
     assert log["member"] == "PCI 0000:3b:00" and log["status"] == "error" and "fallen off the bus" in log["detail"]
+    # the verdict as Kubernetes labels, the taint as the command that sets it (docs/soak.md)
+    patch = json.loads((tmp_path / "labels" / "gpu-node-7-preflight.json").read_text())
+    assert patch["metadata"]["labels"]["hvdbench.io/preflight"] == "error"
+    assert "kernel-log PCI 0000:3b:00" in patch["metadata"]["annotations"]["hvdbench.io/preflight"]
+    assert "kubectl taint node gpu-node-7 hvdbench.io/preflight=error:NoSchedule --overwrite" in r.stderr
 
 
 

@@ -10,7 +10,7 @@ from tests.conftest import bench
 
 def test_the_cpu_form_writes_its_record_and_names_what_it_could_not_measure(tmp_path):
     r = bench("soak", "--device", "cpu", "--seconds", "2", "--window", "0.5", "--size", "256", "--output",
-              str(tmp_path), "--json")
+              str(tmp_path), "--json", "--node-patch", str(tmp_path / "labels"), "--node", "cpu-node-1")
     assert r.returncode == 0, r.stderr  # a rate that wavers on a busy machine is a warning, never an error
     found = {f["check"]: f for f in json.loads(r.stdout)}
     for check in ("throttle", "temperature", "power", "ecc"):
@@ -20,6 +20,11 @@ def test_the_cpu_form_writes_its_record_and_names_what_it_could_not_measure(tmp_
     record = store.load(path, Soak)
     assert record.passed and record.devices[0].digest_before == record.devices[0].digest_after
     assert len(record.devices[0].window_tflops) == 4 and f"record: {path}" in r.stderr
+    patch = json.loads((tmp_path / "labels" / "cpu-node-1-soak.json").read_text())
+    warned = any(f.status == "warning" for f in record.findings)
+    assert patch["metadata"]["labels"]["hvdbench.io/soak"] == ("warning" if warned else "pass")
+    assert f"(record: {path})" in patch["metadata"]["annotations"]["hvdbench.io/soak"]
+    assert "kubectl taint node cpu-node-1 hvdbench.io/soak:NoSchedule-" in r.stderr
     schema = bench("schema", "soak")
     assert schema.returncode == 0 and json.loads(schema.stdout)["title"] == "hvdbench soak record"
 

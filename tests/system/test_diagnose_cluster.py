@@ -98,11 +98,20 @@ def test_a_healthy_cluster_passes_twice(healthy):
 
 
 def test_a_slow_node_is_named_in_the_devices_and_as_the_straggler(shared, healthy):
+    labels = f"labels-{uuid.uuid4().hex[:8]}"
     set_cpus(["node3"], SLOW_CPUS)
     try:
-        r, record = diagnose(shared, "--phases", "devices,job", "--baseline", healthy[2])
+        r, record = diagnose(shared, "--phases", "devices,job", "--baseline", healthy[2], "--node-patch",
+                             f"/shared/{labels}")
     finally:
         set_cpus(["node3"], CPUS)
+    # each node's verdict as Kubernetes labels; the taint's command for the rejected one only (docs/soak.md)
+    verdicts = {p.name: json.loads(p.read_text())["metadata"]["labels"]["hvdbench.io/diagnose"]
+                for p in (shared / labels).glob("*.json")}
+    accepted = {a["node"]: a["accepted"] for a in record["accept"]}
+    assert verdicts["node3-diagnose.json"] == "error" and not accepted["node3"], (verdicts, accepted)
+    assert all(verdicts[f"{n}-diagnose.json"] != "error" for n in ("node1", "node2", "node4")), verdicts
+    assert "kubectl taint node node3 hvdbench.io/diagnose=error:NoSchedule --overwrite" in r.stdout
     assert r.returncode == 3 and not record["passed"]
     assert set(where(record, "device")) == {"node3"}
     rules = {f["rule"].split(":")[0] for f in record["findings"] if f["kind"] == "device"}

@@ -143,3 +143,34 @@ def test_the_allreduce_table_puts_each_records_busbw_in_a_column_by_size(tmp_pat
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| size | model gradient | gloo (?, n=2) busbw GB/s | mpi (?, n=4) busbw GB/s |"
     assert lines[2:] == ["| 4 KiB |  | 0.250 | – |", "| 1 MiB |  | 1.500 | 3.250 |"]
+
+
+def test_a_one_node_run_of_a_packs_shape_is_held_to_its_all_reduce_floor(tmp_path, capsys):
+    """Azure's ND H100 v5 floor: 460 GB/s busbw at 16 GiB over the node's 8 GPUs (bench/measure/thresholds.py);
+    a run of another shape (7 ranks, another size, two hosts, the CPU, a model without a floor) is not held."""
+    from bench.commands.allreduce import floor, write
+    from bench.measure import thresholds
+    from tests.samples import allreduce
+
+    packs, big = thresholds.load(), 16 * 2**30
+
+    def run(busbw=470.0, n=8, size=big, hosts=("h1",), device="cuda:0", name="NVIDIA H100 80GB HBM3"):
+        record = allreduce([(2**20, 1e-4, 50.0), (size, 0.07, busbw)], world_size=n, op="allreduce")
+        record.environment = {"device": device, "ranks": [{"host": hosts[i % len(hosts)]} for i in range(n)],
+                              "nvml": {"gpus": [{"name": name}] * 8}}
+        return record
+
+    held = floor(run(), packs)
+    assert held["passed"] and (held["floor_GBps"], held["gpus"], held["bytes"]) == (460.0, 8, big)
+    assert held["pack"] == "Azure ND H100 v5 health checks" and "check_nccl_allreduce 460.0 1 16G" in held["source"]
+    assert floor(run(busbw=431.0, name="NVIDIA H200"), packs)["passed"]
+    low = run(busbw=455.0)
+    low.floor = floor(low, packs)
+    assert not low.floor["passed"]
+    with pytest.raises(BenchError, match=r"below the floor: busbw 455.0 GB/s at 16 GiB on 8 x NVIDIA H100 80GB "
+                                         r"HBM3, floor 460 GB/s \(Azure ND H100 v5"):
+        write(tmp_path, low)
+    assert len(list(tmp_path.glob("*.json"))) == 1  # the record is kept
+    for other in ({"n": 7}, {"size": 2**30}, {"hosts": ("h1", "h2")}, {"device": "cpu"},
+                  {"name": "NVIDIA A100-SXM4-80GB"}):
+        assert floor(run(busbw=1.0, **other), packs) is None, other

@@ -125,11 +125,12 @@ class FakeLoad:
         return self.digests.pop(0)
 
 
-def soak_of(gpus_, loads, **cfg):
+def soak_of(gpus_, loads, packs=None, **cfg):
     nvml = FakeNVML(gpus_)
     cfg = SoakConfig(**{"seconds": 0.6, "window": 0.2, "interval": 0.05, **cfg})
     return run(cfg, "2.13.0", loads, 1024, "float32", nvml, [nvml.nvmlDeviceGetHandleByIndex(i)
-                                                            for i in range(len(gpus_))], None, lambda on: None)
+                                                            for i in range(len(gpus_))], None, lambda on: None,
+               packs)
 
 
 def test_a_whole_soak_read_by_nvml_finds_each_fault_as_it_grows():
@@ -164,6 +165,24 @@ def test_ecc_a_gpu_does_not_report_is_n_a():
     record = soak_of([FakeGPU(ecc_uncorrected=None, ecc_corrected=None)], [FakeLoad(0)])
     assert [(f.status, f.detail) for f in record.findings if f.check == "ecc"] == [
         ("n/a", "ECC counts not read: NotSupported")]
+
+
+def test_ecc_counts_after_the_soak_are_held_to_each_gpu_models_published_limits():
+    """Azure's ND H100 v5 pack (bench/measure/thresholds.py): SRAM correctable ECC errors over 10000 fail the GPU,
+    the limit and its source named; a model no pack has is not held, nor is any GPU without packs."""
+    from bench.measure import thresholds
+
+    sram = (0, 1, 7)  # corrected, aggregate, SRAM (tests/fake_nvml.py)
+    node = [FakeGPU(counters={sram: 10001}), FakeGPU(counters={sram: 10000}),
+            FakeGPU(name="NVIDIA A100-SXM4-80GB", counters={sram: 99999})]
+    loads = [FakeLoad(0), FakeLoad(1), FakeLoad(2, model="NVIDIA A100-SXM4-80GB")]
+    record = soak_of(node, loads, thresholds.load())
+    over = [(f.member, f.detail) for f in record.findings if f.check == "ecc" and f.status == "error"]
+    assert [m for m, _ in over] == ["cuda:0 NVIDIA H100 80GB HBM3"] and not record.passed
+    assert over[0][1].startswith("SRAM ECC errors corrected aggregate 10001 over the 10000 allowed (Azure ND H100 "
+                                 "v5 health checks: Azure/azurehpc-health-checks@0e0a1ac")
+    node = [FakeGPU(counters={sram: 10001})]
+    assert soak_of(node, [FakeLoad(0)]).passed
 
 
 @pytest.mark.parametrize("options, line", [({"seconds": 0}, "--seconds"), ({"window": -1}, "--window"),

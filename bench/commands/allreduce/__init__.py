@@ -45,6 +45,7 @@ from bench.commands.allreduce.collectives import COLLECTIVES, Collective
 from bench.config import Device, byte_size, comma_list, option
 from bench.errors import BenchError
 from bench.launching import envs
+from bench.measure import thresholds
 from bench.models import MODELS
 from bench.records import store
 from bench.records.header import header, new_run_id
@@ -124,6 +125,8 @@ class AllreduceConfig:
     device: Device = option(Device.auto, "Where the buffers live.")
     output: str = option("results", "Directory for the result JSON.")
     rendezvous_timeout: float = option(120.0, "Seconds to wait for all ranks to meet.")
+    thresholds: str = option("", "A threshold pack (TOML, docs/soak.md) over the shipped ones: a one-node run of "
+                                 "a pack's shape (its GPUs, its size) is held to its all-reduce floor.")
     sizes: tuple[int, ...] = field(default=())  # filled by resolve()
 
     def __post_init__(self) -> None:
@@ -264,6 +267,36 @@ def measure(comm, cfg: AllreduceConfig) -> list[dict[str, Any]]:
 
 
 def build_result(cfg: AllreduceConfig, info, rows: list[AllreduceRow], environment: dict[str, Any]) -> Allreduce:
+    result = _result(cfg, info, rows, environment)
+    result.floor = floor(result, thresholds.load(cfg.thresholds or None))
+    return result
+
+
+def floor(result: Allreduce, packs: thresholds.Packs) -> dict[str, Any] | None:
+    """The threshold pack's one-node all-reduce floor held against this run, where the run has the floor's shape:
+    the allreduce on GPUs, every rank on one host whose GPUs (NVML) are all one model with a floor, as many ranks
+    as the floor's GPUs, and a row of the floor's size. Azure's check is nccl-tests' all_reduce_perf at that one
+    size (``-b 16G -e 16G``), whose bus bandwidth is defined as busbw here. None where no floor applies."""
+    env = result.environment or {}
+    gpus = [g.get("name") for g in (env.get("nvml") or {}).get("gpus") or []]
+    device = str(env.get("device", "")).lower()  # cuda:0 (torch), cuda (horovod), /gpu:0 (tf)
+    if result.op != "allreduce" or not ("cuda" in device or "gpu" in device) or len(hosts_in(env)) != 1 \
+            or len(set(gpus)) != 1:
+        return None
+    model = gpus[0]
+    need = [packs.get(model, key) for key in ("allreduce_busbw_gbs_min", "allreduce_bytes", "allreduce_gpus")]
+    if None in need or result.world_size != int(need[2].value):
+        return None
+    row = next((r for r in result.rows if r.bytes == int(need[1].value)), None)
+    if row is None:
+        return None
+    least = need[0]
+    return {"model": model, "bytes": row.bytes, "gpus": result.world_size, "busbw_GBps": row.busbw_GBps,
+            "floor_GBps": least.value, "pack": least.pack, "source": least.source,
+            "passed": row.busbw_GBps >= least.value}
+
+
+def _result(cfg: AllreduceConfig, info, rows: list[AllreduceRow], environment: dict[str, Any]) -> Allreduce:
     return Allreduce(
         **header(new_run_id(f"{cfg.op}-{cfg.backend}"), store.Kind.ALLREDUCE),
         config={**asdict(cfg), "device": cfg.device.value},
@@ -285,6 +318,13 @@ def write(out_dir: Path, result: Allreduce) -> Path:
     if not result.all_correct:
         bad = [r.bytes for r in result.rows if not r.correct]
         raise BenchError(f"{result.op} returned wrong results at {len(bad)} size(s) ({bad[:3]} bytes ...); see {path}")
+    if result.floor:
+        f = result.floor
+        line = (f"busbw {f['busbw_GBps']:.1f} GB/s at {human_bytes(f['bytes'])} on {f['gpus']} x {f['model']}, "
+                f"floor {f['floor_GBps']:.10g} GB/s ({f['pack']}: {f['source']})")
+        if not f["passed"]:
+            raise BenchError(f"below the floor: {line}; see {path}")
+        print(f"floor held: {line}")
     return path
 
 
@@ -313,6 +353,7 @@ def render(result: Allreduce):
 
 def main(cfg: AllreduceConfig) -> None:
     """`bench allreduce`: in the backend's framework environment, every size; the table."""
+    thresholds.load(cfg.thresholds or None)  # a bad pack is one line before any rank starts
     envs.enter(BACKENDS[cfg.backend].framework)
     run(cfg)
 

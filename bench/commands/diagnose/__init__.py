@@ -39,10 +39,11 @@ from bench.config import byte_size, comma_list, option
 from bench.errors import BenchError, check_exit_codes, judged, nagios, restore_handlers, stop_on_signals
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
-from bench.records import files, store
+from bench.records import files, node_patch, store
 from bench.records.env import container
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Allreduce, Baseline
+from bench.records.node_patch import NODE_PATCH_HELP
 from bench.records.results import check_output_dir, load_result
 from bench.records.schema import Diagnose, Finding, Result
 
@@ -103,6 +104,7 @@ class DiagnoseConfig:
                                         parse=_words("--container"), shown="")
     exit_codes: str = option("bench", "Exit statuses: bench (3 on an error finding, 1 when it could not run), or "
                                       "nagios (0 ok, 1 a warning, 2 an error, 3 could not run).")
+    node_patch: str = option("", NODE_PATCH_HELP.replace("this node's verdict", "each node's verdict"))
     nodes: tuple[str, ...] = field(default=())  # resolved: the allocation's or the host list (main)
 
     def check(self) -> None:
@@ -444,12 +446,19 @@ def diagnose(cfg: DiagnoseConfig) -> int:
     cfg.check()
     if cfg.save_baseline and Path(cfg.save_baseline).exists():
         raise BenchError(f"baseline {cfg.save_baseline} already exists; not overwritten")
+    for node in cfg.nodes if cfg.node_patch else ():  # a node without a Kubernetes name is one line, first
+        node_patch.prepare(cfg.node_patch, node.split(".")[0].lower())
     d = Diagnosis(cfg)
     d.check_launchers()
     record = d.run()
     path = write(record, d.folder)
     terminal(record)
     print(f"record: {path}\nreport: {path.with_suffix('.md')}")
+    if cfg.node_patch:
+        for verdict in record.accept or []:
+            for line in node_patch.write(cfg.node_patch, verdict.node.split(".")[0].lower(), "diagnose",
+                                         verdict.errors, verdict.warnings, utc_stamp(), str(path)):
+                print(line)
     if cfg.save_baseline:
         if not record.passed:
             print(f"baseline not saved: this run has findings ({cfg.save_baseline} needs a healthy run)")
