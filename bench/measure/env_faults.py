@@ -117,6 +117,25 @@ def pack_findings(nvml, h, model: str | None, member: str, packs, check: str = "
             out.append(Finding(check, member, "error", f"{where} ECC errors {seen} over the {limit.value:.10g} "
                                f"allowed ({cited(limit)}): drain the node and have the GPU checked "
                                "(nvidia-smi -q -d ECC)"))
+    limit = packs.get(model, "ecc_corrected_volatile_max")
+    if limit is not None and hasattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED"):
+        corrected, _ = _call(nvml, nvml.nvmlDeviceGetTotalEccErrors, h, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                             nvml.NVML_VOLATILE_ECC)
+        if corrected is not None and corrected > limit.value:
+            out.append(Finding(check, member, "error", f"{corrected} corrected ECC errors since the driver loaded, "
+                               f"over the {limit.value:.10g} allowed ({cited(limit)}): have the GPU checked "
+                               "(nvidia-smi -q -d ECC)"))
+    limit = packs.get(model, "retired_pages_max")
+    pages = getattr(nvml, "nvmlDeviceGetRetiredPages", None)
+    for cause, what in (("MULTIPLE_SINGLE_BIT_ECC_ERRORS", "multiple single-bit"),
+                        ("DOUBLE_BIT_ECC_ERROR", "double-bit")):
+        code = getattr(nvml, f"NVML_PAGE_RETIREMENT_CAUSE_{cause}", None)
+        if limit is None or pages is None or code is None:
+            continue
+        retired, _ = _call(nvml, pages, h, code)  # NotSupported from Ampere on: rows are remapped instead
+        if retired is not None and len(retired) > limit.value:
+            out.append(Finding(check, member, "error", f"{len(retired)} pages retired for {what} ECC errors, over "
+                               f"the {limit.value:.10g} allowed ({cited(limit)}): the GPU needs service"))
     return out
 
 
@@ -127,6 +146,7 @@ def gpu_findings(nvml, processes: bool = True, packs=None) -> list[Finding]:
     and its remapped rows against its model's published limits."""
     own = {os.getpid()}
     out = []
+    vbios: dict[str, dict[int, str]] = {}  # model -> GPU -> its VBIOS
     for i in range(nvml.nvmlDeviceGetCount()):
         # a GPU fallen off the bus (GpuIsLost), one the cgroup hides (NoPermission), an IRQ or power fault: NVML
         # refuses its handle, which is the finding; the other GPUs are still checked
@@ -139,6 +159,10 @@ def gpu_findings(nvml, processes: bool = True, packs=None) -> list[Finding]:
         name, _ = _call(nvml, nvml.nvmlDeviceGetName, h)
         name = name.decode() if isinstance(name, bytes) else name
         member = f"gpu {i} ({name})"
+        version, _ = _call(nvml, nvml.nvmlDeviceGetVbiosVersion, h) if hasattr(nvml, "nvmlDeviceGetVbiosVersion") \
+            else (None, None)
+        if version:
+            vbios.setdefault(name, {})[i] = version.decode() if isinstance(version, bytes) else version
         procs, why = _call(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h) if processes else ([], None)
         others = [p for p in procs or [] if p.pid not in own]
         if why:
@@ -179,6 +203,12 @@ def gpu_findings(nvml, processes: bool = True, packs=None) -> list[Finding]:
             out.append(Finding("gpu", member, "ok", ("no other process, " if processes else "")
                                + "no uncorrected ECC error, no reset pending"
                                + ("" if ecc is not None else f" (ECC not reported: {ecc_why})")))
+    for model, versions in vbios.items():
+        if len(set(versions.values())) > 1:
+            seen = ", ".join(f"gpu {i} {v}" for i, v in versions.items())
+            out.append(Finding("gpu", f"node ({model})", "error", f"the VBIOS differs across the node's {model} "
+                               f"GPUs ({seen}): GPUs flashed apart behave apart; flash them alike (as Meta's GCM "
+                               "vbios_mismatch check fails it)"))
     return out
 
 

@@ -7,11 +7,16 @@ gives the published limits for the GPU models it names (exact NVML names), used 
 * ``ecc_dram_max``: DRAM ECC errors, correctable or not, volatile or aggregate, above it: an error (preflight);
 * ``remapped_rows_uncorrectable_max``: rows remapped after uncorrectable errors above it: an error (preflight;
   below it a remapped row stays a warning);
+* ``ecc_corrected_volatile_max``: corrected ECC errors since the driver loaded (all locations) above it: an error
+  (preflight, soak);
+* ``retired_pages_max``: pages retired for multiple single-bit errors, or for double-bit errors, above it (each
+  cause on its own; GPUs before Ampere retire pages, later ones remap rows): an error (preflight, soak);
 * ``allreduce_busbw_gbs_min`` at ``allreduce_bytes`` and ``allreduce_gpus``: one node's NCCL all-reduce bus
   bandwidth over all its GPUs at that size below it: an error (bench allreduce, on a run of that shape).
 
-A user's pack (``--thresholds FILE``, TOML) overrides the shipped values for the models it names, value by value,
-and may name models no shipped pack has. Each value must carry its source::
+A pack for ``"*"`` holds every model, where no pack for its own name sets the value (Meta's GCM's defaults are such
+a pack). A user's pack (``--thresholds FILE``, TOML) overrides the shipped values for the models it names, value by
+value, and may name models no shipped pack has. Each value must carry its source::
 
     [[pack]]
     name = "our H100 fleet"
@@ -35,6 +40,8 @@ FIELDS = {
     "ecc_sram_correctable_max": "SRAM correctable ECC errors (volatile or aggregate) allowed",
     "ecc_dram_max": "DRAM ECC errors, correctable or not (volatile or aggregate), allowed",
     "remapped_rows_uncorrectable_max": "rows remapped after uncorrectable errors allowed",
+    "ecc_corrected_volatile_max": "corrected ECC errors since the driver loaded allowed",
+    "retired_pages_max": "pages retired for one cause (multiple single-bit, or double-bit ECC errors) allowed",
     "allreduce_busbw_gbs_min": "one node's NCCL all-reduce bus bandwidth floor (GB/s)",
     "allreduce_bytes": "the message size the floor holds at (bytes)",
     "allreduce_gpus": "the GPUs (one rank each) the floor holds for",
@@ -61,6 +68,15 @@ def _azure(model: str, busbw: float) -> dict[str, Any]:
             "allreduce_gpus": (8, nccl)}
 
 
+# Meta's GCM (github.com/facebookresearch/gcm, gcm/health_checks/checks/check_nvidia_smi.py read at commit
+# ccc9129): its defaults for any GPU, `--ecc_corrected_volatile_threshold 50000000` (ecc_corrected_volatile_total:
+# a volatile corrected total above it is CRITICAL) and `--gpu_retired_pages_threshold 10` (gpu_retired_pages: pages
+# retired for multiple single-bit errors, or for double-bit errors, above it is CRITICAL). Its other levels are
+# the operator's arguments (a temperature, the expected application clocks), no value for a model.
+_GCM = "facebookresearch/gcm@ccc9129: gcm/health_checks/checks/check_nvidia_smi.py"
+ALL_MODELS = "*"
+
+
 @dataclass(frozen=True)
 class Value:
     value: float
@@ -80,13 +96,17 @@ class Packs:
                 held[key] = Value(float(value), source, name)
 
     def get(self, model: str | None, key: str) -> Value | None:
-        return self.by_model.get(model or "", {}).get(key)
+        """The model's own value, else the one every model is held to; None where neither pack sets it."""
+        return self.by_model.get(model or "", {}).get(key) or self.by_model.get(ALL_MODELS, {}).get(key)
 
 
 def shipped() -> Packs:
     packs = Packs()
     packs.add("Azure ND H100 v5 health checks", ["NVIDIA H100 80GB HBM3"], _azure("h100", 460.0))
     packs.add("Azure ND H200 v5 health checks", ["NVIDIA H200"], _azure("h200", 431.0))
+    packs.add("Meta GCM health-check defaults", [ALL_MODELS], {
+        "ecc_corrected_volatile_max": (50000000, f"{_GCM} --ecc_corrected_volatile_threshold default"),
+        "retired_pages_max": (10, f"{_GCM} --gpu_retired_pages_threshold default")})
     return packs
 
 

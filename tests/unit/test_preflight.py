@@ -48,8 +48,8 @@ class Nvml:
         return [SimpleNamespace(pid=pid, usedGpuMemory=2**30) for pid in self._get(h, "pids")]
 
     def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):  # noqa: N802
-        assert (kind, counter) == (1, 0)  # uncorrected, since the driver loaded
-        return self._get(h, "ecc")
+        assert counter == 0  # since the driver loaded
+        return self._get(h, "ecc" if kind == 1 else "ecc_corrected")
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h):  # noqa: N802
         return self._get(h, "pending")
@@ -197,10 +197,18 @@ def test_the_environment_record_keeps_a_gpu_nvml_cannot_reach_and_goes_on(monkey
 
 class Counters(Nvml):
     """And ECC counters by location (nvmlDeviceGetMemoryErrorCounter): a GPU's ``counters`` maps
-    (error type, counter, location) to a count; one not there is NotSupported."""
+    (error type, counter, location) to a count; one not there is NotSupported. Pages retired by cause (a GPU's
+    ``retired``: cause -> pages), and each GPU's VBIOS."""
     NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
     NVML_AGGREGATE_ECC = 1
     NVML_MEMORY_LOCATION_DRAM, NVML_MEMORY_LOCATION_SRAM = 2, 7
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 0, 1
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):  # noqa: N802
+        return self._get(h, "retired")[cause]
+
+    def nvmlDeviceGetVbiosVersion(self, h):  # noqa: N802
+        return self._get(h, "vbios")
 
     def nvmlDeviceGetMemoryErrorCounter(self, h, kind, counter, location):  # noqa: N802
         counts = self.gpus[h].get("counters", {})
@@ -263,3 +271,31 @@ def test_a_bad_threshold_pack_is_one_line(tmp_path, text, line):
         thresholds.load(path)
     with pytest.raises(BenchError, match="cannot read the threshold pack"):
         thresholds.load(tmp_path / "none.toml")
+
+
+def test_meta_gcms_defaults_hold_every_model_and_the_vbios_must_match_across_a_model():
+    """Meta's GCM (bench/measure/thresholds.py): more than 50000000 corrected ECC errors since the driver loaded,
+    or more than 10 pages retired for one cause, fail a GPU of any model; GPUs of one model flashed with different
+    VBIOS versions fail the node."""
+    from bench.measure import thresholds
+
+    packs = thresholds.load()
+    gpus = [{**HEALTHY, "name": "Tesla V100-SXM2-32GB", "ecc_corrected": 50000001, "vbios": "88.00.43.00.01"},
+            {**HEALTHY, "name": "Tesla V100-SXM2-32GB", "retired": {0: [1] * 10, 1: [2] * 11},
+             "vbios": "88.00.80.00.01"},
+            {**HEALTHY, "ecc_corrected": 50000000, "retired": {0: [1] * 10, 1: []}, "vbios": "96.00.74.00.01"},
+            {**HEALTHY, "vbios": "96.00.74.00.01"}]  # two H200s alike: no finding
+    found = env_faults.gpu_findings(Counters(gpus), packs=packs)
+    assert bad(found) == [("gpu 0 (Tesla V100-SXM2-32GB)", "error"), ("gpu 1 (Tesla V100-SXM2-32GB)", "error"),
+                          ("node (Tesla V100-SXM2-32GB)", "error")]
+    text = [f.detail for f in found if f.status == "error"]
+    assert text[0].startswith("50000001 corrected ECC errors since the driver loaded, over the 50000000 allowed "
+                              "(Meta GCM health-check defaults: facebookresearch/gcm@ccc9129")
+    assert text[1].startswith("11 pages retired for double-bit ECC errors, over the 10 allowed")
+    assert "gpu 0 88.00.43.00.01, gpu 1 88.00.80.00.01" in text[2]
+    # a model's own pack wins over the one for every model
+    mine = thresholds.Packs()
+    mine.add("all", ["*"], {"retired_pages_max": (0, "s")})
+    mine.add("v100s", ["Tesla V100-SXM2-32GB"], {"retired_pages_max": (100, "t")})
+    assert mine.get("Tesla V100-SXM2-32GB", "retired_pages_max").value == 100
+    assert mine.get("NVIDIA H200", "retired_pages_max").value == 0
