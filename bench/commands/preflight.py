@@ -5,8 +5,8 @@ CUDA each framework was built for, every GPU (other processes, uncorrected ECC e
 and row remaps), the interfaces NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name, the interface that reaches each
 of ``--hosts`` (by default the other nodes of the Slurm allocation), the InfiniBand ports' state and rate, and the
 kernel log's Xid and SXid events since boot (bench.measure.kernel_log), and the host's own settings: governor,
-C-states, NUMA balancing, IOMMU, huge pages, swap, limits, srun's PMIx (bench.measure.host_prescreen). A table for
-people, ``--json`` for scripts; exit 1 when a finding is an error.
+C-states, NUMA balancing, IOMMU, huge pages, swap, limits, srun's PMIx, the container runtime's GPU hook
+(bench.measure.host_prescreen). A table for people, ``--json`` for scripts; exit 1 when a finding is an error.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The host's settings that make a GPU node measure less than it can, or fail under load, for ``bench preflight``
 (the host prescreen operators run before they accept a node): the CPU frequency governor, the idle states (C-states)
 offered and enabled, automatic NUMA balancing, the IOMMU's mode, transparent huge pages, swap, the open-files and
-locked-memory limits NCCL and MPI need, and under Slurm whether srun offers PMIx.
+locked-memory limits NCCL and MPI need, under Slurm whether srun offers PMIx, and the container runtime's GPU hooks
+(inside a container: whether its runtime gave it the GPUs and the driver's libraries; on a host with GPUs: whether
+each container runtime there has the hook that does).
 
 Each is read from sysfs and procfs (roots :data:`bench.measure.env_faults.SYSFS` and :data:`PROCFS`, moved by
 ``HVDBENCH_SYSFS`` and ``HVDBENCH_PROCFS`` for tests) and is a finding with what to do. The severities follow
@@ -13,6 +15,8 @@ jobs), ``ok`` with what was seen, ``n/a`` where the host does not have the setti
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import resource
 import shutil
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from bench.measure import env_faults
 from bench.measure.env_faults import Finding
+from bench.records.env import container
 
 PROCFS = Path(os.environ.get("HVDBENCH_PROCFS", "/proc"))
 CHECK = "host"
@@ -149,10 +154,69 @@ def srun_mpi(environ: dict[str, str]) -> list[Finding]:
                     "start with --mpi=pmix; build Slurm with PMIx, or start them with mpirun")]
 
 
+def _loads(name: str) -> bool:
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        return False
+    return True
+
+
+HOOKS = "docker --gpus (the NVIDIA Container Toolkit's hook), apptainer/singularity --nv, enroot's 98-nvidia hook"
+
+
+def gpu_runtime(container: str | None, dev: Path = Path("/dev"), procfs: Path | None = None,
+                etc: Path = Path("/etc"), run: Path = Path("/var/run"),
+                which: Callable[[str], str | None] = shutil.which,
+                loads: Callable[[str], bool] = _loads) -> list[Finding]:
+    """The container runtime's GPU hook. Inside a container (``container``: bench.records.env.container): its GPU
+    devices and the driver's NVML library, which the hook mounts in; on the host, for each runtime on PATH where the
+    host has GPUs: Docker's NVIDIA runtime or CDI spec, enroot's NVIDIA hook (apptainer's --nv binds the driver's
+    libraries itself)."""
+    procfs = PROCFS if procfs is None else procfs
+    gpus = sorted(p.name for p in dev.glob("nvidia[0-9]*"))
+    driver = (procfs / "driver" / "nvidia" / "version").exists()
+    member = "gpu runtime"
+    if container:
+        if gpus and loads("libnvidia-ml.so.1"):
+            return [Finding(CHECK, member, "ok", f"in {container}: {len(gpus)} GPU device(s) and the driver's "
+                            "libnvidia-ml.so.1, mounted by the runtime's hook")]
+        if gpus:
+            return [Finding(CHECK, member, "error", f"in {container}: {len(gpus)} GPU device(s) but not the driver's "
+                            f"libnvidia-ml.so.1: the runtime's GPU hook did not run; start it with {HOOKS}")]
+        if driver:
+            return [Finding(CHECK, member, "warning", f"in {container}: the host's NVIDIA driver is seen but no GPU "
+                            f"device was given to the container; start it with {HOOKS}")]
+        return [Finding(CHECK, member, "n/a", f"in {container}: no NVIDIA GPU device or driver here")]
+    if not gpus:
+        return [Finding(CHECK, member, "n/a", "no NVIDIA GPU device on this host")]
+    out = []
+    if which("docker"):
+        try:
+            runtimes = json.loads((etc / "docker" / "daemon.json").read_text()).get("runtimes") or {}
+        except (OSError, ValueError, AttributeError):
+            runtimes = {}
+        cdi = [p.name for d in (etc / "cdi", run / "cdi") for p in sorted(d.glob("nvidia*"))]
+        if "nvidia" in runtimes or cdi or which("nvidia-container-runtime-hook"):
+            how = "its nvidia runtime" if "nvidia" in runtimes else f"CDI ({', '.join(cdi)})" if cdi else \
+                "nvidia-container-runtime-hook"
+            out.append(Finding(CHECK, "docker", "ok", f"docker's GPU hook: {how}"))
+        else:
+            out.append(Finding(CHECK, "docker", "warning", "docker is here but the NVIDIA Container Toolkit is not "
+                               "(no nvidia runtime in /etc/docker/daemon.json, no CDI spec, no hook): docker run "
+                               "--gpus fails; install nvidia-container-toolkit, then nvidia-ctk runtime configure"))
+    if which("enroot"):
+        hook = etc / "enroot" / "hooks.d" / "98-nvidia.sh"
+        out.append(Finding(CHECK, "enroot", "ok", f"enroot's NVIDIA hook: {hook}") if hook.exists() else
+                   Finding(CHECK, "enroot", "warning", f"enroot is here without its NVIDIA hook ({hook}): its "
+                           "containers (pyxis's srun --container-image) get no GPU; install enroot's hooks"))
+    return out or [Finding(CHECK, member, "n/a", "no docker or enroot on PATH (apptainer's --nv needs no hook)")]
+
+
 def findings(sysfs: Path | None = None, procfs: Path | None = None, environ: dict[str, str] | None = None,
              getrlimit: Callable[[int], tuple[int, int]] = resource.getrlimit) -> list[Finding]:
     sysfs = env_faults.SYSFS if sysfs is None else sysfs
     procfs = PROCFS if procfs is None else procfs
     environ = dict(os.environ) if environ is None else environ
     return [governor(sysfs), idle_states(sysfs), numa_balancing(procfs), iommu(sysfs, procfs), huge_pages(sysfs),
-            swap(procfs), *limits(sysfs, getrlimit), *srun_mpi(environ)]
+            swap(procfs), *limits(sysfs, getrlimit), *srun_mpi(environ), *gpu_runtime(container(), procfs=procfs)]

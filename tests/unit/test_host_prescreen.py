@@ -48,7 +48,7 @@ UNTUNED = {
 def run(tmp_path, files, rlimits=UNLIMITED, environ=None):
     root = tree(tmp_path, files)
     found = H.findings(root / "sys", root / "proc", environ or {}, lambda r: rlimits[r])
-    return {f.member: f for f in found}
+    return {f.member: f for f in found if f.member not in ("gpu runtime", "docker", "enroot")}  # this host's: below
 
 
 def test_a_tuned_node_passes_every_check_and_says_what_it_saw(tmp_path):
@@ -93,3 +93,36 @@ def test_a_host_without_the_settings_is_not_applicable_never_ok(tmp_path):
 def test_srun_is_asked_only_inside_an_allocation(tmp_path, monkeypatch, environ):
     monkeypatch.setattr(H.shutil, "which", lambda name: None)  # no srun: nothing started, no finding
     assert "srun --mpi" not in run(tmp_path, TUNED, environ=environ)
+
+
+def runtime(tmp_path, files, container=None, tools=(), loads=True):
+    root = tree(tmp_path, {"dev/null": "", **files})
+    found = H.gpu_runtime(container, root / "dev", root / "proc", root / "etc", root / "run",
+                          which=lambda name: f"/usr/bin/{name}" if name in tools else None, loads=lambda name: loads)
+    return [(f.member, f.status) for f in found], " ".join(f.detail for f in found)
+
+
+def test_inside_a_container_the_runtimes_gpu_hook_gave_it_the_devices_and_the_drivers_libraries(tmp_path):
+    gpu = {"dev/nvidia0": "", "dev/nvidia1": "", "proc/driver/nvidia/version": "NVRM 580.65.06\n"}
+    assert runtime(tmp_path / "a", gpu, "docker")[0] == [("gpu runtime", "ok")]
+    seen, line = runtime(tmp_path / "b", gpu, "docker", loads=False)  # devices, no libnvidia-ml: no hook ran
+    assert seen == [("gpu runtime", "error")] and "2 GPU device(s) but not the driver's libnvidia-ml.so.1" in line
+    seen, line = runtime(tmp_path / "c", {"proc/driver/nvidia/version": "x"}, "apptainer/singularity")
+    assert seen == [("gpu runtime", "warning")] and "apptainer/singularity --nv" in line
+    assert runtime(tmp_path / "d", {}, "docker")[0] == [("gpu runtime", "n/a")]
+
+
+def test_on_a_gpu_host_each_container_runtime_has_its_gpu_hook(tmp_path):
+    gpu = {"dev/nvidia0": ""}
+    seen, line = runtime(tmp_path / "a", gpu, tools=("docker", "enroot"))
+    assert seen == [("docker", "warning"), ("enroot", "warning")]
+    assert "nvidia-ctk runtime configure" in line and "hooks.d/98-nvidia.sh" in line
+    hooked = {**gpu, "etc/docker/daemon.json": '{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}',
+              "etc/enroot/hooks.d/98-nvidia.sh": "#!/bin/sh\n"}
+    assert runtime(tmp_path / "b", hooked, tools=("docker", "enroot"))[0] == [("docker", "ok"), ("enroot", "ok")]
+    seen, line = runtime(tmp_path / "c", {**gpu, "run/cdi/nvidia.yaml": "cdiVersion: 0.5.0\n"}, tools=("docker",))
+    assert seen == [("docker", "ok")] and "CDI (nvidia.yaml)" in line
+    assert runtime(tmp_path / "d", {**gpu, "etc/docker/daemon.json": "not json"}, tools=("docker",))[0] == [
+        ("docker", "warning")]
+    assert runtime(tmp_path / "e", gpu)[0] == [("gpu runtime", "n/a")]  # no docker, no enroot
+    assert runtime(tmp_path / "f", {}, tools=("docker",))[0] == [("gpu runtime", "n/a")]  # no GPU on the host
