@@ -5,7 +5,8 @@ A reference matches a result when its GPU (words of the result's GPU name: "H100
 HBM3"), its mode (or any mode of its framework, for a published figure made with other code), model, precision,
 batch per device, image size, memory format, tuning (bench.records.describe.tuning_of: "" for the paper's eager
 loop) and world size (a per-GPU figure at one GPU is no measure of an 8-GPU run, whose share would hold its scaling
-too) are the result's, and the result trained on synthetic data, as every reference did. A variant's word in the
+too) are the result's, and the reference trained on synthetic data as the result did (``data``: NVIDIA's TensorFlow
+figures read ImageNet, so they match no run here and are named as the nearest instead). A variant's word in the
 result's GPU name that the reference's does not say (a MIG slice, an NVL or PCIe card) matches no full-size SXM
 row. This project's own
 figures are tried first, the published ones after::
@@ -56,6 +57,7 @@ class Reference:
     runs: int | None = None  # repeats behind the figure, where known
     conditions: str = ""
     world_size: int = 1  # the GPUs it was measured on; a result of another world size does not match
+    data: str = "synthetic"  # what it trained on; a result matches synthetic figures only (results on files: none)
 
     def label(self) -> str:
         layout = ", channels-last" if self.channels_last else ""
@@ -63,8 +65,9 @@ class Reference:
         runs = "" if self.runs is None else f", {self.runs} run{'s' * (self.runs != 1)}"
         when = f", {self.date}" if self.date else ""
         gpus = "one GPU" if self.world_size == 1 else f"{self.world_size} GPUs"
+        data = "" if self.data == "synthetic" else f", {self.data}"
         return (f"{self.per_device:,.0f}/s per GPU, {self.mode or self.framework} {self.model} {self.precision} "
-                f"batch {self.batch_size}{layout}{tuning} on {gpus}, {self.gpu} ({self.source}{when}{runs})")
+                f"batch {self.batch_size}{layout}{tuning}{data} on {gpus}, {self.gpu} ({self.source}{when}{runs})")
 
 
 def _own(gpu: str, page: str, rows: list[tuple[str, str, str, float, bool]]) -> list[Reference]:
@@ -90,6 +93,22 @@ def _lambda() -> list[Reference]:
     return [Reference(gpu, "resnet50", precision, batch, round(node / gpus, 1), "Lambda, published", "2023",
                       conditions=conditions + (", TF32" if precision == "fp32" else ""), world_size=gpus)
             for gpu, gpus, amp, tf32 in rows for precision, (node, batch) in (("amp-fp16", amp), ("fp32", tf32))]
+
+
+def _nvidia_tensorflow() -> list[Reference]:
+    """NVIDIA's TensorFlow ResNet-50 v1.5 on a DGX A100 (github.com/NVIDIA/DeepLearningExamples,
+    TensorFlow/Classification/ConvNets/resnet50v1.5/README.md read at commit 1d4211f, "Training performance: NVIDIA
+    DGX A100 (8x A100 40GB)", added June 2020): training/training_perf.sh in NGC's TensorFlow 20.06-tf1-py3, batch 256
+    per GPU, XLA, 500 timed iterations after 200 on ImageNet TFRecords, averaged; AMP is fp16 (static loss scale 128),
+    the other TF32. The 8-GPU row is the node's total, divided here into its per-GPU rate."""
+    conditions = ("NVIDIA's TensorFlow ResNet-50 v1.5 (NGC TensorFlow 20.06-tf1), DGX A100, ImageNet TFRecords, XLA, "
+                  "Horovod over mpiexec for 8 GPUs")
+    rows = [(1, 2375, 909), (8, 17400, 7000)]  # (GPUs, AMP img/s of the node, TF32 img/s of the node)
+    return [Reference("A100-SXM4-40GB", "resnet50", precision, 256, round(node / gpus, 1),
+                      "NVIDIA DeepLearningExamples, published", "2020-06", framework="tensorflow", tuning="XLA",
+                      conditions=conditions + (", TF32" if precision == "fp32" else ""), world_size=gpus,
+                      data="ImageNet TFRecords")
+            for gpus, amp, tf32 in rows for precision, node in (("amp-fp16", amp), ("fp32", tf32))]
 
 
 SHIPPED: tuple[Reference, ...] = (
@@ -119,6 +138,7 @@ SHIPPED: tuple[Reference, ...] = (
     Reference("H200", "resnet50", "fp32", 640, 2270.0, "Lambda, published (about)",
               conditions="NVIDIA's DeepLearningExamples PyTorch ResNet-50, synthetic, NCHW, eager, TF32"),
     *_lambda(),
+    *_nvidia_tensorflow(),
 )
 
 
@@ -180,7 +200,7 @@ def _differences(ref: Reference, result: Result) -> list[str]:
              ("precision", config.precision, ref.precision), ("batch", config.batch_size, ref.batch_size),
              ("image size", config.image_size, ref.image_size),
              ("layout", "NHWC" if config.channels_last else "NCHW", "NHWC" if ref.channels_last else "NCHW"),
-             ("tuning", tuning_of(config) or "eager", ref.tuning or "eager")]
+             ("tuning", tuning_of(config) or "eager", ref.tuning or "eager"), ("data", "synthetic", ref.data)]
     return [f"{what} {m} ({t})" for what, m, t in pairs if m != t]
 
 

@@ -87,6 +87,22 @@ def test_the_published_figures_of_more_gpus_match_their_own_batch_precision_and_
                             []).per_device == 1527.0
 
 
+def test_nvidias_tensorflow_figures_are_named_as_the_nearest_since_they_read_imagenet(tmp_path):
+    """NVIDIA's TensorFlow ResNet-50 v1.5 on a DGX A100 40GB (DeepLearningExamples' table: 1 GPU AMP 2375 img/s,
+    8 GPUs TF32 7000): a synthetic tf-horovod run of their settings matches none, and the line says why."""
+    for world, precision, rate in ((1, "amp-fp16", "2,375"), (8, "fp32", "875")):
+        run = gpu_run(tmp_path, gpu="NVIDIA A100-SXM4-40GB", mode="tf-horovod", world=world, precision=precision,
+                      batch_size=256, xla=True)
+        assert references.match(run, []) is None
+        line = references.unmatched(run, [])
+        assert f"the nearest, {rate}/s per GPU, tensorflow resnet50 {precision} batch 256, XLA, ImageNet TFRecords" \
+               in line and line.endswith("differs in data synthetic (ImageNet TFRecords)"), line
+    # a torch run on that card is told the same figures are another framework's
+    line = references.unmatched(gpu_run(tmp_path, gpu="NVIDIA A100-SXM4-40GB", precision="amp-fp16",
+                                        batch_size=256, xla=True), [])
+    assert "differs in mode torch (tensorflow)" in line, line
+
+
 def test_a_cpu_run_or_a_run_on_files_has_no_reference(tmp_path):
     run = gpu_run(tmp_path)
     run.config.device = "cpu"
