@@ -80,7 +80,7 @@ def findings(cfg: PreflightConfig) -> list[env_faults.Finding]:
         finally:
             module.nvmlShutdown()
     out += kernel_log.findings(*kernel_log.read(), addresses)
-    out += host_prescreen.findings()
+    out += host_prescreen.findings(inside=environment.container())
     out += env_faults.network_findings(dict(os.environ), other_nodes(cfg))
     out += env_faults.infiniband_findings(dict(os.environ))
     return out

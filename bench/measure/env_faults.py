@@ -92,8 +92,9 @@ def _call(nvml, fn, *args):
 
 
 def pack_findings(nvml, h, model: str | None, member: str, packs, check: str = "gpu") -> list[Finding]:
-    """The GPU's ECC counters by location against its model's threshold pack (bench.measure.thresholds): a
-    count over a published limit is an error, the limit and its source named (bench preflight, bench soak)."""
+    """The GPU's ECC counters by location, its corrected ECC total since the driver loaded and its retired pages
+    against its model's threshold pack (bench.measure.thresholds): a count over a published limit is an error, the
+    limit and its source named (bench preflight, bench soak)."""
     if packs is None:
         return []
     out = []
@@ -143,7 +144,8 @@ def gpu_findings(nvml, processes: bool = True, packs=None) -> list[Finding]:
     """Every GPU NVML sees: other processes on it (``processes``: not where a run's own ranks may already hold
     their GPUs), uncorrected ECC errors since the driver loaded, a page retirement or row remap waiting for a
     reset, a failed row remap; with threshold ``packs`` (bench.measure.thresholds), its ECC counts by location
-    and its remapped rows against its model's published limits."""
+    and its remapped rows against its model's published limits; and the GPUs of one model flashed with different
+    VBIOS versions."""
     own = {os.getpid()}
     out = []
     vbios: dict[str, dict[int, str]] = {}  # model -> GPU -> its VBIOS

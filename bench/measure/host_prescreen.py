@@ -27,7 +27,6 @@ from pathlib import Path
 
 from bench.measure import env_faults
 from bench.measure.env_faults import Finding
-from bench.records.env import container
 
 PROCFS = Path(os.environ.get("HVDBENCH_PROCFS", "/proc"))
 CHECK = "host"
@@ -165,11 +164,11 @@ def _loads(name: str) -> bool:
 HOOKS = "docker --gpus (the NVIDIA Container Toolkit's hook), apptainer/singularity --nv, enroot's 98-nvidia hook"
 
 
-def gpu_runtime(container: str | None, dev: Path = Path("/dev"), procfs: Path | None = None,
+def gpu_runtime(inside: str | None, dev: Path = Path("/dev"), procfs: Path | None = None,
                 etc: Path = Path("/etc"), run: Path = Path("/var/run"),
                 which: Callable[[str], str | None] = shutil.which,
                 loads: Callable[[str], bool] = _loads) -> list[Finding]:
-    """The container runtime's GPU hook. Inside a container (``container``: bench.records.env.container): its GPU
+    """The container runtime's GPU hook. Inside a container (``inside``: bench.records.env.container's kind): its GPU
     devices and the driver's NVML library, which the hook mounts in; on the host, for each runtime on PATH where the
     host has GPUs: Docker's NVIDIA runtime or CDI spec, enroot's NVIDIA hook (apptainer's --nv binds the driver's
     libraries itself)."""
@@ -177,17 +176,17 @@ def gpu_runtime(container: str | None, dev: Path = Path("/dev"), procfs: Path | 
     gpus = sorted(p.name for p in dev.glob("nvidia[0-9]*"))
     driver = (procfs / "driver" / "nvidia" / "version").exists()
     member = "gpu runtime"
-    if container:
+    if inside:
         if gpus and loads("libnvidia-ml.so.1"):
-            return [Finding(CHECK, member, "ok", f"in {container}: {len(gpus)} GPU device(s) and the driver's "
+            return [Finding(CHECK, member, "ok", f"in {inside}: {len(gpus)} GPU device(s) and the driver's "
                             "libnvidia-ml.so.1, mounted by the runtime's hook")]
         if gpus:
-            return [Finding(CHECK, member, "error", f"in {container}: {len(gpus)} GPU device(s) but not the driver's "
+            return [Finding(CHECK, member, "error", f"in {inside}: {len(gpus)} GPU device(s) but not the driver's "
                             f"libnvidia-ml.so.1: the runtime's GPU hook did not run; start it with {HOOKS}")]
         if driver:
-            return [Finding(CHECK, member, "warning", f"in {container}: the host's NVIDIA driver is seen but no GPU "
+            return [Finding(CHECK, member, "warning", f"in {inside}: the host's NVIDIA driver is seen but no GPU "
                             f"device was given to the container; start it with {HOOKS}")]
-        return [Finding(CHECK, member, "n/a", f"in {container}: no NVIDIA GPU device or driver here")]
+        return [Finding(CHECK, member, "n/a", f"in {inside}: no NVIDIA GPU device or driver here")]
     if not gpus:
         return [Finding(CHECK, member, "n/a", "no NVIDIA GPU device on this host")]
     out = []
@@ -214,9 +213,11 @@ def gpu_runtime(container: str | None, dev: Path = Path("/dev"), procfs: Path | 
 
 
 def findings(sysfs: Path | None = None, procfs: Path | None = None, environ: dict[str, str] | None = None,
-             getrlimit: Callable[[int], tuple[int, int]] = resource.getrlimit) -> list[Finding]:
+             getrlimit: Callable[[int], tuple[int, int]] = resource.getrlimit,
+             inside: str | None = None) -> list[Finding]:
+    """Every check; ``inside``: the container this runs in (bench.records.env.container), None on a host."""
     sysfs = env_faults.SYSFS if sysfs is None else sysfs
     procfs = PROCFS if procfs is None else procfs
     environ = dict(os.environ) if environ is None else environ
     return [governor(sysfs), idle_states(sysfs), numa_balancing(procfs), iommu(sysfs, procfs), huge_pages(sysfs),
-            swap(procfs), *limits(sysfs, getrlimit), *srun_mpi(environ), *gpu_runtime(container(), procfs=procfs)]
+            swap(procfs), *limits(sysfs, getrlimit), *srun_mpi(environ), *gpu_runtime(inside, procfs=procfs)]

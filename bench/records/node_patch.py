@@ -36,7 +36,7 @@ _NODE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9]
 ANNOTATION_CHARS = 1000
 # The options' words, declared here once for every command that takes them.
 NODE_PATCH_HELP = ("Write this node's verdict as Kubernetes node labels (a merge patch, DIR/<node>-<check>.json, "
-               "replaced each run) and print the kubectl commands that apply it and its taint (docs/soak.md).")
+                   "replaced each run) and print the kubectl commands that apply it and its taint (docs/soak.md).")
 NODE_HELP = "The Kubernetes node's name for --node-patch (default: $NODE_NAME, else this host's short name)."
 
 
@@ -45,7 +45,8 @@ def node_name(given: str = "") -> str:
     name of a Kubernetes node."""
     name = given or os.environ.get("NODE_NAME") or socket.gethostname().split(".")[0].lower()
     if len(name) > 253 or not _NODE.fullmatch(name):
-        raise BenchError(f"--node '{name}' is not a Kubernetes node name (lowercase letters, digits, '-' and '.')")
+        raise BenchError(f"'{name}' is not a Kubernetes node name (lowercase letters, digits, '-' and '.'; "
+                         "--node gives one)")
     return name
 
 
