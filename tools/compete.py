@@ -49,20 +49,26 @@ def main() -> int:
         parser.error("no command to run (give it after --)")
     if args.procs < 1:
         parser.error(f"--procs must be >= 1 (got {args.procs})")
-    loops = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=die_with_parent) for _ in range(args.procs)]
-    stopped = {}
+    stopped: dict[str, int] = {}
+    child: subprocess.Popen | None = None
 
     def stop(signum, _frame):
         stopped["signal"] = signum
-        if child.poll() is None:
+        if child is not None and child.poll() is None:
             child.send_signal(signum)
 
+    # before anything starts: a signal that comes while the loops or the command start is passed on, never lost
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, stop)
+    loops = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=die_with_parent) for _ in range(args.procs)]
     start = time.monotonic()
     try:
-        child = subprocess.Popen(command, preexec_fn=lambda: die_with_parent(signal.SIGTERM))
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, stop)
-        code = child.wait()
+        code = 128 + stopped["signal"] if "signal" in stopped else None
+        if code is None:
+            child = subprocess.Popen(command, preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+            if "signal" in stopped and child.poll() is None:  # it came while the command started
+                child.send_signal(stopped["signal"])
+            code = child.wait()
     except FileNotFoundError:
         print(f"compete: no such command: {command[0]}", file=sys.stderr)
         code = 127
