@@ -12,8 +12,7 @@ from bench.data import datasets, feed
 from bench.errors import STOP_SIGNALS, BenchError, NotValid
 from bench.hooks import Hooks
 from bench.launching import detect, k8s_pod, supervise
-from bench.measure import checkpoint, env_faults, host_load, telemetry
-from bench.measure import nvml as nvml_module
+from bench.measure import checkpoint, env_faults
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
 from bench.records import env
@@ -21,9 +20,9 @@ from bench.records.header import new_run_id
 from bench.records.results import (
     build_result,
     check_output_dir,
-    compile_warning,
     render_table,
     telemetry_samples,
+    tracker_warnings,
     write_result,
 )
 
@@ -69,24 +68,6 @@ def warn_preflight(processes: bool) -> None:
     for f in env_faults.cheap(processes):
         if f.status in ("error", "warning"):
             print(f"preflight: {f.status}: {f.member}: {f.detail}", file=sys.stderr)
-
-
-def start_telemetry(cfg: RunConfig, info: detect.LaunchInfo, trainer):
-    """(sampler or None, reason when there is none). Every process samples the GPUs it drives itself (one for a
-    rank per GPU, all its GPUs for a process that drives several): under srun --gpus-per-task=1 no process sees
-    another's GPU, and one sampler per node would miss all but its own."""
-    if not cfg.telemetry:
-        return None, "turned off (--no-telemetry)"
-    if cfg.device.value != "cuda":
-        return None, f"no GPU in use (device {cfg.device.value})"
-    import socket
-
-    nvml, reason = nvml_module.load_nvml()
-    if nvml is None:
-        return None, reason
-    gpus = trainer.own_gpus()
-    handles = telemetry.physical_indices(gpus, nvml)
-    return telemetry.Sampler(nvml, handles, gpus, cfg.telemetry_interval, socket.gethostname()), None
 
 
 class Job(Protocol):
@@ -187,12 +168,10 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
     progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None
 
-    sampler, telemetry_note = start_telemetry(cfg, info, trainer)
-    gathered = measure(trainer, cfg, info, progress, sampler, hooks)
+    gathered = measure(trainer, cfg, info, progress, hooks, new_run_id(cfg.mode) if info.rank == 0 else None)
     trainer.teardown()
     if gathered is None:
         return None
-    gathered.telemetry_note = telemetry_note
     if data_before is not None:
         datasets.check_unchanged(cfg.data, data_before)
 
@@ -200,7 +179,7 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
 
     from rich.console import Console
 
-    result = build_result(cfg, info, gathered, gathered.run_id or new_run_id(cfg.mode))
+    result = build_result(cfg, info, gathered, gathered.run_id)
     # A stop signal now waits until the files are whole: the measurement is finished, it is not lost.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
@@ -212,11 +191,8 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     console = Console(file=sys.stdout)
     console.print(render_table(result))
     console.print(f"result: {path}")
-    timed_steps = result.config.steps_per_window * len(result.samples.window_s[0]) if result.samples.window_s else 0
-    for warning in (host_load.warning(result.host_load), compile_warning(result),
-                    feed.queue_warning(result.input, timed_steps)):
-        if warning:
-            print(warning, file=sys.stderr)
+    for warning in tracker_warnings(result):
+        print(warning, file=sys.stderr)
     if not result.sync.ranks_in_sync:
         raise NotValid(f"ranks finished with different parameters (see {path}); the run is not valid")
     return path

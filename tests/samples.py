@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.data.feed import FeedRecord
+from bench.measure.builtin_trackers import trackers
 from bench.measure.raw import RankRecord
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Allreduce
@@ -76,11 +77,15 @@ def result(**parts: Any) -> Result:
 
 def rank(rank: int = 0, **fields: Any) -> RankRecord:
     """One rank's raw record (bench.measure.raw) with ``fields`` set and plain figures for the rest: one second
-    windows, a tenth of a second for the first step and set-up, parameters that changed."""
+    windows, a tenth of a second for the first step and set-up, parameters that changed. A field named after a
+    tracker (bench.measure.tracker: ``input``, ``host_load``, ``traffic``, ``attribution``, ...) is that tracker's
+    part."""
     base: dict[str, Any] = {"local_rank": rank, "host": "h", "device": "cpu", "setup_s": 0.1, "first_step_s": 0.1,
                             "init_s": 0.2, "train_s": 4.0, "warmup_step_s": [], "window_s": [1.0, 1.0],
                             "checksum": "a", "param_sum_initial": 1.0, "param_sum_final": 2.0}
-    return RankRecord(rank=rank, **{**base, **fields})
+    names = {t.name for t in trackers()}
+    parts = {k: fields.pop(k) for k in list(fields) if k in names}
+    return RankRecord(rank=rank, **{**base, **fields}, parts=parts)
 
 
 def fed(waits: list[float], **fields: Any) -> FeedRecord:

@@ -30,15 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import files
 from bench.commands.sweep import Manifest, SweepMatrix, run_sweep
 from bench.config import check_declared, comma_list, int_list, option
 from bench.errors import BenchError
 from bench.hooks import FAULTS, Hooks
-from bench.records import files, store
+from bench.measure.goal import Training
+from bench.records import store
 from bench.records.collect import label_of, load_results
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Converge, ConvergeCurve, ConvergeRow
-from bench.records.schema import Result, Training
+from bench.records.schema import Result
 
 DEFAULT_MODES = ("torch-ddp", "torch-horovod", "tf-horovod", "tf-native")
 TOLERANCE = 0.02  # final top-1 of a configuration against the median of every configuration

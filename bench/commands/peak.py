@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from bench.config import check_declared, option
 from bench.launching import envs, supervise
 from bench.measure import device_peak
+from bench.records import peaks
 from bench.vocabulary import Device, Precision
 
 
@@ -37,8 +38,9 @@ def main(cfg: PeakConfig) -> None:
 
     device = device_peak.torch_device(torch, cfg.device)
     threads = supervise.cpu_thread_share(cfg.np) if device == Device.cpu else None
-    record = device_peak.measure(device.value, cfg.precision.value, threads, cfg.seconds, cfg.repeats)
-    path = device_peak.write(cfg.output, record)
+    record = peaks.record(device_peak.measure(device.value, cfg.precision.value, threads, cfg.seconds,
+                                              cfg.repeats))
+    path = peaks.write(cfg.output, record)
     table = Table(title=f"GEMM rate: {record.device}, {record.dtype}")
     for column in ("M", "N", "K", "TFLOP/s (median)", "repeats"):
         table.add_column(column, justify="right")

@@ -27,13 +27,15 @@ from collections import defaultdict
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from bench import files
 from bench.commands import converge
 from bench.commands.compare import input_cost
 from bench.config import option
 from bench.errors import BenchError
 from bench.measure.attribution import STRAGGLER_THRESHOLD
+from bench.measure.builtin_trackers import trackers
 from bench.modes import MODES
-from bench.records import files, references
+from bench.records import references
 from bench.records.collect import (
     STRICT_HELP,
     Key,
@@ -285,6 +287,18 @@ def traffic_rows(results: list[Result]) -> list[TrafficRow]:
                                ratio=measured / computed if measured and comparable else None,
                                not_comparable=None if reading is None or comparable else reading.not_comparable))
     return rows
+
+
+def measurement_lines(results: list[Result]) -> list[str]:
+    """The table rows of every tracker whose section a result keeps by name (a plugin's, bench.measure.tracker),
+    as the run's table shows them: one line per row, for each result that has the section."""
+    lines = []
+    kept = [t for t in trackers() if t.field is None]
+    for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r.world_size)):
+        for tracker in kept:
+            lines += [f"| {label_of(r)} | {key_of(r).setting_text()} | {r.world_size} | {label} | {value} | {unit} |"
+                      for label, value, unit in tracker.rows(tracker.read(r))]
+    return lines
 
 
 def attribution_rows(chosen: dict[Key, dict[int, Result]]) -> list[AttributionRow]:
@@ -651,6 +665,11 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
             md.append(f"| {label_of(run)} | {run.world_size} | {_fmt(t.energy_per_sample_j, '.3f')} | "
                       f"{_fmt(t.samples_per_sec_per_watt, '.3f')} | "
                       f"{_fmt(t.power_w_mean_total, '.0f')} | {'yes' if t.throttled else 'no'} |")
+    measured = measurement_lines(results)
+    if measured:
+        md += ["", "## Other measurements", "", "Each run's sections from the trackers registered beside bench's own "
+               "(HVDBENCH_PLUGINS, bench.measure.tracker), as the run's table shows them.", "",
+               "| mode | setting | n | measurement | value | unit |", "|---|---|---|---|---|---|", *measured]
     if images:
         md += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     n_repeats = sum(len(v) for v in repeats.values())

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from bench import SCHEMA_VERSION
+from bench import SCHEMA_VERSION, files
 from bench.config import PLUGIN_OPTIONS, RunConfig, check_declared, cli_options, comma_list, int_list, option, takes
 from bench.errors import BenchError, NotValid, Stopped, restore_handlers, stop_on_signals
 from bench.hooks import HOOKS_ENV
@@ -40,10 +40,9 @@ from bench.launching import envs
 from bench.launching.slurm import inside_allocation, srun_command
 from bench.launching.supervise import SWEEP_PID_ENV, stop_processes
 from bench.modes import mode_label, variant
-from bench.records import files
 from bench.records.results import CONFIGS_DIR, MANIFEST, check_output_dir, load_result
-from bench.records.schema import parse
 from bench.tables import never_cut
+from bench.typed import parse
 
 # How long a stopped cell gets to stop its own ranks (bench's spawner allows them 10 s) before SIGKILL.
 CELL_GRACE_S = 20.0

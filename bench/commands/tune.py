@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import files
 from bench.commands.sweep import Cell, Manifest, SweepMatrix, run_sweep
 from bench.config import CPU_PROFILE, GPU_PROFILE, check_declared, cli_options, option, option_specs
 from bench.errors import OOM_ERRORS, BenchError
 from bench.modes import variant
-from bench.records import files, store
+from bench.records import store
 from bench.records.header import header, new_run_id
 from bench.records.kinds import Tune, TunePoint
 from bench.records.results import load_result

@@ -53,17 +53,75 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import Field
 
 from bench.data import datasets
 from bench.data.loaders import default_loader
 from bench.data.loaders import loader as loader_named
 from bench.errors import BenchError
 from bench.launching.supervise import cpu_thread_share
-from bench.records.schema import Input, InputRank
+from bench.measure.tracker import Ranks, Tracker, register
+from bench.typed import Open
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
+
+
+class InputRank(Open):
+    """One rank's input pipeline over the timed windows (a tf-native ps worker's: rank and host null, worker set)."""
+    rank: int | None
+    host: str | None
+    worker: int | None = None
+    wait_s: float | None = None
+    h2d_s: float | None = None
+    wait_share: float | None = None
+    wait_step_ms_median: float | None = None
+    loader_rate: float | None = None
+    workers: int | None = None
+    queue_at_start: int | None = None
+    queue_depth: int | None = None
+    settle_steps: int = 0
+    epochs: float | None = Field(None, description="the epochs of the split the run's steps covered")
+    wait_step_s: list[float] = []
+    h2d_step_s: list[float] | None = None
+    idle_s: float | None = Field(None, description="PyTorch on a GPU: the device's idle for its batches")
+    idle_share: float | None = None
+    idle_step_s: list[float] | None = None
+
+    @property
+    def input_share(self) -> float | None:
+        """The input's cost as a share of the timed windows: the device's idle on a GPU (PyTorch), where the host's
+        wait overlaps queued kernels; the host's wait elsewhere (bench.data.feed)."""
+        return self.idle_share if self.idle_share is not None else self.wait_share
+
+
+class Input(Open):
+    """What the run trained on (bench.data.feed): one synthetic batch, or a dataset through an input pipeline with
+    each rank's data wait."""
+    source: Literal["synthetic", "dataset"]
+    path: str | None = None
+    format: str | None = None
+    loader: str | None = None
+    classes: int | None = None
+    train_samples: int | None = None
+    workers: list[int] = []
+    per_rank: list[InputRank] = []
+    wait_share_max: float | None = None
+    idle_share_max: float | None = None
+    paced_by_rank: int | None = None
+    paced_by_worker: int | None = None
+    pace_share: float | None = None
+    settle_steps: int = 0
+    definition: str
+
+    @property
+    def pacer(self) -> str | None:
+        """Whose input pipeline sets the pace: "rank R", "worker W" (tf-native ps), or None."""
+        if self.paced_by_worker is not None:
+            return f"worker {self.paced_by_worker}"
+        return None if self.paced_by_rank is None else f"rank {self.paced_by_rank}"
 
 PACE_SHARE = 0.10
 SETTLE_DEPTHS = 4
@@ -117,7 +175,7 @@ class WorkerWaits:
 
 @dataclass(frozen=True)
 class FeedRecord:
-    """One rank's input pipeline over the timed windows (its RankRecord's ``data``)."""
+    """One rank's input pipeline over the timed windows (its part, bench.data.feed.FeedTracker)."""
     wait_step_s: list[float]  # per timed step, the wait for its batch
     h2d_step_s: list[float] | None  # per timed step, the copy to the device (None: no copy timed)
     loader_rate: float | None  # the pipeline alone at set-up, samples/s
@@ -356,7 +414,7 @@ def section(cfg, ranks: list[RankRecord]) -> Input:
     if not getattr(cfg, "data", None):
         return Input(source="synthetic", definition="one synthetic batch per rank, made once on the device")
     per_rank = []
-    fed = [(r, r.data) for r in ranks if r.data is not None]
+    fed = [(r, d) for r in ranks if (d := r.parts.get(FeedTracker.name)) is not None]
     for r, d in fed:
         timed = sum(r.window_s)
         # tf-native ps: the coordinator's record holds each worker's waits (WorkerFeeds); each worker is a row, its
@@ -455,3 +513,48 @@ def queue_warning(section: Input | None, timed_steps: int) -> str | None:
             f"{timed_steps} timed steps: made before the clock started, they are counted inside it, so a loader "
             "slower than training reads up to that share high; more timed steps (--windows, --steps-per-window) or "
             "fewer --loader-workers shrink it (docs/data.md)")
+
+
+def settled_steps(ranks: list[RankRecord]) -> int:
+    """The untimed settling steps every rank took before the clock started (they agree on stopping)."""
+    data = ranks[0].parts.get(FeedTracker.name)
+    return data.settle_steps if data is not None else 0
+
+
+@register
+class FeedTracker(Tracker):
+    """--data: every draw of the rank's batches timed (the feed's own clock), from the step the windows start at;
+    the deferred device readings read after each window, outside its clock. The settling steps before the windows
+    are the loop's (bench.measure.loop): they decide when the clock starts."""
+    name = field = "input"
+    model = Input
+
+    @classmethod
+    def wanted(cls, ctx) -> bool:
+        return getattr(ctx.trainer, "feed", None) is not None
+
+    def before_windows(self) -> None:
+        self.feed = self.ctx.trainer.feed
+        self.timed_from = self.feed.mark()
+
+    def after_window(self) -> None:
+        self.feed.read_deferred()
+
+    def after_windows(self) -> None:
+        self.record = self.feed.record(self.timed_from)
+
+    def part(self) -> FeedRecord:
+        return self.record
+
+    @classmethod
+    def section(cls, job: Ranks) -> Input:
+        return section(job.cfg, job.ranks)
+
+    @classmethod
+    def rows(cls, section: Input | None) -> list[tuple[str, str, str]]:
+        return table_rows(section)
+
+    @classmethod
+    def warning(cls, section: Input | None, result) -> str | None:
+        return queue_warning(section, result.config.steps_per_window * len(result.samples.window_s[0])
+                             if result.samples.window_s else 0)

@@ -56,13 +56,66 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.data.feed import FeedTracker
 from bench.measure.stats import fastest_window, job_step
-from bench.records.schema import Attribution, RankAttribution, Straggler
+from bench.measure.tracker import Ranks, Tracker, register
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
+
+
+class _RankOf(BaseModel):
+    """Which rank: its number, host and device."""
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    host: str
+    device: str
+
+
+class RankAttribution(_RankOf):
+    """One rank's step, taken apart (bench.measure.attribution); seconds per step."""
+    compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
+    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
+    step_s: float = Field(description="per step in the timed windows (the job's fastest window / steps per window)")
+    data_wait_s: float = Field(0.0, description="per step, the rank's wait for its batch in the window step_s is "
+                                                "read from (--data; 0 otherwise, and in results before it was kept)")
+    exposed_s: float = Field(description="max(0, step_s - compute_s - data_wait_s): time in, or waiting for, the "
+                                         "exchange")
+    exposed_clipped: bool = Field(False, description="step_s < compute_s + data_wait_s (noise above the exchange): "
+                                                     "exposed_s is 0")
+    hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
+    compute_step_s: list[float] = Field(description="raw: each compute-only step's wall time")
+    exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")
+    graphs_compiled: int | None = Field(None, description="--compile or --xla: graphs compiled during the timed "
+                                                          "compute-only and exchange-only steps (0 expected)")
+
+
+class Straggler(_RankOf):
+    slowdown: float = Field(description="its compute_s / the other ranks' median compute_s")
+    compute_s: float
+    others_compute_s: float
+    wait_share: float | None = Field(description="(compute_s - others_compute_s) / step_s: the share of every "
+                                                 "step the other ranks spend waiting for it")
+
+
+class Attribution(BaseModel):
+    """Where each rank's step goes, and the straggler (bench.measure.attribution); ``measured`` false says why not."""
+    model_config = ConfigDict(extra="forbid")
+    measured: bool
+    reason: str | None = Field(None, description="why there are no figures (measured false)")
+    unit: Literal["s"] | None = None
+    steps: int | None = Field(None, description="compute-only steps, and exchange-only steps, per rank")
+    per_rank: list[RankAttribution] | None = None
+    straggler: Straggler | None = None
+    straggler_threshold: float | None = Field(None, description="the slowdown - 1 above which a rank is named")
+    hidden_share_median: float | None = None
+    exposed_s_median: float | None = None
+    cost_s: float | None = Field(None, description="the slowest rank's wall time for the attribution windows")
+    definitions: dict[str, str]
 
 STRAGGLER_THRESHOLD = 0.35
 
@@ -107,7 +160,7 @@ def unsupported(trainer) -> str | None:
 
 @dataclass(frozen=True)
 class StepsApart:
-    """One rank's raw attribution windows (its RankRecord's ``attribution``): each compute-only and exchange-only
+    """One rank's raw attribution windows (its part, AttributionTracker): each compute-only and exchange-only
     step's wall time; or, for a mode that cannot take its step apart, why (``unsupported``)."""
     steps: int = 0
     compute_step_s: list[float] = field(default_factory=list)
@@ -148,7 +201,7 @@ def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
     """The rank's wait for its batch per step in timed window ``window``: its device's idle for it where that was
     measured (a GPU), else the host's wait (0 without --data; the coordinator of tf-native ps, whose workers wait
     instead, 0 too)."""
-    data = rank.data
+    data = rank.parts.get(FeedTracker.name)
     waits = [] if data is None or data.per_worker is not None else \
         data.idle_step_s if data.idle_step_s is not None else data.wait_step_s
     part = waits[window * steps_per_window:(window + 1) * steps_per_window]
@@ -157,7 +210,7 @@ def data_wait(rank: RankRecord, window: int, steps_per_window: int) -> float:
 
 def build(ranks: list[RankRecord], steps_per_window: int) -> Attribution | None:
     """The result's ``attribution`` section from every rank's record (None: not asked for)."""
-    raw = [r.attribution for r in ranks]
+    raw = [r.parts.get(AttributionTracker.name) for r in ranks]
     if all(a is None for a in raw):
         return None
     reasons = {a.unsupported for a in raw if a and a.unsupported}
@@ -231,3 +284,33 @@ def table_rows(section: Attribution | None) -> list[tuple[str, str, str]]:
 def _median(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
+
+
+@register
+class AttributionTracker(Tracker):
+    """--attribution-steps, more than one process: compute-only and exchange-only steps of its own, after the
+    checksum (module docstring); a mode that cannot take its step apart says why."""
+    name = field = "attribution"
+    model = Attribution
+
+    @classmethod
+    def wanted(cls, ctx) -> bool:
+        return bool(ctx.cfg.attribution_steps) and ctx.trainer.world_size > 1
+
+    def after_checksum(self) -> None:
+        trainer, hooks = self.ctx.trainer, self.ctx.hooks
+        why = unsupported(trainer)
+        self.apart = StepsApart(unsupported=why) if why else measure(
+            trainer, self.ctx.cfg.attribution_steps, hooks.slowed(trainer.rank, trainer.compute_step, trainer.sync),
+            self.ctx.dog)
+
+    def part(self) -> StepsApart:
+        return self.apart
+
+    @classmethod
+    def section(cls, job: Ranks) -> Attribution | None:
+        return build(job.ranks, job.cfg.steps_per_window)
+
+    @classmethod
+    def rows(cls, section: Attribution | None) -> list[tuple[str, str, str]]:
+        return table_rows(section)

@@ -48,7 +48,7 @@ from pydantic import BaseModel
 
 from bench.errors import BenchError
 from bench.measure.goal import Progress
-from bench.records.schema import parse
+from bench.typed import parse
 
 STATE = "state.json"
 FORMAT = 2  # 2: torch.pt holds each rank's random state

@@ -12,22 +12,17 @@ MFU (model FLOPs utilisation) = model TFLOP/s per device / a peak, with two peak
 
 ``bench peak`` writes its result (every repeat kept) to OUTPUT/peak/<host>-<device>-<precision>-<time>.json; a
 run whose --output is the same directory takes the newest file for its host, device and precision and records
-MFU against it (``utilisation`` in the result).
+MFU against it (``utilisation`` in the result): bench.records.peaks reads and writes those records.
 """
 
 from __future__ import annotations
 
 import re
 import socket
-import statistics
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 from bench.errors import BenchError
-from bench.records import store
-from bench.records.header import header, new_run_id, utc_stamp
-from bench.records.kinds import Peak, PeakShape
-from bench.records.schema import Utilisation
 from bench.vocabulary import Device
 
 # Dense TFLOP/s by exact NVML device name and precision: fp32 (CUDA cores), tf32/bf16/fp16 (tensor cores, no
@@ -91,27 +86,17 @@ def device_slug(device: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", name).strip("-").lower() or "device"
 
 
-def peak_stem(host: str, device: str, precision: str) -> str:
-    return f"{host}-{device_slug(device)}-{precision}"
-
-
-def write(output: str | Path, record: Peak) -> Path:
-    """A new file per measurement (none is overwritten): OUTPUT/peak/<host>-<device>-<precision>-<UTC time>.json,
-    written whole (bench.records.files)."""
-    folder = Path(output) / "peak"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{peak_stem(record.host, record.device, record.precision)}-{utc_stamp()}.json"
-    n = 1
-    while path.exists():
-        n += 1
-        path = path.with_name(f"{path.stem.rsplit('.', 1)[0]}.{n}.json")
-    return store.write(path, record)
-
-
-def latest(output: str | Path, host: str, device: str, precision: str) -> Path | None:
-    stem = peak_stem(host, device, precision)
-    found = sorted((Path(output) / "peak").glob(f"{stem}-2*.json"))  # UTC stamps sort in time order
-    return found[-1] if found else None
+@dataclass(frozen=True)
+class Sweep:
+    """One GEMM sweep's rates: every repeat's TFLOP/s per shape (M, N, K), and where and how it ran."""
+    host: str
+    device: str  # the framework's label: "cpu (2 threads)", "cuda:0 NVIDIA H100 80GB HBM3"
+    precision: str
+    dtype: str
+    torch: str
+    seconds_per_repeat: float
+    repeats: int
+    rates: dict[tuple[int, int, int], list[float]]
 
 
 def _gemm_rate(torch, dev, dtype, m: int, n: int, k: int, seconds: float, repeats: int) -> list[float]:
@@ -137,8 +122,9 @@ def _gemm_rate(torch, dev, dtype, m: int, n: int, k: int, seconds: float, repeat
 
 
 def measure(device: str, precision: str, threads: int | None = None, seconds: float = 0.5, repeats: int = 3,
-            shapes: list[tuple[int, int, int]] | None = None) -> Peak:
-    """The GEMM sweep (module docstring) on ``device`` (cpu or cuda); every repeat's rate kept."""
+            shapes: list[tuple[int, int, int]] | None = None) -> Sweep:
+    """The GEMM sweep (module docstring) on ``device`` (cpu or cuda); every repeat's rate kept (bench.records.peaks
+    makes the record of it)."""
     import torch
 
     dev = torch.device("cuda:0" if device == "cuda" else "cpu")
@@ -149,42 +135,7 @@ def measure(device: str, precision: str, threads: int | None = None, seconds: fl
     dtype = getattr(torch, PRECISION_DTYPE[precision])
     label = (f"cuda:0 {torch.cuda.get_device_name(0)}" if dev.type == "cuda"
              else f"cpu ({torch.get_num_threads()} threads)")
-    rows = []
-    for m, n, k in shapes or (GPU_SHAPES if dev.type == "cuda" else CPU_SHAPES):
-        rates = _gemm_rate(torch, dev, dtype, m, n, k, seconds, repeats)
-        rows.append(PeakShape(m=m, n=n, k=k, tflops=rates, tflops_median=statistics.median(rates)))
-    best = max(rows, key=lambda r: r.tflops_median)
-    return Peak(**header(new_run_id("peak"), store.Kind.PEAK), host=socket.gethostname(), device=label,
-                precision=precision, dtype=PRECISION_DTYPE[precision], torch=torch.__version__,
-                seconds_per_repeat=seconds, repeats=repeats, shapes=rows, peak_tflops=best.tflops_median,
-                peak_shape=[best.m, best.n, best.k],
-                definition="best shape's median rate over its repeats; rate = 2 x M x N x K / time")
-
-
-def load_measured(output: str | Path, host: str, device: str, precision: str) -> tuple[float | None, str]:
-    """The newest `bench peak` figure for this host, device and precision in OUTPUT/peak, or why there is none."""
-    path = latest(output, host, device, precision)
-    if path is None:
-        return None, (f"no {peak_stem(host, device, precision)}-*.json in {Path(output) / 'peak'}: run `bench peak` "
-                      "with the same --output, device, precision (and on a CPU, --np)")
-    try:
-        return store.load(path, Peak).peak_tflops, str(path)
-    except BenchError:
-        return None, f"{path} is not a `bench peak` result"
-
-
-def utilisation(model_tflops: float | None, precision: str, output: str | Path, host: str, device: str,
-                gpu_name: str | None) -> Utilisation:
-    """The result's ``utilisation`` section: MFU against the measured peak and against the spec peak."""
-    measured, measured_source = load_measured(output, host, device, precision)
-    spec, spec_source = spec_peak(gpu_name if device.startswith("cuda") else None, precision)
-
-    def ratio(peak: float | None) -> float | None:
-        return model_tflops / peak if model_tflops and peak else None
-
-    return Utilisation(unit="TFLOP/s", model_tflops_per_device=model_tflops, precision=precision,
-                       measured_peak_tflops=measured, measured_peak_source=measured_source,
-                       mfu_measured=ratio(measured), spec_peak_tflops=spec, spec_peak_source=spec_source,
-                       mfu_spec=ratio(spec),
-                       definitions={"mfu_measured": "model_tflops_per_device / measured_peak_tflops (bench peak)",
-                                    "mfu_spec": "model_tflops_per_device / spec_peak_tflops (published dense rate)"})
+    rates = {(m, n, k): _gemm_rate(torch, dev, dtype, m, n, k, seconds, repeats)
+             for m, n, k in shapes or (GPU_SHAPES if dev.type == "cuda" else CPU_SHAPES)}
+    return Sweep(host=socket.gethostname(), device=label, precision=precision, dtype=PRECISION_DTYPE[precision],
+                 torch=torch.__version__, seconds_per_repeat=seconds, repeats=repeats, rates=rates)

@@ -46,15 +46,72 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from bench.errors import BenchError
-from bench.records.schema import Checkpoint, EvalPoint, Resumed, Training
+from bench.typed import Open
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
+
+
+class EvalPoint(Open):
+    """One evaluation on the held-out split (bench.measure.goal)."""
+    epoch: int
+    samples: int = Field(description="training samples seen by every rank together when it was taken")
+    wall_s: float = Field(description="from the end of init to the end of this evaluation, rank 0")
+    eval_s: float
+    top1: float
+    top5: float
+    learning_rate: float | None = Field(None, description="the rate of the epoch's last step")
+    eval_loss: float | None = Field(None, description="mean cross-entropy over the held-out samples")
+    eval_samples: int | None = Field(None, description="the held-out samples scored")
+    train_loss: float | None = Field(None, description="the ranks' mean training loss since the last evaluation")
+
+
+class Checkpoint(Open):
+    """One checkpoint written (bench.measure.checkpoint)."""
+    epoch: int
+    save_s: float = Field(description="rank 0's time to write it, inside the training wall time")
+    path: str
+
+
+class Resumed(Open):
+    """The checkpoint a resumed run continued from (bench.measure.checkpoint)."""
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    epoch: int = Field(description="the epochs the checkpoint holds")
+    checkpoint: str | None = Field(None, alias="from", description="the checkpoint's folder")
+    wall_s: float = Field(description="training wall time up to the checkpoint, counted once")
+    save_s: float | None = Field(None, description="the checkpoint's own time to write")
+    written_utc: str
+
+
+class Training(Open):
+    """Training to a goal (--epochs, --target-accuracy): the curve and the time to the target."""
+    target_accuracy: float | None
+    reached: bool | None
+    time_to_target_s: float | None
+    epochs_to_target: int | None
+    curve: list[EvalPoint]
+    stopped: Literal["target", "duration", "epochs"] | None = Field(None, description="why the run ended")
+    checkpoints: list[Checkpoint] = Field([], description="every checkpoint written (a resumed run: its "
+                                          "checkpoint's and those before it too)")
+    resumed: list[Resumed] | None = Field(None, description="--resume-from: the checkpoints this run continued from")
+    time_to_target_with_init_s: float | None = None
+    samples_to_target: int | None = None
+    not_reached: str | None = Field(None, description="why the target was not reached")
+    epochs_run: int | None = None
+    duration_s: float | None = None
+    final_top1: float | None = None
+    final_top5: float | None = None
+    eval_s_total: float = 0.0
+    checkpoint_s_total: float = 0.0
+    steps_per_epoch: int | None = None
+    schedule: dict[str, Any] | None = Field(None, description="the learning-rate schedule and optimizer it trained "
+                                            "with (bench.measure.goal)")
+    definition: str
 
 DECAYS = ("cosine", "step", "none")
 OPTIMIZERS = ("sgd", "adagrad")

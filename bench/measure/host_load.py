@@ -37,10 +37,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.records.schema import HostLoad, HostLoadHost
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.measure.tracker import Ranks, Tracker, register
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
+
+
+class HostLoadHost(BaseModel):
+    """One host's cores over the timed windows, averaged (bench.measure.host_load)."""
+    model_config = ConfigDict(extra="forbid")
+    host: str
+    cpus: int = Field(ge=1, description="the host's CPUs (/proc/stat)")
+    busy_cores: float = Field(ge=0, description="cores the host kept busy in processes, every process's")
+    irq_cores: float | None = Field(default=None, ge=0, description="cores the kernel's interrupt work took (irq, "
+                                    "softirq: the run's own network traffic among it); absent in older records")
+    steal_cores: float = Field(ge=0, description="cores the hypervisor took for other guests")
+    run_cores: float = Field(ge=0, description="cores this run's processes on the host kept busy")
+    ranks: int = Field(ge=1, description="the measuring processes on the host")
+    other_cores: float | None = Field(ge=0, description="busy_cores less run_cores, floored at 0; null where "
+                                      "some of the run's processes do not measure (tf-native ps)")
+
+
+class HostLoad(BaseModel):
+    """Cores other processes kept busy on each host over the timed windows (bench.measure.host_load)."""
+    model_config = ConfigDict(extra="forbid")
+    hosts: list[HostLoadHost] = Field(min_length=1)
+    other_cores_max: float | None = Field(description="the busiest host's other_cores")
+    other_cores_note: str | None = Field(description="why there is no other_cores figure, where there is none")
+    definition: str
 
 PROC = Path("/proc")
 WARN_CORES = 0.5
@@ -77,7 +103,7 @@ class HostCores:
 
 @dataclass(frozen=True)
 class CpuRecord:
-    """One rank's CPU figures over the timed windows (its RankRecord's ``cpu``)."""
+    """One rank's CPU figures over the timed windows (its part, bench.measure.tracker)."""
     interval_s: float
     run_cores: float  # this rank's process tree's ticks over the interval
     serving: bool  # the run has processes that serve and do not measure (tf-native ps)
@@ -161,12 +187,13 @@ def between(before: Reading, after: Reading, serving: bool = False) -> CpuRecord
 
 
 def section(ranks: list[RankRecord]) -> HostLoad | None:
-    """The result's ``host_load``: one entry per host from its ranks' ``cpu`` records, and the busiest host's
+    """The result's ``host_load``: one entry per host from its ranks' CPU records, and the busiest host's
     other_cores; None where no host could read its counters."""
     by_host: dict[str, list[CpuRecord]] = {}
     for r in ranks:
-        if r.cpu is not None:
-            by_host.setdefault(r.host, []).append(r.cpu)
+        cpu = r.parts.get(HostLoadTracker.name)
+        if cpu is not None:
+            by_host.setdefault(r.host, []).append(cpu)
     hosts = []
     for name, records in by_host.items():
         counters = next((c.host for c in records if c.host), None)
@@ -217,3 +244,32 @@ def warning(load: HostLoad | None) -> str | None:
     return (f"warning: other processes kept {worst.other_cores:.1f} of {worst.host}'s {worst.cpus} cores "
             f"busy while the windows ran{more}; these figures are that busy node's, not an idle one's "
             "(docs/running.md: a busy node)")
+
+
+@register
+class HostLoadTracker(Tracker):
+    """Every rank its own processes' CPU time over the timed windows, the host's local rank 0 the host's too."""
+    name = field = "host_load"
+    model = HostLoad
+
+    def before_windows(self) -> None:
+        self.before = reading(host=self.ctx.launch.local_rank == 0)
+
+    def after_windows(self) -> None:
+        self.cpu = between(self.before, reading(host=self.ctx.launch.local_rank == 0),
+                           serving=self.ctx.measuring < self.ctx.trainer.world_size)
+
+    def part(self) -> CpuRecord | None:
+        return self.cpu
+
+    @classmethod
+    def section(cls, job: Ranks) -> HostLoad | None:
+        return section(job.ranks)
+
+    @classmethod
+    def rows(cls, section: HostLoad | None) -> list[tuple[str, str, str]]:
+        return table_rows(section)
+
+    @classmethod
+    def warning(cls, section: HostLoad | None, result) -> str | None:
+        return warning(section)

@@ -28,14 +28,13 @@ from typing import Any, Protocol
 from bench.config import RunConfig
 from bench.hooks import Hooks
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, checkpoint, goal, host_load, trace, traffic
+from bench.measure import checkpoint, goal, host_load
+from bench.measure.builtin_trackers import trackers
+from bench.measure.goal import Checkpoint, EvalPoint, Resumed
 from bench.measure.raw import Gathered, RankRecord
-from bench.measure.telemetry import Sampled
+from bench.measure.tracker import Context, Tracker
 from bench.measure.watchdog import Watchdog
 from bench.models import model
-from bench.modes import mode
-from bench.records.header import new_run_id
-from bench.records.schema import Checkpoint, EvalPoint, Resumed
 
 
 class Trainer(Protocol):
@@ -76,220 +75,223 @@ def process_start_time() -> float:
         return time.time()
 
 
-def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, sampler=None,
-            hooks: Hooks | None = None) -> Gathered | None:
+def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None, hooks: Hooks | None = None,
+            run_id: str | None = None) -> Gathered | None:
     """Run the experiment on this rank; return every rank's raw record, gathered, on rank 0, None elsewhere.
 
-    ``sampler`` (bench.measure.telemetry.Sampler, in every process: the GPUs it drives) runs from set-up to the end and
-    reads the energy counters exactly when the timed windows start and end. ``hooks`` (bench.hooks): bench
-    verify's parameter snapshots, "initial" after set-up and "final" after the last window; the slow-rank fault.
+    Every registered tracker this run wants measures beside the skeleton, at its points (bench.measure.tracker).
+    ``hooks`` (bench.hooks): bench verify's parameter snapshots, "initial" after set-up and "final" after the last
+    window; the slow-rank fault. ``run_id``: rank 0's, which the result is written under.
     """
     t_start = process_start_time()
     trainer.setup()
     dog = Watchdog(trainer.rank, cfg.stall_timeout, cfg.rendezvous_timeout)
     dog.start()
+    ctx = Context(cfg=cfg, trainer=trainer, launch=launch, dog=dog, hooks=hooks or Hooks(), run_id=run_id)
+    running = Running([t(ctx) for t in trackers() if t.wanted(ctx)])
     try:
-        return _measure(trainer, cfg, launch, progress, sampler, hooks or Hooks(), t_start, dog)
+        return _measure(ctx, progress, t_start, running)
     finally:
+        running.stop()
         dog.stop()
 
 
-def _measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress, sampler, hooks: Hooks,
-             t_start: float, dog: Watchdog) -> Gathered | None:
-    hooks.snapshot(trainer, "initial")
-    step = hooks.slowed(trainer.rank, trainer.step, trainer.sync)
-    tracker = schedule = None
-    if goal.active(cfg):  # --epochs: each window one epoch, evaluations, the rate set per step
-        tracker = goal.Goal(cfg, cfg.batch_size * trainer.replicas_per_process * measuring(trainer),
-                            cfg.steps_per_window)
-        schedule = goal.Schedule(cfg, cfg.steps_per_window)
-        step = scheduled(step, trainer, schedule)
+class Running:
+    """The trackers of one rank's run, called together at each point (bench.measure.tracker) in their order."""
+
+    def __init__(self, active: list[Tracker]) -> None:
+        self.active = active
+        self.finished = False
+
+    def __getattr__(self, point: str):
+        def call() -> None:
+            for tracker in self.active:
+                getattr(tracker, point)()
+        return call
+
+    def stop(self) -> None:
+        """The trackers' ``finished``, once, however the run ended (a thread of theirs is stopped)."""
+        if not self.finished:
+            self.finished = True
+            for tracker in self.active:
+                tracker.finished()
+
+    def parts(self) -> dict[str, Any]:
+        return {tracker.name: tracker.part() for tracker in self.active}
+
+
+def _measure(ctx: Context, progress, t_start: float, running: Running) -> Gathered | None:
+    """The timing skeleton (module docstring), the trackers called at its points."""
+    trainer, cfg = ctx.trainer, ctx.cfg
+    ctx.hooks.snapshot(trainer, "initial")
+    run = Skeleton(ctx, progress)
     initial = trainer.fingerprint()  # a float64 sum of the parameters: cheap, proves training moved them
     t_setup = time.time()
-    if sampler is not None:
-        sampler.start()
-
-    # --compile, --xla: graphs compiled so far (a counter of the compiler's), read again after the first step, before
-    # the windows and after them: the first step compiles, and a graph compiled later was timed or moved compile_s
-    graphs = getattr(trainer, "compiled_graphs", None) or (lambda: None)
-    graphs_at_start = graphs()
+    running.started()
     trainer.sync()
     t0 = time.perf_counter()
-    step()
+    run.step()
     trainer.sync()
     first_step_s = time.perf_counter() - t0
-    graphs_after_first = graphs()
-    # --resume-from: after the first step (it traces and warms up), whose update the checkpoint then replaces
-    resumed = resume(cfg, trainer, schedule, tracker) if cfg.resume_from else None
-    epochs_before = resumed.epoch if resumed else 0
-    wall_before = resumed.wall_s if resumed else 0.0
-    t_init_end = time.time()
-
-    def wall_s() -> float:
-        """Training wall time so far: before the checkpoint this run resumed from, and since this run's init."""
-        return wall_before + time.time() - t_init_end
-    dog.first_step_done(first_step_s, cfg.steps_per_window)
-    compiling = graphs_at_start is not None
-    log = WindowLog(cfg, trainer) if progress is None and trainer.rank == 0 else None
-    if log is not None:
-        log.before = epochs_before
-
-    total_steps = cfg.warmup_steps + cfg.steps_per_window * cfg.windows
+    running.first_step_done()
+    run.after_first_step()
+    t_init_end = run.t_init_end = time.time()
+    ctx.dog.first_step_done(first_step_s, cfg.steps_per_window)
     if progress is not None:
-        progress.start(total_steps if cfg.duration is None else None)
-
-    warmup_s = []
-    for i in range(cfg.warmup_steps):
-        dog.at("warmup", 0, i)
-        t0 = time.perf_counter()
-        step()
-        trainer.sync()
-        warmup_s.append(time.perf_counter() - t0)
-        if i == 0 and compiling:  # a compiled first step is mostly compilation: the stall bound from
-            dog.first_step_done(warmup_s[0], cfg.steps_per_window)  # a compiled step instead
-        dog.progress()
-        if progress is not None:
-            progress.advance()
-    feed = getattr(trainer, "feed", None)  # --data: the rank's batches, each draw timed (bench.data.feed)
-    if feed is not None:  # untimed steps until every rank's input queue is full or empty (bench.data.feed);
-        # none when training to a goal: every step there trains and its windows are its epochs (bench.measure.goal)
-        settle, limit = 0, 0 if tracker is not None else feed.settle_limit()
-        while settle < limit and not all(trainer.allgather(feed.steady())):
-            dog.at("warmup", 0, cfg.warmup_steps + settle)
-            step()
-            trainer.sync()
-            settle += 1
-            dog.progress()
-        feed.started(settle)
-    graphs_before = graphs()
-
-    window_s: list[float] = []
-    timed = 0.0
-    # graphs compiled inside the windows' clocks alone: an evaluation between two windows compiles its own (eval
-    # mode, no gradients), outside them
-    in_windows = 0
-    net_before = load_before = None
-    timed_from = feed.mark() if feed is not None else 0
-    while True:
-        if not window_s:
-            # before the barrier that starts window 1, so that no rank enters it later by its readings' time
-            if launch.local_rank == 0:  # one reading per host (bench.measure.traffic)
-                net_before = traffic.tx_bytes()
-            load_before = host_load.reading(host=launch.local_rank == 0)
-        trainer.sync()
-        if not window_s and sampler is not None:
-            sampler.mark("start")
-        compiled_before = graphs()
-        t0 = time.perf_counter()
-        for i in range(cfg.steps_per_window):
-            dog.at("window", len(window_s) + 1, i)
-            step()
-            if progress is not None:
-                progress.advance()
-        trainer.sync()
-        dt = time.perf_counter() - t0
-        if compiled_before is not None:
-            in_windows += graphs() - compiled_before
-        window_s.append(dt)
-        timed += dt
-        if feed is not None:
-            feed.read_deferred()  # outside the clock: the window's device events have passed
-        dog.progress()
-        if log is not None:
-            log.window(window_s)
-        epoch = epochs_before + len(window_s)
-        # --epochs with --duration: the time is up after the epoch that ends past it (training wall time, every
-        # rank's clock; bench.measure.goal), and that epoch is evaluated
-        out_of_time = tracker is not None and cfg.duration is not None and \
-            max(trainer.allgather(wall_s())) >= cfg.duration
-        if tracker is not None and (tracker.due(epoch) or out_of_time):
-            dog.at("evaluate", epoch)
-            t0 = time.perf_counter()
-            scores = goal.reduce_counts(trainer.allgather(trainer.evaluate_shard()))
-            reached = tracker.add(epoch, wall_s(), time.perf_counter() - t0, scores, schedule.current)
-            dog.progress()
-            if log is not None:
-                log.evaluation(tracker.progress.curve[-1])
-            stopping = (reached and cfg.stop_at_target) or out_of_time
-            tracker.progress.stopped = "target" if reached and cfg.stop_at_target else "duration" if out_of_time else \
-                "epochs" if epoch >= cfg.windows else None
-            if checkpoint.due(cfg, epoch, tracker.progress.stopped):
-                dog.at("checkpoint", epoch)
-                saved_s = checkpoint.save(cfg, trainer, checkpoint.Mark(epoch, schedule.taken, tracker.record()),
-                                          wall_s)
-                tracker.checkpointed(epoch, saved_s, str(checkpoint.folder(cfg)))
-                hooks.checkpointed(trainer, epoch)
-                dog.progress()
-                if log is not None:
-                    log.checkpoint(tracker.progress.checkpoints[-1])
-            if stopping:
-                break
-        if cfg.duration is None or tracker is not None:
-            if epoch >= cfg.windows:
-                break
-        elif max(trainer.allgather(timed)) >= cfg.duration:
-            break
+        progress.start(cfg.warmup_steps + cfg.steps_per_window * cfg.windows if cfg.duration is None else None)
+    warmup_s = run.warmup()
+    run.settle()
+    running.before_windows()  # before the barrier that starts window 1: no rank enters it later by a reading's time
+    run.windows(running)
     t_end = time.time()
-    data = feed.record(timed_from) if feed is not None else None
-    net_sent = traffic.sent_between(net_before, traffic.tx_bytes()) if net_before is not None else None
-    # every rank its own processes' CPU time, the host's local rank 0 the host's too (bench.measure.host_load)
-    cpu = host_load.between(load_before, host_load.reading(host=launch.local_rank == 0),
-                            serving=measuring(trainer) < trainer.world_size)
-    hooks.snapshot(trainer, "final")
-    if sampler is not None:
-        sampler.mark("end")
-    checksum, final = trainer.checksum(), trainer.fingerprint()  # before the attribution's steps move them
+    running.after_windows()
+    ctx.hooks.snapshot(trainer, "final")
+    checksum, final = trainer.checksum(), trainer.fingerprint()  # before the trackers' own steps move them
     if progress is not None:
         progress.stop()
-    run_id = traced = None
-    if cfg.trace:  # --trace: the profiler over steps of their own, after the checksum (bench.measure.trace)
-        run_id = trainer.allgather(new_run_id(cfg.mode) if trainer.rank == 0 else None)[0]  # the files' folder
-        spec = mode(cfg.mode)
-        traced = trace.measure(trainer, cfg, spec.framework, spec.horovod, run_id, window_s,
-                               hooks.slowed(trainer.rank, trainer.step, trainer.sync), dog)
-    attributed = None
-    if cfg.attribution_steps and trainer.world_size > 1:
-        why = attribution.unsupported(trainer)
-        attributed = attribution.StepsApart(unsupported=why) if why else attribution.measure(
-            trainer, cfg.attribution_steps, hooks.slowed(trainer.rank, trainer.compute_step, trainer.sync), dog)
-    telemetry = None
-    if sampler is not None:
-        sampler.stop()
-        telemetry = Sampled(summary=sampler.summary(), samples=sampler.samples)
-
+    running.after_checksum()  # steps of their own (--trace, the attribution), outside every headline figure
+    running.stop()
     record = RankRecord(
-        rank=trainer.rank,
-        local_rank=launch.local_rank,
-        host=socket.gethostname(),
-        device=trainer.device_label(),
-        setup_s=t_setup - t_start,
-        first_step_s=first_step_s,
-        init_s=t_init_end - t_start,
-        train_s=t_end - t_init_end,
-        warmup_step_s=warmup_s,
-        window_s=window_s,
-        graphs_compiled_in_first_step=None if graphs_at_start is None else graphs_after_first - graphs_at_start,
-        graphs_compiled_in_warmup=None if graphs_before is None else graphs_before - graphs_after_first,
-        graphs_compiled_in_windows=None if graphs_before is None else in_windows,
-        checksum=checksum,
-        param_sum_initial=initial,
-        param_sum_final=final,
-        replicas=trainer.replicas_per_process,
-        sync_report=trainer.sync_report(),
-        telemetry=telemetry,
-        net_sent=net_sent,
-        cpu=cpu,
-        attribution=attributed,
-        data=data,
-        goal=tracker.record() if tracker is not None else None,
-        trace=traced,
-    )
-    dog.at("gather")
+        rank=trainer.rank, local_rank=ctx.launch.local_rank, host=socket.gethostname(), device=trainer.device_label(),
+        setup_s=t_setup - t_start, first_step_s=first_step_s, init_s=t_init_end - t_start, train_s=t_end - t_init_end,
+        warmup_step_s=warmup_s, window_s=ctx.window_s, checksum=checksum, param_sum_initial=initial,
+        param_sum_final=final, replicas=trainer.replicas_per_process, sync_report=trainer.sync_report(),
+        goal=run.goal.record() if run.goal is not None else None, parts=running.parts())
+    ctx.dog.at("gather")
     gathered = trainer.allgather(record)
     if trainer.rank != 0:
         return None
     return Gathered(ranks=sorted(gathered, key=lambda r: r.rank), environment=trainer.environment(),
-                    t_start=t_start, run_id=run_id)
+                    t_start=t_start, run_id=ctx.run_id)
+
+
+class Skeleton:
+    """One rank's steps after the first: warmup, settling, the timed windows, and (--epochs) the evaluations and
+    checkpoints between them, which decide when the windows stop."""
+
+    def __init__(self, ctx: Context, progress) -> None:
+        self.ctx, self.progress = ctx, progress
+        trainer, cfg = ctx.trainer, ctx.cfg
+        self.step = ctx.hooks.slowed(trainer.rank, trainer.step, trainer.sync)
+        self.goal = self.schedule = None
+        if goal.active(cfg):  # --epochs: each window one epoch, evaluations, the rate set per step
+            self.goal = goal.Goal(cfg, cfg.batch_size * trainer.replicas_per_process * measuring(trainer),
+                                  cfg.steps_per_window)
+            self.schedule = goal.Schedule(cfg, cfg.steps_per_window)
+            self.step = scheduled(self.step, trainer, self.schedule)
+        self.log: WindowLog | None = None
+        self.epochs_before, self.wall_before, self.t_init_end = 0, 0.0, 0.0
+
+    def after_first_step(self) -> None:
+        """--resume-from: the checkpoint's state over the first step's update (the first step traces and warms up;
+        bench.measure.checkpoint); then rank 0's progress lines start where no progress bar shows them."""
+        ctx = self.ctx
+        if ctx.cfg.resume_from:
+            state = resume(ctx.cfg, ctx.trainer, self.schedule, self.goal)
+            self.epochs_before, self.wall_before = state.epoch, state.wall_s
+        if self.progress is None and ctx.trainer.rank == 0:
+            self.log = WindowLog(ctx.cfg, ctx.trainer)
+            self.log.before = self.epochs_before
+
+    def wall_s(self) -> float:
+        """Training wall time so far: before the checkpoint this run resumed from, and since this run's init."""
+        return self.wall_before + time.time() - self.t_init_end
+
+    def warmup(self) -> list[float]:
+        """The warmup steps, each timed (kept out of the headline)."""
+        cfg, dog, trainer = self.ctx.cfg, self.ctx.dog, self.ctx.trainer
+        warmup_s = []
+        for i in range(cfg.warmup_steps):
+            dog.at("warmup", 0, i)
+            t0 = time.perf_counter()
+            self.step()
+            trainer.sync()
+            warmup_s.append(time.perf_counter() - t0)
+            if i == 0 and cfg.compiles:  # a compiled first step is mostly compilation: the stall bound from
+                dog.first_step_done(warmup_s[0], cfg.steps_per_window)  # a compiled step instead
+            dog.progress()
+            if self.progress is not None:
+                self.progress.advance()
+        return warmup_s
+
+    def settle(self) -> None:
+        """--data: untimed steps until every rank's input queue is full or empty (bench.data.feed); none when
+        training to a goal: every step there trains and its windows are its epochs (bench.measure.goal)."""
+        trainer, dog = self.ctx.trainer, self.ctx.dog
+        feed = getattr(trainer, "feed", None)
+        if feed is None:
+            return
+        settle, limit = 0, 0 if self.goal is not None else feed.settle_limit()
+        while settle < limit and not all(trainer.allgather(feed.steady())):
+            dog.at("warmup", 0, self.ctx.cfg.warmup_steps + settle)
+            self.step()
+            trainer.sync()
+            settle += 1
+            dog.progress()
+        feed.started(settle)
+
+    def windows(self, running: Running) -> None:
+        """The timed windows, each bounded by the device's sync, until the windows, the duration or the goal say
+        stop; the trackers read at each window's edges, outside its clock."""
+        cfg, trainer, dog, window_s = self.ctx.cfg, self.ctx.trainer, self.ctx.dog, self.ctx.window_s
+        timed = 0.0
+        while True:
+            trainer.sync()
+            if not window_s:
+                running.windows_open()
+            running.before_window()
+            t0 = time.perf_counter()
+            for i in range(cfg.steps_per_window):
+                dog.at("window", len(window_s) + 1, i)
+                self.step()
+                if self.progress is not None:
+                    self.progress.advance()
+            trainer.sync()
+            dt = time.perf_counter() - t0
+            window_s.append(dt)
+            timed += dt
+            running.after_window()  # outside the clock: the window's device events have passed
+            dog.progress()
+            if self.log is not None:
+                self.log.window(window_s)
+            epoch = self.epochs_before + len(window_s)
+            if self.goal is not None:
+                if self.evaluate(epoch) or epoch >= cfg.windows:
+                    return
+            elif cfg.duration is None:
+                if epoch >= cfg.windows:
+                    return
+            elif max(trainer.allgather(timed)) >= cfg.duration:
+                return
+
+    def evaluate(self, epoch: int) -> bool:
+        """--epochs: after epoch ``epoch``, the evaluation when one is due and the checkpoint when one is; True to
+        stop (the target reached with --stop-at-target, or --duration's time up after the epoch that ended past it:
+        training wall time, every rank's clock, bench.measure.goal)."""
+        cfg, trainer, dog, tracker = self.ctx.cfg, self.ctx.trainer, self.ctx.dog, self.goal
+        out_of_time = cfg.duration is not None and max(trainer.allgather(self.wall_s())) >= cfg.duration
+        if not (tracker.due(epoch) or out_of_time):
+            return False
+        dog.at("evaluate", epoch)
+        t0 = time.perf_counter()
+        scores = goal.reduce_counts(trainer.allgather(trainer.evaluate_shard()))
+        reached = tracker.add(epoch, self.wall_s(), time.perf_counter() - t0, scores, self.schedule.current)
+        dog.progress()
+        if self.log is not None:
+            self.log.evaluation(tracker.progress.curve[-1])
+        stopping = (reached and cfg.stop_at_target) or out_of_time
+        tracker.progress.stopped = "target" if reached and cfg.stop_at_target else "duration" if out_of_time else \
+            "epochs" if epoch >= cfg.windows else None
+        if checkpoint.due(cfg, epoch, tracker.progress.stopped):
+            dog.at("checkpoint", epoch)
+            saved_s = checkpoint.save(cfg, trainer, checkpoint.Mark(epoch, self.schedule.taken, tracker.record()),
+                                      self.wall_s)
+            tracker.checkpointed(epoch, saved_s, str(checkpoint.folder(cfg)))
+            self.ctx.hooks.checkpointed(trainer, epoch)
+            dog.progress()
+            if self.log is not None:
+                self.log.checkpoint(tracker.progress.checkpoints[-1])
+        return stopping
 
 
 def resume(cfg: RunConfig, trainer: Trainer, schedule: goal.Schedule, tracker: goal.Goal) -> checkpoint.State:

@@ -2,22 +2,13 @@
 (:class:`Gathered`): the raw input a run's result is built from (bench.records.results.build_result).
 
 Plain dataclasses: the frameworks' allgathers (torch.distributed, Horovod, TensorFlow's collectives) pickle them
-between the ranks. Each part a measurement adds is that measurement's own record, read by the module that made it
-(bench.measure.attribution, bench.data.feed, bench.measure.goal, bench.measure.host_load, bench.measure.trace,
-bench.measure.telemetry, bench.measure.traffic)."""
+between the ranks. The timing skeleton's samples are fields; each measurement beside it is a tracker's part
+(bench.measure.tracker), kept by the tracker's name and read by the module that made it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from bench.data.feed import FeedRecord
-    from bench.measure.attribution import StepsApart
-    from bench.measure.goal import Progress
-    from bench.measure.host_load import CpuRecord
-    from bench.measure.telemetry import Sampled
-    from bench.measure.trace import Traced
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -37,17 +28,9 @@ class RankRecord:
     param_sum_initial: float | None
     param_sum_final: float | None
     replicas: int = 1  # the model replicas this process drives (tf-native mirrored: its GPUs)
-    graphs_compiled_in_first_step: int | None = None  # --compile, --xla: graphs compiled in the first step
-    graphs_compiled_in_warmup: int | None = None  # --compile, --xla: ... in the warmup (and settling) steps after it
-    graphs_compiled_in_windows: int | None = None  # --compile, --xla: graphs compiled during the timed windows
     sync_report: dict[str, Any] | None = None  # a mode's own agreement check (tf-native ps, hybrid)
-    telemetry: Sampled | None = None  # the NVML sampler's summary and samples (bench.measure.telemetry)
-    net_sent: dict[str, int] | None = None  # bytes each interface sent in the timed windows (bench.measure.traffic)
-    cpu: CpuRecord | None = None  # the rank's and its host's CPU time (bench.measure.host_load)
-    attribution: StepsApart | None = None  # compute-only and exchange-only steps (bench.measure.attribution)
-    data: FeedRecord | None = None  # --data: the input pipeline's waits (bench.data.feed)
-    goal: Progress | None = None  # --epochs: the evaluations and checkpoints (bench.measure.goal)
-    trace: Traced | None = None  # --trace: the traced steps (bench.measure.trace)
+    goal: Any = None  # --epochs: the evaluations and checkpoints (bench.measure.goal.Progress)
+    parts: dict[str, Any] = field(default_factory=dict)  # each tracker's part, by its name (bench.measure.tracker)
 
 
 @dataclass
@@ -56,8 +39,7 @@ class Gathered:
     ranks: list[RankRecord]  # by rank
     environment: dict[str, Any]  # bench.records.env
     t_start: float
-    run_id: str | None = None  # --trace: the id the trace folder was named after, before the result was written
-    telemetry_note: str | None = None  # why no telemetry sampler ran, where none did
+    run_id: str | None = None  # rank 0's run id, which the result is written under (and a trace's folder named)
 
     @property
     def window_s(self) -> list[list[float]]:

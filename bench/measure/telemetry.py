@@ -33,7 +33,55 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from bench.records.schema import GpuTelemetry, Telemetry, TelemetryNode
+from pydantic import Field
+
+from bench.measure import nvml as nvml_module
+from bench.measure.tracker import Ranks, Tracker, register
+from bench.typed import Open
+
+
+class GpuTelemetry(Open):
+    """One GPU over the timed windows (bench.measure.telemetry.summarize_node)."""
+    host: str | None = None
+    gpu: int | None = Field(None, description="its NVML index")
+    samples_in_windows: int = 0
+    util_gpu_pct_mean: float | None = None
+    util_gpu_pct_max: float | None = None
+    mem_used_mib_peak: float | None = None
+    power_w_mean: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = Field(None, description="counter, integrated power samples, or why there is none")
+    throttle_reasons: list[str] = []
+    throttled: bool = Field(False, description="a power or thermal slowdown reason was set in the windows")
+
+
+class TelemetryNode(Open):
+    """One sampler's GPUs (a process that drives GPUs) over the timed windows."""
+    host: str | None = None
+    interval_s: float | None = None
+    timed_start: float | None = None
+    timed_end: float | None = None
+    power_source: str | None = None
+    unavailable: dict[str, str] = Field({}, description="each field NVML could not read, and why")
+    gpus: list[GpuTelemetry] = []
+
+
+class Telemetry(Open):
+    """NVML over the timed windows (bench.measure.telemetry); ``available`` false says why not."""
+    available: bool
+    reason: str | None = Field(None, description="why there is no telemetry")
+    energy_per_sample_j: float | None = None
+    samples_per_sec_per_watt: float | None = None
+    energy_j: float | None = Field(None, description="every GPU's energy over the timed windows")
+    power_w_mean_total: float | None = None
+    throttled: bool | None = None
+    nodes: list[TelemetryNode] = Field([], description="each sampler's GPUs over the timed windows")
+    partial: str | None = Field(None, description="why the per-sample figures are missing although GPUs were "
+                                "sampled: not every device of the run was")
+    gpus_sampled: int | None = None
+    samples_csv: str | None = Field(None, description="the time series beside the result")
+    definitions: dict[str, str] | None = None
+
 
 DEFAULT_INTERVAL_S = 0.5
 THROTTLE_REASONS = {  # nvml clock-event reason bits worth naming
@@ -225,7 +273,7 @@ class Sampler:
 
 @dataclass
 class Sampled:
-    """One process's sampler at the end of the run (its RankRecord's ``telemetry``): the summary over the timed
+    """One process's sampler at the end of the run (its part, bench.measure.tracker): the summary over the timed
     windows, and every raw sample (the time series beside the result)."""
     summary: TelemetryNode
     samples: list[GpuSample]
@@ -305,3 +353,74 @@ def combine(nodes: list[TelemetryNode], samples: int, samples_per_sec_total: flo
 
 def unavailable(reason: str) -> Telemetry:
     return Telemetry(available=False, reason=reason)
+
+
+def start_sampler(cfg, trainer) -> tuple[Sampler | None, str | None]:
+    """(sampler or None, reason when there is none). Every process samples the GPUs it drives itself (one for a
+    rank per GPU, all its GPUs for a process that drives several): under srun --gpus-per-task=1 no process sees
+    another's GPU, and one sampler per node would miss all but its own."""
+    if not cfg.telemetry:
+        return None, "turned off (--no-telemetry)"
+    if cfg.device.value != "cuda":
+        return None, f"no GPU in use (device {cfg.device.value})"
+    import socket
+
+    nvml, reason = nvml_module.load_nvml()
+    if nvml is None:
+        return None, reason
+    gpus = trainer.own_gpus()
+    return Sampler(nvml, physical_indices(gpus, nvml), gpus, cfg.telemetry_interval, socket.gethostname()), None
+
+
+@register
+class TelemetryTracker(Tracker):
+    """The NVML sampler of this process's GPUs, from set-up to the end; the energy counters read exactly when the
+    timed windows start and end. Its part: the summary and the samples (Sampled), or why nothing was sampled."""
+    name = field = "telemetry"
+    model = Telemetry
+
+    def started(self) -> None:
+        self.sampler, self.note = start_sampler(self.ctx.cfg, self.ctx.trainer)
+        if self.sampler is not None:
+            self.sampler.start()
+
+    def windows_open(self) -> None:
+        if self.sampler is not None:
+            self.sampler.mark("start")
+
+    def after_windows(self) -> None:
+        if self.sampler is not None:
+            self.sampler.mark("end")
+
+    def finished(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def part(self) -> Sampled | str:
+        if self.sampler is None:
+            return self.note or "no telemetry sampler ran"
+        return Sampled(summary=self.sampler.summary(), samples=self.sampler.samples)
+
+    @classmethod
+    def section(cls, job: Ranks) -> Telemetry:
+        parts = job.parts(cls.name)
+        nodes = [p.summary for p in parts if isinstance(p, Sampled)]
+        if not nodes:
+            return unavailable(parts[0] if isinstance(parts[0], str) else "no telemetry sampler ran")
+        timed_samples = job.world * job.cfg.batch_size * job.timed_steps
+        tele = combine(nodes, timed_samples, job.rate, job.world)
+        tele.samples_csv = f"{job.run_id}-telemetry.csv"
+        return tele
+
+    @classmethod
+    def rows(cls, section: Telemetry) -> list[tuple[str, str, str]]:
+        if not section.available:
+            return [("GPU telemetry", "unavailable", section.reason or "")]
+        power = "n/a" if section.power_w_mean_total is None else f"{section.power_w_mean_total:.0f}"
+        return [("GPU power, mean total", power, "W"),
+                ("throttling seen", "yes" if section.throttled else "no", "power/thermal slowdown reasons")]
+
+
+def samples_of(ranks) -> list[GpuSample]:
+    """Every process's raw samples, for the time series beside the result."""
+    return [s for r in ranks if isinstance(p := r.parts.get(TelemetryTracker.name), Sampled) for s in p.samples]

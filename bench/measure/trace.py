@@ -38,10 +38,39 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.records.schema import RankTrace, Trace
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.measure.tracker import Ranks, Tracker, register
+from bench.modes import mode
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
+
+
+class RankTrace(BaseModel):
+    """One rank's traced steps (bench.measure.trace)."""
+    model_config = ConfigDict(extra="forbid")
+    rank: int
+    host: str
+    steps: int
+    traced_step_s: float
+    untraced_step_s: float
+    cost: float
+    files: list[str] = Field(description="the profiler's files, relative to the result's folder")
+    timeline: str | None = Field(description="Horovod's timeline (rank 0 of a Horovod mode), else null")
+
+
+class Trace(BaseModel):
+    """--trace: the framework's profiler over steps after the timed windows, and what it cost (bench.measure.trace)."""
+    model_config = ConfigDict(extra="forbid")
+    steps: int = Field(description="traced steps per rank")
+    folder: str = Field(description="the run's trace folder, relative to the result's folder")
+    traced_step_s: float = Field(description="the slowest rank's traced step")
+    untraced_step_s: float = Field(description="the job's median timed window / steps per window")
+    cost: float = Field(description="traced_step_s / untraced_step_s - 1")
+    horovod_timeline: str | None
+    per_rank: list[RankTrace]
+    definitions: dict[str, str]
 
 TIMELINE = "horovod-timeline.json"
 
@@ -126,7 +155,7 @@ def timeline_wanted(environ=os.environ) -> bool:
 
 @dataclass(frozen=True)
 class Traced:
-    """One rank's traced steps (its RankRecord's ``trace``)."""
+    """One rank's traced steps (its part, bench.measure.trace.TraceTracker)."""
     steps: int
     traced_step_s: float
     untraced_step_s: float  # the rank's median timed window / steps per window
@@ -170,7 +199,7 @@ def measure(trainer, cfg, framework: str, horovod: bool, run_id: str, window_s: 
 
 def build(ranks: list[RankRecord], steps_per_window: int, run_id: str) -> Trace | None:
     """The result's ``trace`` section from every rank's (None when the run traced nothing)."""
-    traced = [(r, r.trace) for r in ranks if r.trace]
+    traced = [(r, t) for r in ranks if (t := r.parts.get(TraceTracker.name))]
     if not traced:
         return None
     job_windows = [max(times) for times in zip(*(r.window_s for r in ranks), strict=True)]
@@ -195,3 +224,33 @@ def table_rows(section: Trace | None) -> list[tuple[str, str, str]]:
     if section.horovod_timeline:
         rows.append(("  Horovod timeline", "written", section.horovod_timeline))
     return rows
+
+
+@register
+class TraceTracker(Tracker):
+    """--trace N: the framework's profiler (and Horovod's timeline) over N steps of their own, after the checksum,
+    into the folder named after the run's id (rank 0's, every rank's copy)."""
+    name = field = "trace"
+    model = Trace
+
+    @classmethod
+    def wanted(cls, ctx) -> bool:
+        return bool(ctx.cfg.trace)
+
+    def after_checksum(self) -> None:
+        ctx, trainer = self.ctx, self.ctx.trainer
+        run_id = trainer.allgather(ctx.run_id if trainer.rank == 0 else None)[0]  # the files' folder
+        spec = mode(ctx.cfg.mode)
+        self.traced = measure(trainer, ctx.cfg, spec.framework, spec.horovod, run_id, ctx.window_s,
+                              ctx.hooks.slowed(trainer.rank, trainer.step, trainer.sync), ctx.dog)
+
+    def part(self) -> Traced:
+        return self.traced
+
+    @classmethod
+    def section(cls, job: Ranks) -> Trace | None:
+        return build(job.ranks, job.cfg.steps_per_window, job.run_id)
+
+    @classmethod
+    def rows(cls, section: Trace | None) -> list[tuple[str, str, str]]:
+        return table_rows(section)

@@ -42,12 +42,47 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
+from bench.measure.tracker import Ranks, Tracker, register
 from bench.models import model
 from bench.modes import mode_label, variant
-from bench.records.schema import ComputedTraffic, MeasuredTraffic
+from bench.typed import Open
 
 if TYPE_CHECKING:
     from bench.measure.raw import RankRecord
+
+
+class ComputedTraffic(Open):
+    """Bytes one step moves between processes, by path, from the model's shapes (bench.measure.traffic)."""
+    exchange: str = Field("?", description="collective, hybrid, ps, or none (one process)")
+    bytes_per_step: int = 0
+    ranks: int | None = None
+    dense_bytes: int | None = None
+    sparse_bytes_per_rank: int = 0
+    rows_per_rank: int | None = None
+    allreduce_bytes: int | None = None
+    allgather_bytes: int | None = None
+    alltoall_bytes_per_rank: int | None = None
+    alltoall_bytes: int | None = None
+    pull_bytes_per_worker: int | None = None
+    push_bytes_per_worker: int | None = None
+
+
+class MeasuredTraffic(Open):
+    """Bytes per timed step the hosts' interfaces sent (/proc/net/dev), all hosts together."""
+    bytes_per_step: float | None = None
+    hosts: int | None = None
+    steps: int | None = None
+    sent_by_interface: dict[str, int] = {}
+    comparable: bool = Field(True, description="false where NCCL's paths bypass the interfaces (a GPU run)")
+    not_comparable: str | None = None
+
+
+class Traffic(Open):
+    computed: ComputedTraffic
+    measured: MeasuredTraffic | None = Field(description="null where the counters could not be read")
+    definition: str | None = None
 
 INDEX_BYTES = {"torch": 8, "tensorflow": 4}
 FLOAT_BYTES = 4
@@ -125,9 +160,9 @@ def not_comparable(device: str, env: dict[str, str]) -> str | None:
 
 def measured(ranks: list[RankRecord], steps: int, device: str = "cpu",
              env: dict[str, str] | None = None) -> MeasuredTraffic | None:
-    """Bytes per timed step, from each host's reading (the rank records' ``net_sent``); None without one.
+    """Bytes per timed step, from each host's reading (its local rank 0's part); None without one.
     ``comparable`` says whether the figure can check the computed one (:func:`not_comparable`)."""
-    readings = [r.net_sent for r in ranks if r.net_sent is not None]
+    readings = [sent for r in ranks if (sent := r.parts.get(TrafficTracker.name)) is not None]
     if not readings or steps < 1:
         return None
     by_interface: dict[str, int] = {}
@@ -137,3 +172,32 @@ def measured(ranks: list[RankRecord], steps: int, device: str = "cpu",
     why = not_comparable(device, os.environ if env is None else env)
     return MeasuredTraffic(bytes_per_step=sum(by_interface.values()) / steps, hosts=len(readings), steps=steps,
                            sent_by_interface=by_interface, comparable=why is None, not_comparable=why)
+
+
+@register
+class TrafficTracker(Tracker):
+    """The bytes each interface of the host sent over the timed windows, read by the host's local rank 0."""
+    name = field = "traffic"
+    model = Traffic
+
+    @classmethod
+    def wanted(cls, ctx) -> bool:
+        return ctx.launch.local_rank == 0  # one reading per host
+
+    def before_windows(self) -> None:
+        self.before = tx_bytes()
+
+    def after_windows(self) -> None:
+        self.sent = sent_between(self.before, tx_bytes())
+
+    def part(self) -> dict[str, int] | None:
+        return self.sent
+
+    @classmethod
+    def section(cls, job: Ranks) -> Traffic:
+        return Traffic(
+            computed=computed(job.cfg),
+            measured=measured(job.ranks, job.timed_steps, job.cfg.device.value),
+            definition="bytes one step moves between processes, all of them together: computed from the shapes, "
+                       "and measured by the hosts' interface counters over the timed windows (bench.measure.traffic)",
+        )

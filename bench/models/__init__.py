@@ -31,15 +31,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from bench import files
 from bench.errors import BenchError
 from bench.launching import envs
 from bench.models.workloads import IMAGES, SEQUENCES, Workload
-from bench.records import files
 
-if TYPE_CHECKING:
-    from bench.records.schema import RunSettings
+
+class Shaped(Protocol):
+    """What a run's input shape is read from: its config (bench.config.RunConfig) or the config a result kept
+    (bench.records.schema.RunSettings)."""
+    model: str
+    image_size: int | None
+    seq_len: int | None
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ def count_in_torch_environment(name: str, image_size: int | None, seq_len: int |
     return float(value) if value is not None else None
 
 
-def describe_inputs(config: RunSettings) -> str:
+def describe_inputs(config: Shaped) -> str:
     """A run's input shape, from its config record, in its workload's words: '64x64', 'seq 32' (a model this
     installation does not know: its image size)."""
     spec = MODELS.get(config.model)

@@ -27,8 +27,8 @@ import re
 import socket
 from pathlib import Path
 
+from bench import files
 from bench.errors import BenchError
-from bench.records import files
 
 DOMAIN = "hvdbench.io"
 # RFC 1123 subdomain: a Kubernetes node's name.

@@ -17,18 +17,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bench import files
 from bench.config import RunConfig
 from bench.data import feed
 from bench.errors import BenchError, ResultNotWhole
 from bench.launching.detect import LaunchInfo
-from bench.measure import attribution, goal, host_load, telemetry, trace, traffic
-from bench.measure.device_peak import utilisation
+from bench.measure import goal, telemetry
+from bench.measure.builtin_trackers import trackers
 from bench.measure.raw import Gathered, RankRecord
 from bench.measure.stats import summarize, throughput_summary
+from bench.measure.tracker import Ranks
 from bench.models import describe_inputs, model
-from bench.records import files, references, schema, store
+from bench.records import peaks, references, schema, store
 from bench.records.header import header
 from bench.records.metrics import METRICS, sample_symbol
+from bench.typed import first_problem
 
 # A sweep folder keeps each cell's run configuration (JSON, not a result) in this subfolder; readers skip it.
 CONFIGS_DIR = "configs"
@@ -85,31 +88,6 @@ def compile_seconds(cfg: RunConfig, ranks: list[RankRecord]) -> float | None:
     return max(max(0.0, r.first_step_s - steady(r)) for r in ranks)
 
 
-def graphs_compiled(ranks: list[RankRecord], when: str, fewest: bool = False) -> int | None:
-    """The most graphs any rank's compiler compiled ``when`` (first_step, warmup, windows), or the fewest; None
-    where nothing compiles."""
-    counts = [getattr(r, f"graphs_compiled_in_{when}") for r in ranks]
-    if all(c is None for c in counts):
-        return None
-    return (min if fewest else max)(c or 0 for c in counts)
-
-
-def compile_warning(result: schema.Result) -> str | None:
-    """One line when a compiled run compiled graphs where it should not have: inside the timed windows (their time
-    holds the compilation), in the untimed steps after the first (compile_s was taken against a step that
-    compiled) or inside the attribution's timed steps; else None."""
-    apart = result.attribution.per_rank if result.attribution is not None else None
-    where = [(result.timing.graphs_compiled_in_windows, "the timed windows (the throughput includes it)"),
-             (result.timing.graphs_compiled_in_warmup, "the warmup steps (compile_s is short by it)"),
-             (max((p.graphs_compiled or 0 for p in apart), default=0) if apart else None,
-              "the attribution's timed steps (compute_s or exchange_s includes it)")]
-    found = [f"{n} in {place}" for n, place in where if n]
-    if not found:
-        return None
-    return (f"warning: graphs were compiled after the first step: {'; '.join(found)}. A shape or guard changed "
-            "between steps (PyTorch: TORCH_LOGS=recompiles names it; docs/profiles.md)")
-
-
 def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: str) -> schema.Result:
     """The run's result from every rank's raw samples (see bench.measure.stats for the formulas). Where it does
     not match its model, the raw samples are kept as the store keeps a record it cannot write, and the error
@@ -118,7 +96,7 @@ def build_result(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id:
         return _assemble(cfg, launch, gathered, run_id)
     except ValidationError as exc:
         text = json.dumps(dataclasses.asdict(gathered), indent=2, default=str) + "\n"
-        raise ResultNotWhole(f"the result {run_id} does not match its schema ({schema.first_problem(exc)}); its "
+        raise ResultNotWhole(f"the result {run_id} does not match its schema ({first_problem(exc)}); its "
                              f"raw samples are {store.kept(f'{run_id}-raw.json', text)}") from None
 
 
@@ -132,37 +110,11 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: st
     window_s = gathered.window_s
     init_s = max(r.init_s for r in ranks)
     train_s = max(r.train_s for r in ranks)
-    # every step the clock of train_s saw: the warmup, --data's untimed settling steps (every rank takes as many:
-    # they agree on stopping, bench.measure.loop) and the windows' (Summary's samples_per_sec_wall_* below)
-    settled = ranks[0].data.settle_steps if ranks[0].data is not None else 0
-    steps_after_init = len(ranks[0].warmup_step_s) + settled + len(ranks[0].window_s) * cfg.steps_per_window
-    samples_after_init = world * cfg.batch_size * steps_after_init
-    warmup = [max(ts) for ts in zip(*[r.warmup_step_s for r in ranks], strict=True)]
     checksums = [r.checksum for r in ranks]
     extra = [r.sync_report for r in ranks if r.sync_report]
     workload = workload_record(cfg)
-    tokens, flops = workload.tokens_per_sample, workload.train_flops_per_sample
-    headline = throughput_summary(window_s, samples_per_window, world)
-    rate, per_gpu = headline["samples_per_sec_total"], headline["samples_per_sec_per_gpu"]
-    summary = schema.Summary(
-        **headline,
-        # Wall-clock views (seed 003): all samples after init over the slowest rank's train time, and over init +
-        # train (time to a trained model from process start).
-        samples_per_sec_wall_train=samples_after_init / train_s if train_s > 0 else None,
-        samples_per_sec_wall_total=samples_after_init / (init_s + train_s),
-        warmup_step_s=summarize(warmup) if warmup else None,
-        tokens_per_sec_total=rate * tokens if tokens else None,
-        tokens_per_sec_per_gpu=per_gpu * tokens if tokens else None,
-        model_tflops_per_gpu=per_gpu * flops / 1e12 if flops else None,
-    )
-    nodes = [r.telemetry.summary for r in ranks if r.telemetry]
-    timed_samples = world * cfg.batch_size * cfg.steps_per_window * len(window_s[0])
-    if nodes:
-        tele = telemetry.combine(nodes, timed_samples, rate, world)
-        tele.samples_csv = f"{run_id}-telemetry.csv"
-    else:
-        tele = telemetry.unavailable(gathered.telemetry_note or "no telemetry sampler ran")
-    return schema.Result(
+    summary = summary_of(cfg, ranks, workload, world, init_s, train_s)
+    fields: dict[str, Any] = dict(
         **header(run_id),
         status="ok",
         mode=cfg.mode,
@@ -174,16 +126,13 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: st
         workload=workload,
         environment=schema.Environment(**{**gathered.environment, "ranks": [
             schema.RankInfo(rank=r.rank, local_rank=r.local_rank, host=r.host, device=r.device) for r in ranks]}),
-        timing=schema.Timing(
+        timing=dict(
             unit="s",
             init_s=init_s,
             first_step_s=max(r.first_step_s for r in ranks),
             train_s=train_s,
             timed_windows_s=max(sum(r.window_s) for r in ranks),
             compile_s=compile_seconds(cfg, ranks),
-            graphs_compiled_in_first_step=graphs_compiled(ranks, "first_step", fewest=True),
-            graphs_compiled_in_warmup=graphs_compiled(ranks, "warmup"),
-            graphs_compiled_in_windows=graphs_compiled(ranks, "windows"),
             per_rank=[{"rank": r.rank, "setup_s": r.setup_s, "first_step_s": r.first_step_s, "init_s": r.init_s,
                        "train_s": r.train_s} for r in ranks],
             definitions=TIMING_DEFINITIONS,
@@ -198,18 +147,7 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: st
         ),
         summary=summary,
         utilisation=utilisation_record(cfg, summary.model_tflops_per_gpu, ranks[0], gathered.environment),
-        attribution=attribution.build(ranks, cfg.steps_per_window),
-        input=feed.section(cfg, ranks),
         training=goal.section(cfg, ranks, init_s),
-        telemetry=tele,
-        traffic=schema.Traffic(
-            computed=traffic.computed(cfg),
-            measured=traffic.measured(ranks, cfg.steps_per_window * len(window_s[0]), cfg.device.value),
-            definition="bytes one step moves between processes, all of them together: computed from the shapes, "
-                       "and measured by the hosts' interface counters over the timed windows (bench.measure.traffic)",
-        ),
-        host_load=host_load.section(ranks),
-        trace=trace.build(ranks, cfg.steps_per_window, run_id),
         sync=schema.Sync(
             param_checksums=checksums,
             ranks_in_sync=len(set(checksums)) == 1 and all(c and not c.startswith("diverged") for c in checksums)
@@ -221,6 +159,48 @@ def _assemble(cfg: RunConfig, launch: LaunchInfo, gathered: Gathered, run_id: st
             definition="param_checksums: SHA-256 of every trainable parameter after the run, per rank",
         ),
     )
+    job = Ranks(cfg=cfg, ranks=ranks, run_id=run_id, world=world, rate=summary.samples_per_sec_total, init_s=init_s)
+    for tracker in trackers():  # each measurement's section, from every rank's part (bench.measure.tracker)
+        tracker.place(fields, tracker.section(job))
+    fields["timing"] = schema.Timing(**fields["timing"])
+    return schema.Result(**fields)
+
+
+def summary_of(cfg: RunConfig, ranks: list[RankRecord], workload: schema.Workload, world: int, init_s: float,
+               train_s: float) -> schema.Summary:
+    """The headline (bench.measure.stats: every timed sample over the slowest rank's time) and what follows it."""
+    # every step the clock of train_s saw: the warmup, --data's untimed settling steps (every rank takes as many:
+    # they agree on stopping, bench.measure.loop) and the windows'
+    steps_after_init = len(ranks[0].warmup_step_s) + feed.settled_steps(ranks) + \
+        len(ranks[0].window_s) * cfg.steps_per_window
+    samples_after_init = world * cfg.batch_size * steps_after_init
+    warmup = [max(ts) for ts in zip(*[r.warmup_step_s for r in ranks], strict=True)]
+    tokens, flops = workload.tokens_per_sample, workload.train_flops_per_sample
+    headline = throughput_summary([r.window_s for r in ranks], cfg.batch_size * ranks[0].replicas *
+                                  cfg.steps_per_window, world)
+    rate, per_gpu = headline["samples_per_sec_total"], headline["samples_per_sec_per_gpu"]
+    return schema.Summary(
+        **headline,
+        # Wall-clock views (seed 003): all samples after init over the slowest rank's train time, and over init +
+        # train (time to a trained model from process start).
+        samples_per_sec_wall_train=samples_after_init / train_s if train_s > 0 else None,
+        samples_per_sec_wall_total=samples_after_init / (init_s + train_s),
+        warmup_step_s=summarize(warmup) if warmup else None,
+        tokens_per_sec_total=rate * tokens if tokens else None,
+        tokens_per_sec_per_gpu=per_gpu * tokens if tokens else None,
+        model_tflops_per_gpu=per_gpu * flops / 1e12 if flops else None,
+    )
+
+
+def tracker_warnings(result: schema.Result) -> list[str]:
+    """Each tracker's one-line warning about the run's figures, where it has one."""
+    found = (tracker.warning(tracker.read(result), result) for tracker in trackers())
+    return [line for line in found if line]
+
+
+def tracker_rows(result: schema.Result) -> list[tuple[str, str, str]]:
+    """Every tracker's rows for the run's table, in the trackers' order."""
+    return [row for tracker in trackers() for row in tracker.rows(tracker.read(result))]
 
 
 TIMING_DEFINITIONS = {
@@ -240,7 +220,7 @@ TIMING_DEFINITIONS = {
 def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: RankRecord,
                        environment: dict[str, Any]) -> schema.Utilisation:
     """MFU against this device's measured GEMM peak (`bench peak`) and its published peak
-    (bench.measure.device_peak), for rank 0's host and device: the ranks are taken to be alike."""
+    (bench.records.peaks), for rank 0's host and device: the ranks are taken to be alike."""
 
     device = rank0.device
     gpu_name = device.split(" ", 1)[1] if device.startswith("cuda:") and " " in device else None
@@ -248,7 +228,7 @@ def utilisation_record(cfg: RunConfig, model_tflops: float | None, rank0: RankRe
     if gpu_name is None and device.startswith("/physical_device:GPU") and gpus:
         gpu_name = gpus[0].get("name")  # TensorFlow's label has no model name: NVML's first GPU
         device = f"cuda:0 {gpu_name}"
-    return utilisation(model_tflops, cfg.precision.value, cfg.output, rank0.host, device, gpu_name)
+    return peaks.utilisation(model_tflops, cfg.precision.value, cfg.output, rank0.host, device, gpu_name)
 
 
 def workload_record(cfg: RunConfig) -> schema.Workload:
@@ -278,7 +258,7 @@ def upgraded(data: dict[str, Any], where: str) -> schema.Result:
 
 
 def telemetry_samples(gathered: Gathered) -> list[telemetry.GpuSample]:
-    return [s for r in gathered.ranks if r.telemetry for s in r.telemetry.samples]
+    return telemetry.samples_of(gathered.ranks)
 
 
 class CsvNotUpdated(ResultNotWhole):
@@ -411,16 +391,8 @@ def render_table(result: schema.Result):
     table.add_row("windows x steps", f"{len(result.samples.window_s[0])} x {cfg.steps_per_window}",
                   f"+ {cfg.warmup_steps} warmup steps")
     table.add_row("ranks in sync", "yes" if result.sync.ranks_in_sync else "NO", "parameter checksums equal")
-    for rows in (attribution.table_rows(result.attribution), feed.table_rows(result.input),
-                 goal.table_rows(result.training), host_load.table_rows(result.host_load),
-                 trace.table_rows(result.trace)):
-        for row in rows:
-            table.add_row(*row)
-    if tele.available:
-        table.add_row("GPU power, mean total", _num(tele.power_w_mean_total, ".0f"), "W")
-        table.add_row("throttling seen", "yes" if tele.throttled else "no", "power/thermal slowdown reasons")
-    else:
-        table.add_row("GPU telemetry", "unavailable", tele.reason or "")
+    for row in (*goal.table_rows(result.training), *tracker_rows(result)):
+        table.add_row(*row)
     return table
 
 

@@ -16,21 +16,24 @@ Schema history:
 from __future__ import annotations
 
 import statistics
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from bench import SCHEMA_VERSION
+from bench.data.feed import Input
 from bench.errors import BenchError
+from bench.measure.attribution import Attribution
+from bench.measure.goal import Training
+from bench.measure.host_load import HostLoad
 from bench.measure.stats import job_step, ratio_of_totals
+from bench.measure.telemetry import Telemetry
+from bench.measure.trace import Trace
+from bench.measure.traffic import Traffic
 from bench.models import MODELS
 from bench.records import kinds
-
-M = TypeVar("M", bound=BaseModel)
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+from bench.typed import Open as _Open
+from bench.typed import first_problem
 
 
 class Workload(BaseModel):
@@ -152,105 +155,6 @@ class Summary(_Open):
     warmup_step_s: Spread | None = None
 
 
-class GpuTelemetry(_Open):
-    """One GPU over the timed windows (bench.measure.telemetry.summarize_node)."""
-    host: str | None = None
-    gpu: int | None = Field(None, description="its NVML index")
-    samples_in_windows: int = 0
-    util_gpu_pct_mean: float | None = None
-    util_gpu_pct_max: float | None = None
-    mem_used_mib_peak: float | None = None
-    power_w_mean: float | None = None
-    energy_j: float | None = None
-    energy_source: str | None = Field(None, description="counter, integrated power samples, or why there is none")
-    throttle_reasons: list[str] = []
-    throttled: bool = Field(False, description="a power or thermal slowdown reason was set in the windows")
-
-
-class TelemetryNode(_Open):
-    """One sampler's GPUs (a process that drives GPUs) over the timed windows."""
-    host: str | None = None
-    interval_s: float | None = None
-    timed_start: float | None = None
-    timed_end: float | None = None
-    power_source: str | None = None
-    unavailable: dict[str, str] = Field({}, description="each field NVML could not read, and why")
-    gpus: list[GpuTelemetry] = []
-
-
-class Telemetry(_Open):
-    """NVML over the timed windows (bench.measure.telemetry); ``available`` false says why not."""
-    available: bool
-    reason: str | None = Field(None, description="why there is no telemetry")
-    energy_per_sample_j: float | None = None
-    samples_per_sec_per_watt: float | None = None
-    energy_j: float | None = Field(None, description="every GPU's energy over the timed windows")
-    power_w_mean_total: float | None = None
-    throttled: bool | None = None
-    nodes: list[TelemetryNode] = Field([], description="each sampler's GPUs over the timed windows")
-    partial: str | None = Field(None, description="why the per-sample figures are missing although GPUs were "
-                                "sampled: not every device of the run was")
-    gpus_sampled: int | None = None
-    samples_csv: str | None = Field(None, description="the time series beside the result")
-    definitions: dict[str, str] | None = None
-
-
-class ComputedTraffic(_Open):
-    """Bytes one step moves between processes, by path, from the model's shapes (bench.measure.traffic)."""
-    exchange: str = Field("?", description="collective, hybrid, ps, or none (one process)")
-    bytes_per_step: int = 0
-    ranks: int | None = None
-    dense_bytes: int | None = None
-    sparse_bytes_per_rank: int = 0
-    rows_per_rank: int | None = None
-    allreduce_bytes: int | None = None
-    allgather_bytes: int | None = None
-    alltoall_bytes_per_rank: int | None = None
-    alltoall_bytes: int | None = None
-    pull_bytes_per_worker: int | None = None
-    push_bytes_per_worker: int | None = None
-
-
-class MeasuredTraffic(_Open):
-    """Bytes per timed step the hosts' interfaces sent (/proc/net/dev), all hosts together."""
-    bytes_per_step: float | None = None
-    hosts: int | None = None
-    steps: int | None = None
-    sent_by_interface: dict[str, int] = {}
-    comparable: bool = Field(True, description="false where NCCL's paths bypass the interfaces (a GPU run)")
-    not_comparable: str | None = None
-
-
-class Traffic(_Open):
-    computed: ComputedTraffic
-    measured: MeasuredTraffic | None = Field(description="null where the counters could not be read")
-    definition: str | None = None
-
-
-class HostLoadHost(BaseModel):
-    """One host's cores over the timed windows, averaged (bench.measure.host_load)."""
-    model_config = ConfigDict(extra="forbid")
-    host: str
-    cpus: int = Field(ge=1, description="the host's CPUs (/proc/stat)")
-    busy_cores: float = Field(ge=0, description="cores the host kept busy in processes, every process's")
-    irq_cores: float | None = Field(default=None, ge=0, description="cores the kernel's interrupt work took (irq, "
-                                    "softirq: the run's own network traffic among it); absent in older records")
-    steal_cores: float = Field(ge=0, description="cores the hypervisor took for other guests")
-    run_cores: float = Field(ge=0, description="cores this run's processes on the host kept busy")
-    ranks: int = Field(ge=1, description="the measuring processes on the host")
-    other_cores: float | None = Field(ge=0, description="busy_cores less run_cores, floored at 0; null where "
-                                      "some of the run's processes do not measure (tf-native ps)")
-
-
-class HostLoad(BaseModel):
-    """Cores other processes kept busy on each host over the timed windows (bench.measure.host_load)."""
-    model_config = ConfigDict(extra="forbid")
-    hosts: list[HostLoadHost] = Field(min_length=1)
-    other_cores_max: float | None = Field(description="the busiest host's other_cores")
-    other_cores_note: str | None = Field(description="why there is no other_cores figure, where there is none")
-    definition: str
-
-
 class Sync(_Open):
     param_checksums: list[str]
     ranks_in_sync: bool
@@ -275,194 +179,6 @@ class Utilisation(BaseModel):
         description="the vendor's dense rate for this exact GPU name and precision; none for an unlisted device")
     spec_peak_source: str
     mfu_spec: float | None = Field(description="model_tflops_per_device / spec_peak_tflops (a fraction)")
-    definitions: dict[str, str]
-
-
-class _RankOf(BaseModel):
-    """Which rank: its number, host and device."""
-    model_config = ConfigDict(extra="forbid")
-    rank: int
-    host: str
-    device: str
-
-
-class RankAttribution(_RankOf):
-    """One rank's step, taken apart (bench.measure.attribution); seconds per step."""
-    compute_s: float = Field(description="per step with the gradient exchange skipped (the fastest compute-only step)")
-    exchange_s: float = Field(description="per gradient exchange alone, same tensors and communicator (the fastest)")
-    step_s: float = Field(description="per step in the timed windows (the job's fastest window / steps per window)")
-    data_wait_s: float = Field(0.0, description="per step, the rank's wait for its batch in the window step_s is "
-                                                "read from (--data; 0 otherwise, and in results before it was kept)")
-    exposed_s: float = Field(description="max(0, step_s - compute_s - data_wait_s): time in, or waiting for, the "
-                                         "exchange")
-    exposed_clipped: bool = Field(False, description="step_s < compute_s + data_wait_s (noise above the exchange): "
-                                                     "exposed_s is 0")
-    hidden_share: float | None = Field(description="1 - exposed_s / exchange_s, clipped to [0, 1]")
-    compute_step_s: list[float] = Field(description="raw: each compute-only step's wall time")
-    exchange_step_s: list[float] = Field(description="raw: each exchange-only step's wall time")
-    graphs_compiled: int | None = Field(None, description="--compile or --xla: graphs compiled during the timed "
-                                                          "compute-only and exchange-only steps (0 expected)")
-
-
-class Straggler(_RankOf):
-    slowdown: float = Field(description="its compute_s / the other ranks' median compute_s")
-    compute_s: float
-    others_compute_s: float
-    wait_share: float | None = Field(description="(compute_s - others_compute_s) / step_s: the share of every "
-                                                 "step the other ranks spend waiting for it")
-
-
-class Attribution(BaseModel):
-    """Where each rank's step goes, and the straggler (bench.measure.attribution); ``measured`` false says why not."""
-    model_config = ConfigDict(extra="forbid")
-    measured: bool
-    reason: str | None = Field(None, description="why there are no figures (measured false)")
-    unit: Literal["s"] | None = None
-    steps: int | None = Field(None, description="compute-only steps, and exchange-only steps, per rank")
-    per_rank: list[RankAttribution] | None = None
-    straggler: Straggler | None = None
-    straggler_threshold: float | None = Field(None, description="the slowdown - 1 above which a rank is named")
-    hidden_share_median: float | None = None
-    exposed_s_median: float | None = None
-    cost_s: float | None = Field(None, description="the slowest rank's wall time for the attribution windows")
-    definitions: dict[str, str]
-
-
-class InputRank(_Open):
-    """One rank's input pipeline over the timed windows (a tf-native ps worker's: rank and host null, worker set)."""
-    rank: int | None
-    host: str | None
-    worker: int | None = None
-    wait_s: float | None = None
-    h2d_s: float | None = None
-    wait_share: float | None = None
-    wait_step_ms_median: float | None = None
-    loader_rate: float | None = None
-    workers: int | None = None
-    queue_at_start: int | None = None
-    queue_depth: int | None = None
-    settle_steps: int = 0
-    epochs: float | None = Field(None, description="the epochs of the split the run's steps covered")
-    wait_step_s: list[float] = []
-    h2d_step_s: list[float] | None = None
-    idle_s: float | None = Field(None, description="PyTorch on a GPU: the device's idle for its batches")
-    idle_share: float | None = None
-    idle_step_s: list[float] | None = None
-
-    @property
-    def input_share(self) -> float | None:
-        """The input's cost as a share of the timed windows: the device's idle on a GPU (PyTorch), where the host's
-        wait overlaps queued kernels; the host's wait elsewhere (bench.data.feed)."""
-        return self.idle_share if self.idle_share is not None else self.wait_share
-
-
-class Input(_Open):
-    """What the run trained on (bench.data.feed): one synthetic batch, or a dataset through an input pipeline with
-    each rank's data wait."""
-    source: Literal["synthetic", "dataset"]
-    path: str | None = None
-    format: str | None = None
-    loader: str | None = None
-    classes: int | None = None
-    train_samples: int | None = None
-    workers: list[int] = []
-    per_rank: list[InputRank] = []
-    wait_share_max: float | None = None
-    idle_share_max: float | None = None
-    paced_by_rank: int | None = None
-    paced_by_worker: int | None = None
-    pace_share: float | None = None
-    settle_steps: int = 0
-    definition: str
-
-    @property
-    def pacer(self) -> str | None:
-        """Whose input pipeline sets the pace: "rank R", "worker W" (tf-native ps), or None."""
-        if self.paced_by_worker is not None:
-            return f"worker {self.paced_by_worker}"
-        return None if self.paced_by_rank is None else f"rank {self.paced_by_rank}"
-
-
-class EvalPoint(_Open):
-    """One evaluation on the held-out split (bench.measure.goal)."""
-    epoch: int
-    samples: int = Field(description="training samples seen by every rank together when it was taken")
-    wall_s: float = Field(description="from the end of init to the end of this evaluation, rank 0")
-    eval_s: float
-    top1: float
-    top5: float
-    learning_rate: float | None = Field(None, description="the rate of the epoch's last step")
-    eval_loss: float | None = Field(None, description="mean cross-entropy over the held-out samples")
-    eval_samples: int | None = Field(None, description="the held-out samples scored")
-    train_loss: float | None = Field(None, description="the ranks' mean training loss since the last evaluation")
-
-
-class Checkpoint(_Open):
-    """One checkpoint written (bench.measure.checkpoint)."""
-    epoch: int
-    save_s: float = Field(description="rank 0's time to write it, inside the training wall time")
-    path: str
-
-
-class Resumed(_Open):
-    """The checkpoint a resumed run continued from (bench.measure.checkpoint)."""
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-    epoch: int = Field(description="the epochs the checkpoint holds")
-    checkpoint: str | None = Field(None, alias="from", description="the checkpoint's folder")
-    wall_s: float = Field(description="training wall time up to the checkpoint, counted once")
-    save_s: float | None = Field(None, description="the checkpoint's own time to write")
-    written_utc: str
-
-
-class Training(_Open):
-    """Training to a goal (--epochs, --target-accuracy): the curve and the time to the target."""
-    target_accuracy: float | None
-    reached: bool | None
-    time_to_target_s: float | None
-    epochs_to_target: int | None
-    curve: list[EvalPoint]
-    stopped: Literal["target", "duration", "epochs"] | None = Field(None, description="why the run ended")
-    checkpoints: list[Checkpoint] = Field([], description="every checkpoint written (a resumed run: its "
-                                          "checkpoint's and those before it too)")
-    resumed: list[Resumed] | None = Field(None, description="--resume-from: the checkpoints this run continued from")
-    time_to_target_with_init_s: float | None = None
-    samples_to_target: int | None = None
-    not_reached: str | None = Field(None, description="why the target was not reached")
-    epochs_run: int | None = None
-    duration_s: float | None = None
-    final_top1: float | None = None
-    final_top5: float | None = None
-    eval_s_total: float = 0.0
-    checkpoint_s_total: float = 0.0
-    steps_per_epoch: int | None = None
-    schedule: dict[str, Any] | None = Field(None, description="the learning-rate schedule and optimizer it trained "
-                                            "with (bench.measure.goal)")
-    definition: str
-
-
-class RankTrace(BaseModel):
-    """One rank's traced steps (bench.measure.trace)."""
-    model_config = ConfigDict(extra="forbid")
-    rank: int
-    host: str
-    steps: int
-    traced_step_s: float
-    untraced_step_s: float
-    cost: float
-    files: list[str] = Field(description="the profiler's files, relative to the result's folder")
-    timeline: str | None = Field(description="Horovod's timeline (rank 0 of a Horovod mode), else null")
-
-
-class Trace(BaseModel):
-    """--trace: the framework's profiler over steps after the timed windows, and what it cost (bench.measure.trace)."""
-    model_config = ConfigDict(extra="forbid")
-    steps: int = Field(description="traced steps per rank")
-    folder: str = Field(description="the run's trace folder, relative to the result's folder")
-    traced_step_s: float = Field(description="the slowest rank's traced step")
-    untraced_step_s: float = Field(description="the job's median timed window / steps per window")
-    cost: float = Field(description="traced_step_s / untraced_step_s - 1")
-    horovod_timeline: str | None
-    per_rank: list[RankTrace]
     definitions: dict[str, str]
 
 
@@ -522,6 +238,9 @@ class Result(BaseModel):
     training: Training | None = None  # added within schema 3: none unless the run trained to a goal (--epochs)
     host_load: HostLoad | None = None  # added within schema 3: none before it, or where /proc could not be read
     trace: Trace | None = None  # added within schema 3: none unless the run was traced (--trace)
+    measurements: dict[str, dict[str, Any]] | None = Field(
+        None, description="added within schema 3: the section of each tracker the model does not name (a plugin's, "
+                          "bench.measure.tracker), by the tracker's name")
     sync: Sync
     _file: str | None = PrivateAttr(None)  # where it was read from (bench.records.collect); None for a fresh run
 
@@ -614,20 +333,6 @@ def mismatch(data: dict[str, Any], kind: str) -> str | None:
     except ValidationError as exc:
         return first_problem(exc)
     return None
-
-
-def parse(data: Any, model: type[M], where: str) -> M:
-    """``data`` as ``model``, or one line naming ``where`` and the first field that departs from it."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise BenchError(f"{where} does not match its schema ({model.model_config.get('title') or model.__name__}): "
-                         f"{first_problem(exc)}") from None
-
-
-def first_problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} ({exc.error_count()} problem(s))"
 
 
 def validate(data: Any, where: str = "result") -> None:

@@ -6,14 +6,14 @@ diagnose, data bench and converge, and diagnose's baseline. Each is
 * named once here (:class:`Kind`): the string its file carries in ``kind`` (a run's result carries none, as
   it always has);
 * written by :func:`write`: checked against its kind's model first (bench.records.schema, bench.records.kinds;
-  ``bench schema KIND`` prints each), whole or not at all (bench.records.files.write_new: a temporary file, then a link
+  ``bench schema KIND`` prints each), whole or not at all (bench.files.write_new: a temporary file, then a link
   or an exclusive create), never over an existing file, with the umask's mode; when its folder refuses it
   (full, read-only, over quota, gone) it is saved under :func:`fallback_dir` and the error names that path, and
   when no fallback takes it either, the JSON goes to standard error: a finished measurement is never lost;
 * read by :func:`read`: one clear error for a file that is unreadable, not JSON, or not of the kind asked for.
 
 Files beside a record that are rewritten in place (results.csv, a sweep's manifest) go through
-bench.records.files.replace; companion files (a telemetry series, diagnose.md) through files.write_new.
+bench.files.replace; companion files (a telemetry series, diagnose.md) through files.write_new.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench import scratch
+from bench import files, scratch
 from bench.errors import BenchError, ResultNotWhole
-from bench.records import files
-from bench.records.schema import M, mismatch, parse, record_model
+from bench.records.schema import mismatch, record_model
+from bench.typed import M, parse
 
 
 class Kind(str, Enum):

@@ -9,6 +9,7 @@ from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.launching.detect import LaunchInfo
 from bench.measure import attribution, telemetry
+from bench.measure.graphs import compile_warning
 from bench.measure.raw import Gathered
 from bench.records.header import new_run_id
 from bench.records.results import (
@@ -17,7 +18,6 @@ from bench.records.results import (
     CSV_NAME,
     build_result,
     check_output_dir,
-    compile_warning,
     load_result,
     write_result,
 )
@@ -59,7 +59,7 @@ def test_the_wall_figures_count_the_samples_of_data_s_settling_steps_their_time_
     clock: their samples count in the wall-clock figures as their time does."""
     g = gathered()
     for r in g.ranks:
-        r.data = samples.fed([0.0] * 15, settle_steps=6)
+        r.parts["input"] = samples.fed([0.0] * 15, settle_steps=6)
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3).resolve("cpu", 2)
     r = build_result(cfg, LaunchInfo("self", world_size=2), g, "r1")
     # 2 ranks x 4 images x (1 warmup + 6 settling + 3 windows x 5 steps) = 176 over 4 s of train time
@@ -188,7 +188,7 @@ def test_a_disk_that_refuses_the_telemetry_series_keeps_the_result(tmp_path, mon
     series went first and only FileExistsError was caught, so the JSON was never written)."""
     import errno
 
-    from bench.records import files
+    from bench import files
 
     out = check_output_dir(tmp_path / "out")
     result = make()
@@ -251,8 +251,8 @@ def test_compile_time_is_reported_apart_and_a_compiled_run_is_its_own_cell():
 
     g = gathered()
     for r, first, graphs in zip(g.ranks, (9.0, 12.0), (0, 2), strict=True):
-        r.first_step_s, r.warmup_step_s, r.graphs_compiled_in_windows = first, [0.2, 0.4, 0.3], graphs
-        r.graphs_compiled_in_first_step, r.graphs_compiled_in_warmup = 3 + graphs, graphs // 2
+        r.first_step_s, r.warmup_step_s = first, [0.2, 0.4, 0.3]
+        r.parts["graphs"] = {"first_step": 3 + graphs, "warmup": graphs // 2, "windows": graphs}
     cfg = RunConfig(mode="torch-ddp", batch_size=4, steps_per_window=5, windows=3, compile="default")
     result = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
     assert result.timing.compile_s == pytest.approx(12.0 - 0.3)
@@ -269,11 +269,11 @@ def test_compile_time_is_reported_apart_and_a_compiled_run_is_its_own_cell():
         "1 in the warmup steps (compile_s is short by it). A shape or guard changed between steps (PyTorch: "
         "TORCH_LOGS=recompiles names it; docs/profiles.md)")
     for r in g.ranks:
-        r.graphs_compiled_in_windows = r.graphs_compiled_in_warmup = 0
+        r.parts["graphs"].update(windows=0, warmup=0)
     clean = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
     assert compile_warning(clean) is None and compile_warning(eager) is None
-    g.ranks[1].attribution = attribution.StepsApart(steps=2, compute_step_s=[0.2, 0.2], exchange_step_s=[0.1, 0.1],
-                                                    graphs_compiled=1)
-    g.ranks[0].attribution = dataclasses.replace(g.ranks[1].attribution, graphs_compiled=0)
+    g.ranks[1].parts["attribution"] = attribution.StepsApart(steps=2, compute_step_s=[0.2, 0.2],
+                                                             exchange_step_s=[0.1, 0.1], graphs_compiled=1)
+    g.ranks[0].parts["attribution"] = dataclasses.replace(g.ranks[1].parts["attribution"], graphs_compiled=0)
     apart = build_result(cfg.resolve("cpu", 2), LaunchInfo("self", world_size=2), g, new_run_id("torch-ddp"))
     assert "1 in the attribution's timed steps" in compile_warning(apart)

@@ -19,9 +19,8 @@ def test_result_carries_telemetry_or_its_absence():
                         telemetry=telemetry.Sampled(summary=s.summary(), samples=s.samples))
     r = build_result(cfg, LaunchInfo("self"), Gathered(ranks=[rank], environment={}, t_start=0.0), "run1")
     assert r.telemetry.available and r.telemetry.energy_per_sample_j == pytest.approx(r.telemetry.energy_j / 40)
-    rank.telemetry = None
-    r = build_result(cfg, LaunchInfo("self"), Gathered(ranks=[rank], environment={}, t_start=0.0,
-                                                       telemetry_note="why"), "run2")
+    rank.parts["telemetry"] = "why"  # no sampler ran: the rank's word on why
+    r = build_result(cfg, LaunchInfo("self"), Gathered(ranks=[rank], environment={}, t_start=0.0), "run2")
     assert r.telemetry.model_dump(exclude_unset=True) == {"available": False, "reason": "why"}
 
 

@@ -5,7 +5,8 @@ tests/plugins/toy_plugin.py registers ``torch-toy`` (a distributed PyTorch mode)
 in both frameworks) and ``--toy-lr-scale`` (a run option). With HVDBENCH_PLUGINS naming it, bench, sweep,
 report, verify and predict all see them: no other file knows they exist. tests/plugins/toy_data.py registers the
 ``npz`` data format and the ``plain`` loader: bench data make writes it, runs and bench data bench read it;
-tests/plugins/toy_collective.py the ``broadcast`` collective, which bench allreduce measures.
+tests/plugins/toy_collective.py the ``broadcast`` collective, which bench allreduce measures;
+tests/plugins/toy_tracker.py the ``context_switches`` measurement, which every run then takes.
 """
 
 import json
@@ -143,3 +144,28 @@ def test_a_new_collective_is_one_file(tmp_path):
     assert refused.stderr.strip().splitlines() == ["error: --backend tf has no broadcast (choose another backend)"]
     unknown = bench("allreduce", "--op", "broadcast")
     assert unknown.returncode == 1 and "unknown --op 'broadcast'" in unknown.stderr
+
+
+def test_a_new_measurement_is_one_file(tmp_path):
+    """tests/plugins/toy_tracker.py registers a tracker (bench.measure.tracker): every rank of a run measures it at
+    its points, its section lands in the result (kept by name: the Result model does not name it), its row in the
+    run's table, and bench report reads it back; without the plugin the result still reads, and nothing shows it."""
+    plugin = {"HVDBENCH_PLUGINS": "toy_tracker", "PYTHONPATH": PLUGIN_DIR}
+    out = bench("torch-ddp", "--np", "2", "--model", "resnet20", "--output", str(tmp_path), *SMALL, COLUMNS="200",
+                **plugin)
+    assert out.returncode == 0, out.stderr
+    result = only_result(tmp_path)
+    section = result["measurements"]["context_switches"]
+    assert [r["rank"] for r in section["per_rank"]] == [0, 1]
+    assert all(r["voluntary_per_step"] >= 0 and r["involuntary_per_step"] >= 0 for r in section["per_rank"])
+    assert section["involuntary_per_step_max"] == max(r["involuntary_per_step"] for r in section["per_rank"])
+    row = next(line for line in out.stdout.splitlines() if "involuntary context switches" in line)
+    assert f"{section['involuntary_per_step_max']:.1f}" in row
+    assert bench("report", str(tmp_path), **plugin).returncode == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "## Other measurements" in report
+    line = next(x for x in report.splitlines() if "| involuntary context switches |" in x)
+    assert line.startswith("| torch-ddp |") and f"| {section['involuntary_per_step_max']:.1f} |" in line
+    plain = bench("report", str(tmp_path), "--output", str(tmp_path / "plain"))
+    assert plain.returncode == 0, plain.stderr
+    assert "## Other measurements" not in (tmp_path / "plain" / "report.md").read_text()

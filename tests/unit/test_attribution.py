@@ -54,16 +54,16 @@ def test_a_wait_for_data_is_not_booked_as_exchange():
     its input pipeline does not read as a slow network."""
     a, b = rank(0, 0.30, 0.35), rank(1, 0.30, 0.35)
     a.window_s = b.window_s = [0.90, 0.80, 0.84]  # window 1: 0.40 s a step
-    a.data = samples.fed([0.2, 0.2, 0.08, 0.08, 0.0, 0.0])  # 0.08 s a step in window 1
-    b.data = samples.fed([0.0] * 6)
+    a.parts["input"] = samples.fed([0.2, 0.2, 0.08, 0.08, 0.0, 0.0])  # 0.08 s a step in window 1
+    b.parts["input"] = samples.fed([0.0] * 6)
     first, second = attribution.build([a, b], 2).per_rank
     assert first.step_s == second.step_s == pytest.approx(0.40)
     assert first.data_wait_s == pytest.approx(0.08) and first.exposed_s == pytest.approx(0.02)
     assert second.data_wait_s == 0.0 and second.exposed_s == pytest.approx(0.10)
     assert not first.exposed_clipped and not second.exposed_clipped
-    a.data = samples.fed([0.2, 0.2, 0.3, 0.3, 0.0, 0.0], per_worker=[])  # tf-native ps's coordinator
+    a.parts["input"] = samples.fed([0.2, 0.2, 0.3, 0.3, 0.0, 0.0], per_worker=[])  # tf-native ps's coordinator
     assert attribution.build([a, b], 2).per_rank[0].exposed_s == pytest.approx(0.10)
-    a.data = samples.fed([0.2, 0.2, 0.3, 0.3, 0.0, 0.0])  # a wait above the rest of the step: clipped
+    a.parts["input"] = samples.fed([0.2, 0.2, 0.3, 0.3, 0.0, 0.0])  # a wait above the rest of the step: clipped
     first = attribution.build([a, b], 2).per_rank[0]
     assert first.exposed_s == 0.0 and first.exposed_clipped
 
@@ -74,8 +74,8 @@ def test_on_a_gpu_the_wait_for_data_is_the_devices_idle_not_the_hosts_wait():
     sat idle 0.02 s for the batch, which is what the attribution takes out."""
     a, b = rank(0, 0.30, 0.35), rank(1, 0.30, 0.35)
     a.window_s = b.window_s = [0.90, 0.80, 0.84]  # window 1: 0.40 s a step
-    a.data = samples.fed([0.38] * 6, idle_step_s=[0.02] * 6)
-    b.data = samples.fed([0.38] * 6, idle_step_s=[0.0] * 6)
+    a.parts["input"] = samples.fed([0.38] * 6, idle_step_s=[0.02] * 6)
+    b.parts["input"] = samples.fed([0.38] * 6, idle_step_s=[0.0] * 6)
     first, second = attribution.build([a, b], 2).per_rank
     assert first.data_wait_s == pytest.approx(0.02) and first.exposed_s == pytest.approx(0.08)
     assert second.data_wait_s == 0.0 and second.exposed_s == pytest.approx(0.10)

@@ -13,7 +13,7 @@ from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.hooks import Hooks
 from bench.measure import checkpoint, goal
-from bench.records.schema import Resumed, Training
+from bench.measure.goal import Resumed, Training
 from tests import samples
 
 EPOCHS = 3

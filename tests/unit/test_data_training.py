@@ -70,7 +70,7 @@ def test_the_parent_checks_samples_and_classes_before_any_rank_starts(jpegs):
 
 def rank(r, waits, windows=(1.0, 1.0)):
     return samples.rank(r, window_s=list(windows),
-                        data=samples.fed(waits, loader_rate=100.0 + r))
+                        input=samples.fed(waits, loader_rate=100.0 + r))
 
 
 def test_the_input_section_gives_each_ranks_wait_share_and_the_rank_that_sets_the_pace(jpegs):
@@ -91,7 +91,7 @@ def test_on_a_gpu_the_pace_is_judged_by_the_devices_idle_and_the_hosts_wait_stay
     with the step it queued, sits idle for 7% of it. The input does not set the pace (7% < 10%); both shares are
     in the section and the table. Before, the host's 78% named the rank as input-paced."""
     cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
-    gpu = [samples.rank(r, window_s=[1.0, 1.0], data=samples.fed([0.78, 0.78], idle_step_s=[0.07, 0.07]))
+    gpu = [samples.rank(r, window_s=[1.0, 1.0], input=samples.fed([0.78, 0.78], idle_step_s=[0.07, 0.07]))
            for r in (0, 1)]
     section = feed.section(cfg, gpu)
     assert section.wait_share_max == pytest.approx(0.78) and section.idle_share_max == pytest.approx(0.07)
@@ -99,7 +99,7 @@ def test_on_a_gpu_the_pace_is_judged_by_the_devices_idle_and_the_hosts_wait_stay
     assert section.per_rank[0].idle_step_s == [0.07, 0.07]  # the raw idles are kept
     rows = dict((label, value) for label, value, _ in feed.table_rows(section))
     assert rows["device idle for data, share of step (max rank)"] == "7.0" and rows["input sets the pace"] == "no"
-    slow = [samples.rank(0, window_s=[1.0, 1.0], data=samples.fed([0.5, 0.5], idle_step_s=[0.3, 0.3]))]
+    slow = [samples.rank(0, window_s=[1.0, 1.0], input=samples.fed([0.5, 0.5], idle_step_s=[0.3, 0.3]))]
     assert feed.section(cfg, slow).paced_by_rank == 0  # 30% idle: paced by its input
 
 
@@ -249,8 +249,9 @@ def test_the_timed_windows_start_when_the_input_queue_has_stopped_draining(readi
 def test_the_input_section_keeps_each_ranks_queue_when_the_clock_started(jpegs):
     cfg = RunConfig(mode="torch-ddp", data=str(jpegs)).resolve("cpu", 2)
     ranks = [rank(0, [0.01]), rank(1, [0.2])]
-    ranks[0].data = dataclasses.replace(ranks[0].data, queue_at_start=4, queue_depth=4, settle_steps=0)
-    ranks[1].data = dataclasses.replace(ranks[1].data, queue_at_start=0, queue_depth=4, settle_steps=7)
+    first, second = (r.parts["input"] for r in ranks)
+    ranks[0].parts["input"] = dataclasses.replace(first, queue_at_start=4, queue_depth=4, settle_steps=0)
+    ranks[1].parts["input"] = dataclasses.replace(second, queue_at_start=0, queue_depth=4, settle_steps=7)
     section = feed.section(cfg, ranks)
     assert [(p.queue_at_start, p.queue_depth, p.settle_steps) for p in section.per_rank] == \
         [(4, 4, 0), (0, 4, 7)]
@@ -266,7 +267,7 @@ def test_a_queue_still_draining_when_the_clock_started_warns_when_it_is_a_share_
     ranks = [rank(0, [0.01]), rank(1, [0.01])]
 
     def warned(queued: int, settle_steps: int, timed: int) -> str | None:
-        ranks[1].data = dataclasses.replace(ranks[1].data, queue_at_start=queued, queue_depth=22,
+        ranks[1].parts["input"] = dataclasses.replace(ranks[1].parts["input"], queue_at_start=queued, queue_depth=22,
                                             settle_steps=settle_steps)
         return feed.queue_warning(feed.section(cfg, ranks), timed)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import files
 from bench.errors import BenchError
-from bench.records import files
 from tests.conftest import FIXTURES
 
 

@@ -7,7 +7,6 @@ import pytest
 from pydantic import ValidationError
 
 from bench.measure import host_load
-from bench.records import schema
 from tests import samples
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -76,7 +75,7 @@ def test_between_turns_ticks_into_cores_over_the_interval():
 
 def rank(host: str, run_cores: float, busy: float | None = None, serving: bool = False):
     cores = None if busy is None else host_load.HostCores(cpus=2, busy_cores=busy, irq_cores=0.4, steal_cores=0.0)
-    return samples.rank(host=host, cpu=host_load.CpuRecord(interval_s=4.0, run_cores=run_cores, serving=serving,
+    return samples.rank(host=host, host_load=host_load.CpuRecord(interval_s=4.0, run_cores=run_cores, serving=serving,
                                                            host=cores))
 
 
@@ -117,7 +116,7 @@ def test_serving_processes_leave_other_cores_unmeasured_with_the_reason():
 
 def test_no_host_counters_or_no_cpu_record_give_no_section():
     assert host_load.section([rank("a", 1.0)]) is None
-    assert host_load.section([samples.rank(host="a", cpu=None)]) is None
+    assert host_load.section([samples.rank(host="a", host_load=None)]) is None
     assert host_load.warning(None) is None and host_load.table_rows(None) == []
 
 
@@ -125,11 +124,11 @@ def test_every_section_is_a_typed_host_load_and_a_malformed_host_is_refused():
     for load in (host_load.section([rank("a", 0.9, busy=2.0), rank("b", 1.0, busy=1.1)]),
                  host_load.section([rank("a", 0.5, busy=2.0, serving=True)])):
         written = load.model_dump(mode="json", exclude_unset=True)  # as the result file holds it
-        assert [h.host for h in schema.HostLoad.model_validate(written).hosts] == [h.host for h in load.hosts]
+        assert [h.host for h in host_load.HostLoad.model_validate(written).hosts] == [h.host for h in load.hosts]
     good = host_load.section([rank("a", 0.9, busy=2.0)]).model_dump(mode="json", exclude_unset=True)
     for bad in ({"ranks": 0}, {"other_cores": -0.1}, {"cores": 1.0}):
         load = {**good, "hosts": [{**good["hosts"][0], **bad}]}
         with pytest.raises(ValidationError):
-            schema.HostLoad.model_validate(load)
+            host_load.HostLoad.model_validate(load)
     with pytest.raises(ValidationError):
-        schema.HostLoad.model_validate({**good, "hosts": []})
+        host_load.HostLoad.model_validate({**good, "hosts": []})

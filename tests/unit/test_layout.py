@@ -38,7 +38,8 @@ def module_imports(name: str) -> set[str]:
 @pytest.mark.parametrize("lower, upper", [
     ("bench.launching", ("bench.modes", "bench.models", "bench.distributed", "bench.commands", "bench.run")),
     ("bench.distributed", ("bench.modes", "bench.commands", "bench.run")),
-    ("bench.measure", ("bench.commands", "bench.run", "bench.cli")),
+    ("bench.measure", ("bench.commands", "bench.run", "bench.cli", "bench.records")),
+    ("bench.data", ("bench.commands", "bench.run", "bench.cli", "bench.records")),
     ("bench.records", ("bench.commands", "bench.run", "bench.cli")),
     ("bench.run", ("bench.commands",)),
     ("bench.vocabulary", ("bench.",)),

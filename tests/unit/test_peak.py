@@ -1,11 +1,12 @@
-"""bench.measure.device_peak: the published peaks by exact device name, the measured peak's files, and MFU in a
-result."""
+"""bench.measure.device_peak: the published peaks by exact device name; bench.records.peaks: the measured peak's
+files, and MFU in a result."""
 
 import json
 
 import pytest
 
 from bench.measure import device_peak
+from bench.records import peaks
 from bench.records.kinds import Peak
 from bench.records.results import utilisation_record
 from bench.records.store import Kind
@@ -42,15 +43,15 @@ def measured(tflops, host="node1", device="cpu (2 threads)", precision="fp32"):
 
 
 def test_the_newest_measured_peak_is_used_and_none_is_overwritten(tmp_path, monkeypatch):
-    assert device_peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32")[0] is None
+    assert peaks.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32")[0] is None
     records = [measured(0.1), measured(0.2), measured(9.0, device="cpu (1 threads)")]  # (the last: another
     times = iter(["20261124T010000Z", "20261124T020000Z", "20261124T030000Z"])  # thread share, not this device)
-    monkeypatch.setattr(device_peak.time, "strftime", lambda fmt, t: next(times))
-    first, second, _ = (device_peak.write(tmp_path, r) for r in records)
+    monkeypatch.setattr(peaks, "utc_stamp", lambda: next(times))
+    first, second, _ = (peaks.write(tmp_path, r) for r in records)
     assert first != second and first.is_file() and json.loads(first.read_text())["peak_tflops"] == 0.1
-    assert device_peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32") == (0.2, str(second))
-    assert device_peak.load_measured(tmp_path, "node2", "cpu (2 threads)", "fp32")[0] is None
-    assert device_peak.load_measured(tmp_path, "node1", "cpu (2 threads)", "amp-bf16")[0] is None
+    assert peaks.load_measured(tmp_path, "node1", "cpu (2 threads)", "fp32") == (0.2, str(second))
+    assert peaks.load_measured(tmp_path, "node2", "cpu (2 threads)", "fp32")[0] is None
+    assert peaks.load_measured(tmp_path, "node1", "cpu (2 threads)", "amp-bf16")[0] is None
 
 
 class _Cfg:
@@ -64,7 +65,7 @@ class _Cfg:
 def test_mfu_against_both_peaks_with_a_fake_nvml_name(tmp_path):
     """TensorFlow's device label has no model name: NVML's is used; a listed name gets the spec MFU, an
     unlisted one none."""
-    device_peak.write(tmp_path, measured(400.0, device="cuda:0 NVIDIA H100 80GB HBM3"))
+    peaks.write(tmp_path, measured(400.0, device="cuda:0 NVIDIA H100 80GB HBM3"))
     rank0 = samples.rank(0, host="node1", device="/physical_device:GPU:0")
     u = utilisation_record(_Cfg(tmp_path), 100.0, rank0, {"nvml": {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}})
     assert u.spec_peak_tflops == 494.7 and u.mfu_spec == pytest.approx(100 / 494.7)

@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
+from bench.data.feed import Input
 from bench.errors import BenchError
 from bench.records import references
 from bench.records.collect import load_results
-from bench.records.schema import Input
 from tests.conftest import FIXTURES
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from bench.commands.report import horovod_vs_native, scaling_rows, write_report
 from bench.commands.sweep import SweepMatrix
+from bench.data.feed import Input
 from bench.errors import BenchError
 from bench.records.collect import load_results, table_cells
-from bench.records.schema import Input
 from tests import samples
 from tests.conftest import FIXTURES, ROOT
 
@@ -487,3 +487,20 @@ def test_the_html_page_shows_raw_html_in_the_report_as_text(tmp_path):
     assert "<script>alert" not in page and "<img src=x" not in page and "<b>node1" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;b&gt;node1&lt;/b&gt;" in page
     assert "<h1>Report</h1>" in page and "<table>" in page and "<em>bad</em>" in page
+
+
+def test_results_written_before_the_trackers_report_the_tables_they_did(tmp_path):
+    """The schema-1 sweeps and the schema-3 results of a --data run with attribution (tests/fixtures/schema3, written
+    at adc8d93, before each measurement became a tracker) give exactly the table rows bench report wrote for them then
+    (tests/fixtures/report-tables-adc8d93.md), alone and beside a result of today's with a plugin's section
+    (tests/fixtures/trackers: another cell, batch 8)."""
+    before = [line for line in (FIXTURES / "report-tables-adc8d93.md").read_text().splitlines()
+              if line.startswith("|")]
+    old = [A, B, FIXTURES / "schema3"]
+    alone = write_report(old, tmp_path / "alone").read_text().splitlines()
+    assert [line for line in alone if line.startswith("|")] == before
+    mixed = write_report([*old, FIXTURES / "trackers"], tmp_path / "mixed").read_text().splitlines()
+    assert all(line in mixed for line in before)
+    assert any("| torch-ddp | resnet20 32x32 b8 fp32" in line for line in mixed)  # the new result is read too
+    new = load_results([FIXTURES / "trackers"])[0]
+    assert new.measurements["context_switches"]["per_rank"][1]["rank"] == 1  # kept by name, without the plugin

@@ -81,7 +81,7 @@ def test_interface_counters_are_read_and_differenced(tmp_path):
     sent = traffic.sent_between(before, traffic.tx_bytes(dev))
     assert sent == {"lo": 4000, "eth0": 0}
     assert traffic.tx_bytes(tmp_path / "missing") is None
-    ranks = [samples.rank(0, net_sent=sent), samples.rank(1), samples.rank(2, net_sent={"lo": 1000})]  # 2 hosts
+    ranks = [samples.rank(0, traffic=sent), samples.rank(1), samples.rank(2, traffic={"lo": 1000})]  # 2 hosts
     assert traffic.measured(ranks, 10, "cpu", {}).model_dump() == {
         "bytes_per_step": 500.0, "hosts": 2, "steps": 10, "sent_by_interface": {"lo": 5000, "eth0": 0},
         "comparable": True, "not_comparable": None}
@@ -94,9 +94,9 @@ def test_a_gpu_runs_interface_counters_are_not_compared_with_the_computed_bytes(
     from bench.commands.report import traffic_rows
     from bench.measure import traffic
 
-    gpu = traffic.measured([samples.rank(0, net_sent={"lo": 1000})], 10, "cuda", {})
+    gpu = traffic.measured([samples.rank(0, traffic={"lo": 1000})], 10, "cuda", {})
     assert gpu.comparable is False and "NCCL" in gpu.not_comparable
-    sockets = traffic.measured([samples.rank(0, net_sent={"lo": 1000})], 10, "cuda", dict(traffic.NCCL_ALL_SOCKETS))
+    sockets = traffic.measured([samples.rank(0, traffic={"lo": 1000})], 10, "cuda", dict(traffic.NCCL_ALL_SOCKETS))
     assert sockets.comparable is True
     result = samples.result(mode="torch-ddp", world_size=2, config={"model": "vgg16", "precision": "fp32",
                                                                     "batch_size": 2, "image_size": 32},

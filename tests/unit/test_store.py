@@ -52,7 +52,7 @@ def test_a_record_reads_back_as_its_kinds_model_or_one_line_saying_where_it_depa
 
 
 def test_a_record_the_folder_refuses_goes_to_the_fallback(tmp_path, monkeypatch):
-    from bench.records import files
+    from bench import files
 
     def full(path, text):
         if "spare" not in str(path):

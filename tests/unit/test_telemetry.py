@@ -7,7 +7,7 @@ from bench.launching.detect import LaunchInfo
 from bench.measure import nvml as nvml_module
 from bench.measure import telemetry
 from bench.measure.nvml import load_nvml
-from bench.records.schema import GpuTelemetry, TelemetryNode
+from bench.measure.telemetry import GpuTelemetry, TelemetryNode
 from tests.conftest import bench, has_cuda, only_result
 from tests.fake_nvml import FakeGPU, FakeNVML
 
@@ -140,7 +140,6 @@ def test_every_rank_samples_its_own_gpu_and_a_partial_count_gives_no_per_sample_
     """Numbers issue, finding 6: under srun --gpus-per-task=1 each task sees one GPU; only local rank 0 sampled,
     and one GPU's energy was divided by every GPU's samples (N times too low). Every process now samples the
     GPU it drives, and telemetry that misses a device is marked partial with no per-sample figure."""
-    from bench import run
     from bench.launching.detect import own_gpu_indices
 
     assert own_gpu_indices(LaunchInfo("srun", 1, 2, 1, 2), 2) == [1]
@@ -153,7 +152,7 @@ def test_every_rank_samples_its_own_gpu_and_a_partial_count_gives_no_per_sample_
             return [1]
 
     cfg = RunConfig(mode="torch-ddp").resolve("cuda", 2)
-    sampler, reason = run.start_telemetry(cfg, LaunchInfo("self", 1, 2, 1, 2), Trainer())
+    sampler, reason = telemetry.start_sampler(cfg, Trainer())
     assert sampler is not None and reason is None and sampler.labels == [1]  # local rank 1 samples its GPU
     one = TelemetryNode(gpus=[GpuTelemetry(energy_j=600.0, power_w_mean=300.0, throttled=False)])
     partial = telemetry.combine([one], samples=2000, samples_per_sec_total=1000.0, devices=2)

@@ -6,7 +6,7 @@ from bench.config import RunConfig
 from bench.errors import BenchError
 from bench.measure import trace
 from bench.measure.raw import RankRecord
-from bench.records.schema import Trace
+from bench.measure.trace import Trace
 from tests import samples
 
 

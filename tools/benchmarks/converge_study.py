@@ -26,7 +26,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bench.records.schema import Result, Training
+from bench.measure.goal import Training
+from bench.records.schema import Result
 from tools.benchmarks import new_result, results_in
 
 EPOCHS = 10

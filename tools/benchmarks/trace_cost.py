@@ -23,8 +23,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.measure.trace import Trace
 from bench.records.results import load_result
-from bench.records.schema import Result, Trace
+from bench.records.schema import Result
 
 
 def run(mode: str, extra: list[str], out: Path) -> tuple[float, Result]:

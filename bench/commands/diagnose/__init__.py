@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench import files
 from bench.commands.allreduce import BACKENDS
 from bench.commands.diagnose import rules as rules_mod
 from bench.commands.diagnose.hosts import Commands, HostList, Slurm, Step, run_steps
@@ -39,7 +40,7 @@ from bench.config import byte_size, comma_list, option
 from bench.errors import BenchError, check_exit_codes, judged, nagios, restore_handlers, stop_on_signals
 from bench.launching.slurm import expand_nodelist, inside_allocation
 from bench.modes import MODES
-from bench.records import files, node_patch, store
+from bench.records import node_patch, store
 from bench.records.env import container
 from bench.records.header import header, new_run_id, utc_stamp
 from bench.records.kinds import Allreduce, Baseline
