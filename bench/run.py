@@ -168,7 +168,7 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     # The bar only on an interactive terminal: its refresh thread would otherwise compete for the GIL.
     progress = RankProgress(f"{cfg.mode} {cfg.model}") if info.rank == 0 and sys.stderr.isatty() else None
 
-    gathered = measure(trainer, cfg, info, progress, hooks, new_run_id(cfg.mode) if info.rank == 0 else None)
+    gathered = measure(trainer, cfg, info, progress, hooks, new_run_id(cfg.mode))
     trainer.teardown()
     if gathered is None:
         return None

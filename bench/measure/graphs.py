@@ -72,9 +72,8 @@ class Graphs(Tracker):
     @classmethod
     def place(cls, fields: dict[str, Any], section: BaseModel | None) -> None:
         """Into the ``timing`` section's fields (a dict while the result is assembled), as before there were
-        trackers."""
-        if section is not None:
-            fields["timing"].update(section.model_dump())
+        trackers: null where nothing compiles."""
+        fields["timing"].update((section or Compiled()).model_dump())
 
     @classmethod
     def read(cls, result: Any) -> Compiled:

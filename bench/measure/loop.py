@@ -81,19 +81,21 @@ def measure(trainer: Trainer, cfg: RunConfig, launch: LaunchInfo, progress=None,
 
     Every registered tracker this run wants measures beside the skeleton, at its points (bench.measure.tracker).
     ``hooks`` (bench.hooks): bench verify's parameter snapshots, "initial" after set-up and "final" after the last
-    window; the slow-rank fault. ``run_id``: rank 0's, which the result is written under.
+    window; the slow-rank fault. ``run_id``: this process's (rank 0's is the one the result is written under).
     """
     t_start = process_start_time()
     trainer.setup()
     dog = Watchdog(trainer.rank, cfg.stall_timeout, cfg.rendezvous_timeout)
-    dog.start()
     ctx = Context(cfg=cfg, trainer=trainer, launch=launch, dog=dog, hooks=hooks or Hooks(), run_id=run_id)
     running = Running([t(ctx) for t in trackers() if t.wanted(ctx)])
+    dog.start()
     try:
         return _measure(ctx, progress, t_start, running)
     finally:
-        running.stop()
-        dog.stop()
+        try:
+            running.stop()
+        finally:
+            dog.stop()
 
 
 class Running:

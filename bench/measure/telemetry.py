@@ -379,6 +379,11 @@ class TelemetryTracker(Tracker):
     name = field = "telemetry"
     model = Telemetry
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.sampler: Sampler | None = None
+        self.note: str | None = "the run ended before its sampler started"
+
     def started(self) -> None:
         self.sampler, self.note = start_sampler(self.ctx.cfg, self.ctx.trainer)
         if self.sampler is not None:

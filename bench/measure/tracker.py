@@ -122,7 +122,7 @@ class Tracker:
         if cls.field is not None:
             fields[cls.field] = section
         elif section is not None:
-            fields.setdefault("measurements", {})[cls.name] = section.model_dump(mode="json")
+            fields["measurements"] = {**(fields.get("measurements") or {}), cls.name: section.model_dump(mode="json")}
 
     @classmethod
     def read(cls, result: Any) -> BaseModel | None:
