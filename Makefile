@@ -127,8 +127,13 @@ test-system-install: docker-up ## the system tiers' services (Docker, Slurm, the
 	@if $(TIER_CACHE) stale image kubernetes cluster diagnose image_cuda apptainer sif_pull; then \
 	  $(PYTHON) -m tools.images base; fi
 
-test-system-cuda: docker-up ## the CUDA image the image_cuda tier tests, on the base image: no venv needed
-	@if $(TIER_CACHE) stale image_cuda; then $(PYTHON) -m tools.images build $(IMAGE_CUDA_TEST_BUILD); fi
+# The CUDA SIF its contract runs (tests/system/test_contract.py), made as that test makes it: kept in the SIF folder
+# and keyed by the CUDA image's frameworks stage, so it is built again only when that stage changes.
+CUDA_TEST_SIF = $${HVDBENCH_SIF_DIR:-/var/cache/hvdbench/sif}/hvdbench-current-cuda.sif
+test-system-cuda: docker-up ## the CUDA image the image_cuda tier tests and its SIF, on the base image: no venv needed
+	@if $(TIER_CACHE) stale image_cuda; then $(PYTHON) -m tools.images build $(IMAGE_CUDA_TEST_BUILD) && \
+	  mkdir -p $$(dirname $(CUDA_TEST_SIF)) && PATH=$(APPTAINER_PATH) $(PYTHON) -m tools.sif image --stack current \
+	  --flavor cuda --cache frameworks --compression zstd --output $(CUDA_TEST_SIF); fi
 
 test-system-build: venv docker-up ## the CPU image (Horovod from the venv's wheel), the cluster's node image, Apptainer
 	@if $(TIER_CACHE) stale image kubernetes cluster diagnose apptainer sif_pull; then \
@@ -204,7 +209,7 @@ test-k8s: venv docker-up ## system tier: the pods of bench k8s's manifests, star
 # framework environment, and the tier's tests run the other two modes in the built image.
 test-image-cuda: venv docker-up ## system tier: build the CUDA image here (no GPU needed: CUDA from PyPI wheels), run its tests
 	@$(TIER_CACHE) fresh image_cuda || { $(PY) -m tools.images base && $(PY) -m tools.images build $(IMAGE_CUDA_TEST_BUILD) \
-	  && $(PY) -m tools.images prune && $(RUN_TESTS) image_cuda -m "image_cuda$$($(TIER_CACHE) select image_cuda)" $(SYSTEM_TESTS) \
+	  && $(PY) -m tools.images prune && PATH=$(APPTAINER_PATH) $(RUN_TESTS) image_cuda -m "image_cuda$$($(TIER_CACHE) select image_cuda)" $(SYSTEM_TESTS) \
 	  && $(TIER_CACHE) record image_cuda; }
 
 # The cluster's nodes are the CPU image (built here as test-image builds it) plus Slurm and munge.

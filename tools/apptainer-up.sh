@@ -39,6 +39,10 @@ if [[ $(id -u) != 0 ]]; then
 fi
 mkdir -p "$DIR/bin"
 chmod 755 "$DIR" "$DIR/bin"
+# One set-up at a time: make test's set-up calls this from two steps that run side by side (the CUDA SIF's and the
+# other images'); the second waits for the first and then finds the work done.
+exec 9>"$DIR/.up.lock"
+flock 9
 
 if ! command -v debootstrap >/dev/null; then
   log "installing debootstrap"

@@ -76,7 +76,8 @@ INPUTS = {
               "tests/system/test_apptainer.py"],
     "cluster": [*DOCKER, "tools/cluster.py", "singularity/slurm", "tools/benchmarks/shaped_links.py",
                 "tools/benchmarks/cluster_modes.py"],
-    "image_cuda": [*DOCKER],
+    # the CUDA image and its SIF (the contract builds it with tools/sif.py, on test_apptainer.py's fixtures)
+    "image_cuda": [*DOCKER, "tools/sif.py", "tests/system/test_apptainer.py"],
     "kubernetes": [*DOCKER, "k8s", "tools/k8s_check.py"],
     "apptainer": [*DOCKER, "tools/cluster.py", "singularity", "tools/sif.py", "tools/recipes.py"],
     # publish, pull by digest, read the digest back in a run: the code on that path, and the tests' set-up
@@ -115,7 +116,7 @@ DOCKER_TIERS = {tier for tier, paths in INPUTS.items() if "docker" in paths} | {
 # Docker tiers that run the base image alone (no frameworks stage under them).
 BASE_ONLY = {"bare_debian"}
 SLURM_TIERS = {"slurm", "cluster", "apptainer", "sif_pull", "diagnose"}
-APPTAINER_TIERS = {"apptainer", "sif_pull"}
+APPTAINER_TIERS = {"apptainer", "sif_pull", "image_cuda"}
 BASE_IMAGE = "hvdbench-base:bookworm"
 DOCKER_CMDS = [["docker", "version", "--format", "{{.Server.Version}}"], ["docker", "compose", "version", "--short"],
                ["docker-compose", "version", "--short"],

@@ -50,17 +50,20 @@ def sh(cmd, env=None, timeout=900, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **kw)
 
 
-@pytest.fixture(scope="module")
-def host_env():
+def with_apptainer(e: dict) -> dict:
+    """``e`` with Apptainer first on PATH (tools/apptainer-up.sh sets it up once, and names its folder)."""
     up = sh([str(ROOT / "tools" / "apptainer-up.sh")], timeout=1200)
     if up.returncode != 0:
         pytest.fail(f"apptainer-up failed: {up.stderr[-2000:]}")
+    return dict(e, PATH=f"{up.stdout.strip().splitlines()[-1]}:{e['PATH']}")
+
+
+@pytest.fixture(scope="module")
+def host_env():
     slurm = sh([str(ROOT / "tools" / "slurm-up.sh")], timeout=300)
     if slurm.returncode != 0:
         pytest.fail(f"slurm-up failed: {slurm.stderr[-2000:]}")
-    e = bench_env(SLURM_CONF=slurm.stdout.strip().splitlines()[-1])
-    e["PATH"] = f"{up.stdout.strip().splitlines()[-1]}:{e['PATH']}"
-    return e
+    return with_apptainer(bench_env(SLURM_CONF=slurm.stdout.strip().splitlines()[-1]))
 
 
 # The SIFs are keyed by their heavy part alone (sif.py --cache frameworks: the image's frameworks stage, or the
@@ -70,20 +73,25 @@ def host_env():
 SIF_CACHE = ["--cache", "frameworks", "--compression", "zstd"]
 
 
-@pytest.fixture(scope="module")
-def sif(host_env):
-    """The SIF of the CPU image (built by `make test-image`), as `make sif` builds it."""
+def image_sif(host_env: dict, flavor: str) -> Path:
+    """The SIF of a flavour's image (built by its image tier), as `make sif FLAVOR=...` builds it."""
     SIF_DIR.mkdir(parents=True, exist_ok=True)
     SIF_DIR.chmod(0o755)
-    out = SIF_DIR / "hvdbench-current-cpu.sif"
-    r = sh([*tool("sif"), "image", "--stack", "current", "--flavor", "cpu",
-            *SIF_CACHE, "--output", str(out)], env=host_env, cwd=ROOT, timeout=1800)
+    out = SIF_DIR / f"hvdbench-current-{flavor}.sif"
+    r = sh([*tool("sif"), "image", "--stack", "current", "--flavor", flavor,
+            *SIF_CACHE, "--output", str(out)], env=host_env, cwd=ROOT, timeout=3600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     print(r.stdout.strip().splitlines()[-1])
     out.chmod(0o644)
     # the name the batch scripts and the README's srun line use points at the SIF made last there
     assert os.readlink(SIF_DIR / "hvdbench.sif") == out.name
     return out
+
+
+@pytest.fixture(scope="module")
+def sif(host_env):
+    """The SIF of the CPU image (built by `make test-image`), as `make sif` builds it."""
+    return image_sif(host_env, "cpu")
 
 
 @pytest.fixture(scope="module")

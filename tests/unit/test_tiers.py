@@ -177,7 +177,9 @@ def changed_tiers(keys, tmp_path, name, text, part=None):
     ("tools/benchmarks/endings.py", "gone = 2\n", BENCH),
     ("tools/cluster.py", "nodes 2\n", {"image", "cluster", "diagnose", "apptainer"}),
     ("tests/system/test_apptainer.py", "pytestmark = pytest.mark.apptainer\n# more\n",
-     {"apptainer", "sif_pull", "image"}),
+     {"apptainer", "sif_pull", "image", "image_cuda"}),
+    # how a SIF is made: the CPU SIFs' tier, the pull's, and the CUDA image's (its contract runs in its SIF)
+    ("tools/sif.py", "pull 2\n", {"apptainer", "sif_pull", "image_cuda"}),
     # README's set-up from nothing: its scripts, the base image's tool, its own test; never bench/ (above)
     ("tools/setup.sh", "apt-get install more\n", ALL - {"sif_pull"}),
     ("tools/images.py", "base = 'trixie'\n", DOCKER | SETUP_ONLY),
@@ -196,7 +198,7 @@ def test_a_tier_goes_stale_on_every_class_of_its_inputs(tiers_key_tree, tmp_path
     ("docker image inspect --format {{.Id}} hvdbench:current-cpu-frameworks", "sha256:cpu2", DOCKER - {"image_cuda"}),
     ("docker image inspect --format {{.Id}} hvdbench:current-cuda-frameworks", "sha256:cuda2", {"image_cuda"}),
     ("srun --version", "slurm 23.11", SLURM), ("mpirun --version", "mpirun (Open MPI) 5.0", SLURM),
-    ("dpkg-query", "libpmix2=5.0.1", SLURM), ("apptainer", "1.5.0", {"apptainer", "sif_pull"}),
+    ("dpkg-query", "libpmix2=5.0.1", SLURM), ("apptainer", "1.5.0", {"apptainer", "sif_pull", "image_cuda"}),
 ])
 def test_a_tier_goes_stale_when_a_tool_it_calls_changes(tiers_key_tree, tool, value, stale):
     before = tiers_key_tree()
