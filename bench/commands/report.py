@@ -48,6 +48,7 @@ from bench.records.collect import (
 )
 from bench.records.describe import source_of
 from bench.records.metrics import METRICS, device_word, devices_word, sample_symbol
+from bench.records.results import tracker_warnings
 from bench.records.schema import Result
 
 # The registry's metrics each row of report.csv carries (bench.records.metrics), beside the derived speedups.
@@ -298,6 +299,16 @@ def measurement_lines(results: list[Result]) -> list[str]:
         for tracker in kept:
             lines += [f"| {label_of(r)} | {key_of(r).setting_text()} | {r.world_size} | {label} | {value} | {unit} |"
                       for label, value, unit in tracker.rows(tracker.read(r))]
+    return lines
+
+
+def warning_lines(results: list[Result]) -> list[str]:
+    """What each run warned of after its table (its trackers' warnings: a busy host, graphs compiled in the windows,
+    an input that paced the steps...), one list item each, so the report says what the run's standard error said."""
+    lines = []
+    for r in sorted(results, key=lambda r: (key_of(r).setting_text(), label_of(r), r.world_size)):
+        lines += [f"- {label_of(r)}, {key_of(r).setting_text()}, n = {r.world_size} ({r.run_id}): "
+                  f"{line.removeprefix('warning: ')}" for line in tracker_warnings(r)]
     return lines
 
 
@@ -585,6 +596,9 @@ def write_report(paths: list[Path], out: Path, strict: bool = False) -> Path:
                   f"{within} | {between} | {_fmt(r.speedup)} | "
                   f"{_fmt(r.efficiency, '.0%')} | {_fmt(r.wall_speedup)} | {_fmt(r.vs_single)} | "
                   f"{r.init_s:.1f} |")
+    warned = warning_lines(results)
+    if warned:
+        md += ["", "What the runs warned of (their figures may not mean what the table says):", "", *warned]
     md += paper_and_tuned_section(rows, unit, dev)
     md += ["", "## Horovod vs native", ""]
     if versus:

@@ -504,3 +504,19 @@ def test_results_written_before_the_trackers_report_the_tables_they_did(tmp_path
     assert any("| torch-ddp | resnet20 32x32 b8 fp32" in line for line in mixed)  # the new result is read too
     new = load_results([FIXTURES / "trackers"])[0]
     assert new.measurements["context_switches"]["per_rank"][1]["rank"] == 1  # kept by name, without the plugin
+
+
+def test_the_report_says_what_each_run_warned_of_beside_its_figures(tmp_path):
+    """A run's warnings go to its standard error, which a report's reader never saw: the report lists them under the
+    scaling table (here the busy host of tests/fixtures/trackers: other processes kept 1.0 of its 2 cores busy), and
+    says nothing where no run warned (the sweeps of tests/fixtures/sweep-a)."""
+    text = write_report([A, FIXTURES / "trackers"], tmp_path / "both").read_text()
+    heading = "What the runs warned of (their figures may not mean what the table says):"
+    assert heading in text
+    warned = text.split(heading, 1)[1].lstrip().split("\n\n", 1)[0].splitlines()
+    assert len(warned) == 1 and warned[0].startswith("- torch-ddp, resnet20 32x32, batch 8/device, fp32, cpu")
+    assert warned[0].endswith(", n = 2 (20261207T182913Z-torch-ddp-108c5abf): other processes kept 1.0 of vm's 2 "
+                              "cores busy while the windows ran; these figures are that busy node's, not an idle "
+                              "one's (docs/running.md: a busy node)")
+    assert text.index(heading) < text.index("## Horovod vs native")
+    assert heading not in write_report([A], tmp_path / "quiet").read_text()
