@@ -35,6 +35,7 @@ from bench.config import option
 from bench.errors import BenchError
 from bench.records.collect import STRICT_HELP, load_results, significant, table_cells
 from bench.records.metrics import METRICS, find
+from bench.records.results import tracker_warnings
 from bench.records.schema import Finding, NodeAccept, Result
 from bench.tables import never_cut
 
@@ -90,8 +91,10 @@ def significance(row: Change) -> str:
 
 
 def main(cfg: CompareConfig) -> None:
-    """The table of every cell's metrics, the input pipeline's cost where a pair shows it, the rules' findings and
-    Accept per node (--rules), and the --max-regression check (one line and exit 1 when a cell regressed more)."""
+    """The table of every cell's metrics, the input pipeline's cost where a pair shows it, what either side's run
+    warned of (a busy host, graphs compiled in the windows: bench.records.results.tracker_warnings), the rules'
+    findings and Accept per node (--rules), and the --max-regression check (one line and exit 1 when a cell
+    regressed more)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -106,6 +109,10 @@ def main(cfg: CompareConfig) -> None:
     for r in rows:
         if r.input_cost is not None:
             print(f"input pipeline: costs {r.input_cost:.1%} of the synthetic throughput in {r.cell}")
+    for c in cells:  # what each side's run printed after its own table: a change may be that, not the code's
+        for side, result in (("A", c.a), ("B", c.b)):
+            for line in tracker_warnings(result):
+                print(f"{side} warned in {c.label}: {line.removeprefix('warning: ')}")
     failed = []
     checks = " and ".join(name for name, asked in (("--rules", rules is not None),
                                                     ("--max-regression", cfg.max_regression is not None)) if asked)

@@ -520,3 +520,18 @@ def test_the_report_says_what_each_run_warned_of_beside_its_figures(tmp_path):
                               "one's (docs/running.md: a busy node)")
     assert text.index(heading) < text.index("## Horovod vs native")
     assert heading not in write_report([A], tmp_path / "quiet").read_text()
+
+
+def test_compare_says_what_either_sides_run_warned_of(tmp_path, cli):
+    """A change between A and B may be a busy host's, not the code's: compare prints each side's warnings per cell
+    (tests/fixtures/trackers ran with 1.0 of 2 cores taken), and none for runs that gave none (sweep-a, sweep-b)."""
+    b = tmp_path / "b"
+    shutil.copytree(FIXTURES / "trackers", b)
+    r = cli("compare", str(FIXTURES / "trackers"), str(b))
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stdout.splitlines() if " warned in " in line]
+    assert [line.split(" warned in ")[0] for line in warned] == ["A", "B"]
+    assert all(line.endswith("n=2: other processes kept 1.0 of vm's 2 cores busy while the windows ran; these "
+                             "figures are that busy node's, not an idle one's (docs/running.md: a busy node)")
+               for line in warned), warned
+    assert " warned in " not in cli("compare", str(A), str(B)).stdout
