@@ -20,6 +20,7 @@ from bench.commands import (
     compare,
     converge,
     data,
+    history,
     info,
     peak,
     predict,
@@ -230,14 +231,27 @@ declared_command("make", MakeConfig, make.main, "Write a dataset for trials and 
 declared_command("bench", data.DataBenchConfig, data.main, "The input pipeline alone, no model: images/s of each "
                  "loader with 1..K workers, the decode rate per core and the cores that feed a node's GPUs.", data_app,
                  group="data")
-
+history_app = typer.Typer(help="The results database over time (docs/history.md): index the records, show a "
+                          "node's figures, check each node against its own past and the fleet, export them.",
+                          no_args_is_help=True)
+app.add_typer(history_app, name="history")
+declared_command("add", history.HistoryAddConfig, history.add, "Index record files in the results database (SQLite "
+                 "in the results folder, or --db): each file one row, adding it again changes nothing.", history_app,
+                 group="history")
+declared_command("show", history.HistoryShowConfig, history.show, "A node's, a GPU's or a cell's figures over time, "
+                 "with what changed between runs (--plot draws them).", history_app, group="history")
+declared_command("check", history.HistoryCheckConfig, history.check, "Each node's newest figure against its own past "
+                 "and the fleet's same GPU model, and nodes gone stale (exit 3 on an error, as diagnose).",
+                 history_app, group="history")
+declared_command("export", history.HistoryExportConfig, history.export, "Write the history where monitoring reads "
+                 "it: prometheus DIR (node_exporter's textfile collector).", history_app, group="history")
 
 # Spellings the parser does not take as they are, put in the form it does before it reads them: each command's
 # aliases (ALIASES: Horovod's script's names, -np, report's old --out), and --compile with no mode after it
 # (torchtitan's and timm's flag), which is --compile default. Typer lists no alias apart and has no option whose
 # value may be left out, hence this one step.
 BARE_COMPILE = "default"
-GROUPS = ("data",)  # commands whose next word names the command proper (bench data bench)
+GROUPS = ("data", "history")  # commands whose next word names the command proper (bench data bench)
 
 
 def spelled(args: list[str]) -> list[str]:

@@ -135,6 +135,26 @@ def wrote(folder: str, pattern: str = "*.json") -> Callable[[Path, str], None]:
     return check
 
 
+def check_history_add(out: Path, name: str) -> None:
+    # every result of both folders, and nothing else: the sweep's manifest and its cells' configs are no records
+    runs = [p for folder in ("modes", "sweep") for p in (out / folder).glob("*.json") if p.name != "manifest.json"]
+    says(f"history: {len(runs)} added, 0 already there, 0 not read")(out, name)
+
+
+def check_history_show(out: Path, name: str) -> None:
+    says("torch-ddp resnet20")(out, name)
+    assert (out / "history.png").stat().st_size > 5000
+
+
+def check_history_export(out: Path, _: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    files = list((out / "textfiles").glob("hvdbench_*.prom"))
+    assert len(files) == 1, files  # one node: the container
+    names = {family.name for family in text_string_to_metric_families(files[0].read_text())}
+    assert {"hvdbench_throughput_samples_per_second", "hvdbench_node_accepted"} <= names, names
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -183,6 +203,11 @@ STEPS = [
     Step("peak", "peak --device cpu --seconds 0.1 --repeats 1 --output $R", wrote("peak")),
     Step("soak", "soak --device cpu --seconds 2 --window 0.5 --size 256 --output $R", wrote("soak")),
     Step("k8s", "k8s torch-ddp --image hvdbench:current-cuda --nodes 2 --gpus-per-node 1", says("kind:")),
+    # the runs above into the results database (results/history.db), read back, exported for Prometheus
+    Step("history-add", "history add $R/modes $R/sweep --results $R", check_history_add),
+    Step("history-show", "history show --results $R --cell torch-ddp --plot $R/history.png", check_history_show),
+    Step("history-export", "history export prometheus $R/textfiles --results $R --stale-days 100000",
+         check_history_export),
 ]
 
 

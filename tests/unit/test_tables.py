@@ -58,7 +58,7 @@ def test_the_verify_and_diagnose_tables_keep_modes_and_hosts_whole():
          "why": "compute 0.878 s against 0.359 s"}]})
     out = io.StringIO()
     table = Table("severity", "kind", "where", "figure", "expected", "rule", "why")
-    for row in diagnose_render.finding_rows(record):
+    for row in diagnose_render.finding_rows(record.findings):
         table.add_row(*row)
     Console(file=out, width=80).print(never_cut(table, "where"))  # 80: rich's width in a pipe
     assert whole(out.getvalue(), host)

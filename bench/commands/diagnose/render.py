@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.records.schema import Diagnose, NodeAccept
+from bench.records.schema import Diagnose, Finding, NodeAccept
 from bench.tables import never_cut
 
 UNITS = {"samples_per_sec": "samples/s", "busbw_GBps": "GB/s", "latency_us": "us", "compute_s": "s"}
@@ -35,9 +35,10 @@ def figure_rows(record: Diagnose) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def finding_rows(record: Diagnose) -> list[tuple[str, ...]]:
-    return [(f.severity, f.kind, f.where, _num(f.figure), _num(f.expected), f.rule, f.why or "")
-            for f in record.findings]
+def finding_rows(findings: list[Finding]) -> list[tuple[str, ...]]:
+    """(severity, kind, where, figure, expected, rule, why) per finding: diagnose's table, and bench history
+    check's."""
+    return [(f.severity, f.kind, f.where, _num(f.figure), _num(f.expected), f.rule, f.why or "") for f in findings]
 
 
 def accept_rows(accept: list[NodeAccept] | None) -> list[tuple[str, str, str, str]]:
@@ -59,7 +60,7 @@ def markdown(record: Diagnose) -> str:
     lines = [f"# bench diagnose {record.run_id}", "", headline(record), "", "## Findings", ""]
     if record.findings:
         lines += ["| severity | kind | where | figure | expected | rule | why |", "|---|---|---|---|---|---|---|"]
-        lines += ["| " + " | ".join(r) + " |" for r in finding_rows(record)]
+        lines += ["| " + " | ".join(r) + " |" for r in finding_rows(record.findings)]
     else:
         lines.append("None: every check passed.")
     if record.accept:
@@ -88,7 +89,7 @@ def terminal(record: Diagnose) -> None:
     console.print(never_cut(table, "member"))
     if record.findings:
         findings = Table("severity", "kind", "where", "figure", "expected", "rule", "why", title="findings")
-        for row in finding_rows(record):
+        for row in finding_rows(record.findings):
             findings.add_row(*row)
         console.print(never_cut(findings, "where"))
     if record.accept:
