@@ -132,7 +132,7 @@ def show(cfg: HistoryShowConfig) -> None:
     console = Console()
     for (node, cell), series in sorted(groups.items()):
         table = Table("time (UTC)", "figure", "95% interval", "changed since the run before",
-                      title=f"{node}: {cell} ({len(series)} {cfg.kind} records)")
+                      title=f"{node}: {cell} ({cfg.kind} records: {len(series)})")
         for before, r in zip([None, *series], series, strict=False):
             change = history.changed(before, r) if before is not None else "(first)"
             interval = f"{r.low:.4g}-{'inf' if r.high is None else f'{r.high:.4g}'}" if r.low is not None else "-"

@@ -10,10 +10,9 @@ or ``HVDBENCH_DB``: ``postgresql://user@host/db`` through psycopg 3). Its column
 once: the SQLAlchemy table is made from them, and the database records its schema version; a database of another
 version is refused with one line, never written to.
 
-The headline each kind of record contributes (:data:`HEADLINES`): a training run's throughput (samples/s over the
-timed windows, the run's own 95% interval), bench allreduce's bus bandwidth at its largest message, bench peak's
-achieved matmul rate, bench data bench's best loader rate, bench soak's slowest GPU's share of the node's best.
-Other kinds are indexed with no headline.
+The headline a kind of record contributes (:data:`HEADLINES`): a training run's throughput (samples/s over the
+timed windows, with the run's own 95% interval). Records of the other kinds (verify, allreduce, diagnose, preflight,
+peak, soak, data bench, converge, tune) are indexed with their time, node and environment and no headline yet.
 """
 
 from __future__ import annotations
@@ -203,7 +202,6 @@ def _environment_columns(environment: dict[str, Any]) -> dict[str, Any]:
 
 
 def _result(data: dict[str, Any], where: str) -> dict[str, Any]:
-
     result = upgraded(data, where)
     key = key_of(result)
     ci = result.summary.ci95 or [None, None]
@@ -221,7 +219,6 @@ HEADLINES: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {"result
 def row_of(path: Path, text: bytes) -> Row:
     """The row of a record file's bytes: a BenchError naming what is wrong for a file that is no record."""
     import json
-
 
     try:
         data = json.loads(text)
@@ -297,7 +294,6 @@ def check(rows: list[Row], now: datetime, limits: Limits | None = None) -> list[
     """The findings (bench.records.schema.Finding) over the database's rows: see above."""
     import statistics
     from collections import defaultdict
-
 
     limits = limits or Limits()
     found: list[Finding] = []
