@@ -1,57 +1,28 @@
-"""bench history as users run it, on SQLite and on a real PostgreSQL 15 that the test starts (Debian's package:
-initdb and pg_ctl in a temporary folder, a free port on 127.0.0.1), the same steps on both: add (twice, and with a
-corrupt file among the records), show, check (its exit status) and export prometheus (read back by
-prometheus_client's own parser)."""
+"""bench history as users run it, on SQLite and on a real PostgreSQL 15 that the test starts (tools/postgres.py:
+Debian's package, initdb and pg_ctl in a temporary folder, a free port on 127.0.0.1), the same steps on both: add
+(twice, and with a corrupt file among the records), show, check (its exit status) and export prometheus (read back
+by prometheus_client's own parser)."""
 
 import json
-import os
 import shutil
-import socket
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURES, bench
+from tools.postgres import Missing, free_port, server
 
 pytestmark = pytest.mark.multiproc
-
-PG = Path("/usr/lib/postgresql/15/bin")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def postgres():
-    """A PostgreSQL 15 server of its own, as a user who is not root (initdb refuses root), stopped after the
-    module; its URL."""
-    if not (PG / "initdb").exists():
-        pytest.skip(f"PostgreSQL 15 is not installed here (no {PG / 'initdb'}: apt-get install postgresql-15)")
-    folder = Path(tempfile.mkdtemp(prefix="hvdbench-pg-", dir="/tmp"))
-    as_user = []
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = free_port()
-    data = folder / "data"
-
-    def pg(*args):
-        done = subprocess.run([*as_user, *map(str, args)], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
+    """A PostgreSQL 15 server of its own (tools/postgres.py), stopped after the module; its URL."""
     try:
-        pg(PG / "initdb", "-D", data, "-A", "trust", "-U", "bench")
-        pg(PG / "pg_ctl", "-D", data, "-l", folder / "log", "-w", "-o",
-           f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start")
-        yield f"postgresql://bench@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, str(PG / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=120)
-        shutil.rmtree(folder, ignore_errors=True)
+        with server() as url:
+            yield url
+    except Missing as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
