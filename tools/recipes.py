@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -90,8 +91,9 @@ def preprocess(dockerfile: str, args: dict[str, str]) -> str:
             continue
         restating = False
         m = re.match(r"ARG (\w+)(=.*)?$", line)
-        if m and m.group(1) in args:
-            line = f"ARG {m.group(1)}={args[m.group(1)]}"
+        if m and m.group(1) in args:  # quoted where it holds spaces (HISTORY_PACKAGES: a shell assignment in %post)
+            value = args[m.group(1)]
+            line = f"ARG {m.group(1)}={shlex.quote(value) if any(c.isspace() for c in value) else value}"
         if line.startswith("FROM ${BASE_IMAGE}"):
             line = f"FROM {args['BASE_IMAGE']}"
         if line.startswith("SHELL ") or line.startswith("# hadolint"):

@@ -80,3 +80,71 @@ def test_a_database_that_is_down_is_one_line(tmp_path):
     assert r.returncode == 1 and len(lines) == 1 and "cannot open the results database" in lines[0], r.stderr
     r = bench("history", "show", "--results", str(tmp_path))
     assert r.returncode == 1 and "no results database at" in r.stderr and "bench history add" in r.stderr
+
+
+PROMETHEUS, NODE_EXPORTER = Path("/usr/bin/prometheus"), Path("/usr/bin/prometheus-node-exporter")
+
+
+def query(port: int, expr: str) -> list[dict]:
+    """Prometheus's HTTP API: an instant query's result (its series, each labels and value)."""
+    import urllib.parse
+    import urllib.request
+
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        body = json.loads(answer.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_prometheus_scrapes_the_textfiles_through_node_exporter(tmp_path):
+    """The exported files as an operator serves them: Debian's prometheus-node-exporter with its textfile collector
+    on the folder, a real Prometheus scraping it every second, and the series read back through Prometheus's HTTP
+    API, labels and values as the files have them."""
+    import subprocess
+    import time
+
+    missing = [p for p in (PROMETHEUS, NODE_EXPORTER) if not p.exists()]
+    if missing:
+        pytest.skip(f"not installed here: {', '.join(map(str, missing))} (apt-get install prometheus "
+                    "prometheus-node-exporter)")
+    folder, out, db = records(tmp_path / "results"), tmp_path / "textfiles", f"sqlite:///{tmp_path / 'h.db'}"
+    (folder / "sweep-b" / "cut.json").unlink()
+    assert bench("history", "add", str(folder), "--db", db).returncode == 0
+    exported = bench("history", "export", "prometheus", str(out), "--db", db, "--stale-days", "100000")
+    assert exported.returncode == 0, exported.stderr
+    exporter_port, prometheus_port = free_port(), free_port()
+    (tmp_path / "prometheus.yml").write_text(json.dumps({  # YAML is a superset of JSON
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{"job_name": "node", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}]}))
+    started = [
+        subprocess.Popen([str(NODE_EXPORTER), f"--web.listen-address=127.0.0.1:{exporter_port}",
+                          "--collector.disable-defaults", "--collector.textfile",
+                          f"--collector.textfile.directory={out}"],
+                         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "node-exporter.log", "w")),
+        subprocess.Popen([str(PROMETHEUS), f"--config.file={tmp_path / 'prometheus.yml'}",
+                          f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                          f"--web.listen-address=127.0.0.1:{prometheus_port}"],
+                         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))]
+    try:
+        found, deadline = [], time.monotonic() + 300  # a deadlock guard: the first scrape comes within seconds
+        while not found and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in started), (tmp_path / "prometheus.log").read_text()[-2000:]
+            try:
+                found = query(prometheus_port, 'hvdbench_node_accepted{job="node"}')
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.5)
+        assert [s["metric"]["node"] for s in found] == ["vm"], found
+        throughput = query(prometheus_port, 'hvdbench_throughput_samples_per_second{model="resnet20",world_size="2"}')
+        assert throughput and all(float(s["value"][1]) > 0 for s in throughput), throughput
+        assert {s["metric"]["mode"] for s in throughput} >= {"torch-ddp"}
+    finally:
+        for p in started:
+            p.terminate()
+        for p in started:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
