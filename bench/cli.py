@@ -244,7 +244,8 @@ declared_command("check", history.HistoryCheckConfig, history.check, "Each node'
                  "and the fleet's same GPU model, and nodes gone stale (exit 3 on an error, as diagnose).",
                  history_app, group="history")
 declared_command("export", history.HistoryExportConfig, history.export, "Write the history where monitoring reads "
-                 "it: prometheus DIR (node_exporter's textfile collector).", history_app, group="history")
+                 "it: prometheus DIR (node_exporter's textfile collector), mlflow URI (a tracking server).",
+                 history_app, group="history")
 
 # Spellings the parser does not take as they are, put in the form it does before it reads them: each command's
 # aliases (ALIASES: Horovod's script's names, -np, report's old --out), and --compile with no mode after it

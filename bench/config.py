@@ -286,6 +286,10 @@ class RunConfig:
     resume_from: str | None = option(None, "--epochs: continue the run whose checkpoint is in this folder (the same "
                                 "configuration; docs/training.md).")
     output: str = option("results", "Directory for result JSON files and results.csv.")
+    mlflow: str | None = option(None, "Also log the result to this MLflow tracking server (its URI: "
+                                      "http://host:5000, sqlite:///mlflow.db) as a run: settings, figures, "
+                                      "environment, files (docs/history.md).")
+    mlflow_experiment: str = option("hvdbench", "--mlflow: the experiment the run goes in (made where missing).")
     fp16_allreduce: bool = option(False, "Compress gradients to fp16 for the allreduce.", flag="--fp16-allreduce")
     # Text models: an untied output projection and a sparse embedding gradient (only the rows looked up);
     # sparse_as_dense reduces that gradient as a dense one (Horovod's option; the native modes densify it).

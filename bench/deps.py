@@ -1,7 +1,7 @@
 """Optional dependencies: which ``pip install '.[extra]'`` brings a module bench could not import.
 
-The extras are declared in pyproject.toml: ``torch``, ``tf``, ``gpu``, ``report``, ``data``, ``dali``, ``history``
-and ``dev``.
+The extras are declared in pyproject.toml: ``torch``, ``tf``, ``gpu``, ``report``, ``data``, ``dali``, ``history``,
+``mlflow`` and ``dev``.
 Horovod is not among them: it is built from source with this project's patch (``make venv``, or the images).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 EXTRA_OF = {"torch": "torch", "numpy": "torch", "tensorflow": "tf", "tf_keras": "tf", "pynvml": "gpu",
             "matplotlib": "report", "docker": "dev", "spython": "dev", "pytest": "dev", "PIL": "data",
             "sklearn": "data", "nvidia": "dali", "sqlalchemy": "history", "psycopg": "history",
-            "prometheus_client": "history"}
+            "prometheus_client": "history", "mlflow": "mlflow"}
 
 
 def install_hint(module: str | None) -> str | None:

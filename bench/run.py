@@ -15,7 +15,7 @@ from bench.launching import detect, k8s_pod, supervise
 from bench.measure import checkpoint, env_faults
 from bench.measure.loop import measure
 from bench.modes import mode as mode_spec
-from bench.records import env
+from bench.records import env, history, mlflow_runs
 from bench.records.header import new_run_id
 from bench.records.results import (
     build_result,
@@ -147,6 +147,18 @@ class Training:
         return train(cfg, info, self.spec.load(), self.hooks)
 
 
+def log_to_mlflow(cfg: RunConfig, path: Path) -> None:
+    """--mlflow: the written result as an MLflow run; a server that is down or refuses is one warning line, the
+    result stays written and the run's exit status is its own."""
+    try:
+        run_id, new = mlflow_runs.log(cfg.mlflow, path, cfg.mlflow_experiment)
+    except BenchError as exc:
+        print(f"warning: not logged to MLflow (the result is written): {exc}", file=sys.stderr)
+        return
+    print(f"mlflow: {'logged as' if new else 'already logged as'} run {run_id} in experiment "
+          f"{cfg.mlflow_experiment} at {history.shown(cfg.mlflow)}")
+
+
 def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path | None:
     """One rank of a training run: preflight, the measurement loop, and (rank 0) the result written whole."""
     cfg = mode.preflight(cfg, info)
@@ -193,6 +205,8 @@ def train(cfg: RunConfig, info: detect.LaunchInfo, mode, hooks: Hooks) -> Path |
     console.print(f"result: {path}")
     for warning in tracker_warnings(result):
         print(warning, file=sys.stderr)
+    if cfg.mlflow:
+        log_to_mlflow(cfg, path)
     if not result.sync.ranks_in_sync:
         raise NotValid(f"ranks finished with different parameters (see {path}); the run is not valid")
     return path

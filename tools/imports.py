@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HEAVY = ("torch", "tensorflow", "tf_keras", "keras", "horovod", "pynvml", "matplotlib", "docker", "torchrec",
-         "fbgemm_gpu")
+         "fbgemm_gpu", "mlflow")
 # bench's own loaders of a heavy library: a module-level call of one imports that library (bench.tfutil).
 HEAVY_LOADERS = ("import_tf",)
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from bench.commands.diagnose.render import finding_rows
 from bench.commands.diagnose.rules import accept
 from bench.config import option
 from bench.errors import BenchError, check_exit_codes, judged, nagios
-from bench.records import history
+from bench.records import history, mlflow_runs
 from bench.records.store import kind_of
 from bench.tables import never_cut
 
@@ -218,15 +218,17 @@ def _check(cfg: HistoryCheckConfig) -> int:
     return FINDINGS_EXIT if errors else 0
 
 
-EXPORTS = ("prometheus",)
+EXPORTS = ("prometheus", "mlflow")
 
 
 @dataclass(frozen=True)
 class HistoryExportConfig:
     """bench history export's configuration."""
     target: str = option("", "Where to: prometheus (one text file per node for node_exporter's textfile "
-                             "collector).", argument=True)
-    destination: str = option("", "prometheus: the textfile collector's folder.", argument=True)
+                             "collector), or mlflow (each training run as an MLflow run).", argument=True)
+    destination: str = option("", "prometheus: the textfile collector's folder; mlflow: the tracking server's URI.",
+                              argument=True)
+    experiment: str = option("hvdbench", "mlflow: the experiment the runs go in (made where missing).")
     last: int = option(10, "The own past each newest figure is held against: the median of its last N before.",
                        minimum=1)
     warning: float = option(5.0, "As bench history check's --warning.")
@@ -240,7 +242,8 @@ class HistoryExportConfig:
             raise BenchError(f"bench history export takes {' or '.join(EXPORTS)} and a destination (got "
                              f"'{self.target}')")
         if not self.destination:
-            raise BenchError(f"bench history export {self.target} DESTINATION: the folder to write to")
+            raise BenchError(f"bench history export {self.target} DESTINATION: "
+                             f"{'the folder to write to' if self.target == 'prometheus' else 'the tracking URI'}")
 
 
 # The metrics' names follow Prometheus's conventions (https://prometheus.io/docs/practices/naming/): the
@@ -248,7 +251,32 @@ class HistoryExportConfig:
 PREFIX = "hvdbench"
 
 
-def export(cfg: HistoryExportConfig) -> None:
+def export(cfg: HistoryExportConfig) -> int:
+    return export_mlflow(cfg) if cfg.target == "mlflow" else export_prometheus(cfg)
+
+
+def export_mlflow(cfg: HistoryExportConfig) -> int:
+    """Every training run of the database whose file is still where it was added, as an MLflow run
+    (bench.records.mlflow_runs; one already there is not logged again). A file gone is named on one line each and
+    the exit status is 1; a server that cannot be reached stops the export at its first run, with one line."""
+    rows = [r for r in database(cfg.db, cfg.results).rows(kind="result")]
+    logged = already = 0
+    gone = []
+    for row in rows:
+        path = Path(row.path)
+        if not path.is_file():
+            gone.append(row.path)
+            continue
+        _, new = mlflow_runs.log(cfg.destination, path, cfg.experiment)
+        logged, already = logged + new, already + (not new)
+    for name in gone:
+        print(f"warning: not logged: {name}: no such file (moved since it was added?)", file=sys.stderr)
+    print(f"history: {logged} run(s) logged to MLflow, {already} already there, {len(gone)} file(s) gone, in "
+          f"experiment {cfg.experiment} at {history.shown(cfg.destination)}")
+    return 1 if gone else 0
+
+
+def export_prometheus(cfg: HistoryExportConfig) -> int:
     """One file per node, DESTINATION/hvdbench_<node>.prom, written whole (a temporary file renamed over it, as the
     textfile collector asks): each cell's newest figure, its ratio to the node's own past median, the findings of
     bench history check by severity, the time of the node's newest record and whether the node is accepted (no
@@ -256,7 +284,6 @@ def export(cfg: HistoryExportConfig) -> None:
     import re
 
     from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
-
 
     rows = database(cfg.db, cfg.results).rows()
     limits = history.Limits(warning=cfg.warning / 100, error=cfg.error / 100, last=cfg.last,
@@ -297,3 +324,4 @@ def export(cfg: HistoryExportConfig) -> None:
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", node)
         write_to_textfile(str(out / f"{PREFIX}_{name}.prom"), registry)
     print(f"history: {len(nodes)} node file(s) in {out}")
+    return 0
